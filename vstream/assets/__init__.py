@@ -1,0 +1,14 @@
+"""The bundled demo: a small detector and a sample video with its ground truth.
+
+Built by ``tools/demo_assets`` (procedural shapes, trained on the CPU), so a
+fresh install can run end to end without downloading anything.
+"""
+
+from pathlib import Path
+
+ASSETS_DIR = Path(__file__).resolve().parent
+DEMO_MODEL = ASSETS_DIR / "demo.onnx"
+SAMPLE_VIDEO = ASSETS_DIR / "sample.mp4"
+SAMPLE_GROUND_TRUTH = ASSETS_DIR / "sample_ground_truth.json"
+
+__all__ = ["ASSETS_DIR", "DEMO_MODEL", "SAMPLE_GROUND_TRUTH", "SAMPLE_VIDEO"]

@@ -1,0 +1,104 @@
+"""Detection accuracy against ground truth: average precision at an IoU threshold.
+
+Used to hold the demo model to its bar through the whole pipeline, and
+available to users who want to check a model on their own labelled video.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torchvision.ops import box_iou
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """Average precision per class name and their mean."""
+
+    per_class: dict[str, float]
+    iou_threshold: float
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(list(self.per_class.values()))) if self.per_class else 0.0
+
+    def __str__(self) -> str:
+        classes = ", ".join(f"{k} {v:.3f}" for k, v in self.per_class.items())
+        return f"mAP@{self.iou_threshold:g} {self.mean:.3f} ({classes})"
+
+
+def _average_precision(scores: list[float], hits: list[bool], n_truth: int) -> float:
+    """Area under the precision envelope of the ranked predictions (all-point)."""
+    if n_truth == 0:
+        return 0.0
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+    tp = np.cumsum(np.asarray(hits, dtype=np.float64)[order])
+    fp = np.cumsum(1.0 - np.asarray(hits, dtype=np.float64)[order])
+    recall = np.concatenate([[0.0], tp / n_truth, [1.0]])
+    precision = np.concatenate([[1.0], tp / np.maximum(tp + fp, 1e-9), [0.0]])
+    precision = np.maximum.accumulate(precision[::-1])[::-1]
+    steps = np.nonzero(recall[1:] != recall[:-1])[0]
+    return float(np.sum((recall[steps + 1] - recall[steps]) * precision[steps + 1]))
+
+
+def evaluate(
+    records: Iterable[Mapping[str, Any]],
+    ground_truth: Mapping[str, Any],
+    iou_threshold: float = 0.5,
+) -> Accuracy:
+    """Compare frame records (as written to JSON Lines) with ground truth.
+
+    ``ground_truth`` has ``names`` (class names by id) and ``frames``, each
+    ``{"frame": i, "boxes": [[x1, y1, x2, y2, class_id], ...]}``. A prediction
+    matches the unmatched truth box of its class with the highest IoU at or
+    above the threshold, highest scores first.
+    """
+    names: list[str] = list(ground_truth["names"])
+    truth: dict[int, list[list[float]]] = {f["frame"]: f["boxes"] for f in ground_truth["frames"]}
+    scores: dict[int, list[float]] = defaultdict(list)
+    hits: dict[int, list[bool]] = defaultdict(list)
+    for record in records:
+        boxes = truth.get(record["frame"], [])
+        by_class: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for det in record["detections"]:
+            by_class[det["class_id"]].append(det)
+        for class_id, dets in by_class.items():
+            dets.sort(key=lambda d: -d["score"])
+            scores[class_id].extend(d["score"] for d in dets)
+            gt = [b[:4] for b in boxes if b[4] == class_id]
+            if not gt:
+                hits[class_id].extend(False for _ in dets)
+                continue
+            ious = box_iou(torch.tensor([d["bbox"] for d in dets]), torch.tensor(gt))
+            matched = torch.zeros(len(gt), dtype=torch.bool)
+            for row in range(len(dets)):
+                candidates = ious[row].masked_fill(matched, -1.0)
+                best = int(candidates.argmax())
+                hit = float(candidates[best]) >= iou_threshold
+                matched[best] |= hit
+                hits[class_id].append(hit)
+    n_truth: dict[int, int] = defaultdict(int)
+    for boxes in truth.values():
+        for box in boxes:
+            n_truth[int(box[4])] += 1
+    per_class = {
+        names[c]: _average_precision(scores[c], hits[c], n_truth[c]) for c in sorted(n_truth)
+    }
+    return Accuracy(per_class=per_class, iou_threshold=iou_threshold)
+
+
+def evaluate_files(
+    records_path: Path, ground_truth_path: Path, iou_threshold: float = 0.5
+) -> Accuracy:
+    """:func:`evaluate` on a JSON Lines output file and a ground-truth JSON file."""
+    with records_path.open(encoding="utf-8") as lines:
+        records = [json.loads(line) for line in lines if line.strip()]
+    ground_truth = json.loads(ground_truth_path.read_text(encoding="utf-8"))
+    return evaluate(records, ground_truth, iou_threshold)

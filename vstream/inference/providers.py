@@ -1,0 +1,98 @@
+"""Execution-provider selection for ONNX Runtime.
+
+Users name providers by short names (``tensorrt``, ``cuda``, ``cpu``) with
+their options; this module turns that into what ``InferenceSession`` takes and
+decides, together with torch, which device the pipeline runs on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from vstream.errors import VstreamError
+
+log = logging.getLogger("vstream")
+
+PROVIDER_NAMES = {
+    "tensorrt": "TensorrtExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+}
+_GPU_PROVIDERS = ("tensorrt", "cuda")
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    """An execution provider by short name, with its ONNX Runtime options."""
+
+    name: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.name not in PROVIDER_NAMES:
+            raise VstreamError(
+                f"unknown execution provider {self.name!r}; choose from {', '.join(PROVIDER_NAMES)}"
+            )
+
+    @property
+    def ort_name(self) -> str:
+        return PROVIDER_NAMES[self.name]
+
+
+def resolve_device(requested: str, available_providers: Sequence[str]) -> torch.device:
+    """Pick the torch device for ``requested`` (``auto``, ``cpu``, ``cuda`` or ``cuda:N``).
+
+    CUDA is used only when both torch and ONNX Runtime can use it; asking for
+    it on a machine without it falls back to the CPU with a one-line notice.
+    """
+    if requested not in ("auto", "cpu", "cuda") and not requested.startswith("cuda:"):
+        raise VstreamError(f"unknown device {requested!r}; use auto, cpu, cuda or cuda:N")
+    if requested == "cpu":
+        return torch.device("cpu")
+    ort_has_cuda = any(PROVIDER_NAMES[p] in available_providers for p in _GPU_PROVIDERS)
+    if torch.cuda.is_available() and ort_has_cuda:
+        return torch.device("cuda" if requested == "auto" else requested)
+    if requested != "auto":
+        missing = (
+            "torch sees no CUDA device"
+            if not torch.cuda.is_available()
+            else ("the installed ONNX Runtime has no CUDA provider (install onnxruntime-gpu)")
+        )
+        log.warning("device %s requested but %s; running on cpu", requested, missing)
+    return torch.device("cpu")
+
+
+def session_providers(
+    device: torch.device,
+    choices: Sequence[ProviderChoice] | None,
+    available_providers: Sequence[str],
+) -> list[tuple[str, dict[str, str]]]:
+    """The ``providers`` argument for ``InferenceSession`` on ``device``.
+
+    On CUDA the default is CUDA then CPU. The CUDA and TensorRT providers get the
+    device index and, when torch runs on a non-default stream, that stream, so
+    ONNX Runtime and the preprocessing are ordered on one stream without a sync.
+    """
+    if device.type == "cpu":
+        wanted = [c for c in choices or [] if c.name == "cpu"] or [ProviderChoice("cpu")]
+    else:
+        wanted = list(choices or [ProviderChoice("cuda"), ProviderChoice("cpu")])
+    providers = []
+    for choice in wanted:
+        if choice.ort_name not in available_providers:
+            log.warning("execution provider %s is not available; skipped", choice.name)
+            continue
+        options = dict(choice.options)
+        if choice.name in _GPU_PROVIDERS:
+            options.setdefault("device_id", str(device.index or 0))
+            stream = torch.cuda.current_stream(device).cuda_stream
+            if stream:  # ONNX Runtime treats stream 0 (torch's default) as "none given"
+                options.setdefault("user_compute_stream", str(stream))
+        providers.append((choice.ort_name, options))
+    if not providers:
+        raise VstreamError(f"none of the requested execution providers is available on {device}")
+    return providers
