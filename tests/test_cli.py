@@ -1,0 +1,158 @@
+"""The ``vstream`` command end to end, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import run_cli, write_video
+from onnx_models import constant_output_model
+
+from vstream import assets
+from vstream.evaluation import evaluate
+
+GROUND_TRUTH = json.loads(assets.SAMPLE_GROUND_TRUTH.read_text())
+SAMPLE_FRAMES = len(GROUND_TRUTH["frames"])
+
+
+def read_records(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def assert_one_line_error(result, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr_lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr
+
+
+@pytest.fixture(scope="module")
+def demo_run() -> tuple:
+    """``vstream run`` with no arguments: the demo model on the sample video."""
+    result = run_cli("run")
+    return result, read_records(result.stdout)
+
+
+def test_default_run_writes_one_record_per_frame_in_order(demo_run) -> None:
+    result, records = demo_run
+    assert result.returncode == 0, result.stderr
+    assert [r["frame"] for r in records] == list(range(SAMPLE_FRAMES))
+    assert all(r["stream"] == "sample" and (r["width"], r["height"]) == (640, 360) for r in records)
+    pts = [r["pts"] for r in records]
+    assert pts == sorted(pts) and pts[1] == pytest.approx(1 / GROUND_TRUTH["fps"])
+    det = next(d for r in records for d in r["detections"])
+    assert set(det) == {"bbox", "score", "class_id", "label"}
+    assert det["label"] == GROUND_TRUTH["names"][det["class_id"]]
+
+
+def test_default_run_summary_is_one_line(demo_run) -> None:
+    result, _ = demo_run
+    (summary,) = result.stderr_lines
+    assert f"{SAMPLE_FRAMES} frames" in summary and "detections" in summary and "fps" in summary
+
+
+def test_demo_model_reaches_the_accuracy_bar(demo_run) -> None:
+    _, records = demo_run
+    accuracy = evaluate(records, GROUND_TRUTH)
+    assert accuracy.mean >= 0.9, str(accuracy)
+
+
+def test_nv12_path_gives_the_same_accuracy(tmp_path: Path) -> None:
+    out = tmp_path / "nv12.jsonl"
+    result = run_cli("run", "--pixel-format", "nv12", "--batch", "4", "--output", out, "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "" and result.stderr == ""
+    records = read_records(out.read_text())
+    assert [r["frame"] for r in records] == list(range(SAMPLE_FRAMES))
+    assert evaluate(records, GROUND_TRUTH).mean >= 0.9
+
+
+def test_eval_command_reports_map(demo_run, tmp_path: Path) -> None:
+    out = tmp_path / "demo.jsonl"
+    out.write_text(demo_run[0].stdout)
+    result = run_cli("eval", out)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("mAP@0.5 ")
+    for name in GROUND_TRUTH["names"]:
+        assert name in result.stdout
+
+
+def test_info_describes_the_demo_model() -> None:
+    result = run_cli("info")
+    assert result.returncode == 0, result.stderr
+    assert "format:   yolov8" in result.stdout
+    assert "imgsz:    320x320" in result.stdout
+    assert "onnxruntime" in result.stdout
+    for i, name in enumerate(GROUND_TRUTH["names"]):
+        assert f"{i}={name}" in result.stdout
+
+
+def test_classes_filter(tmp_path: Path) -> None:
+    out = tmp_path / "disc.jsonl"
+    result = run_cli("run", "--classes", "0", "--output", out, "--quiet")
+    assert result.returncode == 0, result.stderr
+    classes = {d["class_id"] for r in read_records(out.read_text()) for d in r["detections"]}
+    assert classes == {0}
+
+
+# Bad input: one line on stderr, exit status 2, no traceback, nothing produced is lost.
+
+
+def test_missing_video(tmp_path: Path) -> None:
+    result = run_cli("run", "--source", tmp_path / "absent.mp4")
+    assert_one_line_error(result, "video file not found", "absent.mp4")
+
+
+def test_random_bytes_named_mp4(tmp_path: Path) -> None:
+    fake = tmp_path / "noise.mp4"
+    fake.write_bytes(np.random.default_rng(0).integers(0, 256, 50_000, dtype=np.uint8).tobytes())
+    result = run_cli("run", "--source", fake)
+    assert_one_line_error(result, "cannot open video", "noise.mp4")
+
+
+def test_truncated_video_keeps_the_records_before_the_damage(tmp_path: Path) -> None:
+    video = write_video(tmp_path / "full.mp4", frames=60, options={"movflags": "faststart"})
+    data = video.read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(data[: len(data) * 6 // 10])
+    out = tmp_path / "cut.jsonl"
+    result = run_cli("run", "--source", cut, "--output", out, "--batch", "4")
+    assert_one_line_error(result, "cut.mp4", "of 60 frames")
+    records = read_records(out.read_text())  # every line is complete JSON
+    assert 0 < len(records) < 60
+    assert [r["frame"] for r in records] == list(range(len(records)))
+
+
+def test_model_with_unexpected_output_shape(tmp_path: Path) -> None:
+    model = constant_output_model(tmp_path / "odd.onnx", np.zeros((1, 7), np.float32))
+    result = run_cli("run", "--model", model)
+    assert_one_line_error(result, "output must have 3 dimensions", "[1, 7]")
+
+
+def test_corrupt_model(tmp_path: Path) -> None:
+    model = tmp_path / "corrupt.onnx"
+    model.write_bytes(assets.DEMO_MODEL.read_bytes()[:5000])
+    assert_one_line_error(run_cli("run", "--model", model), "cannot load model", "corrupt.onnx")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--conf", "2"], "--conf: must be between 0 and 1"),
+        (["--max-det", "0"], "--max-det: must be a positive integer"),
+        (["--classes", "a,b"], "class ids must be integers"),
+        (["--device", "tpu"], "unknown device 'tpu'"),
+        (["--imgsz", "640"], "fixed 320x320 input"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_arguments(args: list[str], fragment: str) -> None:
+    assert_one_line_error(run_cli("run", *args), fragment)
+
+
+def test_unwritable_output(tmp_path: Path) -> None:
+    result = run_cli("run", "--output", tmp_path / "no" / "such" / "dir" / "out.jsonl")
+    assert_one_line_error(result, "cannot write output")

@@ -1,0 +1,150 @@
+"""IO binding is zero-copy: ONNX Runtime reads and writes the tensors the pipeline owns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto
+from onnx_models import constant_output_model, flatten_model, nonzero_model, scale_model
+
+from vstream import Detector, Frame, ModelError, PixelFormat
+from vstream.inference import InferenceEngine
+
+
+@pytest.fixture
+def bound_pointers(monkeypatch) -> dict[str, list[int]]:
+    """Record the buffer addresses handed to ONNX Runtime, then bind them for real."""
+    seen: dict[str, list[int]] = {"input": [], "output": []}
+    real_input, real_output = ort.IOBinding.bind_input, ort.IOBinding.bind_output
+
+    def bind_input(self, name, device_type, device_id, element_type, shape, buffer_ptr):
+        seen["input"].append(buffer_ptr)
+        return real_input(self, name, device_type, device_id, element_type, shape, buffer_ptr)
+
+    def bind_output(
+        self, name, device_type="cpu", device_id=0, element_type=None, shape=None, buffer_ptr=None
+    ):
+        seen["output"].append(buffer_ptr)
+        return real_output(self, name, device_type, device_id, element_type, shape, buffer_ptr)
+
+    monkeypatch.setattr(ort.IOBinding, "bind_input", bind_input)
+    monkeypatch.setattr(ort.IOBinding, "bind_output", bind_output)
+    return seen
+
+
+def test_input_and_output_are_bound_by_address(tmp_path: Path, bound_pointers) -> None:
+    engine = InferenceEngine(
+        scale_model(tmp_path / "scale.onnx"), device="cpu", batch_size=2, imgsz=64
+    )
+    assert bound_pointers["input"] == [engine.input.data_ptr()]
+    assert bound_pointers["output"] == [engine.outputs[0].data_ptr()]
+    # ONNX Runtime really reads our buffer: change it in place, run, see the change.
+    for value in (0.25, 0.5):
+        engine.input.fill_(value)
+        (out,) = engine.run()
+        assert out is engine.outputs[0]
+        assert torch.all(out == 2 * value)
+    assert engine.binding.get_outputs()[0].data_ptr() == engine.outputs[0].data_ptr()
+
+
+def test_preprocessing_writes_into_the_bound_buffer(tmp_path: Path, bound_pointers) -> None:
+    raw = np.zeros((1, 6, 10), np.float32)
+    detector = Detector(constant_output_model(tmp_path / "m.onnx", raw), device="cpu")
+    assert detector.letterboxer.input is detector.engine.input
+    assert bound_pointers["input"] == [detector.letterboxer.input.data_ptr()]
+
+
+def test_addresses_stay_fixed_over_100_frames(tmp_path: Path, bound_pointers) -> None:
+    raw = np.zeros((1, 6, 10), np.float32)
+    raw[0, :4, 0] = [50, 50, 20, 20]
+    raw[0, 4, 0] = 0.9
+    detector = Detector(constant_output_model(tmp_path / "m.onnx", raw), device="cpu")
+    engine = detector.engine
+    input_ptr, output_ptr = engine.input.data_ptr(), engine.outputs[0].data_ptr()
+    output_tensor = engine.outputs[0]
+    for i in range(100):
+        frame = Frame(
+            torch.full((240, 320, 3), i, dtype=torch.uint8), PixelFormat.RGB24, 320, 240, index=i
+        )
+        (result,) = detector.detect([frame])
+        assert result.frame_index == i and len(result.detections) == 1
+        assert engine.input.data_ptr() == input_ptr
+        assert engine.outputs[0] is output_tensor
+        assert engine.binding.get_outputs()[0].data_ptr() == output_ptr
+    assert len(bound_pointers["input"]) == 1, "bound once, never rebound"
+    assert len(bound_pointers["output"]) == 1
+
+
+def test_outputs_sized_by_shape_inference_are_preallocated(tmp_path: Path, bound_pointers) -> None:
+    engine = InferenceEngine(
+        flatten_model(tmp_path / "flat.onnx"), device="cpu", batch_size=2, imgsz=32
+    )
+    assert isinstance(engine.spec.outputs[0].shape[1], str), "the model itself does not say"
+    assert engine.outputs[0].shape == (2, 3 * 32 * 32)
+    assert bound_pointers["output"] == [engine.outputs[0].data_ptr()]
+    engine.input.copy_(torch.arange(2.0).view(2, 1, 1, 1).expand(2, 3, 32, 32))
+    (out,) = engine.run()
+    assert out.data_ptr() == engine.outputs[0].data_ptr()
+    assert out[:, 0].tolist() == [0.0, 1.0]
+
+
+def test_truly_dynamic_outputs_are_adopted_without_copy(tmp_path: Path, bound_pointers) -> None:
+    engine = InferenceEngine(nonzero_model(tmp_path / "nz.onnx"), device="cpu")
+    assert engine.outputs == [None] and bound_pointers["output"] == [None]
+    engine.input.zero_()
+    engine.input[0, 1, 2, 3] = 1.0
+    (out,) = engine.run()
+    assert out.tolist() == [[0], [1], [2], [3]]
+    assert out.data_ptr() == engine.binding.get_outputs()[0].data_ptr()
+
+
+def test_input_dtype_comes_from_the_model(tmp_path: Path) -> None:
+    engine = InferenceEngine(
+        scale_model(tmp_path / "half.onnx", elem_type=TensorProto.FLOAT16), device="cpu", imgsz=32
+    )
+    assert engine.input.dtype == torch.float16
+    engine.input.fill_(1.5)
+    assert torch.all(engine.run()[0] == 3.0)
+
+
+def test_dynamic_batch_and_size(tmp_path: Path) -> None:
+    engine = InferenceEngine(
+        scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=4, imgsz=(96, 160)
+    )
+    assert engine.input.shape == (4, 3, 96, 160)
+    assert engine.outputs[0].shape == (4, 3, 96, 160)
+
+
+def test_fixed_model_sizes_are_enforced(tmp_path: Path) -> None:
+    model = constant_output_model(tmp_path / "m.onnx", np.zeros((1, 6, 10), np.float32))
+    assert InferenceEngine(model, device="cpu").input.shape == (1, 3, 320, 320)
+    with pytest.raises(ModelError, match="fixed 320x320 input; imgsz 640x640 does not fit"):
+        InferenceEngine(model, device="cpu", imgsz=640)
+    with pytest.raises(ModelError, match="fixed batch of 1; batch size 4 does not fit"):
+        InferenceEngine(model, device="cpu", batch_size=4)
+
+
+def test_imgsz_must_be_a_multiple_of_the_stride(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="multiples of the model stride 32"):
+        InferenceEngine(scale_model(tmp_path / "s.onnx"), device="cpu", imgsz=300)
+
+
+def test_cuda_request_falls_back_to_cpu_with_a_notice(tmp_path: Path, caplog) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the fallback is for machines without it")
+    engine = InferenceEngine(scale_model(tmp_path / "s.onnx"), device="cuda", imgsz=32)
+    assert engine.device == torch.device("cpu")
+    assert "device cuda requested but" in caplog.text and "running on cpu" in caplog.text
+
+
+def test_missing_and_corrupt_models_are_model_errors(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="model file not found"):
+        InferenceEngine(tmp_path / "nope.onnx", device="cpu")
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a model" * 100)
+    with pytest.raises(ModelError, match=r"cannot load model .*junk\.onnx"):
+        InferenceEngine(junk, device="cpu")

@@ -1,0 +1,182 @@
+"""Decoding of the three detector output formats, on hand-built tensors and tiny ONNX graphs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from onnx_models import constant_output_model
+
+from vstream import Detector, Frame, ModelError, PixelFormat
+from vstream.postprocess import OutputFormat, PostprocessConfig, Postprocessor, detect_output_format
+from vstream.preprocess import LetterboxGeometry
+
+CPU = torch.device("cpu")
+SQUARE = LetterboxGeometry.fit(320, 320, 320, 320)  # identity mapping: input pixels = frame pixels
+
+
+def yolov8_output(
+    boxes: list[tuple[float, float, float, float, int, float]], nc: int, n: int
+) -> torch.Tensor:
+    """``[1, 4+nc, n]`` with the given (cx, cy, w, h, class, score) in the first anchors."""
+    out = torch.zeros((1, 4 + nc, n))
+    for anchor, (cx, cy, w, h, cls, score) in enumerate(boxes):
+        out[0, :4, anchor] = torch.tensor([cx, cy, w, h])
+        out[0, 4 + cls, anchor] = score
+    return out
+
+
+def post(fmt: OutputFormat, **config) -> Postprocessor:
+    return Postprocessor(fmt, PostprocessConfig(**config), CPU)
+
+
+@pytest.mark.parametrize(
+    ("shape", "fmt"),
+    [
+        ((1, 84, 8400), OutputFormat.YOLOV8),
+        ((4, 6, 2100), OutputFormat.YOLOV8),
+        ((1, 25200, 85), OutputFormat.YOLOV5),
+        ((1, 25200, 6), OutputFormat.YOLOV5),
+        ((1, 300, 6), OutputFormat.END_TO_END),
+        ((2, 100, 6), OutputFormat.END_TO_END),
+    ],
+)
+def test_format_is_detected_from_shape(shape, fmt) -> None:
+    assert detect_output_format(shape) is fmt
+
+
+@pytest.mark.parametrize("shape", [(1, 8400), (1, 4, 4), (1, 2, 3, 4), (1, 3, 5)])
+def test_unfit_shapes_are_refused_with_the_shape(shape) -> None:
+    with pytest.raises(ModelError, match=r"\[" + ", ".join(map(str, shape)) + r"\]"):
+        detect_output_format(shape)
+
+
+def test_yolov8_nms_threshold_and_classes() -> None:
+    out = yolov8_output(
+        [
+            (100, 100, 40, 40, 0, 0.9),
+            (102, 100, 40, 40, 0, 0.8),  # overlaps the first, same class: suppressed
+            (102, 100, 40, 40, 1, 0.7),  # same place, other class: kept
+            (250, 250, 20, 20, 2, 0.2),  # below conf
+        ],
+        nc=3,
+        n=16,
+    )
+    dets = post(OutputFormat.YOLOV8, conf=0.25, iou=0.45)(out, [SQUARE])
+    assert dets[:, 0].tolist() == [0, 0]
+    assert dets[:, 5].tolist() == pytest.approx([0.9, 0.7])
+    assert dets[:, 6].tolist() == [0, 1]
+    assert dets[0, 1:5].tolist() == pytest.approx([80, 80, 120, 120])
+    only_class_1 = post(OutputFormat.YOLOV8, classes=(1,))(out, [SQUARE])
+    assert only_class_1[:, 6].tolist() == [1]
+    loose_iou = post(OutputFormat.YOLOV8, iou=0.99)(out, [SQUARE])
+    assert len(loose_iou) == 3
+
+
+def test_max_det_keeps_the_best_per_frame() -> None:
+    boxes = [(20 + 30 * i, 50, 10, 10, 0, 0.3 + 0.05 * i) for i in range(8)]
+    out = yolov8_output(boxes, nc=1, n=8).repeat(2, 1, 1)
+    dets = post(OutputFormat.YOLOV8, max_det=3)(out, [SQUARE, SQUARE])
+    assert dets[:, 0].tolist() == [0, 0, 0, 1, 1, 1]
+    assert dets[:3, 5].tolist() == pytest.approx([0.65, 0.6, 0.55])
+
+
+def test_yolov5_multiplies_objectness() -> None:
+    out = torch.zeros((1, 10, 5 + 2))
+    out[0, 0] = torch.tensor([50, 60, 20, 10, 0.5, 0.9, 0.1])  # 0.45
+    out[0, 1] = torch.tensor([150, 160, 20, 10, 0.2, 0.1, 0.9])  # 0.18 < conf
+    dets = post(OutputFormat.YOLOV5)(out, [SQUARE])
+    assert dets.tolist() == [pytest.approx([0, 40, 55, 60, 65, 0.45, 0])]
+
+
+def test_end_to_end_skips_nms_and_filters() -> None:
+    out = torch.zeros((1, 5, 6))
+    out[0, 0] = torch.tensor([10, 10, 50, 50, 0.8, 3])
+    out[0, 1] = torch.tensor([12, 10, 52, 50, 0.7, 3])  # overlapping: the model already did NMS
+    out[0, 2] = torch.tensor([100, 100, 150, 150, 0.1, 1])
+    dets = post(OutputFormat.END_TO_END)(out, [SQUARE])
+    assert dets[:, 5].tolist() == pytest.approx([0.8, 0.7])
+    assert dets[:, 6].tolist() == [3, 3]
+    assert dets[1, 1:5].tolist() == pytest.approx([12, 10, 52, 50])
+
+
+def test_each_frame_of_a_batch_uses_its_own_geometry() -> None:
+    wide = LetterboxGeometry.fit(640, 320, 320, 320)  # gain 0.5, 80 rows of padding on top
+    out = yolov8_output([(160, 160, 20, 20, 0, 0.9)], nc=1, n=4).repeat(2, 1, 1)
+    dets = post(OutputFormat.YOLOV8)(out, [SQUARE, wide])
+    assert dets[0].tolist() == pytest.approx([0, 150, 150, 170, 170, 0.9, 0])
+    assert dets[1].tolist() == pytest.approx([1, 300, 140, 340, 180, 0.9, 0])
+
+
+def test_only_the_frames_in_the_batch_are_decoded() -> None:
+    out = yolov8_output([(160, 160, 20, 20, 0, 0.9)], nc=1, n=4).repeat(4, 1, 1)
+    assert post(OutputFormat.YOLOV8)(out, [SQUARE]).shape == (1, 7)
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="conf must be in"):
+        PostprocessConfig(conf=1.5)
+    with pytest.raises(ValueError, match="max_det must be at least 1, got 0"):
+        PostprocessConfig(max_det=0)
+
+
+# The same decoding through real ONNX models built for the test.
+
+NAMES = "{0: 'cat', 1: 'dog'}"
+BLACK = Frame(torch.zeros((160, 320, 3), dtype=torch.uint8), PixelFormat.RGB24, 320, 160)
+
+
+def _detect(path: Path, **kwargs) -> list:
+    return Detector(path, device="cpu", **kwargs).detect([BLACK])[0].detections
+
+
+def test_yolov8_onnx_model(tmp_path: Path) -> None:
+    raw = yolov8_output([(100, 200, 40, 20, 1, 0.8)], nc=2, n=20).numpy()
+    model = constant_output_model(tmp_path / "v8.onnx", raw, metadata={"names": NAMES})
+    (det,) = _detect(model)
+    assert (det.label, det.class_id) == ("dog", 1)
+    assert det.score == pytest.approx(0.8)
+    # 320x160 frame at 320: no scaling, 80 rows of padding on top.
+    assert det.bbox == pytest.approx((80, 110, 120, 130))
+
+
+def test_yolov5_onnx_model(tmp_path: Path) -> None:
+    raw = np.zeros((1, 30, 7), np.float32)
+    raw[0, 3] = [100, 200, 40, 20, 0.9, 0.1, 0.9]
+    model = constant_output_model(tmp_path / "v5.onnx", raw, metadata={"names": NAMES})
+    (det,) = _detect(model)
+    assert (det.label, det.score) == ("dog", pytest.approx(0.81))
+    assert det.bbox == pytest.approx((80, 110, 120, 130))
+
+
+def test_end_to_end_onnx_model_with_config_names(tmp_path: Path) -> None:
+    raw = np.zeros((1, 300, 6), np.float32)
+    raw[0, 0] = [80, 100, 120, 120, 0.95, 2]
+    model = constant_output_model(tmp_path / "e2e.onnx", raw)
+    (det,) = _detect(model, class_names=["a", "b", "c"])
+    assert (det.label, det.class_id) == ("c", 2)
+    assert det.bbox == pytest.approx((80, 20, 120, 40))
+
+
+def test_format_override_reads_an_ambiguous_output_as_yolov5(tmp_path: Path) -> None:
+    raw = np.zeros((1, 300, 6), np.float32)
+    raw[0, 0] = [100, 200, 40, 20, 0.9, 0.9]  # one-class YOLOv5 row
+    model = constant_output_model(tmp_path / "v5one.onnx", raw)
+    (det,) = _detect(model, output_format="yolov5")
+    assert det.bbox == pytest.approx((80, 110, 120, 130))
+    assert det.score == pytest.approx(0.81)
+
+
+def test_class_names_must_fit_the_output(tmp_path: Path) -> None:
+    raw = yolov8_output([], nc=2, n=20).numpy()
+    model = constant_output_model(tmp_path / "v8.onnx", raw, metadata={"names": "['a', 'b', 'c']"})
+    with pytest.raises(ModelError, match="3 class names for a model with 2 classes"):
+        Detector(model, device="cpu")
+
+
+def test_model_output_that_fits_no_format_is_refused(tmp_path: Path) -> None:
+    model = constant_output_model(tmp_path / "bad.onnx", np.zeros((1, 4, 4), np.float32))
+    with pytest.raises(ModelError, match=r"cannot tell the detector output format.*\[1, 4, 4\]"):
+        Detector(model, device="cpu")

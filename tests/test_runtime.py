@@ -1,0 +1,100 @@
+"""Finding ONNX Runtime and choosing providers and devices."""
+
+from __future__ import annotations
+
+import logging
+from importlib import metadata
+
+import pytest
+import torch
+
+from vstream.errors import RuntimeNotInstalledError, VstreamError
+from vstream.inference import ProviderChoice, runtime
+from vstream.inference.providers import resolve_device, session_providers
+
+
+def test_installed_wheel_is_named() -> None:
+    wheels = runtime.installed_runtime_wheels()
+    assert wheels == {"onnxruntime": metadata.version("onnxruntime")}
+    assert runtime.describe_runtime().startswith(f"onnxruntime {wheels['onnxruntime']}")
+    assert "CPU" in runtime.describe_runtime()
+
+
+def test_missing_runtime_says_what_to_install(monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "installed_runtime_wheels", lambda: {})
+    runtime.load_onnxruntime.cache_clear()
+    try:
+        with pytest.raises(RuntimeNotInstalledError, match=r"pip install 'vstream\[cpu\]'"):
+            runtime.load_onnxruntime()
+    finally:
+        runtime.load_onnxruntime.cache_clear()
+
+
+def test_both_wheels_installed_is_flagged(monkeypatch, caplog) -> None:
+    both = {"onnxruntime": "1.0", "onnxruntime-gpu": "1.0"}
+    monkeypatch.setattr(runtime, "installed_runtime_wheels", lambda: both)
+    runtime.load_onnxruntime.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="vstream"):
+            runtime.load_onnxruntime()
+    finally:
+        runtime.load_onnxruntime.cache_clear()
+    assert "both onnxruntime and onnxruntime-gpu are installed" in caplog.text
+
+
+def test_device_resolution_without_cuda(caplog) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    cpu_only = ["CPUExecutionProvider"]
+    assert resolve_device("auto", cpu_only) == torch.device("cpu")
+    assert caplog.text == "", "auto picks the CPU silently"
+    assert resolve_device("cuda:1", cpu_only) == torch.device("cpu")
+    assert "device cuda:1 requested but torch sees no CUDA device" in caplog.text
+    with pytest.raises(VstreamError, match="unknown device 'gpu'"):
+        resolve_device("gpu", cpu_only)
+
+
+def test_cpu_sessions_use_the_cpu_provider_only() -> None:
+    providers = session_providers(
+        torch.device("cpu"),
+        [
+            ProviderChoice("cuda"),
+            ProviderChoice("cpu", {"arena_extend_strategy": "kSameAsRequested"}),
+        ],
+        ["CUDAExecutionProvider", "CPUExecutionProvider"],
+    )
+    assert providers == [("CPUExecutionProvider", {"arena_extend_strategy": "kSameAsRequested"})]
+
+
+def test_unknown_provider_name() -> None:
+    with pytest.raises(VstreamError, match="unknown execution provider 'openvino'"):
+        ProviderChoice("openvino")
+
+
+class FakeCudaStream:
+    """Stands in for ``torch.cuda.Stream``: only its raw handle is read."""
+
+    def __init__(self, handle: int) -> None:
+        self.cuda_stream = handle
+
+
+@pytest.mark.parametrize(("handle", "shared"), [(0xBEEF, True), (0, False)])
+def test_cuda_provider_gets_device_and_torch_stream(monkeypatch, handle: int, shared: bool) -> None:
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeCudaStream(handle))
+    providers = session_providers(
+        torch.device("cuda:1"), None, ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
+    expected = {"device_id": "1"} | ({"user_compute_stream": str(0xBEEF)} if shared else {})
+    assert providers == [("CUDAExecutionProvider", expected), ("CPUExecutionProvider", {})]
+
+
+def test_user_options_reach_the_cuda_provider(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeCudaStream(7))
+    choice = ProviderChoice("cuda", {"enable_cuda_graph": "1", "user_compute_stream": "99"})
+    providers = session_providers(torch.device("cuda"), [choice], ["CUDAExecutionProvider"])
+    assert providers == [
+        (
+            "CUDAExecutionProvider",
+            {"enable_cuda_graph": "1", "user_compute_stream": "99", "device_id": "0"},
+        )
+    ]
