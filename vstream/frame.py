@@ -61,6 +61,8 @@ class Frame:
     pts_seconds: float = 0.0
     """Presentation time stamp in seconds from the start of the stream."""
     colour: ColourSpace = ColourSpace()
+    capture_time: float | None = None
+    """Wall-clock time (``time.time()``) the frame was received, for frame-age reporting."""
 
     def __post_init__(self) -> None:
         if self.width <= 0 or self.height <= 0:

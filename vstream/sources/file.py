@@ -10,6 +10,7 @@ import torch
 
 from vstream.errors import SourceError
 from vstream.frame import ColourMatrix, ColourSpace, Frame, PixelFormat
+from vstream.sources.base import SourceState, SourceStats
 
 # FFmpeg's AVColorSpace / AVColorRange values that change the conversion.
 _AVCOL_SPC_BT709 = 1
@@ -57,6 +58,8 @@ class VideoFileSource:
         self._stream = self._container.streams.video[0]
         self._stream.thread_type = "AUTO"
         self._declared_frames = self._stream.frames or None
+        self.state = SourceState.STREAMING
+        self.stats = SourceStats()
 
     @property
     def frame_count(self) -> int | None:
@@ -91,22 +94,26 @@ class VideoFileSource:
         )
 
     def __iter__(self) -> Iterator[Frame]:
-        index = 0
         try:
             for decoded in self._container.decode(self._stream):
-                yield self._to_frame(decoded, index)
-                index += 1
+                yield self._to_frame(decoded, self.stats.frames_decoded)
+                self.stats.frames_decoded += 1
         except av.error.FFmpegError as exc:
+            self.state = SourceState.FAILED
             raise SourceError(
-                f"{self.path}: decoding failed after {index} frames: {exc.strerror or exc}"
+                f"{self.path}: decoding failed after {self.stats.frames_decoded} frames: "
+                f"{exc.strerror or exc}"
             ) from exc
         finally:
             self.close()
-        declared = self.frame_count
-        if declared is not None and index < declared:
+        declared, decoded_count = self.frame_count, self.stats.frames_decoded
+        if declared is not None and decoded_count < declared:
+            self.state = SourceState.FAILED
             raise SourceError(
-                f"{self.path}: video ended after {index} of {declared} frames (truncated file?)"
+                f"{self.path}: video ended after {decoded_count} of {declared} frames "
+                "(truncated file?)"
             )
+        self.state = SourceState.FINISHED
 
     def close(self) -> None:
         self._container.close()

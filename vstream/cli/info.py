@@ -1,0 +1,47 @@
+"""``vstream info``: describe an ONNX detector."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from vstream import assets
+from vstream.cli.args import EXIT_OK
+from vstream.inference import describe_runtime
+from vstream.pipeline import Detector
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    info = commands.add_parser("info", help="describe an ONNX detector")
+    info.add_argument(
+        "model",
+        type=Path,
+        nargs="?",
+        default=assets.DEMO_MODEL,
+        help="ONNX model (default: the bundled demo model)",
+    )
+    info.set_defaults(handler=info_command)
+
+
+def _shape(dims: Sequence[object]) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def info_command(args: argparse.Namespace) -> int:
+    detector = Detector(args.model, device="cpu")
+    spec = detector.engine.spec
+    height, width = detector.engine.input_size
+    names = ", ".join(f"{k}={v}" for k, v in sorted(detector.class_names.items())) or "(none)"
+    lines = [
+        f"model:    {spec.path}",
+        f"runtime:  {describe_runtime()}",
+        f"input:    {spec.input.name} {spec.input.type_name} {_shape(spec.input.shape)}",
+        *(f"output:   {o.name} {o.type_name} {_shape(o.shape)}" for o in spec.outputs),
+        f"format:   {detector.output_format.value}",
+        f"imgsz:    {width}x{height}",
+        f"classes:  {names}",
+        *(f"metadata: {k}={v}" for k, v in sorted(spec.metadata.items()) if k != "names"),
+    ]
+    print("\n".join(lines))
+    return EXIT_OK

@@ -1,0 +1,49 @@
+"""What every source provides: frames in order, a state, and counters."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from vstream.frame import Frame
+
+
+class SourceState(str, enum.Enum):
+    """Life cycle of a source, as shown in logs, the API and metrics."""
+
+    CONNECTING = "connecting"
+    STREAMING = "streaming"
+    RECONNECTING = "reconnecting"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+@dataclass
+class SourceStats:
+    """Counters of one source since it was opened."""
+
+    frames_decoded: int = 0
+    frames_dropped: int = 0
+    """Frames discarded by the freshness policy (live sources only)."""
+    reconnects: int = 0
+    corrupt_packets: int = 0
+    """Damaged packets skipped while decoding."""
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A stream of :class:`Frame` objects from one file, camera or URL."""
+
+    stream_id: str
+
+    @property
+    def state(self) -> SourceState: ...
+
+    @property
+    def stats(self) -> SourceStats: ...
+
+    def __iter__(self) -> Iterator[Frame]: ...
+
+    def close(self) -> None: ...
