@@ -7,8 +7,12 @@ PYTHON ?= python3
 # machines install from local disk; a newer release would download gigabytes.
 TORCH := torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.vstream-installed
+# Real servers and tools the tests start: ffprobe, an MQTT broker, Redis, and
+# GStreamer's RTSP server (run under Debian's python3 with python3-gi).
+SYSTEM_PACKAGES := ffmpeg mosquitto redis-server python3-gi gir1.2-gst-rtsp-server-1.0 \
+	gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
 
-.PHONY: setup demo test lint
+.PHONY: setup system-deps demo test lint
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -18,10 +22,16 @@ $(STAMP): pyproject.toml Makefile
 
 setup: $(STAMP)
 
+system-deps:
+	@dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1 || { \
+		apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			$(SYSTEM_PACKAGES) >/dev/null; }
+
 demo: setup
 	$(VENV)/bin/vstream run
 
-test: setup
+test: setup system-deps
 	$(VENV)/bin/ruff check vstream tests tools examples
 	$(VENV)/bin/python -m pytest
 
