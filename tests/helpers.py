@@ -61,3 +61,129 @@ def write_video(
         for packet in stream.encode():
             container.mux(packet)
     return path
+
+
+def write_timed_video(
+    path: Path,
+    pts_ms: list[int],
+    width: int = 160,
+    height: int = 120,
+    codec: str = "libx264",
+    pix_fmt: str = "yuv420p",
+) -> Path:
+    """Encode frames at the given time stamps (milliseconds): variable frame rate when uneven."""
+    from fractions import Fraction
+
+    yy, xx = np.mgrid[0:height, 0:width]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=25)
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+        stream.codec_context.time_base = Fraction(1, 1000)
+        for i, pts in enumerate(pts_ms):
+            rgb = np.stack(
+                [(xx + 9 * i) % 256, (yy + 5 * i) % 256, np.full_like(xx, (31 * i) % 256)], axis=-1
+            ).astype(np.uint8)
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts, frame.time_base = pts, Fraction(1, 1000)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def ffprobe_frame_count(path: Path) -> int:
+    """Frames FFmpeg's own tool decodes from the first video stream (``-count_frames``)."""
+    done = subprocess.run(
+        [
+            "ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames",
+            "-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", str(path),
+        ],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    # MPEG-TS lists the stream once more under its program: the first line is the stream's.
+    return int(done.stdout.split()[0].strip(","))
+
+
+def tiny_detector(path: Path, classes: tuple[str, ...] = ("a", "b")) -> Path:
+    """A YOLOv8-layout ONNX model (320x320 input) that finds one box in every frame.
+
+    The box is centred at (100, 100) of the model input, 40 pixels wide, with
+    score 0.9 for class 0: enough to check that records carry detections.
+    """
+    from onnx_models import constant_output_model
+
+    output = np.zeros((1, 4 + len(classes), 16), np.float32)
+    output[0, :5, 0] = [100, 100, 40, 40, 0.9]
+    names = str(dict(enumerate(classes)))
+    return constant_output_model(path, output, metadata={"names": names})
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class RtspServer:
+    """tests/rtsp_server.py (GStreamer, under Debian's python3) as a context manager.
+
+    The server is always stopped on exit, whatever the test did to it;
+    :meth:`kill` and :meth:`start` simulate a camera that dies and comes back
+    on the same port, :meth:`pause` and :meth:`resume` one that hangs.
+    """
+
+    SCRIPT = Path(__file__).with_name("rtsp_server.py")
+
+    def __init__(self, port: int | None = None, *extra: str) -> None:
+        self.port = port or free_port()
+        self.extra = extra
+        self.process: subprocess.Popen[str] | None = None
+
+    def url(self, userinfo: str = "") -> str:
+        return f"rtsp://{userinfo + '@' if userinfo else ''}127.0.0.1:{self.port}/test"
+
+    def start(self, timeout: float = 15.0) -> RtspServer:
+        import select
+
+        self.process = subprocess.Popen(
+            ["/usr/bin/python3", str(self.SCRIPT), "--port", str(self.port), *self.extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline().strip() if ready else ""
+        if line != "ready":
+            self.kill()
+            raise RuntimeError(f"the RTSP server did not start on port {self.port}")
+        return self
+
+    def kill(self) -> None:
+        import signal
+
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def pause(self) -> None:
+        import signal
+
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        import signal
+
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+    def __enter__(self) -> RtspServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()

@@ -8,6 +8,7 @@ response goes through :func:`redact_uri` first.
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
 # Scheme, then user info up to the last "@" before the path.
@@ -25,3 +26,16 @@ def is_live(uri: str) -> bool:
     return scheme in {"rtsp", "rtsps", "rtmp", "http", "https", "udp", "tcp", "srt"} or (
         uri.startswith("/dev/video")
     )
+
+
+def stream_name(uri: str) -> str:
+    """A short stream id for ``uri``: the file or path stem, else the host; never credentials.
+
+    ``rtsp://user:pw@cam7.local:554/live/main`` gives ``main``, ``/dev/video0``
+    gives ``video0``, ``rtsp://10.0.0.5/`` gives ``10.0.0.5``.
+    """
+    if "://" not in uri:
+        return PurePosixPath(uri).stem or uri
+    parts = urlsplit(uri)
+    stem = PurePosixPath(parts.path).stem
+    return stem or parts.hostname or redact_uri(uri)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from vstream.errors import SourceError
 from vstream.sources.base import Source, SourceState, SourceStats
 from vstream.sources.file import VideoFileSource
+from vstream.sources.live import LiveSource
 from vstream.sources.options import DecoderKind, FreshnessPolicy, ReconnectPolicy, SourceOptions
-from vstream.uri import is_live, redact_uri
+from vstream.uri import is_live
 
 
 def open_source(
@@ -18,15 +18,21 @@ def open_source(
     device: str | torch.device = "cpu",
     options: SourceOptions | None = None,
 ) -> Source:
-    """Open the file, camera or URL ``uri`` as a :class:`Source` of device frames."""
+    """Open the file, camera or URL ``uri`` as a :class:`Source` of device frames.
+
+    ``options`` carry everything else (decoder, freshness policy, reconnection,
+    file playback); the defaults suit both files and live streams.
+    """
+    options = options or SourceOptions()
     if is_live(uri):
-        raise SourceError(f"live sources are not supported yet: {redact_uri(uri)}")
-    return VideoFileSource(uri, stream_id=stream_id, device=device)
+        return LiveSource(uri, stream_id=stream_id, device=device, options=options)
+    return VideoFileSource(uri, stream_id=stream_id, device=device, options=options)
 
 
 __all__ = [
     "DecoderKind",
     "FreshnessPolicy",
+    "LiveSource",
     "ReconnectPolicy",
     "Source",
     "SourceOptions",

@@ -25,11 +25,16 @@ class SourceStats:
     """Counters of one source since it was opened."""
 
     frames_decoded: int = 0
+    frames_delivered: int = 0
+    """Frames handed to the consumer (decoded minus dropped, stride-skipped or out of range)."""
     frames_dropped: int = 0
     """Frames discarded by the freshness policy (live sources only)."""
     reconnects: int = 0
+    """Reconnection attempts (live sources), successful or not."""
     corrupt_packets: int = 0
     """Damaged packets skipped while decoding."""
+    last_gap_seconds: float | None = None
+    """Live sources: time without frames around the latest reconnection."""
 
 
 @runtime_checkable

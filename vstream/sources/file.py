@@ -1,37 +1,75 @@
-"""Video files decoded on the CPU by PyAV (FFmpeg), frame by frame, in order."""
+"""Video files: every frame once, in order, with start/end, stride, realtime pacing and loop."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
-import av
 import torch
 
+from vstream.decoders import Decoder, Picture, open_decoder
 from vstream.errors import SourceError
-from vstream.frame import ColourMatrix, ColourSpace, Frame, PixelFormat
+from vstream.frame import Frame, PixelFormat
 from vstream.sources.base import SourceState, SourceStats
+from vstream.sources.options import FreshnessPolicy, SourceOptions
+from vstream.sources.queue import FrameQueue, through_thread
 
-# FFmpeg's AVColorSpace / AVColorRange values that change the conversion.
-_AVCOL_SPC_BT709 = 1
-_AVCOL_RANGE_JPEG = 2
+log = logging.getLogger(__name__)
+
+_PTS_TOLERANCE = 1e-6
+"""Seconds of rounding allowed when comparing a frame's time stamp with start/end."""
 
 
-def _colour_of(frame: av.VideoFrame) -> ColourSpace:
-    """The colour space a decoded frame signals; unspecified means BT.601, as in FFmpeg."""
-    matrix = ColourMatrix.BT709 if frame.colorspace == _AVCOL_SPC_BT709 else ColourMatrix.BT601
-    full = frame.color_range == _AVCOL_RANGE_JPEG or frame.format.name.startswith("yuvj")
-    return ColourSpace(matrix=matrix, full_range=full)
+def check_playback_options(options: SourceOptions) -> None:
+    """Reject playback options that cannot describe any frame range."""
+    if options.stride < 1:
+        raise SourceError(f"stride must be a positive integer, got {options.stride}")
+    start, end = options.start_seconds, options.end_seconds
+    if start is not None and start < 0:
+        raise SourceError(f"start time must not be negative, got {start}")
+    if end is not None and end <= (start or 0.0):
+        raise SourceError(f"end time ({end} s) must be after the start ({start or 0.0} s)")
+
+
+class Pacer:
+    """Sleeps until each time stamp is due on the wall clock, counted from the first one.
+
+    A consumer slower than real time is never made to wait; waiting ends early
+    when ``stop`` is set, so closing a paced source is prompt.
+    """
+
+    def __init__(self, stop: threading.Event, clock: Callable[[], float] = time.monotonic) -> None:
+        self._stop = stop
+        self._clock = clock
+        self._origin: tuple[float, float] | None = None
+
+    def __call__(self, pts: float) -> None:
+        now = self._clock()
+        if self._origin is None:
+            self._origin = (now, pts)
+            return
+        wall0, pts0 = self._origin
+        delay = wall0 + (pts - pts0) - now
+        if delay > 0:
+            self._stop.wait(delay)
 
 
 class VideoFileSource:
     """Every frame of a video file exactly once, in order, as :class:`Frame` tensors.
 
-    Frames are decoded with FFmpeg's frame threading and handed over in
-    ``pixel_format``: ``rgb24`` lets FFmpeg's scaler do the colour conversion,
-    ``nv12`` and ``yuv420p`` leave it to the device, as with NVDEC.
-    A file that ends before the frame count its container declares is reported
-    as truncated after the frames that could be decoded were delivered.
+    ``options`` select a time range (``start_seconds``/``end_seconds``), keep
+    every n-th frame (``stride``), pace frames at the file's own rate
+    (``realtime``) and start again at the end (``loop``). Frame indices count
+    the frames of the selected range, so with a stride of 3 they go 0, 3, 6;
+    indices and time stamps keep increasing across loops, so a looped file
+    looks like one long stream.
+
+    Damaged packets are skipped and counted in :attr:`stats`; a pass that ends
+    before the frame count its container declares is reported as truncated
+    after the frames that could be decoded were delivered.
     """
 
     def __init__(
@@ -40,83 +78,194 @@ class VideoFileSource:
         *,
         stream_id: str | None = None,
         device: str | torch.device = "cpu",
-        pixel_format: PixelFormat | str = PixelFormat.RGB24,
+        pixel_format: PixelFormat | str | None = None,
+        options: SourceOptions | None = None,
     ) -> None:
         self.path = Path(path)
         self.stream_id = stream_id or self.path.stem
         self.device = torch.device(device)
-        self.pixel_format = PixelFormat(pixel_format)
+        self.options = options or SourceOptions()
+        check_playback_options(self.options)
+        chosen = pixel_format if pixel_format is not None else self.options.pixel_format
+        self.pixel_format = PixelFormat(chosen) if chosen is not None else None
         if not self.path.is_file():
             raise SourceError(f"video file not found: {self.path}")
-        try:
-            self._container = av.open(str(self.path))
-        except av.error.FFmpegError as exc:
-            raise SourceError(f"cannot open video {self.path}: {exc.strerror or exc}") from exc
-        if not self._container.streams.video:
-            self._container.close()
-            raise SourceError(f"{self.path} has no video stream")
-        self._stream = self._container.streams.video[0]
-        self._stream.thread_type = "AUTO"
-        self._declared_frames = self._stream.frames or None
-        self.state = SourceState.STREAMING
+        self._stop = threading.Event()
+        self._decoding = threading.Lock()
+        """Held while the decoder works, so close() from another thread never pulls it away."""
+        self._decoder: Decoder | None = self._open()
+        self.info = self._decoder.info
+        self._state = SourceState.STREAMING
+        self._corrupt_in_finished_passes = 0
         self.stats = SourceStats()
+
+    def _open(self) -> Decoder:
+        return open_decoder(
+            str(self.path),
+            kind=self.options.decoder,
+            device=self.device,
+            pixel_format=self.pixel_format,
+        )
+
+    @property
+    def state(self) -> SourceState:
+        return self._state
+
+    @property
+    def decoder_name(self) -> str:
+        """Which decoder reads the file: ``cpu`` or ``nvdec``."""
+        return self._decoder.name if self._decoder is not None else self.options.decoder.value
 
     @property
     def frame_count(self) -> int | None:
         """Frames the container declares, or None when it does not say."""
-        return self._declared_frames
+        return self.info.frame_count
 
     @property
     def fps(self) -> float | None:
-        rate = self._stream.average_rate or self._stream.guessed_rate
-        return float(rate) if rate else None
+        return self.info.fps
 
-    def _to_frame(self, decoded: av.VideoFrame, index: int) -> Frame:
-        if self.pixel_format is PixelFormat.RGB24 or decoded.width % 2 or decoded.height % 2:
-            # Odd-sized 4:2:0 cannot be packed into one plane tensor: let FFmpeg give RGB.
-            pixel_format, array = PixelFormat.RGB24, decoded.to_ndarray(format="rgb24")
-        else:
-            pixel_format = self.pixel_format
-            array = decoded.reformat(format=pixel_format.value).to_ndarray()
-        if decoded.pts is not None and decoded.time_base is not None:
-            pts_seconds = float(decoded.pts * decoded.time_base)
-        else:
-            pts_seconds = index / (self.fps or 1.0)
-        return Frame(
-            data=torch.from_numpy(array).to(self.device),
-            pixel_format=pixel_format,
-            width=decoded.width,
-            height=decoded.height,
-            stream_id=self.stream_id,
-            index=index,
-            pts_seconds=pts_seconds,
-            colour=_colour_of(decoded),
-        )
+    def _pictures(self, decoder: Decoder) -> Iterator[Picture]:
+        """The decoder's pictures, each pulled under the lock, until the source is closed."""
+        pictures = decoder.pictures()
+        while True:
+            with self._decoding:
+                if self._stop.is_set():
+                    return
+                picture = next(pictures, None)
+            if picture is None:
+                return
+            self.stats.frames_decoded += 1
+            self.stats.corrupt_packets = self._corrupt_in_finished_passes + decoder.corrupt_packets
+            yield picture
 
     def __iter__(self) -> Iterator[Frame]:
+        """The frames; with the ``latest`` policy, decoded ahead by a thread that drops old ones.
+
+        ``latest`` only matters for a file paced in real time (a replayed
+        camera); without it, a file is read at the pace of its consumer.
+        """
+        queue = None
+        produced = self._frames()
+        frames: Iterator[Frame] = produced
+        if self.options.policy is FreshnessPolicy.LATEST:
+            queue = FrameQueue(self.options.queue_size, FreshnessPolicy.LATEST)
+            frames = through_thread(produced, queue, f"vstream-source-{self.stream_id}")
         try:
-            for decoded in self._container.decode(self._stream):
-                yield self._to_frame(decoded, self.stats.frames_decoded)
-                self.stats.frames_decoded += 1
-        except av.error.FFmpegError as exc:
-            self.state = SourceState.FAILED
-            raise SourceError(
-                f"{self.path}: decoding failed after {self.stats.frames_decoded} frames: "
-                f"{exc.strerror or exc}"
-            ) from exc
+            for frame in frames:
+                self.stats.frames_delivered += 1
+                if queue is not None:
+                    self.stats.frames_dropped = queue.dropped
+                yield frame
+        finally:
+            if queue is not None:
+                self.stats.frames_dropped = queue.dropped
+
+    def _frames(self) -> Generator[Frame, None, None]:
+        options = self.options
+        start = options.start_seconds or 0.0
+        end = options.end_seconds
+        next_index = 0
+        pts_offset = 0.0
+        pace = Pacer(self._stop) if options.realtime else None
+        try:
+            while True:
+                with self._decoding:
+                    decoder = self._decoder
+                    if decoder is None or self._stop.is_set():
+                        break
+                    decoder.seek(start)
+                first = last = None
+                in_pass = 0
+                for picture in self._pictures(decoder):
+                    pts = picture.pts_seconds
+                    if pts is None:
+                        pts = start + in_pass / (self.fps or 1.0)
+                    if pts < start - _PTS_TOLERANCE:
+                        continue
+                    if end is not None and pts >= end - _PTS_TOLERANCE:
+                        break
+                    first = pts if first is None else first
+                    last = pts
+                    in_pass += 1
+                    index, next_index = next_index, next_index + 1
+                    if index % options.stride:
+                        continue
+                    if pace is not None:
+                        pace(pts + pts_offset)
+                    yield picture.to_frame(self.stream_id, index, pts + pts_offset, time.time())
+                if self._stop.is_set():
+                    return
+                self._end_pass(decoder, in_pass, last)
+                if first is None or last is None:
+                    raise SourceError(f"{self.path}: no frames in the selected time range")
+                pts_offset += last - first + self._frame_period(in_pass, first, last)
+                with self._decoding:
+                    decoder.close()
+                    self._decoder = (
+                        self._open() if options.loop and not self._stop.is_set() else None
+                    )
+        except SourceError:
+            self._state = SourceState.FAILED
+            raise
         finally:
             self.close()
-        declared, decoded_count = self.frame_count, self.stats.frames_decoded
-        if declared is not None and decoded_count < declared:
-            self.state = SourceState.FAILED
+
+    def _end_pass(self, decoder: Decoder, frames_in_pass: int, last_pts: float | None) -> None:
+        """Account for one pass; fail if the file turned out damaged or truncated.
+
+        Every decodable frame has been delivered by then; failing makes sure
+        nobody takes the output for a complete account of the file. Truncation
+        shows as fewer frames than the container declares (MP4, MOV, AVI) or
+        as an end before its declared duration (MKV); a TS file cut at a
+        packet boundary cannot be told from a shorter one.
+        """
+        self._corrupt_in_finished_passes += decoder.corrupt_packets
+        self.stats.corrupt_packets = self._corrupt_in_finished_passes
+        problems = []
+        if decoder.corrupt_packets:
+            problems.append(f"{decoder.corrupt_packets} damaged packets skipped")
+        whole_file = self.options.start_seconds is None and self.options.end_seconds is None
+        declared, duration = self.info.frame_count, self.info.duration_seconds
+        if whole_file and declared is not None and frames_in_pass < declared:
+            problems.append(f"{frames_in_pass} of {declared} frames decoded")
+        elif whole_file and duration is not None and last_pts is not None:
+            period = 1.0 / self.fps if self.fps else 0.0
+            declared_end = self.info.start_seconds + duration
+            if declared_end - (last_pts + period) > max(2 * period, 0.1):
+                problems.append(
+                    f"the video ends at {last_pts + period:.2f} s "
+                    f"of a declared {declared_end:.2f} s"
+                )
+        if problems:
             raise SourceError(
-                f"{self.path}: video ended after {decoded_count} of {declared} frames "
-                "(truncated file?)"
+                f"{self.path}: damaged or truncated video ({', '.join(problems)}); "
+                f"{frames_in_pass} frames were read"
             )
-        self.state = SourceState.FINISHED
+
+    def _frame_period(self, frames: int, first: float, last: float) -> float:
+        """Duration of one frame, so that the next loop starts one frame after this one ends."""
+        if self.fps:
+            return 1.0 / self.fps
+        return (last - first) / (frames - 1) if frames > 1 else 0.0
 
     def close(self) -> None:
-        self._container.close()
+        """Stop the iteration and release the file; safe from any thread, and more than once.
+
+        When another thread is inside the decoder, that thread releases it as
+        soon as the picture it is decoding is done.
+        """
+        self._stop.set()
+        if self._state is SourceState.STREAMING:
+            self._state = SourceState.FINISHED
+        if not self._decoding.acquire(blocking=False):
+            return
+        try:
+            decoder, self._decoder = self._decoder, None
+            if decoder is not None:
+                decoder.close()
+        finally:
+            self._decoding.release()
 
     def __enter__(self) -> VideoFileSource:
         return self

@@ -9,6 +9,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from vstream.decoders.base import DecoderKind
+from vstream.frame import PixelFormat
+
 
 class FreshnessPolicy(str, enum.Enum):
     """What a source does when the pipeline is slower than the stream."""
@@ -17,15 +20,6 @@ class FreshnessPolicy(str, enum.Enum):
     """Keep a small queue and drop the oldest frame: results never lag (live default)."""
     BLOCK = "block"
     """Never drop; the reader waits for the pipeline (file default)."""
-
-
-class DecoderKind(str, enum.Enum):
-    AUTO = "auto"
-    """NVDEC where CUDA and PyNvVideoCodec are present, else the CPU."""
-    CPU = "cpu"
-    """PyAV (FFmpeg) with frame threading."""
-    NVDEC = "nvdec"
-    """PyNvVideoCodec: decoded straight into CUDA memory."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +34,8 @@ class ReconnectPolicy:
     """Consecutive failed attempts before the source fails; None retries forever."""
     watchdog_seconds: float = 10.0
     """A live stream with no frame for this long is treated as stalled and reconnected."""
+    on_end: bool = True
+    """Reconnect when a live stream ends (cameras); False lets it finish (a video over HTTP)."""
 
 
 @dataclass(frozen=True)
@@ -47,12 +43,17 @@ class SourceOptions:
     """Everything about opening a source except its address and id."""
 
     decoder: DecoderKind = DecoderKind.AUTO
+    pixel_format: PixelFormat | None = None
+    """What the decoder hands over; None: its cheapest (``rgb24`` on the CPU, ``nv12`` on NVDEC)."""
     policy: FreshnessPolicy | None = None
     """None: ``latest`` for live sources, ``block`` for files."""
     queue_size: int = 2
     """Frames buffered between the reader and the pipeline."""
     reconnect: ReconnectPolicy = field(default_factory=ReconnectPolicy)
     rtsp_transport: str = "tcp"
+    """``tcp`` (default: no losses behind NAT and firewalls) or ``udp`` (lower latency)."""
+    input_format: str | None = None
+    """FFmpeg input format to force, e.g. ``v4l2``; None: guessed (``v4l2`` for /dev/video*)."""
     open_timeout_seconds: float = 10.0
     read_timeout_seconds: float = 10.0
     realtime: bool = False

@@ -1,0 +1,128 @@
+"""Damaged, truncated, garbage and missing inputs: clear errors, nothing produced is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import run_cli, write_video
+from onnx_models import constant_output_model
+
+from vstream.errors import SourceError
+from vstream.sources import SourceState, open_source
+
+FRAMES = 60
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A detector that finds nothing, fast: the tests are about sources, not boxes."""
+    path = tmp_path_factory.mktemp("model") / "empty.onnx"
+    return constant_output_model(path, np.zeros((1, 6, 10), np.float32), imgsz=(64, 64))
+
+
+def damage_middle(path: Path, size: int = 3000) -> Path:
+    """Overwrite ``size`` bytes in the middle of ``path`` with random bytes."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + size] = np.random.default_rng(7).bytes(size)
+    damaged = path.with_name("damaged" + path.suffix)
+    damaged.write_bytes(bytes(data))
+    return damaged
+
+
+def truncate(path: Path, fraction: float = 0.6) -> Path:
+    data = path.read_bytes()
+    cut = path.with_name("truncated" + path.suffix)
+    cut.write_bytes(data[: int(len(data) * fraction)])
+    return cut
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".ts"])
+def test_damaged_packets_are_skipped_counted_and_reported(tmp_path: Path, suffix: str) -> None:
+    damaged = damage_middle(write_video(tmp_path / f"clip{suffix}", frames=FRAMES))
+    source = open_source(str(damaged))
+    frames = []
+    with pytest.raises(SourceError, match="damaged packets skipped") as error:
+        frames.extend(source)
+    assert source.stats.corrupt_packets > 0
+    assert f"{len(frames)} frames were read" in str(error.value)
+    assert source.state is SourceState.FAILED
+    # Skipped, not stopped: frames after the damage were delivered, in order, once.
+    indices = [f.index for f in frames]
+    assert indices == list(range(len(frames)))
+    assert FRAMES // 2 < len(frames) < FRAMES
+
+
+def test_truncated_mkv_is_reported_after_its_frames(tmp_path: Path) -> None:
+    cut = truncate(write_video(tmp_path / "clip.mkv", frames=FRAMES))
+    source = open_source(str(cut))
+    frames = []
+    with pytest.raises(SourceError, match="damaged or truncated"):
+        frames.extend(source)
+    assert 0 < len(frames) < FRAMES
+    assert [f.index for f in frames] == list(range(len(frames)))
+
+
+def test_mp4_cut_before_its_index_cannot_be_opened(tmp_path: Path) -> None:
+    cut = truncate(write_video(tmp_path / "clip.mp4", frames=FRAMES))
+    with pytest.raises(SourceError, match=r"cannot open .*truncated\.mp4"):
+        open_source(str(cut))
+
+
+def test_cli_keeps_records_before_a_truncation_and_exits_2(tmp_path: Path, model: Path) -> None:
+    cut = truncate(write_video(tmp_path / "clip.mkv", frames=FRAMES))
+    out = tmp_path / "out.jsonl"
+    result = run_cli("run", "--source", cut, "--model", model, "--output", out, timeout=120)
+    assert result.returncode == 2
+    line = error_line(result.stderr)
+    assert "truncated.mkv" in line and "damaged or truncated" in line
+    produced = records(out)
+    assert 0 < len(produced) < FRAMES
+    assert [r["frame"] for r in produced] == list(range(len(produced)))
+
+
+def test_cli_reads_past_damage_then_fails(tmp_path: Path, model: Path) -> None:
+    damaged = damage_middle(write_video(tmp_path / "clip.ts", frames=FRAMES))
+    out = tmp_path / "out.jsonl"
+    result = run_cli("run", "--source", damaged, "--model", model, "--output", out, timeout=120)
+    assert result.returncode == 2
+    assert "damaged packets skipped" in error_line(result.stderr)
+    produced = records(out)
+    assert len(produced) > FRAMES // 2
+    assert produced[-1]["frame"] > FRAMES // 2
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("garbage.mp4", os.urandom(50_000), "cannot open"),
+        ("empty.mkv", b"", "cannot open"),
+        ("missing.mp4", None, "video file not found"),
+    ],
+)
+def test_cli_bad_inputs_give_one_line_and_exit_2(
+    tmp_path: Path, model: Path, name: str, content: bytes | None, message: str
+) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    result = run_cli("run", "--source", path, "--model", model, timeout=120)
+    assert result.returncode == 2
+    line = error_line(result.stderr)
+    assert message in line and name in line
+    assert result.stdout == ""

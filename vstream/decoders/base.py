@@ -1,0 +1,91 @@
+"""What every decoder provides: pictures as device tensors, and what it knows of the stream.
+
+A decoder owns demuxing and decoding of one connection or one pass over a
+file; sources add what spans connections and passes (frame numbering, pacing,
+reconnection, freshness), so the two can be combined freely.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from vstream.frame import ColourSpace, Frame, PixelFormat
+
+
+class DecoderKind(str, enum.Enum):
+    """Which decoder turns compressed video into device tensors."""
+
+    AUTO = "auto"
+    """NVDEC where CUDA and PyNvVideoCodec are present, else the CPU."""
+    CPU = "cpu"
+    """PyAV (FFmpeg) with frame threading."""
+    NVDEC = "nvdec"
+    """PyNvVideoCodec: decoded straight into CUDA memory."""
+
+
+@dataclass(frozen=True)
+class Picture:
+    """One decoded picture, before a source gives it a place in its stream."""
+
+    data: torch.Tensor
+    pixel_format: PixelFormat
+    width: int
+    height: int
+    pts_seconds: float | None
+    """Presentation time in the stream's own clock, None when the stream has none."""
+    colour: ColourSpace
+
+    def to_frame(
+        self, stream_id: str, index: int, pts_seconds: float, capture_time: float
+    ) -> Frame:
+        """The :class:`Frame` of this picture at position ``index`` of stream ``stream_id``."""
+        return Frame(
+            data=self.data,
+            pixel_format=self.pixel_format,
+            width=self.width,
+            height=self.height,
+            stream_id=stream_id,
+            index=index,
+            pts_seconds=pts_seconds,
+            colour=self.colour,
+            capture_time=capture_time,
+        )
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """What the container says about the video stream before decoding it."""
+
+    codec: str
+    width: int
+    height: int
+    fps: float | None
+    frame_count: int | None
+    """Frames the container declares, None when it does not say (most live streams, TS, MKV)."""
+    start_seconds: float = 0.0
+    """Time stamp of the first frame, as the container declares it."""
+    duration_seconds: float | None = None
+    """Duration the container declares (MKV and MP4 do; TS and live streams only estimate)."""
+
+
+class Decoder(Protocol):
+    """Demuxes and decodes one video stream into :class:`Picture` objects, in order."""
+
+    name: str
+    """``cpu`` or ``nvdec``."""
+    info: StreamInfo
+    corrupt_packets: int
+    """Damaged packets skipped so far."""
+
+    def seek(self, seconds: float) -> None:
+        """Move near ``seconds`` (at or before it); pictures before it may still follow."""
+        ...
+
+    def pictures(self) -> Iterator[Picture]: ...
+
+    def close(self) -> None: ...

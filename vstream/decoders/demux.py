@@ -1,0 +1,160 @@
+"""Demuxing with PyAV (FFmpeg), shared by both decoders.
+
+One demuxer for the CPU and NVDEC paths means one place for what containers
+and networks need: transport options, open/read timeouts, the stall watchdog,
+seeking, and skipping damaged data.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+
+import av
+
+from vstream.decoders.base import StreamInfo
+from vstream.errors import SourceError
+from vstream.uri import redact_uri
+
+log = logging.getLogger(__name__)
+
+_NO_FILE = 0x0001
+"""AVFMT_NOFILE: devices and network protocols, whose duration means nothing."""
+
+MAX_CONSECUTIVE_ERRORS = 200
+"""Damaged packets in a row, with no picture between them, before the input is given up.
+
+Large enough to ride out a lost reference frame in a long GOP (a few seconds
+of video), small enough to stop quickly on a file that is garbage throughout.
+"""
+
+
+def av_error_text(exc: BaseException) -> str:
+    """One line describing a PyAV error, with any credentials in it redacted.
+
+    PyAV's ``str()`` of an error quotes the URL; its ``strerror`` does not.
+    """
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return redact_uri(str(text))
+
+
+class Demuxer:
+    """The packets of the first video stream of a file, URL or capture device.
+
+    ``options`` are FFmpeg format/protocol options (``rtsp_transport``,
+    ``timeout``...); ``timeout`` is PyAV's ``(open, read)`` limit in seconds,
+    so a dead peer cannot block a thread forever; ``stall_seconds`` ends a
+    stream whose packets keep coming without the decoder ever reporting a
+    picture (see :meth:`progress`). Damaged packets are counted in
+    :attr:`corrupt_packets`.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        options: Mapping[str, str] | None = None,
+        input_format: str | None = None,
+        timeout: tuple[float, float] | None = None,
+        stall_seconds: float | None = None,
+    ) -> None:
+        self.display_name = redact_uri(uri)
+        self.stall_seconds = stall_seconds
+        self.corrupt_packets = 0
+        self._errors_in_a_row = 0
+        self._last_progress = time.monotonic()
+        try:
+            self.container = av.open(
+                uri, format=input_format, options=dict(options or {}), timeout=timeout
+            )
+        except (av.error.FFmpegError, OSError) as exc:
+            # ``from None``: PyAV's own exception quotes the URL, credentials included.
+            raise SourceError(f"cannot open {self.display_name}: {av_error_text(exc)}") from None
+        if not self.container.streams.video:
+            self.container.close()
+            raise SourceError(f"{self.display_name} has no video stream")
+        self.stream = self.container.streams.video[0]
+        codec = self.stream.codec_context
+        rate = self.stream.average_rate or self.stream.guessed_rate
+        self.info = StreamInfo(
+            codec=codec.name,
+            width=codec.width,
+            height=codec.height,
+            fps=float(rate) if rate else None,
+            frame_count=self.stream.frames or None,
+            start_seconds=self._seconds(self.stream.start_time) or 0.0,
+            duration_seconds=self._declared_duration(),
+        )
+
+    def _seconds(self, stream_time: int | None) -> float | None:
+        time_base = self.stream.time_base
+        if stream_time is None or time_base is None:
+            return None
+        return float(stream_time * time_base)
+
+    def _declared_duration(self) -> float | None:
+        """The stream's duration, else the container's; None for formats that only estimate it."""
+        if self.container.format.name == "mpegts" or self.container.format.flags & _NO_FILE:
+            return None
+        duration = self._seconds(self.stream.duration)
+        if duration is None and self.container.duration is not None:
+            duration = self.container.duration / av.time_base
+        return duration
+
+    def seek(self, seconds: float) -> None:
+        """Jump to the key frame at or before ``seconds``; unseekable inputs stay put."""
+        time_base = self.stream.time_base
+        if seconds <= 0 or time_base is None:
+            return
+        try:
+            self.container.seek(int(seconds / time_base), stream=self.stream, backward=True)
+        except av.error.FFmpegError as exc:
+            log.debug("%s: seek to %.3f s failed (%s)", self.display_name, seconds, exc)
+
+    def progress(self) -> None:
+        """The decoder produced a picture: the stream is alive and not just damage."""
+        self._last_progress = time.monotonic()
+        self._errors_in_a_row = 0
+
+    def damaged(self, what: str, exc: BaseException | None = None) -> None:
+        """Count a damaged packet; give up when nothing but damage is left."""
+        self.corrupt_packets += 1
+        self._errors_in_a_row += 1
+        log.debug("%s: damaged packet (%s: %s)", self.display_name, what, exc)
+        if self._errors_in_a_row >= MAX_CONSECUTIVE_ERRORS:
+            detail = f" ({av_error_text(exc)})" if exc is not None else ""
+            raise SourceError(
+                f"{self.display_name}: {self._errors_in_a_row} damaged packets in a row, "
+                f"giving up{detail}"
+            )
+
+    def packets(self) -> Iterator[av.Packet]:
+        """Every packet of the stream, then one empty packet that flushes the decoder.
+
+        Damage in the container itself is counted and skipped (FFmpeg
+        resynchronises on the next read); errors that end the input (a closed
+        connection, a read timeout, a stall) raise :class:`SourceError`.
+        """
+        self._last_progress = time.monotonic()
+        while True:
+            try:
+                for packet in self.container.demux(self.stream):
+                    self._check_stall()
+                    yield packet
+                return
+            except av.error.InvalidDataError as exc:
+                self.damaged("demux", exc)
+            except (av.error.FFmpegError, OSError) as exc:
+                raise SourceError(
+                    f"{self.display_name}: reading failed: {av_error_text(exc)}"
+                ) from None
+
+    def _check_stall(self) -> None:
+        if self.stall_seconds and time.monotonic() - self._last_progress > self.stall_seconds:
+            raise SourceError(
+                f"{self.display_name}: no picture for {self.stall_seconds:g} s (stalled)"
+            )
+
+    def close(self) -> None:
+        self.container.close()
