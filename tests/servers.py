@@ -1,0 +1,168 @@
+"""Real brokers for sink and daemon tests: mosquitto and redis-server on 127.0.0.1.
+
+Each server runs on a free port in the test's temporary directory, is waited
+for with a deadline, and is always stopped (killed if it does not stop in
+time), so a failing test never leaves one behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+
+START_TIMEOUT = 10.0
+STOP_TIMEOUT = 5.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+class Server:
+    """A server process that can be killed and started again on the same port."""
+
+    def __init__(self, name: str, command: list[str], port: int) -> None:
+        self.name, self.command, self.port = name, command, port
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        if shutil.which(self.command[0]) is None:
+            pytest.fail(f"{self.command[0]} is not installed (make system-deps installs it)")
+        self.process = subprocess.Popen(
+            self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            wait_for_port(self.port)
+        except TimeoutError:
+            self.stop()
+            raise
+
+    def kill(self) -> None:
+        """Die abruptly, as a crashed broker does."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(STOP_TIMEOUT)
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(STOP_TIMEOUT)
+        self.process = None
+
+
+def mosquitto(directory: Path) -> Server:
+    port = free_port()
+    conf = directory / "mosquitto.conf"
+    conf.write_text(
+        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest none\n"
+    )
+    return Server("mosquitto", ["mosquitto", "-c", str(conf)], port)
+
+
+def redis_server(directory: Path) -> Server:
+    port = free_port()
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    command += ["--appendonly", "no", "--dir", str(directory), "--protected-mode", "yes"]
+    return Server("redis", command, port)
+
+
+@pytest.fixture
+def mqtt_broker(tmp_path: Path) -> Iterator[Server]:
+    server = mosquitto(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_broker(tmp_path: Path) -> Iterator[Server]:
+    server = redis_server(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def subscribe() -> Iterator[Callable[[int], Subscriber]]:
+    """Subscribers to ``vstream/#`` on a broker port, closed after the test."""
+    made: list[Subscriber] = []
+
+    def make(port: int) -> Subscriber:
+        made.append(Subscriber(port))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for subscriber in made:
+            subscriber.close()
+
+
+class Subscriber:
+    """Collects every JSON message under a topic filter; re-subscribes after reconnecting."""
+
+    def __init__(self, port: int, topic: str = "vstream/#") -> None:
+        self.topic = topic
+        self.messages: list[tuple[str, dict]] = []
+        self._lock = threading.Lock()
+        self._subscribed = threading.Event()
+        self.client = mqtt.Client(callback_api_version=mqtt.CallbackAPIVersion.VERSION2)
+        self.client.reconnect_delay_set(1, 2)
+        self.client.on_connect = lambda c, *_: c.subscribe(self.topic, qos=1)
+        self.client.on_subscribe = lambda *_: self._subscribed.set()
+        self.client.on_message = self._on_message
+        self.client.connect_async("127.0.0.1", port)
+        self.client.loop_start()
+        if not self._subscribed.wait(START_TIMEOUT):
+            self.close()
+            raise TimeoutError("the test subscriber could not subscribe")
+
+    def _on_message(self, client: mqtt.Client, userdata: object, message: mqtt.MQTTMessage) -> None:
+        with self._lock:
+            self.messages.append((message.topic, json.loads(message.payload)))
+
+    def received(self) -> list[tuple[str, dict]]:
+        with self._lock:
+            return list(self.messages)
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> list[tuple[str, dict]]:
+        deadline = time.monotonic() + timeout
+        while len(self.received()) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.received()
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()

@@ -1,0 +1,304 @@
+"""Pipelines files: the examples, precise errors, interpolation, and the CLI around them."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import run_cli, tiny_detector, write_video
+
+from vstream.config import ConfigError, load_config, parse_config, parse_source
+from vstream.sources import FreshnessPolicy, SourceOptions
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+EXAMPLE_ENV = {"CAM_USER": "viewer", "CAM_PASSWORD": "pa55word"}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A directory with a model and a video, as relative paths in a config refer to them."""
+    tiny_detector(tmp_path / "model.onnx")
+    write_video(tmp_path / "clip.mp4", frames=12)
+    return tmp_path
+
+
+def write_config(directory: Path, text: str, name: str = "pipelines.yaml") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+GOOD = """
+pipelines:
+  - name: main
+    model: {path: model.onnx}
+    sources:
+      - id: cam
+        uri: clip.mp4
+    sinks:
+      - {type: jsonl, path: out.jsonl}
+"""
+
+
+def errors_of(directory: Path, text: str) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write_config(directory, text))
+    return caught.value.lines()
+
+
+@pytest.mark.parametrize("example", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_validates(example: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in EXAMPLE_ENV.items():
+        monkeypatch.setenv(name, value)
+    config = load_config(example)
+    assert config.pipelines and all(p.sinks for p in config.pipelines)
+
+
+def test_examples_cover_the_documented_setups() -> None:
+    names = {p.name for p in CONFIGS.glob("*.yaml")}
+    assert {"file.yaml", "rtsp-cameras.yaml", "mqtt.yaml", "cpu.yaml"} <= names
+
+
+def test_a_good_config_maps_to_source_options_and_detector_arguments(workdir: Path) -> None:
+    config = load_config(write_config(workdir, GOOD))
+    (pipeline,) = config.pipelines
+    assert pipeline.sources[0].uri == str(workdir / "clip.mp4")
+    assert pipeline.sources[0].to_options() == SourceOptions()
+    kwargs = pipeline.detector_kwargs()
+    assert kwargs["model"] == str(workdir / "model.onnx")
+    assert (kwargs["conf"], kwargs["iou"], kwargs["max_det"], kwargs["device"]) == (
+        0.25,
+        0.45,
+        300,
+        "auto",
+    )
+    assert config.server.host == "127.0.0.1"
+
+
+def test_every_option_reaches_source_options(workdir: Path) -> None:
+    source = parse_source(
+        {
+            "id": "cam",
+            "uri": "rtsp://user:pw@10.0.0.1:554/s",
+            "policy": "latest",
+            "queue_size": 4,
+            "reconnect": {"initial_delay_seconds": 1, "max_delay_seconds": 5, "max_attempts": 3},
+            "rtsp_transport": "udp",
+            "stride": 2,
+        },
+        base_dir=workdir,
+    )
+    options = source.to_options()
+    assert options.policy is FreshnessPolicy.LATEST and options.queue_size == 4
+    assert options.reconnect.max_delay_seconds == 5 and options.reconnect.max_attempts == 3
+    assert (options.rtsp_transport, options.stride) == ("udp", 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            GOOD.replace("clip.mp4", "clip.mp4\n        queue_size: many"),
+            "pipelines.yaml:7: pipelines[0].sources[0].queue_size: Input should be a valid "
+            "integer, unable to parse string as an integer (got 'many')",
+        ),
+        (
+            GOOD.replace("{type: jsonl, path: out.jsonl}", "{type: mqtt, host: h, qos: 3}"),
+            "pipelines.yaml:8: pipelines[0].sinks[0].qos: Input should be 0, 1 or 2 (got 3)",
+        ),
+        (
+            GOOD.replace("id: cam", "id: cam\n        lop: true"),
+            "pipelines.yaml:6: pipelines[0].sources[0].lop: unknown key 'lop'; expected one of: "
+            "id, uri,",
+        ),
+        (
+            GOOD.replace("    model: {path: model.onnx}\n", ""),
+            "pipelines.yaml:2: pipelines[0].model: missing required key 'model'",
+        ),
+        (
+            GOOD.replace("model.onnx", "missing.onnx"),
+            "pipelines.yaml:3: pipelines[0].model.path: model file not found: ",
+        ),
+        (
+            GOOD.replace("clip.mp4", "ftp://user:secret@host/clip.mp4"),
+            "pipelines.yaml:6: pipelines[0].sources[0].uri: unsupported scheme 'ftp' in "
+            "ftp://***@host/clip.mp4",
+        ),
+        (
+            GOOD.replace("clip.mp4", "rtsp://:554/stream"),
+            "pipelines.yaml:6: pipelines[0].sources[0].uri: no host in rtsp://:554/stream",
+        ),
+        (
+            GOOD.replace("clip.mp4", "rtsp://cam:99999/stream"),
+            "pipelines.yaml:6: pipelines[0].sources[0].uri: bad port in rtsp://cam:99999/stream",
+        ),
+        (
+            GOOD.replace("jsonl, path: out.jsonl", "kafka"),
+            "pipelines.yaml:8: pipelines[0].sinks[0].type: unknown sink type 'kafka'; "
+            "choose from jsonl, stdout, mqtt, redis, webhook",
+        ),
+        (
+            GOOD.replace("id: cam", "id: my cam"),
+            "pipelines.yaml:5: pipelines[0].sources[0].id: String should match pattern",
+        ),
+        (
+            GOOD + "  - name: main\n    model: {path: model.onnx}\n    sinks: [{type: stdout}]\n",
+            "pipelines.yaml:1: pipelines: pipelines[0] and pipelines[1] are both named 'main'",
+        ),
+        (
+            GOOD.replace("    sinks:", "      - {id: cam, uri: clip.mp4}\n    sinks:"),
+            "pipelines[0].sources[0] and pipelines[0].sources[1] both have id 'cam'",
+        ),
+        ("pipelines: []\n", "pipelines.yaml:1: pipelines: List should have at least 1 item"),
+        ("pipelines:\n  - name: [unclosed\n", "pipelines.yaml:3: invalid YAML"),
+        ("", "pipelines.yaml:1: the file is empty"),
+        (
+            GOOD.replace("id: cam", "id: cam\n        id: cam2"),
+            "pipelines.yaml:6: pipelines[0].sources[0].id: duplicate key",
+        ),
+    ],
+    ids=[
+        "wrong-type",
+        "bad-choice",
+        "unknown-key",
+        "missing-model",
+        "model-not-found",
+        "bad-scheme",
+        "no-host",
+        "bad-port",
+        "unknown-sink",
+        "bad-id",
+        "duplicate-pipeline",
+        "duplicate-stream",
+        "no-pipelines",
+        "bad-yaml",
+        "empty",
+        "duplicate-key",
+    ],
+)
+def test_broken_configs_name_the_key_and_line(workdir: Path, text: str, expected: str) -> None:
+    assert any(expected in line for line in errors_of(workdir, text)), errors_of(workdir, text)
+
+
+def test_every_problem_is_reported(workdir: Path) -> None:
+    text = GOOD.replace("clip.mp4", "nothere.mp4").replace("out.jsonl", "out.jsonl, qos: 1")
+    lines = errors_of(workdir, text)
+    assert len(lines) == 2
+    assert "sources[0].uri: video file not found" in lines[0] and ":6:" in lines[0]
+    assert "sinks[0].qos: unknown key 'qos'" in lines[1] and ":8:" in lines[1]
+
+
+def test_environment_variables_are_interpolated(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CAM_PASSWORD", "p:w{x}$'")
+    monkeypatch.delenv("CAM_HOST", raising=False)
+    text = GOOD.replace("clip.mp4", "rtsp://admin:${CAM_PASSWORD}@${CAM_HOST:-10.0.0.9}/live")
+    config = load_config(write_config(workdir, text))
+    assert config.pipelines[0].sources[0].uri == "rtsp://admin:p:w{x}$'@10.0.0.9/live"
+
+    monkeypatch.delenv("CAM_PASSWORD")
+    (line,) = errors_of(workdir, text)
+    assert line == (
+        f"{workdir / 'pipelines.yaml'}:6: pipelines[0].sources[0].uri: environment variable "
+        "CAM_PASSWORD is not set (write ${CAM_PASSWORD:-default} for a default)"
+    )
+
+
+@pytest.mark.parametrize("secret", ["hunter2hunter2", "hunter2 with/space#"])
+def test_secrets_are_not_shown_in_errors(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, secret: str
+) -> None:
+    monkeypatch.setenv("SECRET", secret)
+    text = GOOD.replace("clip.mp4", "rtsp://admin:${SECRET}@cam:bad/live")
+    (line,) = errors_of(workdir, text)
+    assert "hunter2" not in line and "rtsp://***@cam:bad/live" in line
+
+
+def test_secret_settings_are_never_quoted(workdir: Path) -> None:
+    text = GOOD.replace("pipelines:", "server:\n  token: [s3cr3t-token]\npipelines:").replace(
+        "{type: jsonl, path: out.jsonl}", "{type: mqtt, host: h, password: {p: s3cr3t}}"
+    )
+    lines = errors_of(workdir, text)
+    assert len(lines) == 2 and not any("s3cr3t" in line for line in lines)
+    assert "server.token: Input should be a valid string" in lines[0]
+
+
+def test_a_source_from_the_api_gets_the_same_checks(workdir: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_source({"id": "x", "uri": "nope.mp4", "fps": 3}, base_dir=workdir)
+    assert caught.value.lines() == [
+        f"uri: video file not found: {workdir / 'nope.mp4'}",
+        "fps: unknown key 'fps'; expected one of: id, uri, decoder, pixel_format, policy, "
+        "queue_size, reconnect, rtsp_transport, open_timeout_seconds, read_timeout_seconds, "
+        "realtime, loop, start_seconds, end_seconds, stride",
+    ]
+
+
+def test_empty_optional_settings_mean_unset(workdir: Path) -> None:
+    text = GOOD.replace("pipelines:", "server:\n  token: ''\npipelines:").replace(
+        "{type: jsonl, path: out.jsonl}", "{type: mqtt, host: h, username: '', password: ''}"
+    )
+    config = parse_config(text, base_dir=workdir)
+    assert config.server.token is None and config.pipelines[0].sinks[0].username is None
+
+
+def test_validate_command_lists_every_error_and_exits_2(workdir: Path) -> None:
+    bad = write_config(workdir, GOOD.replace("model.onnx", "gone.onnx").replace("cam", "c d"))
+    result = run_cli("validate", bad, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr_lines == [
+        f"vstream: {bad}:3: pipelines[0].model.path: model file not found: {workdir / 'gone.onnx'}",
+        f"vstream: {bad}:5: pipelines[0].sources[0].id: String should match pattern "
+        "'^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' (got 'c d')",
+    ]
+    good = run_cli("validate", write_config(workdir, GOOD, "good.yaml"), timeout=120)
+    assert good.returncode == 0 and "OK: 1 pipeline(s), 1 source(s), 1 sink(s)" in good.stdout
+
+
+def test_schema_command_prints_the_json_schema() -> None:
+    result = run_cli("schema", timeout=120)
+    assert result.returncode == 0, result.stderr
+    schema = json.loads(result.stdout)
+    assert schema["$schema"].startswith("https://json-schema.org/")
+    assert schema["required"] == ["pipelines"] and schema["additionalProperties"] is False
+    sink_types = {
+        definition["properties"]["type"]["const"]
+        for definition in schema["$defs"].values()
+        if "type" in definition.get("properties", {})
+    }
+    assert sink_types == {"jsonl", "stdout", "mqtt", "redis", "webhook"}
+
+
+def test_run_command_runs_every_pipeline_until_files_are_done(workdir: Path) -> None:
+    write_video(workdir / "other.mp4", frames=8, width=160, height=120)
+    config = write_config(
+        workdir,
+        GOOD.replace("    sinks:", "      - {id: second, uri: other.mp4}\n    sinks:")
+        + "  - name: copy\n    model: {path: model.onnx}\n"
+        "    sources: [{id: third, uri: clip.mp4, stride: 3}]\n"
+        "    sinks: [{type: stdout}]\n",
+    )
+    result = run_cli("run", config, timeout=120)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (workdir / "out.jsonl").read_text().splitlines()]
+    for stream, count in (("cam", 12), ("second", 8)):
+        frames = [r["frame"] for r in records if r["stream"] == stream]
+        assert frames == list(range(count))
+    stdout = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["frame"] for r in stdout] == [0, 3, 6, 9]
+    assert all(r["detections"][0]["label"] == "a" for r in records + stdout)
+    assert "stream cam: 12 frames processed, 0 dropped" in result.stderr
+
+
+def test_run_command_refuses_options_that_belong_in_the_config(workdir: Path) -> None:
+    config = write_config(workdir, GOOD)
+    result = run_cli("run", config, "--conf", "0.5", "--batch", "2", timeout=120)
+    assert result.returncode == 2
+    assert result.stderr_lines == [
+        "vstream: error: --batch, --conf cannot be combined with a config file: "
+        "set them in the config"
+    ]

@@ -1,0 +1,326 @@
+"""``vstream serve`` as a user runs it: a subprocess, its HTTP API, its signals and sinks."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+from helpers import tiny_detector, write_video
+from prometheus_client.parser import text_string_to_metric_families
+
+if TYPE_CHECKING:
+    from servers import Server, Subscriber
+
+pytest_plugins = ("servers",)
+
+TOKEN = "daemon-test-token"
+SECRET = "S3cretPass"
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
+
+
+class Daemon:
+    """``python -m vstream serve CONFIG --port 0``, its log in a file, always stopped."""
+
+    def __init__(self, config: Path, token: str | None = None, *options: str) -> None:
+        self.log_path = config.with_suffix(".log")
+        self.log_file = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "vstream", "serve", str(config), "--port", "0", *options],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log_file,
+        )
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = self._wait_for_url()
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=20)
+
+    def _wait_for_url(self) -> str:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            match = re.search(r"serving on (http://127\.0\.0\.1:\d+)", self.log())
+            if match:
+                return match.group(1)
+            if self.process.poll() is not None:
+                raise AssertionError(f"vstream serve exited early:\n{self.log()}")
+            time.sleep(0.1)
+        self.kill()
+        raise AssertionError(f"vstream serve did not start:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = self.http.get("/metrics").text
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        return self.metrics().get((name, tuple(sorted(labels.items()))))
+
+    def processed(self, stream: str, pipeline: str = "main") -> float:
+        value = self.metric(
+            "vstream_stream_frames_processed_total", pipeline=pipeline, stream=stream
+        )
+        return -1.0 if value is None else value
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = STOP_TIMEOUT) -> int:
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self.log_file.close()
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("daemon")
+    tiny_detector(directory / "model.onnx")
+    write_video(directory / "clip.mp4", frames=20)
+    return directory
+
+
+def write_config(directory: Path, name: str, text: str) -> Path:
+    path = directory / f"{name}.yaml"
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+@pytest.fixture(scope="module")
+def daemon(media: Path) -> Iterator[Daemon]:
+    """One daemon with a token and a looping file, replayed at its own 25 fps."""
+    config = write_config(
+        media,
+        "api",
+        f"""
+        server: {{token: {TOKEN}}}
+        pipelines:
+          - name: main
+            model: {{path: model.onnx}}
+            sources: [{{id: cam1, uri: clip.mp4, loop: true, realtime: true}}]
+            sinks: [{{type: jsonl, path: api.jsonl}}]
+        """,
+    )
+    daemon = Daemon(config, TOKEN)
+    try:
+        yield daemon
+    finally:
+        daemon.kill()
+
+
+def test_health_ready_and_metrics_move_as_frames_flow(daemon: Daemon) -> None:
+    assert daemon.http.get("/health").json() == {"status": "ok"}
+    wait_until(lambda: daemon.http.get("/ready").status_code == 200, what="/ready")
+    first = daemon.metrics()
+    time.sleep(1.0)
+    second = daemon.metrics()
+    labels = (("pipeline", "main"), ("stream", "cam1"))
+    for name in (
+        "vstream_stream_frames_decoded_total",
+        "vstream_stream_frames_processed_total",
+    ):
+        assert second[(name, labels)] > first[(name, labels)] + 10, name
+    assert 15 < second[("vstream_stream_fps", labels)] < 40  # realtime: about 25 fps
+    assert 0 <= second[("vstream_stream_frame_age_seconds", labels)] < 1
+    state = tuple(sorted((*labels, ("state", "streaming"))))
+    assert second[("vstream_stream_state", state)] == 1
+    latency = ("vstream_inference_latency_seconds_count", (("pipeline", "main"),))
+    assert second[latency] > first[latency]
+    delivered = ("vstream_sink_records_delivered_total", (("pipeline", "main"), ("sink", "jsonl")))
+    assert second[delivered] > first[delivered]
+
+
+def test_streams_are_added_and_removed_while_another_keeps_running(daemon: Daemon) -> None:
+    added = daemon.http.post(
+        "/streams", json={"id": "cam2", "uri": "clip.mp4", "loop": True, "realtime": True}
+    )
+    assert added.status_code == 201, added.text
+    assert added.json()["id"] == "cam2" and added.json()["pipeline"] == "main"
+    wait_until(lambda: daemon.processed("cam2") > 10, what="cam2 frames")
+    ids = [s["id"] for s in daemon.http.get("/streams").json()["streams"]]
+    assert ids == ["cam1", "cam2"]
+
+    before = daemon.processed("cam1")
+    removed = daemon.http.delete("/streams/cam2")
+    assert removed.status_code == 200 and removed.json()["removed"]["id"] == "cam2"
+    assert [s["id"] for s in daemon.http.get("/streams").json()["streams"]] == ["cam1"]
+    assert daemon.processed("cam2") == -1.0  # gone from the metrics
+    wait_until(lambda: daemon.processed("cam1") > before + 10, what="cam1 to keep running")
+    assert daemon.http.get("/ready").status_code == 200
+
+
+def test_the_token_is_required(daemon: Daemon) -> None:
+    for path in ("/health", "/metrics", "/streams"):
+        response = httpx.get(daemon.url + path, timeout=10)
+        assert response.status_code == 401
+        assert "bearer token" in response.json()["error"]
+    refused = httpx.post(daemon.url + "/streams", json={"id": "x", "uri": "clip.mp4"}, timeout=10)
+    assert refused.status_code == 401
+    assert "x" not in [s["id"] for s in daemon.http.get("/streams").json()["streams"]]
+
+
+def test_credentials_are_absent_from_logs_metrics_and_api(daemon: Daemon) -> None:
+    uri = f"rtsp://admin:{SECRET}@127.0.0.1:9/stream"
+    added = daemon.http.post("/streams", json={"id": "door", "uri": uri})
+    assert added.status_code == 201
+    wait_until(lambda: "127.0.0.1:9" in daemon.log(), what="a log line about the camera")
+    time.sleep(0.5)
+    texts = [
+        added.text,
+        daemon.http.get("/streams").text,
+        daemon.http.get("/metrics").text,
+        daemon.http.get("/ready").text,
+        daemon.http.delete("/streams/door").text,
+        daemon.http.post("/streams", json={"id": "bad", "uri": uri.replace("9/", "x/")}).text,
+        daemon.log(),
+    ]
+    assert "rtsp://***@127.0.0.1:9/stream" in texts[0]
+    for text in texts:
+        assert SECRET not in text and "admin" not in text
+
+
+def test_sigterm_flushes_every_sink_and_exits_0(
+    media: Path, mqtt_broker: Server, subscribe: Callable[[int], Subscriber]
+) -> None:
+    subscriber = subscribe(mqtt_broker.port)
+    config = write_config(
+        media,
+        "flush",
+        f"""
+        server: {{port: 0}}
+        pipelines:
+          - name: main
+            model: {{path: model.onnx}}
+            sources:
+              - {{id: a, uri: clip.mp4, loop: true, realtime: true}}
+              - {{id: b, uri: clip.mp4, loop: true, realtime: true}}
+            sinks:
+              - {{type: jsonl, path: flush.jsonl}}
+              - {{type: mqtt, host: 127.0.0.1, port: {mqtt_broker.port}, qos: 1,
+                 batch_records: 1}}
+        """,
+    )
+    daemon = Daemon(config)
+    try:
+        wait_until(lambda: daemon.processed("a") > 30 and daemon.processed("b") > 30)
+        seen = daemon.processed("a") + daemon.processed("b")
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait() == 0, daemon.log()
+    finally:
+        daemon.kill()
+    records = [json.loads(line) for line in (media / "flush.jsonl").read_text().splitlines()]
+    assert len(records) >= seen
+    for stream in ("a", "b"):
+        frames = [r["frame"] for r in records if r["stream"] == stream]
+        assert frames == list(range(len(frames)))
+    assert f"sink jsonl (pipeline main): {len(records)} records delivered, 0 dropped" in (
+        daemon.log()
+    )
+    assert f"sink mqtt (pipeline main): {len(records)} records delivered, 0 dropped" in (
+        daemon.log()
+    )
+    received = subscriber.wait_for(len(records))
+    assert sorted((p["stream"], p["frame"]) for _, p in received) == sorted(
+        (r["stream"], r["frame"]) for r in records
+    )
+
+
+def test_a_second_signal_forces_exit_and_logs_are_json_on_request(media: Path) -> None:
+    unreachable = 9  # the discard port: nothing listens there
+    config = write_config(
+        media,
+        "force",
+        f"""
+        server: {{port: 0}}
+        pipelines:
+          - name: main
+            model: {{path: model.onnx}}
+            sources: [{{id: a, uri: clip.mp4, loop: true}}]
+            sinks:
+              - {{type: mqtt, host: 127.0.0.1, port: {unreachable}, flush_timeout_seconds: 120}}
+        """,
+    )
+    daemon = Daemon(config, None, "--log-format", "json")
+    try:
+        wait_until(lambda: daemon.processed("a") > 20)
+        daemon.signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert daemon.process.poll() is None, "the flush should still be waiting for the broker"
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(timeout=10) == 128 + signal.SIGTERM
+    finally:
+        daemon.kill()
+    entries = [json.loads(line) for line in daemon.log().splitlines()]
+    assert all({"time", "level", "logger", "message"} <= set(e) for e in entries)
+    assert entries[-1]["level"] == "error"
+    assert entries[-1]["message"].startswith("SIGTERM again: exiting now")
+
+
+def test_a_broker_outage_costs_counted_records_but_never_stalls_the_pipeline(
+    media: Path, mqtt_broker: Server, subscribe: Callable[[int], Subscriber]
+) -> None:
+    subscriber = subscribe(mqtt_broker.port)
+    config = write_config(
+        media,
+        "outage",
+        f"""
+        server: {{port: 0}}
+        pipelines:
+          - name: main
+            model: {{path: model.onnx}}
+            sources: [{{id: a, uri: clip.mp4, loop: true, realtime: true}}]
+            sinks:
+              - {{type: mqtt, host: 127.0.0.1, port: {mqtt_broker.port}, buffer_records: 10,
+                 retry: {{initial_delay_seconds: 0.05, max_delay_seconds: 0.2}}}}
+        """,
+    )
+    sink = {"pipeline": "main", "sink": "mqtt"}
+    daemon = Daemon(config)
+    try:
+        wait_until(lambda: len(subscriber.received()) > 10, what="records in mosquitto")
+        mqtt_broker.kill()
+        during = daemon.processed("a")
+        wait_until(
+            lambda: (daemon.metric("vstream_sink_records_dropped_total", **sink) or 0) > 0,
+            what="drops while the broker is down",
+        )
+        assert daemon.processed("a") > during + 10, "the pipeline stalled with its sink"
+        mqtt_broker.start()
+        resumed = len(subscriber.received())
+        wait_until(lambda: len(subscriber.received()) > resumed + 10, what="delivery to resume")
+        metrics = daemon.metrics()
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait() == 0
+    finally:
+        daemon.kill()
+    labels = tuple(sorted(sink.items()))
+    assert metrics[("vstream_sink_failures_total", labels)] > 0
+    assert metrics[("vstream_sink_retries_total", labels)] > 0
+    frames = [p["frame"] for _, p in subscriber.received()]
+    first_seen = list(dict.fromkeys(frames))  # QoS 1: a frame may arrive twice
+    assert first_seen == sorted(first_seen)

@@ -1,0 +1,95 @@
+"""The deployment files: what they copy, install and run must exist in the repository.
+
+No Docker engine runs here, so the files are read as text: every COPY source
+exists, every extra installed is declared in pyproject.toml, each image runs
+``vstream serve`` on a config that exists, and the compose file's paths exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER = ROOT / "docker"
+DOCKERFILES = sorted(DOCKER.glob("Dockerfile.*"))
+EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    lines = [line.strip() for line in text.splitlines()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+        for line in lines
+        if line and not line.startswith("#")
+    ]
+
+
+def test_both_images_exist() -> None:
+    assert {p.name for p in DOCKERFILES} == {"Dockerfile.cpu", "Dockerfile.gpu"}
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_everything_copied_exists_in_the_build_context(dockerfile: Path) -> None:
+    copies = [args for op, args in instructions(dockerfile) if op in ("COPY", "ADD")]
+    assert copies
+    for args in copies:
+        *sources, _ = [a for a in shlex.split(args) if not a.startswith("--")]
+        for source in sources:
+            assert (ROOT / source).exists(), f"{dockerfile.name} copies missing {source}"
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_installed_extras_are_declared_and_match_the_image(dockerfile: Path) -> None:
+    runs = " ".join(args for op, args in instructions(dockerfile) if op == "RUN")
+    extras = re.findall(r"""["']?\.\[([a-z0-9_,-]+)\]["']?""", runs)
+    kind = dockerfile.suffix.lstrip(".")
+    assert extras == [kind], f"{dockerfile.name} should install .[{kind}]"
+    assert kind in EXTRAS
+
+
+def test_the_gpu_image_has_cuda_12_and_the_gpu_extra_has_its_packages() -> None:
+    dockerfile = DOCKER / "Dockerfile.gpu"
+    (base,) = [args for op, args in instructions(dockerfile) if op == "FROM"]
+    assert re.match(r"nvidia/cuda:12\.", base)
+    assert "cu12" in dockerfile.read_text()  # torch built for CUDA 12
+    packages = " ".join(EXTRAS["gpu"])
+    for package in ("onnxruntime-gpu", "PyNvVideoCodec", "cupy-cuda12x"):
+        assert package in packages
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_each_image_serves_an_existing_config(dockerfile: Path) -> None:
+    (cmd,) = [args for op, args in instructions(dockerfile) if op == "CMD"]
+    argv = json.loads(cmd)
+    assert argv[:2] == ["vstream", "serve"]
+    assert (ROOT / argv[2]).is_file()
+    workdir = [args for op, args in instructions(dockerfile) if op == "WORKDIR"]
+    assert workdir == ["/app"]
+
+
+def test_the_compose_example_refers_to_existing_files() -> None:
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"vstream", "mosquitto"} <= set(services)
+    build = services["vstream"]["build"]
+    context = (DOCKER / build["context"]).resolve()
+    assert context == ROOT and (context / build["dockerfile"]).is_file()
+    for service in services.values():
+        for volume in service.get("volumes", []):
+            assert (DOCKER / volume.split(":")[0]).exists(), volume
+    command = services["vstream"]["command"]
+    config = ROOT / command[2]
+    assert command[:2] == ["vstream", "serve"] and config.is_file()
+    for name in services["vstream"].get("environment", {}):
+        assert f"${{{name}" in config.read_text(), f"{config.name} does not use {name}"
+    for port in services["vstream"]["ports"]:
+        assert port.startswith("127.0.0.1:"), "publish the API on the host's loopback only"

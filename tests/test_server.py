@@ -1,0 +1,194 @@
+"""The HTTP API in process: token, JSON error bodies, and no credentials in what it shows."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+from helpers import tiny_detector, write_video
+from httpx import Client
+
+from vstream.config import parse_config
+from vstream.errors import VstreamError
+from vstream.runtime import Runtime
+from vstream.server import ApiServer, create_app
+
+TOKEN = "t0ken-for-tests"
+SECRET = "Pa55w0rdXyz"
+CREDENTIALS = f"camuser:{SECRET}"
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    directory = tmp_path_factory.mktemp("server")
+    tiny_detector(directory / "model.onnx")
+    write_video(directory / "clip.mp4", frames=10)
+    config = parse_config(
+        """
+pipelines:
+  - name: main
+    model: {path: model.onnx}
+    sources: [{id: cam1, uri: clip.mp4, loop: true, realtime: true}]
+    sinks: [{type: jsonl, path: out.jsonl}]
+  - name: other
+    model: {path: model.onnx}
+    sinks: [{type: jsonl, path: other.jsonl}]
+""",
+        base_dir=directory,
+    )
+    runtime = Runtime(config, base_dir=directory)
+    runtime.start()
+    try:
+        yield runtime
+    finally:
+        runtime.shutdown(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(runtime: Runtime) -> Iterator[ApiServer]:
+    """The API served by uvicorn on a free port of 127.0.0.1."""
+    server = ApiServer(create_app(runtime, TOKEN), port=0)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server: ApiServer) -> Iterator[Client]:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with Client(base_url=server.url, headers=headers, timeout=20) as client:
+        yield client
+
+
+def test_the_api_listens_on_loopback_by_default(server: ApiServer) -> None:
+    assert server.socket.getsockname()[0] == "127.0.0.1"
+
+
+def test_a_busy_port_is_one_clear_error(server: ApiServer, runtime: Runtime) -> None:
+    with pytest.raises(VstreamError, match=rf"cannot listen on 127.0.0.1:{server.port}: "):
+        ApiServer(create_app(runtime), port=server.port)
+
+
+@pytest.mark.parametrize("path", ["/health", "/ready", "/metrics", "/streams", "/nope"])
+@pytest.mark.parametrize("header", [None, "Bearer wrong-token", f"Basic {TOKEN}", TOKEN])
+def test_requests_without_the_token_are_refused(
+    server: ApiServer, path: str, header: str | None
+) -> None:
+    with Client(base_url=server.url, timeout=20) as anonymous:
+        response = anonymous.get(path, headers={"Authorization": header} if header else {})
+    assert response.status_code == 401
+    assert response.json() == {
+        "error": "missing or wrong bearer token (Authorization: Bearer <token>)"
+    }
+    assert response.headers["WWW-Authenticate"] == "Bearer"
+
+
+def test_with_the_token_every_endpoint_answers(client: Client) -> None:
+    assert client.get("/health").json() == {"status": "ok"}
+    deadline = time.monotonic() + 10
+    while client.get("/ready").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.get("/ready").json() == {"ready": True, "reasons": []}
+    assert "vstream_stream_frames_processed_total" in client.get("/metrics").text
+    assert [s["id"] for s in client.get("/streams").json()["streams"]] == ["cam1"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "message"),
+    [
+        ("get", "/nope", None, 404, "no such endpoint: /nope"),
+        ("put", "/streams", None, 405, "PUT is not allowed on /streams"),
+        ("post", "/streams", b"{not json", 400, "the body is not valid JSON: "),
+        ("post", "/streams", b"[1, 2]", 400, "the body must be a JSON object describing a source"),
+        ("post", "/streams", b'{"uri": "clip.mp4"}', 400, "say which pipeline: 'pipeline' is"),
+        (
+            "post",
+            "/streams",
+            b'{"pipeline": "main", "uri": "clip.mp4"}',
+            400,
+            "id: missing required key 'id'",
+        ),
+        (
+            "post",
+            "/streams",
+            b'{"pipeline": "nope", "id": "x", "uri": "clip.mp4"}',
+            404,
+            "no pipeline 'nope'; choose from main, other",
+        ),
+        (
+            "post",
+            "/streams",
+            b'{"pipeline": "main", "id": "x", "uri": "gone.mp4"}',
+            400,
+            "uri: video file not found: ",
+        ),
+        (
+            "post",
+            "/streams",
+            b'{"pipeline": "main", "id": "x", "uri": "clip.mp4", "stride": 0}',
+            400,
+            "stride: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            "post",
+            "/streams",
+            b'{"pipeline": "other", "id": "cam1", "uri": "clip.mp4"}',
+            409,
+            "a stream with id 'cam1' is already running",
+        ),
+        ("delete", "/streams/nope", None, 404, "no stream 'nope'"),
+        ("get", "/streams/nope", None, 404, "no stream 'nope'"),
+    ],
+)
+def test_every_bad_request_gets_a_json_error(
+    client: Client, method: str, path: str, body: bytes | None, status: int, message: str
+) -> None:
+    response = client.request(method.upper(), path, content=body)
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    assert message in response.json()["error"]
+
+
+def test_credentials_never_appear_in_responses_metrics_or_logs(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    uri = f"rtsp://{CREDENTIALS}@127.0.0.1:9/live"
+    added = client.post("/streams", json={"pipeline": "other", "id": "door", "uri": uri})
+    assert added.status_code == 201, added.text
+    assert added.json()["uri"] == "rtsp://***@127.0.0.1:9/live"
+    time.sleep(1.0)  # let it try to connect and fail, and log that
+    shown = [
+        client.get("/streams").text,
+        client.get("/streams/door").text,
+        client.get("/metrics").text,
+        client.get("/ready").text,
+        client.delete("/streams/door").text,
+        client.post(
+            "/streams", json={"pipeline": "other", "id": "d", "uri": uri.replace(":9/", ":9x/")}
+        ).text,
+    ]
+    assert "bad port in rtsp://***@127.0.0.1:9x/live" in shown[-1]
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "door" in logged and "rtsp://***@127.0.0.1:9/live" in logged
+    for text in [*shown, logged]:
+        assert SECRET not in text and "camuser" not in text
+
+
+def test_a_stream_added_to_one_pipeline_does_not_touch_the_other(
+    client: Client, runtime: Runtime
+) -> None:
+    before = runtime.pipelines["main"].streams["cam1"].frames_processed
+    added = client.post("/streams", json={"pipeline": "other", "id": "cam9", "uri": "clip.mp4"})
+    assert added.status_code == 201 and added.json()["pipeline"] == "other"
+    deadline = time.monotonic() + 10
+    while client.get("/streams/cam9").json()["state"] != "finished":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    removed = client.delete("/streams/cam9").json()["removed"]
+    assert removed["frames_processed"] == 10 and removed["frames_dropped"] == 0
+    assert runtime.pipelines["main"].streams["cam1"].frames_processed > before

@@ -1,0 +1,363 @@
+"""Sinks: buffering, retries and drops, JSON Lines rotation, and the real MQTT, Redis, HTTP."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import redis
+
+from vstream.results import Detection, FrameResult
+from vstream.sinks import BufferedSink, DeliveryError, JsonLinesSink, RetryPolicy
+from vstream.sinks.mqtt import MqttTransport
+from vstream.sinks.redis_streams import RedisStreamTransport
+from vstream.sinks.webhook import WebhookTransport
+
+if TYPE_CHECKING:
+    from servers import Server, Subscriber
+
+pytest_plugins = ("servers",)
+
+FAST_RETRY = RetryPolicy(initial_delay_seconds=0.02, max_delay_seconds=0.1)
+
+
+def result(frame: int, stream: str = "cam", detections: int = 1) -> FrameResult:
+    dets = tuple(
+        Detection((1.0 + i, 2.0, 30.5, 40.25), 0.9, i, f"class{i}") for i in range(detections)
+    )
+    return FrameResult(stream, frame, frame / 25, 320, 240, dets)
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+class FlakyTransport:
+    """Fails while ``down`` is set or for its first ``failures`` attempts; keeps the rest."""
+
+    def __init__(self, failures: int = 0, delay: float = 0.0) -> None:
+        self.failures, self.delay = failures, delay
+        self.down = threading.Event()
+        self.received: list[dict] = []
+        self.attempts = 0
+        self.closed = False
+
+    def send(self, records: Sequence[dict]) -> None:
+        self.attempts += 1
+        time.sleep(self.delay)
+        if self.down.is_set() or self.attempts <= self.failures:
+            raise DeliveryError("destination down")
+        self.received.extend(records)
+
+    def close(self, timeout: float) -> int:
+        self.closed = True
+        return 0
+
+
+def test_retries_until_delivered_in_order() -> None:
+    transport = FlakyTransport(failures=3)
+    sink = BufferedSink(transport, name="t", retry=FAST_RETRY)
+    sink.write([result(i) for i in range(5)])
+    assert wait_until(lambda: len(transport.received) == 5)
+    sink.close()
+    assert [r["frame"] for r in transport.received] == list(range(5))
+    assert (sink.stats.failures, sink.stats.retries, sink.stats.dropped) == (3, 3, 0)
+    assert sink.stats.delivered == 5 and transport.closed
+
+
+def test_partial_delivery_is_not_sent_twice() -> None:
+    class HalfTransport(FlakyTransport):
+        def send(self, records: Sequence[dict]) -> None:
+            self.attempts += 1
+            if self.attempts == 1:
+                self.received.extend(records[:2])
+                raise DeliveryError("connection lost", delivered=2)
+            self.received.extend(records)
+
+    transport = HalfTransport()
+    sink = BufferedSink(transport, name="t", retry=FAST_RETRY)
+    sink.write([result(i) for i in range(5)])
+    sink.close()
+    assert [r["frame"] for r in transport.received] == list(range(5))
+    assert sink.stats.delivered == 5
+
+
+def test_overflow_drops_oldest_and_counts_them() -> None:
+    transport = FlakyTransport()
+    transport.down.set()
+    sink = BufferedSink(transport, name="t", capacity=10, batch_records=4, retry=FAST_RETRY)
+    sink.write([result(0)])
+    assert wait_until(lambda: transport.attempts >= 1)  # frame 0 is now held by the sender
+    for i in range(1, 26):
+        sink.write([result(i)])
+    assert sink.buffered == 10
+    transport.down.clear()
+    assert wait_until(lambda: sink.buffered == 0)
+    sink.close()
+    frames = [r["frame"] for r in transport.received]
+    assert frames == [0, *range(16, 26)]
+    assert sink.stats.dropped == 15
+    assert sink.stats.delivered + sink.stats.dropped == 26
+
+
+def test_a_slow_destination_never_blocks_the_writer() -> None:
+    transport = FlakyTransport(delay=0.5)
+    sink = BufferedSink(transport, name="slow", capacity=100, batch_records=10)
+    started = time.perf_counter()
+    for i in range(300):
+        sink.write([result(i)])
+    assert time.perf_counter() - started < 0.2
+    assert sink.stats.dropped >= 300 - 100 - 10
+    sink.flush_timeout = 0.1
+    sink.close()
+    assert sink.stats.delivered + sink.stats.dropped == 300
+
+
+def test_close_flushes_everything_buffered() -> None:
+    transport = FlakyTransport(delay=0.01)
+    sink = BufferedSink(transport, name="t", batch_records=7)
+    sink.write([result(i) for i in range(100)])
+    sink.close()
+    assert [r["frame"] for r in transport.received] == list(range(100))
+    assert sink.stats.dropped == 0
+
+
+def test_close_gives_up_after_the_flush_timeout_and_counts() -> None:
+    transport = FlakyTransport()
+    transport.down.set()
+    sink = BufferedSink(transport, name="t", retry=FAST_RETRY, flush_timeout=0.3)
+    sink.write([result(i) for i in range(20)])
+    started = time.monotonic()
+    sink.close()
+    assert time.monotonic() - started < 3
+    assert sink.stats.dropped == 20 and sink.stats.delivered == 0
+
+
+def test_rejected_and_exhausted_batches_are_dropped_and_counted() -> None:
+    class Rejecting(FlakyTransport):
+        def send(self, records: Sequence[dict]) -> None:
+            self.attempts += 1
+            raise DeliveryError("HTTP 400", retryable=False)
+
+    rejecting = BufferedSink(Rejecting(), name="r", retry=FAST_RETRY)
+    rejecting.write([result(i) for i in range(3)])
+    rejecting.close()
+    assert (rejecting.stats.dropped, rejecting.stats.failures, rejecting.stats.retries) == (3, 1, 0)
+
+    down = FlakyTransport()
+    down.down.set()
+    limited = BufferedSink(
+        down, name="l", retry=RetryPolicy(0.01, 0.02, max_attempts=3), flush_timeout=5
+    )
+    limited.write([result(0)])
+    limited.close()
+    assert (limited.stats.dropped, down.attempts) == (1, 3)
+
+
+def test_events_only_keeps_frames_with_detections() -> None:
+    transport = FlakyTransport()
+    sink = BufferedSink(transport, name="events", events_only=True)
+    sink.write([result(0, detections=0), result(1), result(2, detections=0), result(3)])
+    sink.close()
+    assert [r["frame"] for r in transport.received] == [1, 3]
+
+
+def test_jsonl_rotates_by_size_and_keeps_n_files(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = JsonLinesSink(path, rotate_bytes=1000, keep=2)
+    for i in range(40):
+        sink.write([result(i)])
+    sink.close()
+    files = [path, path.with_name("out.jsonl.1"), path.with_name("out.jsonl.2")]
+    assert all(f.exists() for f in files) and not path.with_name("out.jsonl.3").exists()
+    frames = [
+        json.loads(line)["frame"] for f in reversed(files) for line in f.read_text().splitlines()
+    ]
+    assert frames == sorted(frames) and frames[-1] == 39
+    assert all(f.stat().st_size < 1000 + 200 for f in files)
+
+
+def test_jsonl_rotates_by_time(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    sink = JsonLinesSink(path, rotate_seconds=0.2)
+    sink.write([result(0)])
+    time.sleep(0.3)
+    sink.write([result(1)])
+    sink.close()
+    assert json.loads(path.with_name("out.jsonl.1").read_text())["frame"] == 0
+    assert json.loads(path.read_text())["frame"] == 1
+
+
+def test_stdout_sink_writes_one_record_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    sink = JsonLinesSink(None)
+    sink.write([result(0), result(1, detections=0)])
+    sink.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line) for line in lines] == [
+        result(0).to_record(),
+        result(1, detections=0).to_record(),
+    ]
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """Answers with the next planned status (200 when the plan is empty)."""
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        server = self.server
+        status, delay = server.plan.pop(0) if server.plan else (200, 0.0)  # type: ignore[attr-defined]
+        time.sleep(delay)
+        if status == 200:
+            server.bodies.append((self.headers.get("Authorization"), json.loads(body)))  # type: ignore[attr-defined]
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def webhook_server() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    server.plan, server.bodies = [], []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_webhook_posts_batches_and_retries_server_errors_and_timeouts(
+    webhook_server: ThreadingHTTPServer,
+) -> None:
+    webhook_server.plan += [(503, 0.0), (200, 1.0), (400, 0.0)]  # type: ignore[attr-defined]
+    url = f"http://127.0.0.1:{webhook_server.server_port}/hook"
+    transport = WebhookTransport(url=url, timeout=0.5, headers={"Authorization": "Bearer abc"})
+    sink = BufferedSink(transport, name="hook", batch_records=50, retry=FAST_RETRY)
+    sink.write([result(i) for i in range(10)])
+    assert wait_until(lambda: webhook_server.bodies)  # type: ignore[attr-defined]
+    # 503: retried; the slow 200 timed out: retried; then the 400 rejected the batch.
+    assert (sink.stats.failures, sink.stats.dropped) == (3, 10)
+    sink.write([result(i) for i in range(10, 15)])
+    sink.close()
+    # The receiver that answered too late did get frames 0-9: webhooks are at least once.
+    bodies = webhook_server.bodies  # type: ignore[attr-defined]
+    assert [[r["frame"] for r in records] for _, records in bodies] == [
+        list(range(10)),
+        list(range(10, 15)),
+    ]
+    assert {auth for auth, _ in bodies} == {"Bearer abc"}
+    assert bodies[1][1][0] == result(10).to_record()
+
+
+def test_mqtt_records_arrive_intact_in_order_per_stream(
+    mqtt_broker: Server, subscribe: Callable[[int], Subscriber]
+) -> None:
+    subscriber = subscribe(mqtt_broker.port)
+    transport = MqttTransport(host="127.0.0.1", port=mqtt_broker.port, qos=1)
+    sink = BufferedSink(transport, name="mqtt", batch_records=16)
+    sent = [result(i // 2, stream=f"cam{i % 2}") for i in range(200)]
+    for i in range(0, 200, 4):
+        sink.write(sent[i : i + 4])
+    sink.close()
+    received = subscriber.wait_for(200)
+    assert sink.stats.delivered == 200 and sink.stats.dropped == 0
+    assert len(received) == 200
+    for stream in ("cam0", "cam1"):
+        got = [payload for topic, payload in received if topic == f"vstream/{stream}"]
+        assert got == [r.to_record() for r in sent if r.stream_id == stream]
+
+
+def test_redis_records_arrive_intact_in_order_and_trimmed(redis_broker: Server) -> None:
+    url = f"redis://127.0.0.1:{redis_broker.port}/0"
+    transport = RedisStreamTransport(url=url, maxlen=50, approximate=False)
+    sink = BufferedSink(transport, name="redis", batch_records=25)
+    sent = [result(i // 2, stream=f"cam{i % 2}") for i in range(300)]
+    sink.write(sent)
+    sink.close()
+    client = redis.Redis.from_url(url)
+    try:
+        for stream in ("cam0", "cam1"):
+            entries = client.xrange(f"vstream:{stream}")
+            assert len(entries) == 50
+            records = [json.loads(fields[b"record"]) for _, fields in entries]
+            expected = [r.to_record() for r in sent if r.stream_id == stream][-50:]
+            assert records == expected
+            assert [int(fields[b"frame"]) for _, fields in entries] == [
+                r["frame"] for r in expected
+            ]
+    finally:
+        client.close()
+    assert sink.stats.delivered == 300
+
+
+def _feed(sink: BufferedSink, stop: threading.Event, written: list[int]) -> None:
+    """Write one record every 5 ms, like a pipeline at 200 fps, timing each write."""
+    frame = 0
+    while not stop.is_set():
+        started = time.perf_counter()
+        sink.write([result(frame)])
+        written.append(time.perf_counter() - started)
+        frame += 1
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("kind", ["mqtt", "redis"])
+def test_broker_restart_resumes_delivery_and_counts_drops(
+    kind: str, request: pytest.FixtureRequest, subscribe: Callable[[int], Subscriber]
+) -> None:
+    broker: Server = request.getfixturevalue(f"{kind}_broker")
+    subscriber = subscribe(broker.port) if kind == "mqtt" else None
+    if kind == "mqtt":
+        transport = MqttTransport(host="127.0.0.1", port=broker.port, qos=1, ack_timeout=1.0)
+    else:
+        transport = RedisStreamTransport(url=f"redis://127.0.0.1:{broker.port}/0", timeout=1.0)
+    sink = BufferedSink(
+        transport, name=kind, capacity=50, batch_records=10, retry=FAST_RETRY, flush_timeout=5
+    )
+    stop, write_times = threading.Event(), []
+    feeder = threading.Thread(target=_feed, args=(sink, stop, write_times), daemon=True)
+    feeder.start()
+    try:
+        assert wait_until(lambda: sink.stats.delivered >= 50)
+        broker.kill()
+        assert wait_until(lambda: sink.stats.dropped > 0)
+        delivered_while_down = sink.stats.delivered
+        broker.start()
+        assert wait_until(lambda: sink.stats.delivered > delivered_while_down + 100, timeout=15)
+    finally:
+        stop.set()
+        feeder.join(5)
+        sink.close()
+    stats = sink.stats
+    assert stats.failures > 0 and stats.retries > 0 and stats.dropped > 0
+    assert stats.delivered + stats.dropped == len(write_times)
+    # A write that waited for the dead broker would take at least the 1 s ack/socket timeout;
+    # the bound leaves room for scheduling noise on a loaded 2-core machine.
+    assert max(write_times) < 0.5, "a write waited for the broker"
+    if subscriber is not None:
+        received = subscriber.received()
+        frames = [payload["frame"] for _, payload in received]
+        first_seen = list(dict.fromkeys(frames))  # QoS 1 may deliver a frame twice
+        assert first_seen == sorted(first_seen) and frames[-1] == len(write_times) - 1
+    else:
+        client = redis.Redis(port=broker.port)
+        entries = client.xrange("vstream:cam")
+        client.close()
+        frames = [int(fields[b"frame"]) for _, fields in entries]
+        assert frames == sorted(set(frames)) and frames[-1] == len(write_times) - 1

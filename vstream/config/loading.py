@@ -1,0 +1,292 @@
+"""Reading a pipelines file: YAML with line numbers, ``${ENV}`` interpolation, precise errors.
+
+The YAML is composed into nodes first so that every key and item keeps the
+line it came from; pydantic's error locations are then mapped back to those
+lines. Interpolation happens on string scalars only, after parsing, so a
+secret's content can never change the structure of the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from vstream.config.models import SINK_TYPES, SourceConfig, VstreamConfig
+from vstream.errors import VstreamError
+from vstream.uri import redact_uri
+
+Loc = tuple[str | int, ...]
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_SECRET_KEYS = {"password", "token", "headers", "username"}
+"""Keys whose values are never quoted in an error."""
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One problem in a config: where (key path, line) and what."""
+
+    path: str
+    line: int | None
+    message: str
+
+    def format(self, source: str | None = None) -> str:
+        place = f"{source}:{self.line}: " if source and self.line else ""
+        where = f"{self.path}: " if self.path else ""
+        return f"{place}{where}{self.message}"
+
+
+class ConfigError(VstreamError):
+    """A config that cannot be used; ``issues`` lists every problem found."""
+
+    def __init__(self, issues: list[ConfigIssue], source: str | None = None) -> None:
+        self.issues = issues
+        self.source = source
+        first = issues[0].format(source)
+        more = f" (and {len(issues) - 1} more; see vstream validate)" if len(issues) > 1 else ""
+        super().__init__(first + more)
+
+    def lines(self) -> list[str]:
+        return [issue.format(self.source) for issue in self.issues]
+
+
+def format_path(loc: Loc) -> str:
+    """``('pipelines', 0, 'sinks')`` -> ``pipelines[0].sinks``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+class _Document:
+    """Plain data built from YAML nodes, with the line of every key path."""
+
+    def __init__(self) -> None:
+        self.lines: dict[Loc, int] = {}
+        self.issues: list[ConfigIssue] = []
+        self._constructor = yaml.SafeLoader("")
+
+    def build(self, node: yaml.Node, loc: Loc) -> Any:
+        self.lines.setdefault(loc, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, loc)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, (*loc, i)) for i, item in enumerate(node.value)]
+        value = self._constructor.construct_object(node, deep=True)
+        if isinstance(value, str) and "${" in value:
+            return self._interpolate(value, loc, node.start_mark.line + 1)
+        return value
+
+    def _mapping(self, node: yaml.MappingNode, loc: Loc) -> dict[Any, Any]:
+        result: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                merged = self.build(value_node, loc)
+                for part in merged if isinstance(merged, list) else [merged]:
+                    if isinstance(part, dict):
+                        for key, value in part.items():
+                            result.setdefault(key, value)
+                continue
+            key = self._constructor.construct_object(key_node, deep=True)
+            if not isinstance(key, str | int) or isinstance(key, bool):
+                self.issues.append(
+                    ConfigIssue(format_path(loc), key_node.start_mark.line + 1, "keys must be text")
+                )
+                continue
+            line = key_node.start_mark.line + 1
+            if key in result:
+                self.issues.append(ConfigIssue(format_path((*loc, key)), line, "duplicate key"))
+            self.lines[(*loc, key)] = line
+            result[key] = self.build(value_node, (*loc, key))
+        return result
+
+    def _interpolate(self, value: str, loc: Loc, line: int) -> str:
+        def substitute(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            self.issues.append(
+                ConfigIssue(
+                    format_path(loc),
+                    line,
+                    f"environment variable {name} is not set (write ${{{name}:-default}} "
+                    "for a default)",
+                )
+            )
+            return ""
+
+        return _ENV.sub(substitute, value)
+
+
+def parse_yaml(text: str, source: str | None = None) -> tuple[Any, dict[Loc, int]]:
+    """The data in ``text`` and the line of each key path; raises :class:`ConfigError`."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        line = mark.line + 1 if mark is not None else None
+        raise ConfigError([ConfigIssue("", line, f"invalid YAML: {problem}")], source) from None
+    if node is None:
+        raise ConfigError([ConfigIssue("", 1, "the file is empty")], source)
+    document = _Document()
+    data = document.build(node, ())
+    if document.issues:
+        raise ConfigError(document.issues, source)
+    return data, document.lines
+
+
+def _line_of(loc: Loc, lines: Mapping[Loc, int]) -> int | None:
+    """The line of the deepest part of ``loc`` present in the file."""
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return None
+
+
+def _data_loc(loc: Loc, data: Any) -> Loc:
+    """``loc`` without the tags pydantic adds for tagged unions (a sink's ``type``)."""
+    kept: list[str | int] = []
+    for part in loc:
+        if isinstance(data, dict) and part not in data and data.get("type") == part:
+            continue
+        kept.append(part)
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        else:
+            data = None
+    return tuple(kept)
+
+
+def _allowed_keys(model: type[BaseModel], loc: Loc, data: Any) -> list[str] | None:
+    """The keys the model at ``loc`` accepts, to suggest them for an unknown key."""
+    annotation: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            data = data[part] if isinstance(data, list) and 0 <= part < len(data) else None
+            continue
+        current = _model_in(annotation, data)
+        field = current.model_fields.get(part) if current is not None else None
+        if field is None or not isinstance(data, dict):
+            return None
+        annotation, data = field.annotation, data.get(part)
+    current = _model_in(annotation, data)
+    return list(current.model_fields) if current is not None else None
+
+
+def _model_in(annotation: Any, data: Any) -> Any:
+    """The BaseModel class inside ``list[X]``, ``X | None`` or a tagged union, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) + getattr(annotation, "__metadata__", ()):
+        found = _model_in(arg, data)
+        if found is None:
+            continue
+        tag = found.model_fields.get("type")
+        if tag is None or not isinstance(data, dict) or data.get("type") in tag.annotation.__args__:
+            return found
+    return None
+
+
+def _message(error: Mapping[str, Any], loc: Loc, model: type[BaseModel], data: Any) -> str:
+    kind = error["type"]
+    value = error.get("input")
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(model, loc, data)
+        hint = f"; expected one of: {', '.join(allowed)}" if allowed else ""
+        return f"unknown key {loc[-1]!r}{hint}"
+    if kind == "missing":
+        return f"missing required key {loc[-1]!r}"
+    if kind == "union_tag_invalid":
+        return f"unknown sink type {error['ctx']['tag']!r}; choose from {', '.join(SINK_TYPES)}"
+    if kind == "union_tag_not_found":
+        return f"missing key 'type'; choose from {', '.join(SINK_TYPES)}"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if kind.endswith(("_type", "_parsing", "enum", "literal_error")) or kind in (
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "string_pattern_mismatch",
+        "too_short",
+    ):
+        secret = any(part in _SECRET_KEYS for part in loc)
+        shown = redact_uri(value) if isinstance(value, str) else value
+        if not secret and not isinstance(shown, dict | list):
+            message += f" (got {shown!r})"
+    return message
+
+
+def issues_from(
+    exc: ValidationError,
+    data: Any,
+    lines: Mapping[Loc, int],
+    model: type[BaseModel],
+) -> list[ConfigIssue]:
+    """pydantic's errors as config issues with key paths and lines."""
+    issues: list[ConfigIssue] = []
+    for error in exc.errors(include_url=False):
+        loc = _data_loc(tuple(error["loc"]), data)
+        if error["type"] == "union_tag_invalid":
+            loc = (*loc, "type")
+        issue = ConfigIssue(
+            format_path(loc),
+            _line_of(loc, lines),
+            _message(error, loc, model, data),
+        )
+        if issue not in issues:
+            issues.append(issue)
+    return issues
+
+
+def load_config(path: str | Path) -> VstreamConfig:
+    """Read and validate a pipelines file; every problem is in the :class:`ConfigError`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise VstreamError(f"cannot read config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise VstreamError(f"cannot read config {path}: not UTF-8 text") from None
+    return parse_config(text, source=str(path), base_dir=path.resolve().parent)
+
+
+def parse_config(
+    text: str, *, source: str | None = None, base_dir: Path | None = None
+) -> VstreamConfig:
+    """Validate a pipelines file given as text (see :func:`load_config`)."""
+    data, lines = parse_yaml(text, source)
+    if not isinstance(data, dict):
+        raise ConfigError([ConfigIssue("", 1, "must be a mapping with a 'pipelines' key")], source)
+    try:
+        return VstreamConfig.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
+    except ValidationError as exc:
+        raise ConfigError(issues_from(exc, data, lines, VstreamConfig), source) from None
+
+
+def parse_source(data: Any, *, base_dir: Path | None = None) -> SourceConfig:
+    """Validate one source given as data (``POST /streams``)."""
+    try:
+        return SourceConfig.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
+    except ValidationError as exc:
+        raise ConfigError(issues_from(exc, data, {}, SourceConfig)) from None
+
+
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema of a pipelines file, for editors."""
+    schema = VstreamConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "vstream pipelines"
+    return schema

@@ -1,0 +1,150 @@
+"""Prometheus metrics of one vstream process.
+
+Each process (each :class:`Metrics`) has its own registry, so tests and
+embedding programs never see each other's numbers. Stream and sink figures are
+read from the runtime when ``/metrics`` is scraped, so a removed stream simply
+stops being reported; latency and batch-size histograms are observed by the
+inference loops. Labels are pipeline, stream and sink *names*, never a URI, so
+credentials cannot leak into metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from vstream.sources.base import SourceState
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class StreamSample:
+    """One stream's figures at scrape time."""
+
+    pipeline: str
+    stream: str
+    state: str
+    frames_decoded: int
+    frames_processed: int
+    frames_dropped: int
+    reconnects: int
+    fps: float
+    frame_age_seconds: float | None
+
+
+@dataclass(frozen=True)
+class SinkSample:
+    """One sink's counters at scrape time."""
+
+    pipeline: str
+    sink: str
+    delivered: int
+    retries: int
+    failures: int
+    dropped: int
+    buffered: int
+
+
+Samples = Callable[[], tuple[Iterable[StreamSample], Iterable[SinkSample]]]
+
+
+class _RuntimeCollector(Collector):
+    def __init__(self, samples: Samples) -> None:
+        self._samples = samples
+
+    def collect(self) -> Iterator[Metric]:
+        streams, sinks = self._samples()
+        streams, sinks = list(streams), list(sinks)
+        labels = ["pipeline", "stream"]
+        counters = {
+            "frames_decoded": "Frames the source decoded",
+            "frames_processed": "Frames that went through the model",
+            "frames_dropped": "Frames dropped before inference (freshness policy, errors)",
+            "reconnects": "Reconnections of a live source",
+        }
+        for field, doc in counters.items():
+            family = CounterMetricFamily(f"vstream_stream_{field}", doc, labels=labels)
+            for s in streams:
+                family.add_metric([s.pipeline, s.stream], getattr(s, field))
+            yield family
+        fps = GaugeMetricFamily("vstream_stream_fps", "Frames processed per second", labels=labels)
+        age = GaugeMetricFamily(
+            "vstream_stream_frame_age_seconds",
+            "Time from a frame's capture (or arrival) to its result, latest frame",
+            labels=labels,
+        )
+        state = GaugeMetricFamily(
+            "vstream_stream_state", "1 for the stream's current state", labels=[*labels, "state"]
+        )
+        for s in streams:
+            fps.add_metric([s.pipeline, s.stream], s.fps)
+            if s.frame_age_seconds is not None:
+                age.add_metric([s.pipeline, s.stream], s.frame_age_seconds)
+            for option in SourceState:
+                state.add_metric(
+                    [s.pipeline, s.stream, option.value], float(s.state == option.value)
+                )
+        yield from (fps, age, state)
+        sink_labels = ["pipeline", "sink"]
+        sink_counters = {
+            "delivered": "Records the destination accepted",
+            "retries": "Delivery attempts made again after a failure",
+            "failures": "Failed delivery attempts",
+            "dropped": "Records given up (buffer overflow, rejected, unsent at shutdown)",
+        }
+        for field, doc in sink_counters.items():
+            name = (
+                f"vstream_sink_records_{field}"
+                if field in ("delivered", "dropped")
+                else (f"vstream_sink_{field}")
+            )
+            family = CounterMetricFamily(name, doc, labels=sink_labels)
+            for k in sinks:
+                family.add_metric([k.pipeline, k.sink], getattr(k, field))
+            yield family
+        buffered = GaugeMetricFamily(
+            "vstream_sink_buffered_records", "Records waiting to be sent", labels=sink_labels
+        )
+        for k in sinks:
+            buffered.add_metric([k.pipeline, k.sink], k.buffered)
+        yield buffered
+
+
+class Metrics:
+    """The registry of one process and the metrics observed directly by inference loops."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.inference_latency = Histogram(
+            "vstream_inference_latency_seconds",
+            "Time of one batch through preprocessing, the model and postprocessing",
+            ["pipeline"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=self.registry,
+        )
+        self.batch_size = Histogram(
+            "vstream_inference_batch_size",
+            "Frames per inference batch",
+            ["pipeline"],
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=self.registry,
+        )
+        self.inference_errors = Counter(
+            "vstream_inference_errors",
+            "Batches whose inference failed (their frames have no records)",
+            ["pipeline"],
+            registry=self.registry,
+        )
+
+    def watch(self, samples: Samples) -> None:
+        """Report the stream and sink figures ``samples`` returns at each scrape."""
+        self.registry.register(_RuntimeCollector(samples))
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)

@@ -1,0 +1,45 @@
+"""What every sink shares: the record type, the transport contract, delivery errors.
+
+A *transport* knows how to put records somewhere (a file, a broker, a URL);
+:class:`~vstream.sinks.buffered.BufferedSink` runs one off the inference
+thread with a bounded buffer, retries and counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+Record = dict[str, Any]
+"""One frame's record, as :meth:`vstream.results.FrameResult.to_record` makes it."""
+
+
+class DeliveryError(Exception):
+    """A transport could not deliver all of a batch.
+
+    ``delivered`` records at the head of the batch did get through and must
+    not be sent again; ``retryable`` is False when sending the rest again
+    cannot help (e.g. an HTTP 400), so the rest is dropped and counted.
+    """
+
+    def __init__(self, message: str, *, delivered: int = 0, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.delivered = delivered
+        self.retryable = retryable
+
+
+class Transport(Protocol):
+    """Puts batches of records somewhere; raising means "not (all) delivered"."""
+
+    def send(self, records: Sequence[Record]) -> None: ...
+
+    def close(self, timeout: float) -> int:
+        """Release resources; return how many accepted records were never confirmed."""
+        ...
+
+
+def stream_key(template: str, record: Record, pipeline: str) -> str:
+    """A per-stream topic or key from a template with ``{stream}`` and ``{pipeline}``."""
+    return template.replace("{stream}", str(record.get("stream", ""))).replace(
+        "{pipeline}", pipeline
+    )

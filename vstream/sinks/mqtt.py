@@ -1,0 +1,159 @@
+"""MQTT output (paho-mqtt): one message per frame record, on a topic per stream."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+from vstream.sinks.base import DeliveryError, Record, stream_key
+
+log = logging.getLogger("vstream.sinks")
+
+
+class MqttTransport:
+    """Publishes records to an MQTT broker; paho's network thread reconnects in the background.
+
+    Nothing is published while the client is disconnected, so records wait in
+    the :class:`~vstream.sinks.buffered.BufferedSink` buffer, where overflow is
+    counted. With QoS 1 or 2 a message paho has accepted is re-sent by paho
+    after a reconnection (at least once), so it is never published twice by
+    vstream; :meth:`send` waits for the broker's acknowledgements so a slow
+    broker slows the sender, not the pipeline.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int = 1883,
+        topic: str = "vstream/{stream}",
+        qos: int = 1,
+        pipeline: str = "",
+        username: str | None = None,
+        password: str | None = None,
+        client_id: str | None = None,
+        keepalive_seconds: int = 30,
+        tls: bool = False,
+        ack_timeout: float = 10.0,
+        max_queued: int = 1000,
+    ) -> None:
+        self.host, self.port, self.topic, self.qos = host, port, topic, qos
+        self.pipeline = pipeline
+        self.ack_timeout = ack_timeout
+        self._acked = threading.Condition()
+        self._unconfirmed: deque[mqtt.MQTTMessageInfo] = deque()
+        self.client = mqtt.Client(
+            callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
+            client_id=client_id or "",
+            protocol=mqtt.MQTTv311,
+        )
+        if username is not None:
+            self.client.username_pw_set(username, password)
+        if tls:
+            self.client.tls_set()
+        self.client.reconnect_delay_set(min_delay=1, max_delay=5)
+        self.client.max_inflight_messages_set(max(20, max_queued // 10))
+        self.client.max_queued_messages_set(max_queued)
+        self.client.on_publish = self._on_publish
+        self.client.on_connect = self._on_connect
+        self.client.on_disconnect = self._on_disconnect
+        self.client.connect_async(host, port, keepalive=keepalive_seconds)
+        self.client.loop_start()
+
+    @property
+    def address(self) -> str:
+        return f"mqtt broker {self.host}:{self.port}"
+
+    def _on_connect(
+        self,
+        client: mqtt.Client,
+        userdata: object,
+        flags: mqtt.ConnectFlags,
+        reason_code: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        if reason_code.is_failure:
+            log.warning("%s refused the connection: %s", self.address, reason_code)
+        else:
+            log.info("connected to %s", self.address)
+
+    def _on_disconnect(
+        self,
+        client: mqtt.Client,
+        userdata: object,
+        flags: mqtt.DisconnectFlags,
+        reason_code: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        log.info("disconnected from %s: %s", self.address, reason_code)
+
+    def _on_publish(
+        self,
+        client: mqtt.Client,
+        userdata: object,
+        mid: int,
+        reason_code: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
+        with self._acked:
+            self._acked.notify_all()
+
+    def send(self, records: Sequence[Record]) -> None:
+        if not self.client.is_connected():
+            raise DeliveryError(f"not connected to {self.address}")
+        infos = []
+        for i, record in enumerate(records):
+            payload = json.dumps(record, separators=(",", ":"))
+            info = self.client.publish(
+                stream_key(self.topic, record, self.pipeline), payload, qos=self.qos
+            )
+            taken = info.rc == mqtt.MQTT_ERR_SUCCESS or (
+                # paho keeps QoS 1/2 messages and sends them once it is connected again.
+                self.qos > 0 and info.rc == mqtt.MQTT_ERR_NO_CONN
+            )
+            if not taken:
+                raise DeliveryError(
+                    f"{self.address}: {mqtt.error_string(info.rc)}", delivered=self._track(infos, i)
+                )
+            infos.append(info)
+        self._track(infos, len(infos))
+        if self.qos > 0:
+            self._wait_acknowledged(time.monotonic() + self.ack_timeout, while_connected=True)
+
+    def _track(self, infos: list[mqtt.MQTTMessageInfo], count: int) -> int:
+        if self.qos > 0:
+            self._unconfirmed.extend(infos[:count])
+        return count
+
+    def _wait_acknowledged(self, deadline: float, *, while_connected: bool = False) -> bool:
+        """Wait until the broker acknowledged every accepted message or ``deadline`` passed.
+
+        With ``while_connected`` the wait also ends when the connection is lost:
+        paho re-sends those messages after reconnecting, nothing is gained by waiting.
+        """
+        with self._acked:
+            while self._unconfirmed:
+                if self._unconfirmed[0].is_published():
+                    self._unconfirmed.popleft()
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (while_connected and not self.client.is_connected()):
+                    return False
+                self._acked.wait(min(remaining, 0.5))
+        return True
+
+    def close(self, timeout: float) -> int:
+        """Wait for outstanding acknowledgements, disconnect; return how many never came."""
+        self._wait_acknowledged(time.monotonic() + timeout)
+        unconfirmed = sum(1 for info in self._unconfirmed if not info.is_published())
+        self.client.disconnect()
+        self.client.loop_stop()
+        return unconfirmed
