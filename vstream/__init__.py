@@ -18,7 +18,15 @@ from vstream.pipeline import Detector, RunSummary, run_detection
 from vstream.postprocess import OutputFormat
 from vstream.results import Detection, FrameResult
 from vstream.sinks import JsonLinesSink
-from vstream.sources import VideoFileSource
+from vstream.sources import (
+    FreshnessPolicy,
+    ReconnectPolicy,
+    Source,
+    SourceOptions,
+    SourceState,
+    VideoFileSource,
+    open_source,
+)
 
 __version__ = "0.1.0"
 
@@ -30,16 +38,22 @@ __all__ = [
     "Detector",
     "Frame",
     "FrameResult",
+    "FreshnessPolicy",
     "JsonLinesSink",
     "ModelError",
     "OutputFormat",
     "PixelFormat",
+    "ReconnectPolicy",
     "RunSummary",
+    "Source",
     "SourceError",
+    "SourceOptions",
+    "SourceState",
     "VideoFileSource",
     "VstreamError",
     "__version__",
     "assets",
     "evaluate",
+    "open_source",
     "run_detection",
 ]
