@@ -110,7 +110,7 @@ def test_random_bytes_named_mp4(tmp_path: Path) -> None:
     fake = tmp_path / "noise.mp4"
     fake.write_bytes(np.random.default_rng(0).integers(0, 256, 50_000, dtype=np.uint8).tobytes())
     result = run_cli("run", "--source", fake)
-    assert_one_line_error(result, "cannot open video", "noise.mp4")
+    assert_one_line_error(result, "cannot open", "noise.mp4", "Invalid data")
 
 
 def test_truncated_video_keeps_the_records_before_the_damage(tmp_path: Path) -> None:
