@@ -26,7 +26,9 @@ pytest_plugins = ("servers",)
 TOKEN = "daemon-test-token"
 SECRET = "S3cretPass"
 START_TIMEOUT = 60.0
-STOP_TIMEOUT = 30.0
+# The daemon gives itself 30 s to finish frames and flush sinks; wait longer than that so a
+# slow (loaded) machine shows up as a late exit, not as a hang.
+STOP_TIMEOUT = 60.0
 
 
 class Daemon:
