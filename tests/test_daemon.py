@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -41,6 +42,7 @@ class Daemon:
             [sys.executable, "-m", "vstream", "serve", str(config), "--port", "0", *options],
             stdout=subprocess.DEVNULL,
             stderr=self.log_file,
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = self._wait_for_url()
@@ -82,7 +84,15 @@ class Daemon:
         self.process.send_signal(signum)
 
     def wait(self, timeout: float = STOP_TIMEOUT) -> int:
-        return self.process.wait(timeout)
+        """The exit status; a daemon that hangs is made to dump its threads into the log."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)
+            self.process.wait(10)
+            raise AssertionError(
+                f"vstream serve did not exit in {timeout} s:\n{self.log()}"
+            ) from None
 
     def kill(self) -> None:
         if self.process.poll() is None:

@@ -73,7 +73,11 @@ def serve_command(args: argparse.Namespace) -> int:
     if token is None and server.host not in ("127.0.0.1", "::1", "localhost"):
         log.warning("the API listens on %s without a token: set server.token", server.host)
     runtime.start()
-    signals.requested.wait()
+    # Wait in short steps: the kernel may deliver the signal to any thread, and Python runs
+    # its handler only when the main thread is back in the interpreter, which an untimed
+    # wait on a lock never does.
+    while not signals.requested.wait(_POLL_SECONDS):
+        pass
     runtime.shutdown()
     server.stop()
     log.info("stopped")
