@@ -116,3 +116,74 @@ def nonzero_model(path: Path) -> Path:
         initializer=[half],
     )
     return _save(graph, path)
+
+
+def brightness_model(path: Path, *, imgsz: int = 64, batch: int | str = "batch") -> Path:
+    """A one-class YOLOv8-layout detector whose box moves with the image's mean brightness.
+
+    Output ``[B, 5, 8]``: anchor 0 of each image is a box centred at
+    ``x = 8 + 48 * mean(image)``, ``y = imgsz / 2``, 8 pixels square, score
+    0.9; the other anchors are empty. Frames of different brightness get
+    different boxes, so a result handed to the wrong frame shows.
+    """
+
+    def scalar(name: str, value: float) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(value, dtype=np.float32), name)
+
+    nodes = [
+        helper.make_node("ReduceMean", ["images"], ["mean"], axes=[1, 2, 3], keepdims=1),
+        helper.make_node("Squeeze", ["mean", "last_axis"], ["mean3"]),  # [B, 1, 1]
+        helper.make_node("Mul", ["mean3", "gain"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "offset"], ["cx"]),
+        helper.make_node("Mul", ["mean3", "zero"], ["nothing"]),
+        helper.make_node("Add", ["nothing", "centre"], ["cy"]),
+        helper.make_node("Add", ["nothing", "side"], ["size"]),
+        helper.make_node("Add", ["nothing", "score"], ["conf"]),
+        helper.make_node("Concat", ["cx", "cy", "size", "size", "conf"], ["anchor0"], axis=1),
+        helper.make_node("Pad", ["anchor0", "pads"], ["output0"]),
+    ]
+    initializers = [
+        numpy_helper.from_array(np.array([3], dtype=np.int64), "last_axis"),
+        scalar("gain", 48.0),
+        scalar("offset", 8.0),
+        scalar("zero", 0.0),
+        scalar("centre", imgsz / 2),
+        scalar("side", 8.0),
+        scalar("score", 0.9),
+        numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 7], dtype=np.int64), "pads"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "brightness",
+        [_image_input(batch, imgsz, imgsz)],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [batch, 5, 8])],
+        initializer=initializers,
+    )
+    return _save(graph, path, {"names": str({0: "blob"})})
+
+
+def partly_inferred_model(path: Path) -> Path:
+    """Output ``[batch, 6, 10]`` declared as ``[batch, rows, cols]``; inference sizes only 6 and 10.
+
+    The batch reaches the output through a shape tensor that ONNX data
+    propagation cannot follow (a square root and back), as in some exported
+    detectors, so shape inference echoes the declared ``batch``.
+    """
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["images"], ["input_shape"], start=0, end=1),
+            helper.make_node("Cast", ["input_shape"], ["as_float"], to=TensorProto.FLOAT),
+            helper.make_node("Sqrt", ["as_float"], ["root"]),
+            helper.make_node("Mul", ["root", "root"], ["squared"]),
+            helper.make_node("Round", ["squared"], ["rounded"]),
+            helper.make_node("Cast", ["rounded"], ["batch_dim"], to=TensorProto.INT64),
+            helper.make_node("Concat", ["batch_dim", "rows_cols"], ["out_shape"], axis=0),
+            helper.make_node("ReduceMean", ["images"], ["per_row"], axes=[3], keepdims=0),
+            helper.make_node("Reshape", ["per_row", "out_shape"], ["output0"]),
+        ],
+        "partly_inferred",
+        [_image_input("batch", 20, 32)],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", "rows", "cols"])],
+        initializer=[numpy_helper.from_array(np.array([6, 10], dtype=np.int64), "rows_cols")],
+    )
+    return _save(graph, path)

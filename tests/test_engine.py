@@ -9,10 +9,17 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto
-from onnx_models import constant_output_model, flatten_model, nonzero_model, scale_model
+from onnx_models import (
+    constant_output_model,
+    flatten_model,
+    nonzero_model,
+    partly_inferred_model,
+    scale_model,
+)
 
 from vstream import Detector, Frame, ModelError, PixelFormat
 from vstream.inference import InferenceEngine
+from vstream.inference.model import infer_output_shapes
 
 
 @pytest.fixture
@@ -40,8 +47,10 @@ def test_input_and_output_are_bound_by_address(tmp_path: Path, bound_pointers) -
     engine = InferenceEngine(
         scale_model(tmp_path / "scale.onnx"), device="cpu", batch_size=2, imgsz=64
     )
-    assert bound_pointers["input"] == [engine.input.data_ptr()]
-    assert bound_pointers["output"] == [engine.outputs[0].data_ptr()]
+    # One binding per batch bucket (2 and 1), both at the addresses of the one input and output.
+    assert engine.bucket_sizes == (1, 2)
+    assert bound_pointers["input"] == [engine.input.data_ptr()] * 2
+    assert bound_pointers["output"] == [engine.outputs[0].data_ptr()] * 2
     # ONNX Runtime really reads our buffer: change it in place, run, see the change.
     for value in (0.25, 0.5):
         engine.input.fill_(value)
@@ -55,7 +64,9 @@ def test_preprocessing_writes_into_the_bound_buffer(tmp_path: Path, bound_pointe
     raw = np.zeros((1, 6, 10), np.float32)
     detector = Detector(constant_output_model(tmp_path / "m.onnx", raw), device="cpu")
     assert detector.letterboxer.input is detector.engine.input
-    assert bound_pointers["input"] == [detector.letterboxer.input.data_ptr()]
+    # One input per batch in flight, each letterboxed into where its binding points.
+    assert len(detector.letterboxers) == len(detector.engine.buffers) == 3
+    assert bound_pointers["input"] == [lb.input.data_ptr() for lb in detector.letterboxers]
 
 
 def test_addresses_stay_fixed_over_100_frames(tmp_path: Path, bound_pointers) -> None:
@@ -75,8 +86,9 @@ def test_addresses_stay_fixed_over_100_frames(tmp_path: Path, bound_pointers) ->
         assert engine.input.data_ptr() == input_ptr
         assert engine.outputs[0] is output_tensor
         assert engine.binding.get_outputs()[0].data_ptr() == output_ptr
-    assert len(bound_pointers["input"]) == 1, "bound once, never rebound"
-    assert len(bound_pointers["output"]) == 1
+    buffers = len(engine.buffers)
+    assert len(bound_pointers["input"]) == buffers, "bound once per buffer, never rebound"
+    assert len(bound_pointers["output"]) == buffers
 
 
 def test_outputs_sized_by_shape_inference_are_preallocated(tmp_path: Path, bound_pointers) -> None:
@@ -85,11 +97,25 @@ def test_outputs_sized_by_shape_inference_are_preallocated(tmp_path: Path, bound
     )
     assert isinstance(engine.spec.outputs[0].shape[1], str), "the model itself does not say"
     assert engine.outputs[0].shape == (2, 3 * 32 * 32)
-    assert bound_pointers["output"] == [engine.outputs[0].data_ptr()]
+    assert engine.buffers[0].bucket_for(1).outputs[0].shape == (1, 3 * 32 * 32)
+    assert bound_pointers["output"] == [engine.outputs[0].data_ptr()] * 2
     engine.input.copy_(torch.arange(2.0).view(2, 1, 1, 1).expand(2, 3, 32, 32))
     (out,) = engine.run()
     assert out.data_ptr() == engine.outputs[0].data_ptr()
     assert out[:, 0].tolist() == [0.0, 1.0]
+
+
+def test_outputs_partly_sized_by_inference_take_the_batch_from_the_input(
+    tmp_path: Path, bound_pointers
+) -> None:
+    model = partly_inferred_model(tmp_path / "partly.onnx")
+    assert infer_output_shapes(model, "images", (2, 3, 20, 32))["output0"] == ("batch", 6, 10)
+    engine = InferenceEngine(model, device="cpu", batch_size=2)
+    assert [b.outputs[0].shape for b in engine.buffers[0].buckets] == [(1, 6, 10), (2, 6, 10)]
+    assert bound_pointers["output"] == [engine.outputs[0].data_ptr()] * 2
+    engine.input.fill_(0.5)
+    (out,) = engine.run()
+    assert out is engine.outputs[0] and torch.allclose(out, torch.full((2, 6, 10), 0.5))
 
 
 def test_truly_dynamic_outputs_are_adopted_without_copy(tmp_path: Path, bound_pointers) -> None:

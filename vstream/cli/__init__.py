@@ -12,13 +12,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vstream.cli import evaluate, info, run, schema, serve, validate
+from vstream.cli import bench, evaluate, info, run, schema, serve, validate
 from vstream.cli.args import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNEXPECTED, Parser
 from vstream.errors import VstreamError
 
 log = logging.getLogger("vstream")
 
-COMMANDS = (run, info, evaluate, serve, validate, schema)
+COMMANDS = (run, info, evaluate, bench, serve, validate, schema)
 
 
 def build_parser() -> argparse.ArgumentParser:

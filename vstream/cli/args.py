@@ -37,3 +37,33 @@ def class_ids(text: str) -> list[int]:
     if any(i < 0 for i in ids):
         raise argparse.ArgumentTypeError(f"class ids must be non-negative, got {text!r}")
     return ids
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
+
+
+def add_thread_options(parser: argparse.ArgumentParser) -> None:
+    """How the model and the decoders share the CPU: ONNX Runtime's and FFmpeg's threads."""
+    group = parser.add_argument_group("threads")
+    group.add_argument(
+        "--threads",
+        type=non_negative,
+        default=0,
+        help="ONNX Runtime intra-op threads (default 0: one per core)",
+    )
+    group.add_argument(
+        "--decoder-threads",
+        type=non_negative,
+        default=0,
+        help="cpu decoder threads per stream (default 0: FFmpeg's choice, about one per core)",
+    )
+    group.add_argument(
+        "--spin-wait",
+        action="store_true",
+        help="let ONNX Runtime's threads spin between operators: faster for the model alone, "
+        "slower when decoding shares its cores",
+    )

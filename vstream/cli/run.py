@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from vstream import assets
-from vstream.cli.args import EXIT_OK, class_ids, fraction, positive
+from vstream.cli.args import EXIT_OK, add_thread_options, class_ids, fraction, positive
 from vstream.cli.serve import run_config_command
 from vstream.frame import PixelFormat
 from vstream.pipeline import Detector, run_detection
@@ -78,6 +78,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="what the decoder hands to preprocessing (default: rgb24 on cpu, nv12 on nvdec)",
     )
     add_source_options(run)
+    add_thread_options(run)
     run.add_argument("--quiet", "-q", action="store_true", help="no progress or summary")
     run.set_defaults(handler=run_command)
 
@@ -164,6 +165,7 @@ def seconds(text: str) -> float:
 def source_options(args: argparse.Namespace) -> SourceOptions:
     return SourceOptions(
         decoder=DecoderKind(args.decoder),
+        decoder_threads=args.decoder_threads,
         pixel_format=PixelFormat(args.pixel_format) if args.pixel_format else None,
         policy=FreshnessPolicy(args.policy) if args.policy else None,
         reconnect=ReconnectPolicy(
@@ -241,6 +243,8 @@ def run_command(args: argparse.Namespace) -> int:
         max_det=args.max_det,
         batch_size=args.batch,
         output_format=args.format,
+        intra_op_threads=args.threads,
+        spin_wait=args.spin_wait,
     )
     source = open_source(args.source, device=detector.device, options=source_options(args))
     progress = progress_for(source, args)

@@ -140,6 +140,9 @@ class SourceConfig(StrictModel):
     id: Name = Field(description="stream id, used in records, metrics, topics and the API")
     uri: str = Field(description="file path (relative to the config file), rtsp://..., /dev/video0")
     decoder: DecoderKind = DecoderKind.AUTO
+    decoder_threads: int = Field(
+        0, ge=0, description="CPU decoder threads; 0: FFmpeg's choice (about one per core)"
+    )
     pixel_format: PixelFormat | None = Field(
         None, description="what the decoder hands over; default: its cheapest"
     )
@@ -176,6 +179,7 @@ class SourceConfig(StrictModel):
         """The options :func:`vstream.sources.open_source` takes."""
         return SourceOptions(
             decoder=self.decoder,
+            decoder_threads=self.decoder_threads,
             pixel_format=self.pixel_format,
             policy=self.policy,
             queue_size=self.queue_size,
@@ -239,6 +243,11 @@ class ModelConfig(StrictModel):
     ] = Field(None, description="default: the model's metadata")
     providers: list[ProviderConfig] | None = Field(None, description="in order of preference")
     intra_op_threads: int = Field(0, ge=0, description="0: ONNX Runtime's default")
+    spin_wait: bool = Field(
+        False,
+        description="let ONNX Runtime's threads spin between parallel sections: faster when "
+        "the model has the CPU to itself, slower when decoding shares its cores",
+    )
 
     @field_validator("path")
     @classmethod
@@ -256,6 +265,15 @@ class PostprocessSettings(StrictModel):
 class RuntimeSettings(StrictModel):
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda|cuda:\d+)$")
     batch_size: int | None = Field(None, ge=1, description="frames per inference; default 1")
+    batch_timeout_seconds: float = Field(
+        0.04,
+        ge=0,
+        le=10,
+        description="how long a partly filled batch waits for frames of other streams",
+    )
+    torch_threads: int = Field(
+        1, ge=1, description="torch threads of the preprocessing and postprocessing stages"
+    )
 
 
 class RetryConfig(StrictModel):
@@ -419,6 +437,7 @@ class PipelineConfig(StrictModel):
             else names,
             "providers": [p.to_choice() for p in model.providers] if model.providers else None,
             "intra_op_threads": model.intra_op_threads,
+            "spin_wait": model.spin_wait,
         }
 
 

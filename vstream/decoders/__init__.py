@@ -63,6 +63,7 @@ def open_decoder(
     timeout: tuple[float, float] | None = None,
     stall_seconds: float | None = None,
     cuda_stream: int | None = None,
+    threads: int = 0,
 ) -> Decoder:
     """Open ``uri`` with the decoder ``kind`` resolves to on ``device``.
 
@@ -70,7 +71,8 @@ def open_decoder(
     demuxer (PyAV's on the CPU path, PyAV's as well for network input to
     NVDEC, so both honour the same transport options and time limits);
     ``cuda_stream`` is the CUDA stream NVDEC works on, by default torch's
-    current stream of the calling thread.
+    current stream of the calling thread; ``threads`` caps the CPU decoder's
+    threads (0: FFmpeg's choice; NVDEC needs none).
     """
     chosen = resolve_decoder(kind, device)
     if chosen is DecoderKind.NVDEC:
@@ -94,6 +96,7 @@ def open_decoder(
         input_format=input_format,
         timeout=timeout,
         stall_seconds=stall_seconds,
+        threads=threads,
     )
 
 

@@ -35,6 +35,8 @@ class PyAVDecoder:
     Damaged packets (flagged by the demuxer or rejected by the decoder) are
     skipped and counted in :attr:`corrupt_packets`; see :class:`Demuxer` for
     ``options``, ``input_format``, ``timeout`` and ``stall_seconds``.
+    ``threads`` caps FFmpeg's decoding threads (0: FFmpeg's choice, about one
+    per core), which on a small CPU compete with the model's.
     """
 
     name = "cpu"
@@ -49,6 +51,7 @@ class PyAVDecoder:
         input_format: str | None = None,
         timeout: tuple[float, float] | None = None,
         stall_seconds: float | None = None,
+        threads: int = 0,
     ) -> None:
         self.device = device
         self.pixel_format = pixel_format
@@ -60,6 +63,8 @@ class PyAVDecoder:
             stall_seconds=stall_seconds,
         )
         self.demuxer.stream.thread_type = "AUTO"
+        if threads:
+            self.demuxer.stream.codec_context.thread_count = threads
         self.info = self.demuxer.info
 
     @property

@@ -183,3 +183,17 @@ def infer_output_shapes(
             d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims
         )
     return shapes
+
+
+def declared_batch(path: Path) -> int | None:
+    """The batch the model file fixes for its image input; None if dynamic or unreadable.
+
+    Read from the graph without creating a session, for callers that choose a
+    batch size before loading the model (loading reports unreadable files).
+    """
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        dim = model.graph.input[0].type.tensor_type.shape.dim[0]
+    except Exception:  # missing or corrupt: loading the model reports it properly
+        return None
+    return dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None

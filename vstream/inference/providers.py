@@ -96,3 +96,17 @@ def session_providers(
     if not providers:
         raise VstreamError(f"none of the requested execution providers is available on {device}")
     return providers
+
+
+def cuda_graphs_enabled(device: torch.device, choices: Sequence[ProviderChoice] | None) -> bool:
+    """Whether ONNX Runtime will capture CUDA graphs: the CUDA provider's ``enable_cuda_graph``.
+
+    With graphs on, every batch shape must run with fixed addresses and its
+    own ``gpu_graph_id`` run option, which the engine's buckets provide.
+    """
+    if device.type != "cuda":
+        return False
+    return any(
+        c.name == "cuda" and str(c.options.get("enable_cuda_graph", "0")).lower() in ("1", "true")
+        for c in choices or ()
+    )

@@ -1,4 +1,10 @@
-"""The detector: preprocessing, inference and postprocessing wired on one device."""
+"""The detector: preprocessing, inference and postprocessing wired on one device.
+
+:meth:`Detector.detect` runs the three steps one after the other on a batch;
+:meth:`Detector.stream` and :meth:`Detector.streams` run them overlapped on
+threads of their own (:mod:`vstream.pipeline.stages`), with decoding on a
+thread per source, which is what ``vstream run`` and the daemon use.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +16,14 @@ import torch
 from vstream.errors import ModelError
 from vstream.frame import Frame
 from vstream.inference import InferenceEngine, ProviderChoice
+from vstream.pipeline.stages import DEFAULT_BATCH_TIMEOUT
+from vstream.pipeline.streams import detect_streams
 from vstream.postprocess import OutputFormat, PostprocessConfig, Postprocessor
 from vstream.postprocess.formats import check_output_shape, class_count, detect_output_format
 from vstream.preprocess import Letterboxer
+from vstream.preprocess.letterbox import LetterboxGeometry
 from vstream.results import FrameResult, split_by_frame
-from vstream.transfer import to_host
+from vstream.transfer import HostStaging, to_host
 
 
 class Detector:
@@ -23,6 +32,13 @@ class Detector:
     Frames are letterboxed straight into the engine's bound input tensor,
     the model writes into its preallocated outputs, and boxes are decoded on
     the device; only the compact detections tensor is copied to the host.
+
+    ``batch_size`` is the most frames per model run; smaller batches run in
+    the smallest bucket that holds them. ``in_flight`` is how many batches
+    :meth:`stream` keeps in flight (gathered, in the model, in
+    postprocessing), each in buffers of its own. ``intra_op_threads`` and
+    ``spin_wait`` set ONNX Runtime's CPU threads; see :class:`InferenceEngine`.
+    A detector is used by one caller at a time.
 
     >>> detector = Detector("model.onnx", device="cpu")     # doctest: +SKIP
     >>> for result in detector.stream(VideoFileSource("video.mp4")):  # doctest: +SKIP
@@ -44,6 +60,8 @@ class Detector:
         class_names: Mapping[int, str] | Sequence[str] | None = None,
         providers: Sequence[ProviderChoice] | None = None,
         intra_op_threads: int = 0,
+        spin_wait: bool = False,
+        in_flight: int = 3,
     ) -> None:
         try:
             config = PostprocessConfig(
@@ -61,8 +79,12 @@ class Detector:
             imgsz=imgsz,
             providers=providers,
             intra_op_threads=intra_op_threads,
+            spin_wait=spin_wait,
+            buffers=in_flight,
         )
-        self.letterboxer = Letterboxer(self.engine.input)
+        self.letterboxers = tuple(Letterboxer(b.input) for b in self.engine.buffers)
+        """One per engine buffer, each remembering the padding of its own slots."""
+        self.staging = HostStaging(pinned=self.engine.device.type == "cuda")
         detections_output = self.engine.outputs[0]
         if detections_output is None:
             raise ModelError(
@@ -103,32 +125,60 @@ class Detector:
     def batch_size(self) -> int:
         return self.engine.batch_size
 
+    @property
+    def letterboxer(self) -> Letterboxer:
+        """The letterboxer of the first buffer, the one :meth:`detect` uses."""
+        return self.letterboxers[0]
+
+    def preprocess(self, buffer: int, slot: int, frame: Frame) -> LetterboxGeometry:
+        """Letterbox ``frame`` into batch slot ``slot`` of engine buffer ``buffer``."""
+        return self.letterboxers[buffer].load(slot, frame)
+
+    def infer(self, buffer: int, frames: int) -> torch.Tensor:
+        """Run the model on the first ``frames`` slots of ``buffer``; its detector output.
+
+        The batch runs in the smallest bucket that holds it; rows past
+        ``frames`` hold whatever the bucket's other slots held and are ignored.
+        """
+        bucket = self.engine.buffers[buffer].bucket_for(frames)
+        return self.engine.run(bucket)[0]
+
+    def postprocess(
+        self, raw: torch.Tensor, geometries: Sequence[LetterboxGeometry], frames: Sequence[Frame]
+    ) -> list[FrameResult]:
+        """Boxes of ``frames`` from the model output, in each frame's own pixels, on the host."""
+        detections = self.postprocessor(raw, geometries)
+        return split_by_frame(to_host(detections, self.staging), frames, self.class_names)
+
     def detect(self, frames: Sequence[Frame]) -> list[FrameResult]:
-        """Detect objects in up to :attr:`batch_size` frames at once."""
+        """Detect objects in up to :attr:`batch_size` frames at once, on the calling thread."""
         if not 0 < len(frames) <= self.batch_size:
             raise ValueError(f"expected 1 to {self.batch_size} frames, got {len(frames)}")
-        geometries = [self.letterboxer.load(slot, f) for slot, f in enumerate(frames)]
-        raw = self.engine.run()[0]
-        detections = self.postprocessor(raw, geometries)
-        return split_by_frame(to_host(detections), frames, self.class_names)
+        geometries = [self.preprocess(0, slot, f) for slot, f in enumerate(frames)]
+        return self.postprocess(self.infer(0, len(frames)), geometries, frames)
 
-    def stream(self, frames: Iterable[Frame]) -> Iterator[FrameResult]:
-        """Detect in every frame of ``frames``, in batches, yielding results in order."""
-        source = iter(frames)
-        batch: list[Frame] = []
-        while True:
-            try:
-                frame = next(source)
-            except StopIteration:
-                break
-            except Exception:
-                # The source failed: the frames it delivered before failing still count.
-                if batch:
-                    yield from self.detect(batch)
-                raise
-            batch.append(frame)
-            if len(batch) == self.batch_size:
-                yield from self.detect(batch)
-                batch = []
-        if batch:
-            yield from self.detect(batch)
+    def stream(
+        self, frames: Iterable[Frame], *, batch_timeout: float = DEFAULT_BATCH_TIMEOUT
+    ) -> Iterator[FrameResult]:
+        """Detect in every frame of ``frames``, in batches, yielding results in order.
+
+        Decoding (iterating ``frames``), preprocessing, the model and
+        postprocessing overlap on threads of their own. If ``frames`` raises,
+        the frames before the error are still yielded, then the error is raised.
+        """
+        return detect_streams(self, [frames], batch_timeout=batch_timeout)
+
+    def streams(
+        self,
+        sources: Sequence[Iterable[Frame]],
+        *,
+        batch_timeout: float = DEFAULT_BATCH_TIMEOUT,
+    ) -> Iterator[FrameResult]:
+        """Detect in several sources at once, their frames batched together.
+
+        Each source's results come in its own order, interleaved with the
+        others' as batches finish; a batch leaves at most ``batch_timeout``
+        seconds after its first frame, so a slow source never holds back the
+        others for longer.
+        """
+        return detect_streams(self, sources, batch_timeout=batch_timeout)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from vstream.frame import Frame
+from vstream.frame import Frame, PixelFormat
 from vstream.preprocess.colour import to_rgb_planar
 
 PAD_VALUE = 114
@@ -101,10 +101,10 @@ class Letterboxer:
         if self._slot_geometry[slot] != geometry:
             target.fill_(PAD_VALUE / 255.0)
             self._slot_geometry[slot] = geometry
-        rgb = to_rgb_planar(frame)
+        image = self._planar(frame)
         if (geometry.resized_width, geometry.resized_height) != (frame.width, frame.height):
-            rgb = F.interpolate(
-                rgb,
+            image = F.interpolate(
+                image,
                 size=(geometry.resized_height, geometry.resized_width),
                 mode="bilinear",
                 align_corners=False,
@@ -114,5 +114,19 @@ class Letterboxer:
             geometry.top : geometry.top + geometry.resized_height,
             geometry.left : geometry.left + geometry.resized_width,
         ]
-        window.copy_(rgb[0].mul_(1.0 / 255.0))
+        torch.mul(image[0], 1.0 / 255.0, out=window)
         return geometry
+
+    @staticmethod
+    def _planar(frame: Frame) -> torch.Tensor:
+        """The frame as ``(1, 3, height, width)`` RGB in 0..255, as cheaply as the device allows.
+
+        On the CPU a packed RGB frame stays uint8 (a channels-last view, no
+        copy): resizing it moves a quarter of the bytes of float32, which on a
+        small CPU is most of the preprocessing time, and it rounds to whole
+        levels as OpenCV's resize (what Ultralytics uses) does. Other cases go
+        through float32, which every device interpolates.
+        """
+        if frame.pixel_format is PixelFormat.RGB24 and frame.device.type == "cpu":
+            return frame.data.permute(2, 0, 1).unsqueeze(0)
+        return to_rgb_planar(frame)

@@ -1,4 +1,4 @@
-"""A running pipeline: one detector, its streams' readers, one inference loop, its sinks."""
+"""A running pipeline: one detector, its streams' readers, overlapped stages, its sinks."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from vstream.config.models import PipelineConfig, SourceConfig
 from vstream.errors import ModelError, VstreamError
 from vstream.metrics import Metrics, SinkSample, StreamSample
 from vstream.pipeline import Detector
+from vstream.pipeline.intake import Intake
+from vstream.pipeline.stages import Batch, OverlappedStages
 from vstream.runtime.errors import StreamNotFound
-from vstream.runtime.intake import Arrival, Intake
 from vstream.runtime.stream import StreamReader
 from vstream.sinks.buffered import BufferedSink
 from vstream.sinks.factory import build_sink
@@ -38,13 +39,14 @@ def load_detector(config: PipelineConfig) -> Detector:
 
 
 class PipelineRuntime:
-    """Runs one pipeline: readers feed the intake, one thread runs the detector, sinks get records.
+    """Runs one pipeline: readers feed the intake, the stages run the detector, sinks get records.
 
     Streams can be added and removed while it runs; each has its own reader
-    thread and queue, so that never disturbs the others. The one inference
-    thread owns the detector (ONNX Runtime's bound buffers are not shared
-    across threads) and only hands records to the sinks, which deliver them
-    on their own threads.
+    thread and queue, so that never disturbs the others. Frames of all
+    streams are batched together by the overlapped stages (preprocessing,
+    model, postprocessing on a thread each, see
+    :mod:`vstream.pipeline.stages`), which own the detector; the last stage
+    only hands records to the sinks, which deliver them on their own threads.
     """
 
     def __init__(self, config: PipelineConfig, metrics: Metrics) -> None:
@@ -58,8 +60,13 @@ class PipelineRuntime:
         self._lock = threading.Lock()
         self._taking = True
         self._stopping = threading.Event()
-        self._inference = threading.Thread(
-            target=self._infer, name=f"inference-{self.name}", daemon=True
+        self.stages = OverlappedStages(
+            self.detector,
+            self.intake,
+            self._deliver,
+            batch_timeout=config.runtime.batch_timeout_seconds,
+            torch_threads=config.runtime.torch_threads,
+            name=self.name,
         )
         try:
             for sink in config.sinks:
@@ -69,8 +76,8 @@ class PipelineRuntime:
             raise
 
     def start(self) -> None:
-        """Start the inference loop and every source in the config."""
-        self._inference.start()
+        """Start the stages and every source in the config."""
+        self.stages.start()
         for source in self.config.sources:
             self.add_stream(source)
 
@@ -101,40 +108,34 @@ class PipelineRuntime:
         log.info("stream %s: removed", stream_id)
         return reader
 
-    def _infer(self) -> None:
-        while True:
-            arrivals = self.intake.take(self.detector.batch_size, timeout=0.2)
-            if not arrivals:
-                if self._stopping.is_set() and self.intake.queued() == 0:
-                    return
-                continue
-            frames = [a.frame for a in arrivals]
-            started = time.perf_counter()
-            try:
-                results = self.detector.detect(frames)
-            except Exception as exc:
-                self._count_failure(arrivals, exc)
-                continue
-            self.metrics.inference_latency.labels(self.name).observe(time.perf_counter() - started)
-            self.metrics.batch_size.labels(self.name).observe(len(frames))
-            now = time.time()
-            for arrival in arrivals:
-                reader = self.streams.get(arrival.frame.stream_id)
-                if reader is not None:
-                    reader.count_processed(arrival.captured_at, now)
-            for sink in self.sinks:
-                sink.write(results)
+    def _deliver(self, batch: Batch) -> None:
+        """A finished batch, on the postprocessing thread: count it and hand it to the sinks."""
+        if batch.error is not None:
+            self._count_failure(batch)
+            return
+        self.metrics.inference_latency.labels(self.name).observe(
+            batch.preprocess_seconds + batch.inference_seconds + batch.postprocess_seconds
+        )
+        self.metrics.batch_size.labels(self.name).observe(len(batch.arrivals))
+        now = time.time()
+        for arrival in batch.arrivals:
+            reader = self.streams.get(arrival.frame.stream_id)
+            if reader is not None:
+                reader.count_processed(arrival.captured_at, now)
+        for sink in self.sinks:
+            sink.write(batch.results)
 
-    def _count_failure(self, arrivals: list[Arrival], exc: Exception) -> None:
+    def _count_failure(self, batch: Batch) -> None:
+        exc = batch.error
         self.metrics.inference_errors.labels(self.name).inc()
-        for arrival in arrivals:
+        for arrival in batch.arrivals:
             reader = self.streams.get(arrival.frame.stream_id)
             if reader is not None:
                 reader.frames_discarded += 1
         log.error(
             "pipeline %s: inference failed for %d frames: %s: %s",
             self.name,
-            len(arrivals),
+            len(batch.arrivals),
             type(exc).__name__,
             exc,
         )
@@ -153,9 +154,8 @@ class PipelineRuntime:
         for reader in list(self.streams.values()):
             reader.join(max(0.0, deadline - time.monotonic()))
         self._stopping.set()
-        if self._inference.ident is not None:
-            self._inference.join(max(0.0, deadline - time.monotonic()))
-        if self._inference.is_alive():
+        self.stages.finish()
+        if not self.stages.join(max(0.0, deadline - time.monotonic())):
             log.error("pipeline %s: inference did not finish in time", self.name)
         self._close_sinks()
 
@@ -182,7 +182,7 @@ class PipelineRuntime:
             for r in list(self.streams.values())
             if r.state not in (SourceState.STREAMING, SourceState.FINISHED)
         ]
-        if not self._inference.is_alive() and not self._stopping.is_set():
+        if not self.stages.alive and not self._stopping.is_set():
             reasons.insert(0, f"pipeline {self.name} has no running inference loop")
         return reasons
 

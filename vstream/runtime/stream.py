@@ -12,7 +12,7 @@ import torch
 
 from vstream.config.models import SourceConfig
 from vstream.errors import VstreamError
-from vstream.runtime.intake import Intake
+from vstream.pipeline.intake import Intake
 from vstream.sources import Source, SourceState, SourceStats, open_source
 from vstream.uri import redact_uri
 

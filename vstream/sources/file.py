@@ -105,6 +105,7 @@ class VideoFileSource:
             kind=self.options.decoder,
             device=self.device,
             pixel_format=self.pixel_format,
+            threads=self.options.decoder_threads,
         )
 
     @property

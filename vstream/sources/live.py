@@ -155,6 +155,7 @@ class LiveSource:
             ),
             stall_seconds=reconnect.watchdog_seconds,
             cuda_stream=self._cuda_stream,
+            threads=self.options.decoder_threads,
         )
 
     def _run(self) -> None:

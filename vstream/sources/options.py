@@ -43,6 +43,8 @@ class SourceOptions:
     """Everything about opening a source except its address and id."""
 
     decoder: DecoderKind = DecoderKind.AUTO
+    decoder_threads: int = 0
+    """CPU decoder threads per stream; 0: FFmpeg's choice (about one per core)."""
     pixel_format: PixelFormat | None = None
     """What the decoder hands over; None: its cheapest (``rgb24`` on the CPU, ``nv12`` on NVDEC)."""
     policy: FreshnessPolicy | None = None

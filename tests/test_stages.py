@@ -1,0 +1,247 @@
+"""Overlapped stages: batches across streams, results back per stream, timeouts, shutdown."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import write_video
+from onnx_models import brightness_model
+
+from vstream import Detector, Frame, ModelError, PixelFormat, VideoFileSource
+from vstream.config import load_config
+from vstream.errors import SourceError
+from vstream.pipeline.intake import Intake
+from vstream.pipeline.stages import Batch, OverlappedStages
+from vstream.runtime import Runtime
+from vstream.sources import FreshnessPolicy
+from vstream.sources.queue import FrameQueue
+
+STAGE_THREADS = ("preprocess-", "inference-", "postprocess-", "feeder-")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return brightness_model(tmp_path_factory.mktemp("model") / "brightness.onnx")
+
+
+def frames_of(stream: str, count: int, width: int, height: int, shade: int = 0) -> list[Frame]:
+    """Frames of one stream, each a different grey, so each gets a different box."""
+    return [
+        Frame(
+            torch.full((height, width, 3), (shade + 37 * i) % 256, dtype=torch.uint8),
+            PixelFormat.RGB24,
+            width,
+            height,
+            stream_id=stream,
+            index=i,
+            pts_seconds=i / 25,
+        )
+        for i in range(count)
+    ]
+
+
+def stage_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(STAGE_THREADS)]
+
+
+def wait_for_no_stage_threads(seconds: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while stage_threads() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return stage_threads()
+
+
+def test_results_land_in_their_stream_with_its_coordinates_in_order(model: Path) -> None:
+    detector = Detector(model, device="cpu", batch_size=4)
+    wide = frames_of("wide", 13, 640, 360)
+    tall = frames_of("tall", 9, 240, 320, shade=11)
+    small = frames_of("small", 11, 64, 48, shade=23)
+    results = list(detector.streams([wide, tall, small]))
+
+    by_stream: dict[str, list] = {}
+    for result in results:
+        by_stream.setdefault(result.stream_id, []).append(result)
+    for frames in (wide, tall, small):
+        got = by_stream[frames[0].stream_id]
+        assert [r.frame_index for r in got] == [f.index for f in frames], "all, once, in order"
+        for frame, result in zip(frames, got, strict=True):
+            # The reference: the same frame detected alone, synchronously.
+            (alone,) = detector.detect([frame])
+            assert (result.width, result.height) == (frame.width, frame.height)
+            assert len(result.detections) == 1
+            assert result.detections[0].bbox == pytest.approx(alone.detections[0].bbox, abs=1e-3)
+    assert wait_for_no_stage_threads() == []
+
+
+def test_batches_mix_streams_round_robin_up_to_the_batch_size(model: Path) -> None:
+    detector = Detector(model, device="cpu", batch_size=4)
+    intake = Intake()
+    for stream in ("a", "b"):
+        intake.register(stream, 8)
+    stop = threading.Event()
+    for frame in frames_of("a", 8, 64, 48) + frames_of("b", 8, 64, 48, shade=5):
+        assert intake.put(frame.stream_id, frame, stop)
+    batches: list[Batch] = []
+    stages = OverlappedStages(detector, intake, batches.append, batch_timeout=1.0)
+    stages.start()
+    stages.finish()
+    assert stages.join(10)
+    assert [len(b.arrivals) for b in batches] == [4, 4, 4, 4]
+    for batch in batches:  # alternating, starting with a different stream each time
+        assert sorted(f.stream_id for f in batch.frames) == ["a", "a", "b", "b"]
+        assert batch.frames[0].stream_id != batch.frames[1].stream_id
+    for stream in ("a", "b"):
+        indices = [f.index for b in batches for f in b.frames if f.stream_id == stream]
+        assert indices == list(range(8))
+    assert all(b.error is None and len(b.results) == 4 for b in batches)
+    assert {b.buffer for b in batches} == {0, 1, 2}, "batches rotate through the buffers"
+
+
+def test_a_slow_stream_does_not_hold_back_a_fast_one(model: Path) -> None:
+    detector = Detector(model, device="cpu", batch_size=4)
+    release = threading.Event()
+
+    def slow() -> Iterator[Frame]:
+        first, second = frames_of("slow", 2, 64, 48)
+        yield first
+        release.wait(20)  # a camera that stalls until the fast stream is done
+        yield second
+
+    fast = frames_of("fast", 40, 64, 48, shade=3)
+    order: list[tuple[str, int]] = []
+    started = time.monotonic()
+    for result in detector.streams([slow(), fast], batch_timeout=0.05):
+        order.append((result.stream_id, result.frame_index))
+        if sum(1 for s, _ in order if s == "fast") == len(fast):
+            release.set()
+    assert time.monotonic() - started < 15, "the fast stream did not wait for the slow one"
+    assert order.index(("slow", 0)) < order.index(("fast", 39)), "the lone frame left on time"
+    assert order[-1] == ("slow", 1)
+    assert [i for s, i in order if s == "fast"] == list(range(40))
+
+
+def test_a_file_goes_through_every_frame_once_in_order(model: Path, small_video: Path) -> None:
+    detector = Detector(model, device="cpu", batch_size=4)
+    with VideoFileSource(small_video) as source:
+        indices = [r.frame_index for r in detector.stream(source)]
+    assert indices == list(range(30))
+
+
+def test_frames_before_a_source_error_are_delivered_then_it_is_raised(model: Path) -> None:
+    detector = Detector(model, device="cpu", batch_size=4)
+
+    def failing() -> Iterator[Frame]:
+        yield from frames_of("cam", 6, 64, 48)
+        raise SourceError("camera fell over")
+
+    seen: list[int] = []
+    with pytest.raises(SourceError, match="camera fell over"):
+        for result in detector.stream(failing()):
+            seen.append(result.frame_index)
+    assert seen == list(range(6))
+    assert wait_for_no_stage_threads() == []
+
+
+def test_an_inference_error_is_raised_and_every_stage_ends(model: Path, monkeypatch) -> None:
+    detector = Detector(model, device="cpu", batch_size=2)
+
+    def broken(buffer: int, frames: int) -> torch.Tensor:
+        raise ModelError("inference failed: out of memory")
+
+    monkeypatch.setattr(detector, "infer", broken)
+    with pytest.raises(ModelError, match="out of memory"):
+        list(detector.stream(frames_of("a", 10, 64, 48)))
+    assert wait_for_no_stage_threads() == []
+
+
+def test_leaving_early_stops_every_thread(model: Path) -> None:
+    detector = Detector(model, device="cpu", batch_size=2)
+
+    def endless() -> Iterator[Frame]:
+        frame = frames_of("loop", 1, 64, 48)[0]
+        while True:
+            yield frame
+
+    for count, _ in enumerate(detector.streams([endless(), endless()]), 1):
+        if count == 25:
+            break
+    assert wait_for_no_stage_threads() == []
+
+
+def test_finish_drains_the_intake_and_abort_stops_a_blocked_pipeline(model: Path) -> None:
+    detector = Detector(model, device="cpu", batch_size=2)
+    intake = Intake()
+    intake.register("a", 16)
+    stop = threading.Event()
+    for frame in frames_of("a", 16, 64, 48):
+        intake.put("a", frame, stop)
+    # Nobody reads the delivered batches: the stages fill up and wait (backpressure).
+    outlet: FrameQueue[Batch] = FrameQueue(1, FreshnessPolicy.BLOCK)
+    stages = OverlappedStages(detector, intake, outlet.put)
+    stages.start()
+    time.sleep(0.3)
+    assert stages.alive and intake.queued() > 0, "blocked downstream, frames wait upstream"
+    stages.abort()
+    outlet.close()
+    assert stages.join(5) and not stages.alive
+
+    drained: list[Batch] = []
+    intake.register("b", 16)
+    for frame in frames_of("b", 5, 64, 48):
+        intake.put("b", frame, stop)
+    stages = OverlappedStages(detector, intake, drained.append, batch_timeout=0.01)
+    stages.start()
+    stages.finish()
+    assert stages.join(5)
+    delivered = [f.index for b in drained for f in b.frames if f.stream_id == "b"]
+    assert delivered == list(range(5))
+
+
+def test_the_daemon_runtime_batches_its_streams_and_stops_every_stage(
+    model: Path, tmp_path: Path
+) -> None:
+    write_video(tmp_path / "wide.mp4", frames=30, width=320, height=240)
+    write_video(tmp_path / "tall.mp4", frames=20, width=160, height=240)
+    out = tmp_path / "records.jsonl"
+    config_path = tmp_path / "pipelines.yaml"
+    config_path.write_text(
+        f"""
+pipelines:
+  - name: main
+    model: {{path: {model}}}
+    runtime: {{device: cpu, batch_size: 4, batch_timeout_seconds: 0.02}}
+    sources:
+      - {{id: wide, uri: wide.mp4}}
+      - {{id: tall, uri: tall.mp4}}
+    sinks:
+      - {{type: jsonl, path: records.jsonl}}
+"""
+    )
+    runtime = Runtime(load_config(config_path), base_dir=tmp_path)
+    runtime.start()
+    deadline = time.monotonic() + 60
+    while not runtime.files_done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    runtime.shutdown(timeout=20)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    for stream, frames, size in (("wide", 30, (320, 240)), ("tall", 20, (160, 240))):
+        mine = [r for r in records if r["stream"] == stream]
+        assert [r["frame"] for r in mine] == list(range(frames)), "every frame once, in order"
+        assert all((r["width"], r["height"]) == size for r in mine)
+        assert all(len(r["detections"]) == 1 for r in mine)
+    pipeline = runtime.pipelines["main"]
+    assert not pipeline.stages.alive
+    assert not [t for t in stage_threads() if t.endswith("-main")]
+    sizes = runtime.metrics.registry.get_sample_value(
+        "vstream_inference_batch_size_sum", {"pipeline": "main"}
+    )
+    batches = runtime.metrics.registry.get_sample_value(
+        "vstream_inference_batch_size_count", {"pipeline": "main"}
+    )
+    assert sizes == 50 and batches < 50, "frames of both streams were batched together"

@@ -1,0 +1,108 @@
+"""Each stage of the pipeline alone, on the same video, model, batch and threads.
+
+Decoding reads the video; preprocessing letterboxes decoded frames held in
+memory; the model runs on a full batch of letterboxed frames; postprocessing
+decodes the model's real output. Each runs on the calling thread, with the
+same code the overlapped pipeline runs, so the slowest of them is the
+ceiling the pipeline is measured against.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import torch
+
+from vstream.bench.measure import Measurement, Stopwatch
+from vstream.frame import Frame
+from vstream.pipeline import Detector
+from vstream.sources import SourceOptions, VideoFileSource
+
+WARMUP_RUNS = 3
+"""Model runs before timing: the first runs of a session allocate and plan."""
+
+HELD_FRAMES = 8
+"""Decoded frames kept in memory for the preprocessing-only run (reused in turn)."""
+
+
+def looped_source(
+    path: Path, device: torch.device, stream_id: str = "bench", decoder_threads: int = 0
+) -> VideoFileSource:
+    """The benchmark video, starting again at its end, so any number of frames can be read."""
+    options = SourceOptions(loop=True, decoder_threads=decoder_threads)
+    return VideoFileSource(path, stream_id=stream_id, device=device, options=options)
+
+
+def decode_only(path: Path, device: torch.device, frames: int, decoder_threads: int) -> Measurement:
+    """Frames per second of decoding alone, as the pipeline's readers decode."""
+    with looped_source(path, device, decoder_threads=decoder_threads) as source:
+        frames_in = iter(source)
+        next(frames_in)  # opening and the first key frame are not the steady state
+        latencies = []
+        watch = Stopwatch().start()
+        last = time.perf_counter()
+        for _ in itertools.islice(frames_in, frames):
+            now = time.perf_counter()
+            latencies.append(now - last)
+            last = now
+        watch.stop()
+    return watch.measurement(len(latencies), latencies)
+
+
+def held_frames(path: Path, device: torch.device, count: int = HELD_FRAMES) -> list[Frame]:
+    """A few decoded frames of the video, kept for the stages that start after decoding."""
+    with looped_source(path, device) as source:
+        return list(itertools.islice(source, count))
+
+
+def preprocess_only(detector: Detector, frames: list[Frame], count: int) -> Measurement:
+    """Letterboxing alone: decoded frames into the model input's slots, in turn."""
+    batch = detector.batch_size
+    latencies = []
+    watch = Stopwatch().start()
+    for i in range(count):
+        started = time.perf_counter()
+        detector.preprocess(0, i % batch, frames[i % len(frames)])
+        latencies.append(time.perf_counter() - started)
+    watch.stop()
+    return watch.measurement(count, latencies)
+
+
+def inference_only(detector: Detector, frames: list[Frame], count: int) -> Measurement:
+    """The model alone on full batches: the fps ceiling of the pipeline on this machine.
+
+    Latencies are per run, i.e. what each frame of a batch waits for the model.
+    """
+    batch = detector.batch_size
+    for slot in range(batch):
+        detector.preprocess(0, slot, frames[slot % len(frames)])
+    for _ in range(WARMUP_RUNS):
+        detector.infer(0, batch)
+    runs = max(1, -(-count // batch))
+    latencies = []
+    watch = Stopwatch().start()
+    for _ in range(runs):
+        started = time.perf_counter()
+        detector.infer(0, batch)
+        latencies.append(time.perf_counter() - started)
+    watch.stop()
+    return watch.measurement(runs * batch, latencies)
+
+
+def postprocess_only(detector: Detector, frames: list[Frame], count: int) -> Measurement:
+    """Decoding boxes from a real model output, NMS and the copy to the host, alone."""
+    batch = detector.batch_size
+    held = [frames[slot % len(frames)] for slot in range(batch)]
+    geometries = [detector.preprocess(0, slot, f) for slot, f in enumerate(held)]
+    raw = detector.infer(0, batch)
+    runs = max(1, -(-count // batch))
+    latencies = []
+    watch = Stopwatch().start()
+    for _ in range(runs):
+        started = time.perf_counter()
+        detector.postprocess(raw, geometries, held)
+        latencies.append(time.perf_counter() - started)
+    watch.stop()
+    return watch.measurement(runs * batch, latencies)

@@ -1,0 +1,77 @@
+"""Batch buckets: a few fixed batch shapes, each bound to ONNX Runtime once.
+
+A batch of ``n`` frames runs in the smallest bucket that holds ``n`` (1, 2, 4,
+8 ... up to the maximum batch), so a partly filled batch costs about what it
+holds instead of a full batch, while every shape the model sees is known in
+advance and bound once. That is what CUDA graphs need: one captured graph per
+bucket, replayed with the same addresses every run.
+
+The buckets of a :class:`BatchBuffer` are views of one input allocation (the
+first ``k`` slots of an NCHW tensor are contiguous), so a frame can be
+letterboxed into its slot before anyone knows how full its batch will get, and
+whichever bucket then runs reads it where it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+def bucket_sizes(max_batch: int, fixed_batch: int | None) -> tuple[int, ...]:
+    """The batch sizes to bind: powers of two below ``max_batch``, then ``max_batch``.
+
+    A model with a fixed batch has exactly one bucket, its own batch.
+    """
+    if fixed_batch is not None:
+        return (fixed_batch,)
+    sizes = []
+    size = 1
+    while size < max_batch:
+        sizes.append(size)
+        size *= 2
+    return (*sizes, max_batch)
+
+
+@dataclass(eq=False)
+class Bucket:
+    """One batch shape of one buffer: its input view, its outputs and its IO binding."""
+
+    size: int
+    input: torch.Tensor
+    """``[size, 3, H, W]``: a view of the first ``size`` slots of the buffer's input."""
+    outputs: list[torch.Tensor | None]
+    """Preallocated outputs in model order; None where the size is only known per run."""
+    binding: Any
+    """The ``onnxruntime.IOBinding`` with the input and outputs bound by address, once."""
+    run_options: Any
+    """The ``onnxruntime.RunOptions`` of every run of this bucket (its CUDA graph id)."""
+    graph_id: int | None
+    """The ``gpu_graph_id`` this bucket's runs carry when CUDA graphs are on, else None."""
+
+
+@dataclass(eq=False)
+class BatchBuffer:
+    """A model input of the maximum batch and one :class:`Bucket` per batch size.
+
+    The engine keeps several buffers so that frames can be letterboxed into
+    one while the model reads another and postprocessing reads a third.
+    """
+
+    input: torch.Tensor
+    """``[max_batch, 3, H, W]``, allocated once; preprocessing writes into its slots."""
+    buckets: tuple[Bucket, ...]
+    """In increasing size; the last one is the full batch."""
+
+    def bucket_for(self, frames: int) -> Bucket:
+        """The smallest bucket that holds ``frames`` frames."""
+        for bucket in self.buckets:
+            if bucket.size >= frames:
+                return bucket
+        raise ValueError(f"{frames} frames do not fit a batch of {self.buckets[-1].size}")
+
+    @property
+    def largest(self) -> Bucket:
+        return self.buckets[-1]
