@@ -32,9 +32,9 @@ demo: setup
 	$(VENV)/bin/vstream run
 
 test: setup system-deps
-	$(VENV)/bin/ruff check vstream tests tools examples
+	$(VENV)/bin/ruff check vstream tests tools examples benchmarks
 	$(VENV)/bin/python -m pytest
 
 lint: setup
-	$(VENV)/bin/ruff check vstream tests tools examples
-	$(VENV)/bin/ruff format --check vstream tests tools examples
+	$(VENV)/bin/ruff check vstream tests tools examples benchmarks
+	$(VENV)/bin/ruff format --check vstream tests tools examples benchmarks
