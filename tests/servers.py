@@ -94,24 +94,23 @@ def redis_server(directory: Path) -> Server:
     return Server("redis", command, port)
 
 
-@pytest.fixture
-def mqtt_broker(tmp_path: Path) -> Iterator[Server]:
-    server = mosquitto(tmp_path)
+def _running(server: Server) -> Iterator[Server]:
+    """``server`` started for one test and always stopped after it."""
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def mqtt_broker(tmp_path: Path) -> Iterator[Server]:
+    yield from _running(mosquitto(tmp_path))
 
 
 @pytest.fixture
 def redis_broker(tmp_path: Path) -> Iterator[Server]:
-    server = redis_server(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _running(redis_server(tmp_path))
 
 
 @pytest.fixture
