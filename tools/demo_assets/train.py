@@ -32,7 +32,8 @@ from vstream.preprocess import PAD_VALUE, LetterboxGeometry
 
 IMGSZ = 320
 # Circumradius range of training objects in letterboxed (320) pixels. The sample
-# video shows radii of about 10..28 px after its 0.5 letterbox gain.
+# video shows radii of about 8..20 px after its 0.5 letterbox gain (10..28 in the sample
+# the model was trained for).
 RADIUS_RANGE = (5.0, 64.0)
 # Per-level object size ranges (longest box side, 320 px) used for assignment.
 LEVEL_RANGES = {8: (0.0, 64.0), 16: (32.0, 1e9)}

@@ -1,0 +1,166 @@
+"""Tracking on the demo video (MOTA, IDF1, line counts) and the tracker's cost per frame.
+
+``accuracy``: the demo model runs through the vstream pipeline
+(:class:`vstream.Detector` on :class:`vstream.VideoFileSource`) on the sample
+video; every frame's detections then go through
+:class:`vstream.analytics.StreamAnalytics` with the default tracking settings
+and the ground truth's counting line. The resulting records (detections with
+``track_id``, crossing events) are scored by :mod:`vstream.evaluation_tracks`
+against the ground truth's identities and crossings, as ``vstream eval`` does.
+
+``cost``: 50 synthetic objects drift across a 1920x1080 frame, leaving and
+being replaced, with box noise, a few misses and low scores. The time of
+:meth:`ByteTracker.update` alone, and of :meth:`StreamAnalytics.update` with
+two lines and a zone, is measured per frame (CPU time of this process, so
+other jobs on the machine matter less; wall time is printed too).
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/tracking.py [accuracy|cost|all] [--frames 5000] [--output x.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vstream.analytics import (
+    AnalyticsConfig,
+    LineConfig,
+    StreamAnalytics,
+    TrackingConfig,
+    ZoneConfig,
+)
+from vstream.evaluation_tracks import evaluate_line_counts, evaluate_tracks
+from vstream.tracking import ByteTracker
+
+
+def accuracy(
+    video: Path, ground_truth_path: Path, conf: float, threads: int, output: Path | None
+) -> None:
+    from vstream import Detector, VideoFileSource, assets, evaluate
+
+    ground_truth = json.loads(ground_truth_path.read_text())
+    lines = [
+        LineConfig(name=line["name"], start=tuple(line["start"]), end=tuple(line["end"]))
+        for line in ground_truth.get("lines", [])
+    ]
+    detector = Detector(
+        assets.DEMO_MODEL, device="cpu", conf=conf, iou=0.45, intra_op_threads=threads
+    )
+    analytics = StreamAnalytics(AnalyticsConfig(tracking=TrackingConfig(), lines=lines), [])
+    records = []
+    for result in detector.stream(VideoFileSource(video)):
+        record = result.to_record()
+        dets = record["detections"]
+        boxes = np.array([d["bbox"] for d in dets], dtype=np.float64).reshape(-1, 4)
+        scores = np.array([d["score"] for d in dets])
+        classes = np.array([d["class_id"] for d in dets], dtype=np.int64)
+        update = analytics.update(
+            boxes, scores, classes, result.pts_seconds, frame_size=(result.width, result.height)
+        )
+        for det, track_id in zip(dets, update.track_ids.tolist(), strict=True):
+            if track_id > 0:
+                det["track_id"] = track_id
+        record["events"] = [event.to_record() for event in update.events]
+        records.append(record)
+    print(f"{video.name}: {len(records)} frames, detector conf {conf}")
+    print(f"detection   {evaluate(records, ground_truth)}")
+    print(f"tracking    {evaluate_tracks(records, ground_truth)}")
+    for count in evaluate_line_counts(records, ground_truth):
+        print(f"counting    {count}")
+    if output is not None:
+        output.write_text("".join(json.dumps(record) + "\n" for record in records))
+        print(f"wrote {output} (score it with: vstream eval {output} {ground_truth_path})")
+
+
+def synthetic_frames(frames: int, objects: int, seed: int = 0) -> list[tuple]:
+    """``(boxes, scores, class_ids, pts)`` per frame for ``objects`` drifting objects."""
+    rng = np.random.default_rng(seed)
+    width, height, fps = 1920.0, 1080.0, 30.0
+
+    def spawn() -> np.ndarray:
+        return np.array(
+            [
+                rng.uniform(0, width),
+                rng.uniform(0, height),
+                *rng.normal(0, 80, 2),
+                *rng.uniform(30, 120, 2),
+            ]
+        )
+
+    state = np.stack([spawn() for _ in range(objects)])
+    out = []
+    for i in range(frames):
+        state[:, :2] += state[:, 2:4] / fps
+        gone = (
+            (state[:, 0] < 0) | (state[:, 0] > width) | (state[:, 1] < 0) | (state[:, 1] > height)
+        )
+        for k in np.flatnonzero(gone):
+            state[k] = spawn()
+        seen = rng.random(objects) > 0.05
+        cx, cy, w, h = state[seen, 0], state[seen, 1], state[seen, 4], state[seen, 5]
+        boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
+        boxes += rng.normal(0, 2.0, boxes.shape)
+        scores = np.where(rng.random(len(boxes)) < 0.1, 0.3, rng.uniform(0.6, 0.95, len(boxes)))
+        out.append((boxes, scores, rng.integers(0, 3, len(boxes)), i / fps))
+    return out
+
+
+def cost(frames: int, objects: int) -> None:
+    data = synthetic_frames(frames, objects)
+    config = AnalyticsConfig(
+        lines=[
+            LineConfig(name="a", start=(0, 540), end=(1920, 540)),
+            LineConfig(name="b", start=(960, 0), end=(960, 1080)),
+        ],
+        zones=[ZoneConfig(name="z", points=[(200, 200), (900, 250), (800, 900), (300, 800)])],
+    )
+    for name, make, call in (
+        ("ByteTracker.update", ByteTracker, lambda t, f: t.update(*f)),
+        ("StreamAnalytics.update (2 lines, 1 zone)", lambda: StreamAnalytics(config), None),
+    ):
+        target = make()
+        step = call or (lambda t, f: t.update(*f))
+        for f in data[:200]:  # warm-up: tracks established, caches hot
+            step(target, f)
+        cpu, wall = time.process_time(), time.perf_counter()
+        for f in data[200:]:
+            step(target, f)
+        n = len(data) - 200
+        cpu_ms = 1e3 * (time.process_time() - cpu) / n
+        wall_ms = 1e3 * (time.perf_counter() - wall) / n
+        print(f"{name}: {cpu_ms:.3f} ms/frame CPU, {wall_ms:.3f} ms/frame wall, {objects} objects")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("what", nargs="?", choices=["accuracy", "cost", "all"], default="all")
+    parser.add_argument("--video", type=Path, help="default: the sample video")
+    parser.add_argument("--ground-truth", type=Path, help="default: the sample's")
+    parser.add_argument("--conf", type=float, default=0.1, help="detector score threshold")
+    parser.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads")
+    parser.add_argument("--output", type=Path, help="also write the tracked records (JSON Lines)")
+    parser.add_argument("--frames", type=int, default=5000, help="synthetic frames for cost")
+    parser.add_argument("--objects", type=int, default=50)
+    args = parser.parse_args()
+    if args.what in ("accuracy", "all"):
+        from vstream import assets
+
+        accuracy(
+            args.video or assets.SAMPLE_VIDEO,
+            args.ground_truth or assets.SAMPLE_GROUND_TRUTH,
+            args.conf,
+            args.threads,
+            args.output,
+        )
+    if args.what in ("cost", "all"):
+        cost(args.frames, args.objects)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""MOTA, IDF1, ID switches and line-count errors on cases small enough to count by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vstream.evaluation_tracks import (
+    evaluate_line_counts,
+    evaluate_tracks,
+    has_identities,
+    has_tracks,
+)
+
+A, B, FAR = [0, 0, 10, 10], [100, 100, 110, 110], [300, 300, 310, 310]
+A_SHIFTED = [2, 0, 12, 10]  # IoU with A: 80 / 120 = 0.67
+
+
+def truth(*frames: list[tuple[str, list[int]]]) -> dict:
+    return {
+        "names": ["thing"],
+        "frames": [
+            {"frame": i, "boxes": [[*box, 0] for _, box in objects], "ids": [o for o, _ in objects]}
+            for i, objects in enumerate(frames)
+        ],
+    }
+
+
+def records(*frames: list[tuple[int, list[int]]]) -> list[dict]:
+    return [
+        {
+            "frame": i,
+            "detections": [
+                {"bbox": box, "score": 0.9, "class_id": 0, "track_id": t} for t, box in tracks
+            ],
+        }
+        for i, tracks in enumerate(frames)
+    ]
+
+
+def test_perfect_tracks() -> None:
+    gt = truth([("a", A), ("b", B)], [("a", A), ("b", B)], [("a", A), ("b", B)])
+    out = records([(7, A), (8, B)], [(7, A), (8, B)], [(7, A), (8, B)])
+    result = evaluate_tracks(out, gt)
+    assert (result.mota, result.idf1, result.id_switches) == (1.0, 1.0, 0)
+    assert (result.truth_objects, result.predicted_tracks, result.mean_iou) == (2, 2, 1.0)
+
+
+def test_one_id_switch() -> None:
+    gt = truth(*[[("a", A)]] * 4)
+    out = records([(1, A)], [(1, A)], [(2, A)], [(2, A)])
+    result = evaluate_tracks(out, gt)
+    assert result.id_switches == 1
+    assert result.mota == pytest.approx(1 - 1 / 4)
+    assert result.idf1 == pytest.approx(2 * 2 / (4 + 4))  # track 1 covers 2 of 4 frames
+
+
+def test_misses_and_false_positives() -> None:
+    gt = truth(*[[("a", A)]] * 4)
+    out = records([(1, A)], [(1, A), (9, FAR)], [(1, A)], [])
+    result = evaluate_tracks(out, gt)
+    assert (result.misses, result.false_positives, result.id_switches) == (1, 1, 0)
+    assert result.mota == pytest.approx(1 - 2 / 4)
+    assert result.idf1 == pytest.approx(2 * 3 / (4 + 4))
+
+
+def test_a_kept_correspondence_is_not_a_switch() -> None:
+    # Track 2 fits better in frame 1, but track 1 still overlaps at IoU >= 0.5: kept.
+    gt = truth([("a", A)], [("a", A)])
+    out = records([(1, A)], [(1, A_SHIFTED), (2, A)])
+    result = evaluate_tracks(out, gt)
+    assert (result.id_switches, result.false_positives, result.matches) == (0, 1, 2)
+    assert result.mota == pytest.approx(0.5)
+
+
+def test_switch_is_counted_against_the_last_match_across_a_gap() -> None:
+    gt = truth([("a", A)], [("a", A)], [("a", A)])
+    out = records([(1, A)], [], [(2, A)])
+    result = evaluate_tracks(out, gt)
+    assert (result.id_switches, result.misses) == (1, 1)
+    assert result.mota == pytest.approx(1 - 2 / 3)
+
+
+def test_idf1_uses_the_best_global_pairing_not_the_greedy_one() -> None:
+    # Track 1 follows a for 3 frames, then b for 2; track 2 follows a for the last 2.
+    # Greedy pairs a-1 (3) and leaves b-2 (0): 3. The optimum is a-2 + b-1: 2 + 2 = 4.
+    gt = truth(*[[("a", A), ("b", B)]] * 5)
+    out = records([(1, A)], [(1, A)], [(1, A)], [(1, B), (2, A)], [(1, B), (2, A)])
+    result = evaluate_tracks(out, gt)
+    assert result.idtp == 4
+    assert result.idf1 == pytest.approx(2 * 4 / (10 + 7))
+    assert (result.matches, result.misses, result.id_switches) == (7, 3, 1)
+    assert result.mota == pytest.approx(1 - (3 + 0 + 1) / 10)
+
+
+def test_swapped_identities() -> None:
+    gt = truth(*[[("a", A), ("b", B)]] * 4)
+    out = records([(1, A), (2, B)], [(1, A), (2, B)], [(1, B), (2, A)], [(1, B), (2, A)])
+    result = evaluate_tracks(out, gt)
+    assert result.id_switches == 2
+    assert result.mota == pytest.approx(1 - 2 / 8)
+    assert result.idf1 == pytest.approx(2 * 4 / 16)
+
+
+def test_detections_without_track_ids_are_ignored() -> None:
+    gt = truth([("a", A)])
+    out = [{"frame": 0, "detections": [{"bbox": A, "score": 0.9, "class_id": 0}]}]
+    assert not has_tracks(out) and has_identities(gt)
+    result = evaluate_tracks(out, gt)
+    assert (result.misses, result.false_positives, result.mota) == (1, 0, 0.0)
+
+
+def test_boxes_and_ids_must_agree() -> None:
+    gt = truth([("a", A)])
+    gt["frames"][0]["ids"] = []
+    with pytest.raises(ValueError, match="1 boxes but 0 ids"):
+        evaluate_tracks(records([(1, A)]), gt)
+
+
+def test_line_count_errors() -> None:
+    gt = {
+        "lines": [
+            {
+                "name": "gate",
+                "start": [0, 100],
+                "end": [640, 100],
+                "crossings": [
+                    {"frame": 3, "id": "a", "direction": "in"},
+                    {"frame": 9, "id": "b", "direction": "in"},
+                    {"frame": 12, "id": "a", "direction": "out"},
+                ],
+            }
+        ]
+    }
+
+    def crossing(line: str, direction: str) -> dict:
+        return {"type": "line_crossing", "line": line, "direction": direction}
+
+    out = [
+        {"frame": 4, "detections": [], "events": [crossing("gate", "in")]},
+        {"frame": 5, "detections": [], "events": [crossing("other", "in")]},
+        {"frame": 13, "detections": [], "events": [crossing("gate", "out")] * 2},
+    ]
+    counts = evaluate_line_counts(out, gt)
+    assert [(c.line, c.direction, c.predicted, c.truth, c.error) for c in counts] == [
+        ("gate", "in", 1, 2, -1),
+        ("gate", "out", 2, 1, 1),
+    ]
+    assert str(counts[0]) == "line gate in: 1 counted, 2 true (error -1)"
+
+
+def test_eval_command_adds_tracking_and_counts(tmp_path: Path, capsys) -> None:
+    from vstream.cli import main
+
+    gt = truth([("a", A)], [("a", A)])
+    gt["lines"] = [{"name": "gate", "start": [0, 5], "end": [20, 5], "crossings": []}]
+    out = records([(3, A)], [(3, A)])
+    out[1]["events"] = [{"type": "line_crossing", "line": "gate", "direction": "in"}]
+    records_path, truth_path = tmp_path / "out.jsonl", tmp_path / "truth.json"
+    records_path.write_text("".join(json.dumps(r) + "\n" for r in out))
+    truth_path.write_text(json.dumps(gt))
+    assert main(["eval", str(records_path), str(truth_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("mAP@0.5 1.000")
+    assert lines[1].startswith("MOTA 1.000 IDF1 1.000 (ID switches 0,")
+    assert lines[2:] == [
+        "line gate in: 1 counted, 0 true (error +1)",
+        "line gate out: 0 counted, 0 true (error +0)",
+    ]

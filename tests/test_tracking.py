@@ -1,0 +1,263 @@
+"""ByteTracker on synthetic sequences: identities through crossings, occlusion, low scores,
+class flicker, frame rates, resets, and bounded memory."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+from synthetic import Mover, render
+
+from vstream.tracking import ByteTracker, Tracker, TrackingConfig, iou_matrix, kalman
+
+
+def track(frames, config: TrackingConfig | None = None) -> tuple[ByteTracker, list[np.ndarray]]:
+    tracker = ByteTracker(config)
+    return tracker, [tracker.update(f.boxes, f.scores, f.class_ids, f.pts) for f in frames]
+
+
+def ids_of_object(frames, ids, x_sign: int) -> set[int]:
+    """Track ids given to the detections of the object moving in the ``x_sign`` direction."""
+    found: set[int] = set()
+    for frame, frame_ids in zip(frames, ids, strict=True):
+        for box, track_id in zip(frame.boxes, frame_ids, strict=True):
+            if track_id > 0 and np.sign(box[0] - 300) in (x_sign, 0):
+                found.add(int(track_id))
+    return found
+
+
+def test_is_a_tracker() -> None:
+    assert isinstance(ByteTracker(), Tracker)
+
+
+def test_one_object_one_id_after_confirmation() -> None:
+    frames = render([Mover([(0, 50, 200), (4, 550, 220)])], fps=25, seconds=4)
+    _, ids = track(frames)
+    hits = TrackingConfig().confirm_hits
+    assert all(frame_ids.tolist() == [-1] for frame_ids in ids[: hits - 1])
+    assert {int(i[0]) for i in ids[hits - 1 :]} == {1}
+
+
+def test_confirm_seconds_holds_at_any_fps() -> None:
+    config = TrackingConfig(confirm_hits=1, confirm_seconds=0.3)
+    for fps in (10, 60):
+        frames = render([Mover([(0, 50, 200), (2, 250, 200)])], fps=fps, seconds=2)
+        _, ids = track(frames, config)
+        first = next(f.pts for f, i in zip(frames, ids, strict=True) if i[0] > 0)
+        assert first == pytest.approx(0.3, abs=1e-9)
+
+
+def test_paths_that_cross_keep_their_ids() -> None:
+    # Two equal boxes crossing head-on, 10 px apart vertically: at the crossing they overlap
+    # almost entirely, and only the motion model can tell them apart.
+    movers = [
+        Mover([(0, 60, 200), (4, 540, 200)]),
+        Mover([(0, 540, 210), (4, 60, 210)], class_id=1),
+    ]
+    frames = render(movers, fps=25, seconds=4, seed=1)
+    _, ids = track(frames)
+    rightward = [int(i[0]) for f, i in zip(frames, ids, strict=True) if i[0] > 0]
+    leftward = [int(i[1]) for f, i in zip(frames, ids, strict=True) if len(i) > 1 and i[1] > 0]
+    # Detections are listed per object, so position 0 is always the rightward object.
+    assert set(rightward) == {1} and set(leftward) == {2}
+
+
+def test_occlusion_shorter_than_the_buffer_keeps_the_id() -> None:
+    mover = Mover([(0, 50, 200), (4, 550, 200)], hidden=[(1.5, 2.2)])
+    frames = render([mover], fps=25, seconds=4)
+    _, ids = track(frames, TrackingConfig(track_buffer_seconds=1.0))
+    assert {int(i[0]) for i in ids[5:] if len(i)} == {1}
+
+
+def test_occlusion_longer_than_the_buffer_starts_a_new_track() -> None:
+    mover = Mover([(0, 50, 200), (4, 550, 200)], hidden=[(1.5, 2.8)])
+    frames = render([mover], fps=25, seconds=4)
+    tracker, ids = track(frames, TrackingConfig(track_buffer_seconds=1.0))
+    assert {int(i[0]) for i in ids[5:] if len(i) and i[0] > 0} == {1, 2}
+    assert tracker.live_track_ids() == frozenset({2})
+
+
+@pytest.mark.parametrize("fps", [10, 60])
+def test_track_buffer_is_in_seconds(fps: int) -> None:
+    config = TrackingConfig(track_buffer_seconds=0.5)
+    kept = render([Mover([(0, 50, 200), (3, 350, 200)], hidden=[(1.0, 1.4)])], fps, 3)
+    lost = render([Mover([(0, 50, 200), (3, 350, 200)], hidden=[(1.0, 1.6)])], fps, 3)
+    assert {int(i[0]) for i in track(kept, config)[1] if len(i) and i[0] > 0} == {1}
+    assert {int(i[0]) for i in track(lost, config)[1] if len(i) and i[0] > 0} == {1, 2}
+
+
+def test_low_score_detections_keep_a_track_but_never_start_one() -> None:
+    partly_hidden = Mover([(0, 50, 200), (3, 350, 200)])
+    frames = render([partly_hidden], fps=25, seconds=3)
+    for frame in frames[30:50]:
+        frame.scores[:] = 0.3  # between low_score and high_score
+    _, ids = track(frames)
+    assert all(i.tolist() == [1] for i in ids[30:])
+
+    faint = render([Mover([(0, 50, 200), (3, 350, 200)], score=0.3)], fps=25, seconds=3)
+    tracker, ids = track(faint)
+    assert all(i.tolist() == [-1] for i in ids) and tracker.num_tracks == 0
+
+
+def test_below_new_track_score_never_confirms() -> None:
+    frames = render([Mover([(0, 50, 200), (3, 350, 200)], score=0.55)], fps=25, seconds=3)
+    tracker, ids = track(frames, TrackingConfig(high_score=0.5, new_track_score=0.6))
+    assert all(i.tolist() == [-1] for i in ids) and tracker.live_track_ids() == frozenset()
+
+
+def test_flickering_false_positive_is_never_confirmed() -> None:
+    frames = render([Mover([(0, 100, 100), (3, 100, 100)])], fps=25, seconds=3)
+    for i, frame in enumerate(frames):
+        if i % 3 == 2:  # two hits, then a miss: never three in a row
+            frame.boxes, frame.scores = frame.boxes[:0], frame.scores[:0]
+            frame.class_ids = frame.class_ids[:0]
+    tracker, ids = track(frames, TrackingConfig(confirm_hits=3))
+    assert all((i == -1).all() for i in ids) and tracker.live_track_ids() == frozenset()
+
+
+def test_one_object_detected_as_two_classes_is_one_track() -> None:
+    """Per-class NMS keeps both boxes; the tracker keeps the better one only."""
+    frames = render([Mover([(0, 50, 200), (3, 350, 200)])], fps=25, seconds=3)
+    for frame in frames:
+        frame.boxes = np.concatenate([frame.boxes, frame.boxes + np.array([2, -2, 3, 1])])
+        frame.scores = np.array([0.9, 0.8])
+        frame.class_ids = np.array([0, 3])
+    tracker, ids = track(frames)
+    assert all(i.tolist() == [1, -1] for i in ids[3:])
+    assert tracker.num_tracks == 1
+
+
+def test_class_flicker_keeps_one_track_reporting_the_majority() -> None:
+    frames = render([Mover([(0, 50, 200), (4, 550, 200)])], fps=25, seconds=4)
+    for i, frame in enumerate(frames):
+        frame.class_ids[:] = 2 if i % 3 == 0 else 5  # 5 two times in three
+    tracker, ids = track(frames)
+    assert {int(i[0]) for i in ids[3:]} == {1}
+    assert tracker.track_classes(np.array([1, 99, -1])).tolist() == [5, -1, -1]
+
+
+def test_ids_are_never_reused() -> None:
+    tracker = ByteTracker(TrackingConfig(confirm_hits=1, track_buffer_seconds=0.1))
+    box = np.array([[10.0, 10.0, 50.0, 50.0]])
+    seen = []
+    pts = 0.0
+    for _ in range(5):
+        seen.append(int(tracker.update(box, [0.9], [0], pts)[0]))
+        pts += 1.0  # longer than the buffer: the track is forgotten, the object is new
+        tracker.update(np.zeros((0, 4)), [], [], pts)
+        pts += 1.0
+    tracker.reset()
+    seen.append(int(tracker.update(box, [0.9], [0], pts)[0]))
+    assert seen == [1, 2, 3, 4, 5, 6]
+
+
+def test_pts_going_backwards_is_a_new_scene() -> None:
+    tracker = ByteTracker(TrackingConfig(confirm_hits=1))
+    box = np.array([[10.0, 10.0, 50.0, 50.0]])
+    assert tracker.update(box, [0.9], [0], 5.0).tolist() == [1]
+    assert tracker.update(box, [0.9], [0], 0.0).tolist() == [2]
+    assert tracker.live_track_ids() == frozenset({2})
+
+
+def test_memory_is_bounded_over_20000_frames() -> None:
+    """Objects come and go for 20,000 frames; forgotten tracks leave nothing behind."""
+    tracker = ByteTracker(TrackingConfig(track_buffer_seconds=1.0))
+    rng = np.random.default_rng(0)
+    fps, active = 25.0, []  # [x, y, vx, vy, frames left]
+    largest = 0
+    for i in range(20_000):
+        if rng.random() < 0.2:
+            active.append([rng.uniform(0, 600), rng.uniform(0, 300), *rng.normal(0, 60, 2), 75])
+        active = [a for a in active if a[4] > 0]
+        for a in active:
+            a[0] += a[2] / fps
+            a[1] += a[3] / fps
+            a[4] -= 1
+        boxes = np.array([[a[0], a[1], a[0] + 30, a[1] + 30] for a in active]).reshape(-1, 4)
+        scores = rng.uniform(0.2, 1.0, len(boxes))
+        tracker.update(boxes, scores, np.zeros(len(boxes), int), i / fps)
+        largest = max(largest, tracker.num_tracks)
+    # About 15 objects live at once (0.2 new per frame, 75 frames each) plus at most one
+    # second (25 frames) of lost ones: far below the thousands of tracks ever created.
+    assert tracker.live_track_ids() and max(tracker.live_track_ids()) > 1000
+    assert largest < 60
+
+
+def test_kalman_uncertainty_is_independent_of_the_step_size() -> None:
+    mean, cov = kalman.initiate(np.array([[100.0, 100.0, 40.0, 60.0]]))
+    coarse_mean, coarse_cov = mean.copy(), cov.copy()
+    fine_mean, fine_cov = mean.copy(), cov.copy()
+    coarse_mean[:, 4:6] = fine_mean[:, 4:6] = [30.0, -20.0]
+    for _ in range(10):
+        kalman.predict(coarse_mean, coarse_cov, 0.1)
+    for _ in range(60):
+        kalman.predict(fine_mean, fine_cov, 1 / 60)
+    np.testing.assert_allclose(coarse_mean, fine_mean)
+    np.testing.assert_allclose(coarse_cov, fine_cov, rtol=1e-9)
+    assert coarse_mean[0, :2].tolist() == pytest.approx([130.0, 80.0])
+
+
+def test_kalman_update_moves_towards_the_measurement() -> None:
+    mean, cov = kalman.initiate(np.array([[100.0, 100.0, 40.0, 60.0]]))
+    kalman.predict(mean, cov, 0.1)
+    kalman.update(mean, cov, np.array([[110.0, 100.0, 40.0, 60.0]]))
+    assert 100.0 < mean[0, 0] < 110.0 and mean[0, 4] > 0.0 and mean[0, 5] == 0.0
+    assert np.all(np.linalg.eigvalsh(cov[0]) > 0)
+
+
+def test_iou_matrix() -> None:
+    a = np.array([[0, 0, 10, 10], [0, 0, 0, 0]])
+    b = np.array([[0, 0, 10, 10], [5, 0, 15, 10], [20, 20, 30, 30]])
+    np.testing.assert_allclose(iou_matrix(a, b), [[1.0, 1 / 3, 0.0], [0.0, 0.0, 0.0]])
+
+
+def test_mismatched_inputs_are_refused() -> None:
+    with pytest.raises(ValueError, match="one of each per detection"):
+        ByteTracker().update(np.zeros((2, 4)), [0.9], [0, 0], 0.0)
+    with pytest.raises(ValueError, match="finite"):
+        ByteTracker().update(np.zeros((0, 4)), [], [], float("nan"))
+
+
+def test_tracking_config_is_strict_and_bounded() -> None:
+    for options, message in [
+        ({"high_score": 1.5}, r"must be in \[0, 1\], got 1.5"),
+        ({"track_buffer_seconds": 0}, r"must be in \(0, 3600\], got 0"),
+        ({"confirm_hits": True}, "must be an integer, got True"),
+        ({"confirm_hits": 2.0}, "must be an integer, got 2.0"),
+        ({"match_iou": "0.3"}, "must be a number, got '0.3'"),
+        ({"low_score": 0.6}, r"low_score \(0.6\) must not exceed high_score \(0.5\)"),
+        ({"new_track_score": 0.4}, "must be at least high_score"),
+        ({"tracker": "sort"}, "'bytetrack'"),
+        ({"buffer": 1}, "Extra inputs are not permitted"),
+    ]:
+        with pytest.raises(ValidationError, match=message):
+            TrackingConfig.model_validate(options)
+
+
+def test_modules_import_no_model_stack() -> None:
+    """The tracking and analytics code imports numpy, scipy, pydantic and the stdlib only."""
+    root = Path(__file__).resolve().parents[1] / "vstream"
+    allowed = {"numpy", "scipy", "pydantic", "vstream"}
+    for package in ("tracking", "analytics"):
+        for path in (root / package).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module or ""]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    assert top in allowed or top in _stdlib(), f"{path.name} imports {name}"
+                    if top == "vstream":
+                        assert name.split(".")[1] in ("tracking", "analytics"), name
+
+
+def _stdlib() -> frozenset[str]:
+    import sys
+
+    return frozenset(sys.stdlib_module_names)

@@ -1,0 +1,186 @@
+"""Zones on synthetic scenes: entries, exits and dwell, occupancy, loitering, border flicker."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+from synthetic import Mover, events, render, run
+
+from vstream.analytics import AnalyticsConfig, StreamAnalytics, TrackingConfig, ZoneConfig
+from vstream.analytics.geometry import Polygon
+
+# A 200 x 100 rectangle: x 200..400, y 150..250.
+PEN = ZoneConfig(name="pen", points=[(200, 150), (400, 150), (400, 250), (200, 250)])
+
+
+def analytics(*zones: ZoneConfig, **options) -> StreamAnalytics:
+    return StreamAnalytics(AnalyticsConfig(zones=list(zones) or [PEN], **options), ["a", "b"])
+
+
+def kinds(updates) -> list[str]:
+    return [e["type"] for e in events(updates)]
+
+
+def test_enter_and_exit_with_dwell_seconds() -> None:
+    walker = Mover([(0, 100, 200), (1, 300, 200), (3, 300, 200), (4, 500, 200)])
+    updates = run(analytics(), render([walker], fps=25, seconds=4))
+    enter, leave = events(updates)
+    assert enter["type"] == "zone_enter" and leave["type"] == "zone_exit"
+    assert enter["zone"] == leave["zone"] == "pen" and enter["track_id"] == leave["track_id"] == 1
+    # Clear of the 5 px band at x > 205 (t > 0.525) and x > 405 (t > 3.525): frames at 25 fps.
+    assert enter["pts"] == pytest.approx(0.56) and leave["pts"] == pytest.approx(3.56)
+    assert leave["dwell_seconds"] == pytest.approx(3.0)
+    occupancy = [u.zone_occupancy["pen"] for u in updates]
+    assert max(occupancy) == 1 and occupancy[-1] == 0
+    assert occupancy.index(1) == 17  # pts 0.68: 0.1 s after the first clear frame
+
+
+def test_flicker_on_the_border_makes_no_event_storm() -> None:
+    # Parked on the left border, the box jitters across it by a few pixels for 20 s,
+    # with now and then a one-frame spike 20 px inside.
+    parked = Mover([(0, 100, 200), (1, 201, 200), (21, 201, 200)], jitter=2.0)
+    frames = render([parked], fps=25, seconds=20, seed=7)
+    for frame in frames[50::41]:
+        frame.boxes[:, [0, 2]] += 20
+    updates = run(analytics(), frames)
+    assert kinds(updates) == []
+    assert all(u.zone_occupancy["pen"] == 0 for u in updates)
+
+
+def test_occupancy_is_entries_minus_exits_every_frame() -> None:
+    movers = [
+        Mover([(0, 100, 180), (2, 300, 180), (4, 300, 180), (6, 500, 180)]),
+        Mover([(1, 300, 350), (2, 300, 220), (5, 300, 220), (6, 300, 350)], class_id=1),
+        Mover([(0, 250, 240), (6, 250, 240)]),  # inside from its first frame
+    ]
+    inside = 0
+    occupancy = []
+    for update in run(analytics(), render(movers, fps=25, seconds=6)):
+        for event in update.events:
+            inside += {"zone_enter": 1, "zone_exit": -1}.get(event.type, 0)
+        assert update.zone_occupancy["pen"] == inside
+        occupancy.append(inside)
+    assert max(occupancy) == 3 and occupancy[-1] == 1
+
+
+def test_object_first_seen_inside_enters() -> None:
+    updates = run(analytics(), render([Mover([(0, 300, 200), (2, 310, 200)])], 25, 2))
+    assert kinds(updates) == ["zone_enter"]
+
+
+def test_loitering_once_per_visit() -> None:
+    pen = PEN.model_copy(update={"loiter_seconds": 2.0})
+    walker = Mover(
+        [
+            *[(0, 100, 200), (1, 300, 200), (4, 300, 200), (5, 500, 200)],  # ~3 s inside
+            *[(6, 500, 200), (7, 300, 200), (7.2, 300, 200), (8.2, 500, 200)],  # ~1.2 s
+            *[(10, 500, 200), (11, 300, 200), (14, 300, 200), (15, 500, 200)],  # ~3 s
+        ]
+    )
+    updates = run(analytics(pen), render([walker], fps=25, seconds=15))
+    assert kinds(updates) == [
+        "zone_enter",
+        "loitering",
+        "zone_exit",
+        "zone_enter",
+        "zone_exit",
+        "zone_enter",
+        "loitering",
+        "zone_exit",
+    ]
+    loiter = next(e for e in events(updates) if e["type"] == "loitering")
+    assert loiter["dwell_seconds"] == pytest.approx(2.0, abs=0.05)
+
+
+def test_track_forgotten_inside_exits_when_last_seen() -> None:
+    # Leaves the frame (no more detections) from inside a zone that touches the edge.
+    edge_zone = ZoneConfig(name="dock", points=[(500, 100), (640, 100), (640, 300), (500, 300)])
+    leaver = Mover([(0, 400, 200), (2, 630, 200)])
+    config = TrackingConfig(track_buffer_seconds=0.5)
+    a = analytics(edge_zone, tracking=config)
+    updates = run(a, render([leaver], fps=25, seconds=3))
+    enter, leave = events(updates)
+    assert (enter["type"], leave["type"]) == ("zone_enter", "zone_exit")
+    assert leave["pts"] == pytest.approx(2.0)  # last seen, reported 0.5 s later
+    assert leave["dwell_seconds"] == pytest.approx(2.0 - enter["pts"])
+    assert updates[-1].zone_occupancy["dock"] == 0 and a.num_track_states == 0
+
+
+def test_class_filter_and_flicker() -> None:
+    watched = PEN.model_copy(update={"classes": [1]})
+    a_walker = Mover([(0, 100, 180), (2, 300, 180)], class_id=0)
+    b_walker = Mover([(0, 100, 230), (2, 300, 230)], class_id=1)
+    frames = render([a_walker, b_walker], fps=25, seconds=2)
+    for frame in frames[::3]:
+        frame.class_ids[:] = 0  # b flickers to class 0 one frame in three
+    updates = run(analytics(watched), frames)
+    assert [(e["type"], e["label"]) for e in events(updates)] == [("zone_enter", "b")]
+    assert updates[-1].zone_occupancy == {"pen": 1}
+
+
+def test_zones_of_different_streams_are_independent() -> None:
+    walker = Mover([(0, 100, 200), (1, 300, 200), (3, 300, 200), (4, 500, 200)])
+    first, second = analytics(), analytics()
+    updates_first = run(first, render([walker], fps=25, seconds=4))
+    updates_second = run(second, render([Mover([(0, 50, 50), (4, 60, 60)])], 25, 4))
+    assert kinds(updates_first) == ["zone_enter", "zone_exit"] and kinds(updates_second) == []
+    assert first.zone_totals() == {"pen": {"occupancy": 0, "entries": 1}}
+    assert second.zone_totals() == {"pen": {"occupancy": 0, "entries": 0}}
+
+
+@pytest.mark.parametrize("fps", [10, 60])
+def test_same_events_at_any_fps(fps: int) -> None:
+    walker = Mover([(0, 100, 200), (1, 300, 200), (3, 300, 200), (4, 500, 200)])
+    poker = Mover(
+        [
+            (0, 300, 330),
+            (1, 300, 256),
+            (2, 300, 256),
+            (2.01, 300, 240),
+            (2.08, 300, 240),
+            (2.09, 300, 256),
+            (3, 300, 256),
+        ]
+    )  # 0.08 s inside
+    updates = run(analytics(), render([walker, poker], fps=fps, seconds=4, seed=9))
+    assert kinds(updates) == ["zone_enter", "zone_exit"]
+    assert events(updates)[1]["dwell_seconds"] == pytest.approx(3.0, abs=1.5 / fps)
+
+
+def test_zone_state_is_bounded_over_20000_frames() -> None:
+    rng = np.random.default_rng(2)
+    a = analytics(PEN.model_copy(update={"loiter_seconds": 1.0}))
+    fps, walkers, largest = 25.0, [], 0
+    for i in range(20_000):
+        if rng.random() < 0.04:
+            walkers.append([0.0, rng.uniform(120, 280), rng.uniform(100, 250)])
+        walkers = [w for w in walkers if w[0] <= 640]
+        for w in walkers:
+            w[0] += w[2] / fps
+        boxes = np.array([[w[0] - 15, w[1] - 40, w[0] + 15, w[1]] for w in walkers])
+        a.update(boxes.reshape(-1, 4), np.full(len(walkers), 0.9), np.zeros(len(walkers)), i / fps)
+        largest = max(largest, a.num_track_states, a.tracker.num_tracks)
+    assert a.zone_totals()["pen"]["entries"] > 300  # about 800 walkers, half through the pen
+    assert largest < 40
+
+
+def test_polygon_geometry() -> None:
+    # A concave "U": the notch (x 4..6, y 0..8) is outside.
+    u_shape = Polygon([(0, 0), (4, 0), (4, 8), (6, 8), (6, 0), (10, 0), (10, 10), (0, 10)])
+    points = np.array([[2, 5], [5, 5], [5, 9], [11, 5], [8, 1]])
+    assert u_shape.contains(points).tolist() == [True, False, True, False, True]
+    np.testing.assert_allclose(u_shape.border_distance(points), [2, 1, 1, 1, 1])
+
+
+def test_zone_config_is_validated() -> None:
+    with pytest.raises(ValidationError, match="at least 3 items"):
+        ZoneConfig(name="z", points=[(0, 0), (1, 1)])
+    with pytest.raises(ValidationError, match="encloses no area"):
+        ZoneConfig(name="z", points=[(0, 0), (1, 1), (2, 2)])
+    with pytest.raises(ValidationError, match=r"must be in \(0, 3600\]"):
+        ZoneConfig(name="z", points=[(0, 0), (1, 0), (0, 1)], loiter_seconds=0)
+    with pytest.raises(ValidationError, match="repeated: pen"):
+        AnalyticsConfig(zones=[PEN, PEN])
+    with pytest.raises(ValidationError, match="listed more than once"):
+        ZoneConfig(name="z", points=[(0, 0), (1, 0), (0, 1)], classes=[1, 1])

@@ -1,0 +1,220 @@
+"""Analytics options: the tracker, counting lines, zones, and how objects are placed on them.
+
+These models are what the pipelines file's ``tracking:``, ``lines:`` and
+``zones:`` keys and the ``--track``, ``--line`` and ``--anchor`` flags are read
+through. Coordinates are pixels of the original frame, ``x`` to the right and
+``y`` down, the same as the detections' ``bbox``.
+
+Degenerate geometry is refused when the config is read, not discovered when
+nothing is ever counted: a line needs two distinct points, a zone at least
+three points enclosing some area, and names are unique.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
+
+from vstream.tracking.config import (
+    MAX_TRACK_SECONDS,
+    Int,
+    Number,
+    StrictConfig,
+    TrackingConfig,
+)
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+"""Line and zone names: safe in metric labels, topics and URLs (as stream names are)."""
+
+MAX_COORDINATE = 100_000.0
+"""Largest absolute coordinate, in pixels; points may lie outside the frame."""
+
+MAX_CLASS_ID = 100_000
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+Coordinate = Number(-MAX_COORDINATE, MAX_COORDINATE)
+Point = tuple[Coordinate, Coordinate]
+
+
+def _distinct(classes: list[int]) -> list[int]:
+    if len(set(classes)) != len(classes):
+        raise ValueError(f"classes are listed more than once: {classes}")
+    return classes
+
+
+ClassIds = Annotated[
+    list[Int(0, MAX_CLASS_ID)], Field(min_length=1, max_length=1000), AfterValidator(_distinct)
+]
+
+
+class Anchor(str, enum.Enum):
+    """The point of a box that stands for the object on lines and in zones."""
+
+    CENTER = "center"
+    BOTTOM_CENTER = "bottom_center"
+    """Where a person or a vehicle touches the ground: the usual choice for counting."""
+    TOP_CENTER = "top_center"
+    CENTER_LEFT = "center_left"
+    CENTER_RIGHT = "center_right"
+    TOP_LEFT = "top_left"
+    TOP_RIGHT = "top_right"
+    BOTTOM_LEFT = "bottom_left"
+    BOTTOM_RIGHT = "bottom_right"
+
+
+class LineConfig(StrictConfig):
+    """A counting line: the segment from ``start`` to ``end``.
+
+    Direction (the one place it is defined): looking along the line from
+    ``start`` to ``end`` on the screen, ``in`` is a crossing from its left side
+    to its right side, ``out`` the opposite. Swapping ``start`` and ``end``
+    swaps them. A line drawn left to right counts downward movement as ``in``::
+
+                   left side
+        start ●──────────────────────▶● end
+                   right side
+
+        left -> right: "in"        right -> left: "out"
+    """
+
+    name: Name = Field(description="name in events, counts and metrics")
+    start: Point = Field(description="first end point [x, y], pixels")
+    end: Point = Field(
+        description="second end point [x, y], pixels; looking from start to end, "
+        "crossing from left to right is 'in'"
+    )
+    classes: ClassIds | None = Field(
+        None, description="class ids this line counts; null: every class"
+    )
+
+    @model_validator(mode="after")
+    def _has_length(self) -> LineConfig:
+        if self.start == self.end:
+            raise ValueError(f"line {self.name!r}: start and end are the same point {self.start}")
+        return self
+
+
+def polygon_area(points: list[tuple[float, float]]) -> float:
+    """Unsigned area of a simple polygon (shoelace formula)."""
+    total = 0.0
+    for (x1, y1), (x2, y2) in zip(points, points[1:] + points[:1], strict=True):
+        total += x1 * y2 - x2 * y1
+    return abs(total) / 2.0
+
+
+class ZoneConfig(StrictConfig):
+    """A zone: a polygon objects enter, stay in, and leave."""
+
+    name: Name = Field(description="name in events, occupancy and metrics")
+    points: Annotated[list[Point], Field(min_length=3, max_length=1000)] = Field(
+        description="polygon corners [[x, y], ...] in order, pixels; closed automatically"
+    )
+    classes: ClassIds | None = Field(
+        None, description="class ids this zone watches; null: every class"
+    )
+    loiter_seconds: Number(0.0, MAX_TRACK_SECONDS, open_low=True) | None = Field(
+        None,
+        description="emit one loitering event per visit once an object has been inside this "
+        "long; null: no loitering events",
+    )
+
+    @model_validator(mode="after")
+    def _has_area(self) -> ZoneConfig:
+        if polygon_area(list(self.points)) <= 1e-6:
+            raise ValueError(f"zone {self.name!r}: the polygon encloses no area")
+        return self
+
+
+class AnalyticsConfig(StrictConfig):
+    """Tracking plus the lines and zones of one pipeline's streams."""
+
+    tracking: TrackingConfig | None = Field(
+        None,
+        description="tracker settings; null: no tracking unless there are lines or zones, "
+        "which need tracks and then use the default settings",
+    )
+    lines: Annotated[list[LineConfig], Field(max_length=1000)] = Field(
+        default_factory=list, description="counting lines"
+    )
+    zones: Annotated[list[ZoneConfig], Field(max_length=1000)] = Field(
+        default_factory=list, description="zones"
+    )
+    anchor: Anchor = Field(
+        Anchor.BOTTOM_CENTER, description="the point of each box placed on lines and in zones"
+    )
+    dead_band_pixels: Number(0.0, 10_000.0) = Field(
+        5.0,
+        description="an anchor closer than this to a line or a zone border is on neither side, "
+        "so jitter on the line never counts; narrowed where the frame edge is closer",
+    )
+    min_seconds_on_side: Number(0.0, MAX_TRACK_SECONDS) = Field(
+        0.1,
+        description="an object must stay this long beyond the dead band on the new side of a "
+        "line (or of a zone border) before the crossing (or entry, exit) counts",
+    )
+
+    @field_validator("lines", "zones")
+    @classmethod
+    def _unique_names(
+        cls, items: list[LineConfig] | list[ZoneConfig]
+    ) -> list[LineConfig] | list[ZoneConfig]:
+        names = [item.name for item in items]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"names must be unique, repeated: {', '.join(repeated)}")
+        return items
+
+    @property
+    def enabled(self) -> bool:
+        """Whether streams need a tracker at all."""
+        return self.tracking is not None or bool(self.lines) or bool(self.zones)
+
+    @property
+    def effective_tracking(self) -> TrackingConfig:
+        """The tracker settings in force: ``tracking``, or the defaults."""
+        return self.tracking or TrackingConfig()
+
+
+_LINE_SPEC = re.compile(r"^(?P<name>[^=]*)=(?P<coords>.*)$")
+
+
+def parse_line_spec(spec: str) -> LineConfig:
+    """``NAME=X1,Y1,X2,Y2`` (the ``--line`` flag) as a :class:`LineConfig`.
+
+    Raises ValueError with a message that names the problem.
+    """
+    match = _LINE_SPEC.match(spec.strip())
+    if match is None:
+        raise ValueError(f"line {spec!r}: expected NAME=X1,Y1,X2,Y2, e.g. gate=10,200,630,200")
+    name = match["name"].strip()
+    if not re.match(NAME_PATTERN, name):
+        raise ValueError(
+            f"line {spec!r}: name {name!r} must start with a letter or digit and have at most "
+            "64 letters, digits, '_', '.' or '-'"
+        )
+    parts = [part.strip() for part in match["coords"].split(",")]
+    if len(parts) != 4:
+        raise ValueError(f"line {spec!r}: expected 4 numbers X1,Y1,X2,Y2, got {len(parts)}")
+    try:
+        x1, y1, x2, y2 = (float(part) for part in parts)
+    except ValueError:
+        raise ValueError(f"line {spec!r}: X1,Y1,X2,Y2 must be numbers") from None
+    try:
+        return LineConfig(name=name, start=(x1, y1), end=(x2, y2))
+    except ValidationError as exc:
+        reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+        raise ValueError(f"line {spec!r}: {reasons}") from None
+
+
+__all__ = [
+    "NAME_PATTERN",
+    "AnalyticsConfig",
+    "Anchor",
+    "LineConfig",
+    "TrackingConfig",
+    "ZoneConfig",
+    "parse_line_spec",
+]

@@ -1,0 +1,116 @@
+"""Plane geometry for lines and zones, vectorised over points.
+
+Image coordinates: ``x`` to the right, ``y`` down. With ``y`` down, the 2-D
+cross product ``(end - start) x (p - start)`` is positive for points on the
+right of the line as seen on the screen when looking from ``start`` to
+``end``: the side an ``in`` crossing ends on (:class:`~vstream.analytics.config.LineConfig`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vstream.analytics.config import Anchor
+
+ANCHOR_FRACTIONS: dict[Anchor, tuple[float, float]] = {
+    Anchor.CENTER: (0.5, 0.5),
+    Anchor.BOTTOM_CENTER: (0.5, 1.0),
+    Anchor.TOP_CENTER: (0.5, 0.0),
+    Anchor.CENTER_LEFT: (0.0, 0.5),
+    Anchor.CENTER_RIGHT: (1.0, 0.5),
+    Anchor.TOP_LEFT: (0.0, 0.0),
+    Anchor.TOP_RIGHT: (1.0, 0.0),
+    Anchor.BOTTOM_LEFT: (0.0, 1.0),
+    Anchor.BOTTOM_RIGHT: (1.0, 1.0),
+}
+"""Where each anchor sits in its box, as fractions of the width and the height."""
+
+
+def anchor_points(boxes: np.ndarray, anchor: Anchor) -> np.ndarray:
+    """``(N, 2)`` anchor points of ``(N, 4)`` ``x1, y1, x2, y2`` boxes."""
+    fx, fy = ANCHOR_FRACTIONS[anchor]
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    x = boxes[:, 0] + fx * (boxes[:, 2] - boxes[:, 0])
+    y = boxes[:, 1] + fy * (boxes[:, 3] - boxes[:, 1])
+    return np.stack([x, y], axis=1)
+
+
+class Segment:
+    """A line segment with signed distances (positive on the ``in`` side) and positions along it."""
+
+    def __init__(self, start: tuple[float, float], end: tuple[float, float]) -> None:
+        self.start = np.asarray(start, dtype=np.float64)
+        self.end = np.asarray(end, dtype=np.float64)
+        self.direction = self.end - self.start
+        self.length = float(np.hypot(*self.direction))
+
+    def signed_distance(self, points: np.ndarray) -> np.ndarray:
+        """Distance in pixels from the infinite line, positive on the ``in`` side."""
+        rel = np.asarray(points, dtype=np.float64).reshape(-1, 2) - self.start
+        return (self.direction[0] * rel[:, 1] - self.direction[1] * rel[:, 0]) / self.length
+
+    def position(self, points: np.ndarray) -> np.ndarray:
+        """Where each point projects along the segment: 0 at ``start``, 1 at ``end``."""
+        rel = np.asarray(points, dtype=np.float64).reshape(-1, 2) - self.start
+        return rel @ self.direction / (self.length * self.length)
+
+    def reach_in_frame(self, width: float, height: float) -> tuple[float, float]:
+        """How far the frame extends on the ``out`` and the ``in`` side, beside the segment.
+
+        Only the part of the frame beside the segment (between the
+        perpendiculars through its end points) is considered, since no crossing
+        can count elsewhere. A line along the frame edge has a reach near 0 on
+        the outer side.
+        """
+        polygon = np.array([[0.0, 0.0], [width, 0.0], [width, height], [0.0, height]])
+        along = self.direction / self.length
+        polygon = _clip(polygon, -along, -float(self.start @ along))
+        polygon = _clip(polygon, along, float(self.end @ along))
+        if len(polygon) == 0:
+            return 0.0, 0.0
+        distance = self.signed_distance(polygon)
+        return max(0.0, -float(distance.min())), max(0.0, float(distance.max()))
+
+
+def _clip(polygon: np.ndarray, normal: np.ndarray, offset: float) -> np.ndarray:
+    """The part of a convex polygon where ``p . normal <= offset`` (Sutherland-Hodgman)."""
+    out: list[np.ndarray] = []
+    values = polygon @ normal - offset
+    for i in range(len(polygon)):
+        a, b = polygon[i], polygon[(i + 1) % len(polygon)]
+        va, vb = values[i], values[(i + 1) % len(polygon)]
+        if va <= 0:
+            out.append(a)
+        if (va < 0 < vb) or (vb < 0 < va):
+            out.append(a + (b - a) * (va / (va - vb)))
+    return np.array(out).reshape(-1, 2)
+
+
+class Polygon:
+    """A closed polygon: inside test (even-odd rule) and distance to the border."""
+
+    def __init__(self, points: list[tuple[float, float]]) -> None:
+        self.points = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+        self._next = np.roll(self.points, -1, axis=0)
+
+    def contains(self, points: np.ndarray) -> np.ndarray:
+        """``(N,)`` bool: whether each point is inside (a ray to the right crosses an odd count)."""
+        p = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+        x, y = p[:, None, 0], p[:, None, 1]
+        ax, ay = self.points[None, :, 0], self.points[None, :, 1]
+        bx, by = self._next[None, :, 0], self._next[None, :, 1]
+        straddles = (ay > y) != (by > y)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            crossing_x = ax + (y - ay) * (bx - ax) / (by - ay)
+        crosses = straddles & (x < crossing_x)
+        return (np.count_nonzero(crosses, axis=1) % 2) == 1
+
+    def border_distance(self, points: np.ndarray) -> np.ndarray:
+        """``(N,)`` distance in pixels from each point to the nearest edge."""
+        p = np.asarray(points, dtype=np.float64).reshape(-1, 2)[:, None, :]
+        a, b = self.points[None], self._next[None]
+        edge = b - a
+        length2 = np.maximum((edge * edge).sum(axis=2), 1e-12)
+        t = np.clip(((p - a) * edge).sum(axis=2) / length2, 0.0, 1.0)
+        nearest = a + t[..., None] * edge
+        return np.sqrt(((p - nearest) ** 2).sum(axis=2)).min(axis=1)

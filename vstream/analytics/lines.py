@@ -1,0 +1,173 @@
+"""Counting line crossings without the usual failures of line counters.
+
+Each confirmed track's anchor point has a side of the line: ``+1`` (right of
+the line looking from start to end, the ``in`` side), ``-1`` (left, ``out``),
+or none yet. A crossing counts when all of this holds:
+
+- the anchor is seen beyond the dead band (``dead_band_pixels`` from the
+  infinite line) on the other side of the line: jitter on the line is inside
+  the band and never counts;
+- it stays beyond the band on that side for ``min_seconds_on_side`` of stream
+  time, measured with pts so it means the same at any frame rate; a spike
+  that comes back into the band or across sooner does not count;
+- the path crossed the drawn segment, not the infinite line beside it: where
+  the anchor's path (straight between two observations, also across frames
+  where the object was hidden) last passed through the line must lie between
+  ``start`` and ``end``;
+- the track is confirmed: detections without a track id never reach here.
+
+Every crossing counts, each time, in each direction: an object that crosses
+back is counted again. A track's first side is where it is first seen beyond
+the band and is never a crossing. So when a track breaks and the object goes
+on under a new id (the usual ID switch, e.g. in stop-and-go traffic), the new
+track cannot add a count: a switch at the line can lose that crossing, never
+count it twice. What this cannot catch is two tracks swapping objects that
+stand on opposite sides of the line: each track then seems to cross back, and
+counts.
+
+Near the frame edge a dead band could leave no room on the outer side (an
+object's clipped box never gets beyond it). With the frame size known the
+band on each side is at most half of the frame's reach on that side, so a
+line a few pixels from the edge still counts objects leaving through it. The
+anchor should then be on the side objects leave by (``bottom_center`` for the
+bottom edge, ``center_left`` for the left edge): that side of a box clipped by
+the frame stays at the edge, beyond the line, while the object leaves.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from vstream.analytics.config import LineConfig
+from vstream.analytics.events import Direction, Event
+from vstream.analytics.geometry import Segment
+
+IN_SIDE, OUT_SIDE = 1, -1
+
+
+@dataclass
+class _TrackState:
+    """What one line remembers about one track."""
+
+    side: int = 0
+    """Settled side: IN_SIDE, OUT_SIDE, or 0 before the track is first seen beyond the band."""
+    pending_since: float | None = None
+    """pts at which the anchor was first seen beyond the band on the other side."""
+    last_x: float = 0.0
+    last_y: float = 0.0
+    last_distance: float = 0.0
+    """The last non-zero signed distance, at (last_x, last_y)."""
+    crossed_at: float | None = None
+    """Position along the segment (0..1 is on it) where the path last crossed the line."""
+
+
+class LineCounter:
+    """One counting line: per-track sides, crossing events and running totals."""
+
+    def __init__(self, config: LineConfig, dead_band: float, min_seconds: float) -> None:
+        self.config = config
+        self.segment = Segment(config.start, config.end)
+        self.dead_band = dead_band
+        self.min_seconds = min_seconds
+        self._bands = {OUT_SIDE: dead_band, IN_SIDE: dead_band}
+        self._frame_size: tuple[int, int] | None = None
+        self._classes = frozenset(config.classes) if config.classes is not None else None
+        self._tracks: dict[int, _TrackState] = {}
+        self.totals: Counter[tuple[Direction, int]] = Counter()
+        """Crossings so far by ``(direction, class_id)``."""
+
+    @property
+    def num_track_states(self) -> int:
+        return len(self._tracks)
+
+    def counts(self) -> dict[Direction, int]:
+        """Crossings so far in each direction."""
+        out: dict[Direction, int] = {"in": 0, "out": 0}
+        for (direction, _), n in self.totals.items():
+            out[direction] += n
+        return out
+
+    def set_frame_size(self, width: int, height: int) -> None:
+        """Narrow the dead band where the frame edge leaves less room than it (see module doc)."""
+        if self._frame_size == (width, height):
+            return
+        self._frame_size = (width, height)
+        reach_out, reach_in = self.segment.reach_in_frame(width, height)
+        self._bands = {
+            OUT_SIDE: min(self.dead_band, reach_out / 2),
+            IN_SIDE: min(self.dead_band, reach_in / 2),
+        }
+
+    def observe(
+        self,
+        track_ids: np.ndarray,
+        points: np.ndarray,
+        class_ids: np.ndarray,
+        pts: float,
+        label_of: Callable[[int], str],
+    ) -> list[Event]:
+        """Place this frame's anchors of confirmed tracks; return the crossings this settles."""
+        distances = self.segment.signed_distance(points)
+        events = []
+        for track_id, (x, y), distance, class_id in zip(
+            track_ids.tolist(), points.tolist(), distances.tolist(), class_ids.tolist(), strict=True
+        ):
+            state = self._tracks.get(track_id)
+            if state is None:
+                state = self._tracks[track_id] = _TrackState()
+            direction, since = self._step(state, x, y, distance, pts)
+            if direction is not None and (self._classes is None or class_id in self._classes):
+                self.totals[direction, class_id] += 1
+                events.append(
+                    Event(
+                        "line_crossing",
+                        track_id,
+                        class_id,
+                        label_of(class_id),
+                        since,
+                        line=self.config.name,
+                        direction=direction,
+                    )
+                )
+        return events
+
+    def _step(
+        self, state: _TrackState, x: float, y: float, distance: float, pts: float
+    ) -> tuple[Direction | None, float]:
+        """Advance one track by one observation; a settled crossing returns its direction."""
+        if distance != 0.0:
+            if state.last_distance != 0.0 and (distance > 0) != (state.last_distance > 0):
+                fraction = state.last_distance / (state.last_distance - distance)
+                crossing = (
+                    state.last_x + fraction * (x - state.last_x),
+                    state.last_y + fraction * (y - state.last_y),
+                )
+                state.crossed_at = float(self.segment.position(np.asarray(crossing))[0])
+            state.last_x, state.last_y, state.last_distance = x, y, distance
+        side = IN_SIDE if distance > 0 else OUT_SIDE
+        if abs(distance) <= self._bands[side]:
+            state.pending_since = None  # back in the band: the new side must be held anew
+            return None, pts
+        if state.side == 0:
+            state.side = side
+            return None, pts
+        if side == state.side:
+            state.pending_since = None
+            return None, pts
+        if state.pending_since is None:
+            state.pending_since = pts
+        since = state.pending_since
+        if pts - since < self.min_seconds:
+            return None, pts
+        state.side, state.pending_since = side, None
+        on_segment = state.crossed_at is not None and 0.0 <= state.crossed_at <= 1.0
+        return ("in" if side == IN_SIDE else "out") if on_segment else None, since
+
+    def forget(self, live_track_ids: frozenset[int]) -> None:
+        """Drop the state of tracks the tracker no longer holds."""
+        for track_id in [t for t in self._tracks if t not in live_track_ids]:
+            del self._tracks[track_id]

@@ -1,0 +1,126 @@
+"""Per-stream analytics: one tracker, its lines and zones, fed one frame at a time.
+
+A :class:`StreamAnalytics` belongs to exactly one stream and holds all of that
+stream's state, so streams batched together never share tracks or counts.
+Frames must come in presentation order; a pts that goes backwards starts a
+new scene (the tracker forgets its tracks; counts are kept).
+
+State is bounded: the lines and zones keep something only for tracks the
+tracker still holds, and drop it in the frame the tracker forgets the track.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vstream.analytics.config import AnalyticsConfig
+from vstream.analytics.events import Direction, Event
+from vstream.analytics.geometry import anchor_points
+from vstream.analytics.lines import LineCounter
+from vstream.analytics.zones import ZoneMonitor
+from vstream.tracking import ByteTracker, Tracker
+
+
+@dataclass(frozen=True)
+class AnalyticsUpdate:
+    """What one frame brought: track ids per detection, events, and the running state."""
+
+    track_ids: np.ndarray
+    """``(N,)`` int64, one per detection: its confirmed track's id, or -1."""
+    events: list[Event] = field(default_factory=list)
+    line_counts: dict[str, dict[Direction, int]] = field(default_factory=dict)
+    """Crossings so far per line and direction: ``{"gate": {"in": 3, "out": 1}}``."""
+    zone_occupancy: dict[str, int] = field(default_factory=dict)
+    """Tracks inside each zone after this frame."""
+
+
+class StreamAnalytics:
+    """Tracking, line counting and zones for one stream."""
+
+    def __init__(
+        self,
+        config: AnalyticsConfig,
+        class_names: Sequence[str] | Mapping[int, str] = (),
+        tracker: Tracker | None = None,
+    ) -> None:
+        self.config = config
+        self.tracker: Tracker = tracker or ByteTracker(config.effective_tracking)
+        names = class_names if isinstance(class_names, Mapping) else dict(enumerate(class_names))
+        self._names: dict[int, str] = {int(k): str(v) for k, v in names.items()}
+        band, wait = config.dead_band_pixels, config.min_seconds_on_side
+        self.lines = [LineCounter(line, band, wait) for line in config.lines]
+        self.zones = [ZoneMonitor(zone, band, wait) for zone in config.zones]
+
+    def label(self, class_id: int) -> str:
+        """The class name of ``class_id`` (its number when the model gave no name)."""
+        return self._names.get(class_id, str(class_id))
+
+    @property
+    def num_track_states(self) -> int:
+        """Per-track entries held by the lines and zones (what their memory grows with)."""
+        return sum(line.num_track_states for line in self.lines) + sum(
+            zone.num_track_states for zone in self.zones
+        )
+
+    def update(
+        self,
+        boxes: np.ndarray,
+        scores: np.ndarray,
+        class_ids: np.ndarray,
+        pts_seconds: float,
+        frame_size: tuple[int, int] | None = None,
+    ) -> AnalyticsUpdate:
+        """Track one frame's detections and run them through the lines and zones.
+
+        ``boxes`` are ``(N, 4)`` ``x1, y1, x2, y2`` pixels. ``frame_size``
+        (``width, height``), when given, lets lines near the frame edge narrow
+        their dead band on the outer side.
+        """
+        track_ids = self.tracker.update(boxes, scores, class_ids, pts_seconds)
+        events: list[Event] = []
+        if self.lines or self.zones:
+            pts = float(pts_seconds)
+            confirmed = track_ids > 0
+            ids = track_ids[confirmed]
+            points = anchor_points(np.asarray(boxes).reshape(-1, 4)[confirmed], self.config.anchor)
+            classes = self.tracker.track_classes(ids)
+            for line in self.lines:
+                if frame_size is not None:
+                    line.set_frame_size(*frame_size)
+                events.extend(line.observe(ids, points, classes, pts, self.label))
+            for zone in self.zones:
+                events.extend(zone.observe(ids, points, classes, pts, self.label))
+            live = self.tracker.live_track_ids()
+            for line in self.lines:
+                line.forget(live)
+            for zone in self.zones:
+                events.extend(zone.forget(live, self.label))
+        return AnalyticsUpdate(
+            track_ids=track_ids,
+            events=events,
+            line_counts={line.config.name: line.counts() for line in self.lines},
+            zone_occupancy={zone.config.name: zone.occupancy for zone in self.zones},
+        )
+
+    def line_totals(self) -> dict[str, dict[Direction, dict[str, int]]]:
+        """Crossings so far per line, direction and class label (for metrics and the API)."""
+        totals: dict[str, dict[Direction, dict[str, int]]] = {}
+        for line in self.lines:
+            per_direction: dict[Direction, dict[str, int]] = {"in": {}, "out": {}}
+            for (direction, class_id), n in sorted(line.totals.items()):
+                label = self.label(class_id)
+                per_direction[direction][label] = per_direction[direction].get(label, 0) + n
+            totals[line.config.name] = per_direction
+        return totals
+
+    def zone_totals(self) -> dict[str, dict[str, int]]:
+        """Per zone: objects inside now and entries so far."""
+        return {z.config.name: {"occupancy": z.occupancy, "entries": z.entries} for z in self.zones}
+
+    def reset(self) -> None:
+        """Forget every track (a new scene). Counts so far are kept; objects inside zones exit
+        in the next update's events."""
+        self.tracker.reset()

@@ -1,0 +1,158 @@
+"""Zones: entries, exits with dwell time, occupancy and loitering, with hysteresis.
+
+A track's anchor is inside or outside a zone only when it is farther than
+the dead band from the zone's border; near the border it keeps its previous
+state. A change (entry or exit) happens once the anchor has stayed clear of
+the border on the new side for ``min_seconds_on_side``: an object flickering
+on the border produces no enter/exit storm, at any frame rate.
+
+A track first seen inside a zone enters it (after the same wait); one first
+seen outside is simply outside. When the tracker forgets a track that is
+inside (it left the frame, or was lost for longer than the track buffer), the
+zone emits its exit at the time the object was last seen. So occupancy is
+always entries minus exits, and a briefly hidden object is still inside.
+
+The class filter is applied on entry, with the track's majority class then: a
+track that entered is followed to its exit even if its class changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from vstream.analytics.config import ZoneConfig
+from vstream.analytics.events import Event, EventType
+from vstream.analytics.geometry import Polygon
+
+INSIDE, OUTSIDE, UNKNOWN = 1, -1, 0
+
+
+@dataclass
+class _TrackState:
+    """What one zone remembers about one track."""
+
+    state: int = UNKNOWN
+    pending_since: float | None = None
+    entered_at: float = 0.0
+    loitered: bool = False
+    last_seen: float = 0.0
+    class_id: int = -1
+
+
+class ZoneMonitor:
+    """One zone: per-track membership, events and occupancy."""
+
+    def __init__(self, config: ZoneConfig, dead_band: float, min_seconds: float) -> None:
+        self.config = config
+        self.polygon = Polygon(list(config.points))
+        self.dead_band = dead_band
+        self.min_seconds = min_seconds
+        self._classes = frozenset(config.classes) if config.classes is not None else None
+        self._tracks: dict[int, _TrackState] = {}
+        self.occupancy = 0
+        """Tracks inside now: entries minus exits."""
+        self.entries = 0
+        """Entries so far."""
+
+    @property
+    def num_track_states(self) -> int:
+        return len(self._tracks)
+
+    def observe(
+        self,
+        track_ids: np.ndarray,
+        points: np.ndarray,
+        class_ids: np.ndarray,
+        pts: float,
+        label_of: Callable[[int], str],
+    ) -> list[Event]:
+        """Place this frame's anchors of confirmed tracks; return entries, exits and loitering."""
+        inside = self.polygon.contains(points)
+        clear = self.polygon.border_distance(points) > self.dead_band
+        events = []
+        for track_id, is_inside, is_clear, class_id in zip(
+            track_ids.tolist(), inside.tolist(), clear.tolist(), class_ids.tolist(), strict=True
+        ):
+            state = self._tracks.get(track_id)
+            if state is None:
+                state = self._tracks[track_id] = _TrackState()
+            state.last_seen = pts
+            if state.state != INSIDE:
+                state.class_id = class_id
+            if not is_clear:
+                state.pending_since = None  # on the border: the new side must be held anew
+            else:
+                change = self._step(state, INSIDE if is_inside else OUTSIDE, pts)
+                if change is not None:
+                    events.append(self._event(change[0], track_id, state, change[1], label_of))
+        events.extend(self._loitering(pts, label_of))
+        return events
+
+    def _step(self, state: _TrackState, side: int, pts: float) -> tuple[EventType, float] | None:
+        """Advance one track that is clear of the border; an entry or exit returns (type, pts)."""
+        if side == state.state:
+            state.pending_since = None
+            return None
+        if state.state == UNKNOWN and side == OUTSIDE:
+            state.state = OUTSIDE
+            return None
+        if state.pending_since is None:
+            state.pending_since = pts
+        since = state.pending_since
+        if pts - since < self.min_seconds:
+            return None
+        state.pending_since = None
+        if side == OUTSIDE:
+            state.state = OUTSIDE
+            self.occupancy -= 1
+            return "zone_exit", since
+        if self._classes is not None and state.class_id not in self._classes:
+            state.state = OUTSIDE  # not watched: followed as outside, never counted
+            return None
+        state.state, state.entered_at, state.loitered = INSIDE, since, False
+        self.occupancy += 1
+        self.entries += 1
+        return "zone_enter", since
+
+    def _event(
+        self,
+        kind: EventType,
+        track_id: int,
+        state: _TrackState,
+        pts: float,
+        label_of: Callable[[int], str],
+    ) -> Event:
+        dwell = None if kind == "zone_enter" else pts - state.entered_at
+        return Event(
+            kind,
+            track_id,
+            state.class_id,
+            label_of(state.class_id),
+            pts,
+            zone=self.config.name,
+            dwell_seconds=dwell,
+        )
+
+    def _loitering(self, pts: float, label_of: Callable[[int], str]) -> list[Event]:
+        limit = self.config.loiter_seconds
+        if limit is None:
+            return []
+        events = []
+        for track_id, state in self._tracks.items():
+            if state.state == INSIDE and not state.loitered and pts - state.entered_at >= limit:
+                state.loitered = True
+                events.append(self._event("loitering", track_id, state, pts, label_of))
+        return events
+
+    def forget(self, live_track_ids: frozenset[int], label_of: Callable[[int], str]) -> list[Event]:
+        """Drop tracks the tracker no longer holds; one inside exits when it was last seen."""
+        events = []
+        for track_id in [t for t in self._tracks if t not in live_track_ids]:
+            state = self._tracks.pop(track_id)
+            if state.state == INSIDE:
+                self.occupancy -= 1
+                events.append(self._event("zone_exit", track_id, state, state.last_seen, label_of))
+        return events

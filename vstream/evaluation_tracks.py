@@ -1,0 +1,245 @@
+"""Tracking accuracy (CLEAR MOT and identity metrics) and line-count errors against ground truth.
+
+Why our own: ``motmetrics`` (MIT) needs pandas and its IoU helper calls
+``np.asfarray``, which numpy 2 removed; the ``trackeval`` wheel on PyPI pulls
+in OpenCV, matplotlib and pycocotools. The metrics are short enough to write
+down exactly, and the tests check them on cases small enough to count by hand.
+
+Ground truth is the detection ground truth of :mod:`vstream.evaluation`,
+extended compatibly:
+
+- each frame may carry ``"ids"``, one object identity per box, in box order;
+- a top-level ``"lines"`` may list counting lines with their true crossings:
+  ``{"name": "gate", "start": [x, y], "end": [x, y], "anchor": "bottom_center",
+  "crossings": [{"frame": 41, "id": 3, "direction": "in"}, ...]}``.
+
+Predictions are frame records (as ``vstream run`` writes them): detections
+with a ``track_id`` are the tracker's output; detections without one are not
+tracks and are ignored here. Matching is class-agnostic (tracks are too).
+
+Definitions (Bernardin and Stiefelhagen 2008; Ristani et al. 2016):
+
+- per frame, a truth object keeps the track it was matched to last time if
+  their IoU is still at least the threshold; the others are matched by the
+  Hungarian algorithm on IoU among pairs at or above the threshold;
+- an ID switch is a truth object matched to a different track than the last
+  track it was matched to;
+- MOTA = 1 - (misses + false positives + ID switches) / truth boxes;
+- IDF1 = 2 IDTP / (truth boxes + predicted boxes), where IDTP is the number of
+  frames in which a truth trajectory and a track overlap at the threshold,
+  summed over the one-to-one pairing of trajectories with tracks that
+  maximises it (a global bipartite matching over the whole video).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from vstream.tracking.base import iou_matrix
+
+
+@dataclass(frozen=True)
+class TrackingAccuracy:
+    """CLEAR MOT and identity metrics of a run's tracks."""
+
+    mota: float
+    idf1: float
+    id_switches: int
+    false_positives: int
+    misses: int
+    matches: int
+    truth_boxes: int
+    predicted_boxes: int
+    truth_objects: int
+    predicted_tracks: int
+    idtp: int
+    mean_iou: float
+    """Mean IoU of the matched pairs (MOTP as overlap)."""
+
+    def __str__(self) -> str:
+        return (
+            f"MOTA {self.mota:.3f} IDF1 {self.idf1:.3f} (ID switches {self.id_switches}, "
+            f"false positives {self.false_positives}, misses {self.misses}, "
+            f"{self.truth_boxes} truth boxes of {self.truth_objects} objects, "
+            f"{self.predicted_tracks} tracks, mean IoU {self.mean_iou:.3f})"
+        )
+
+
+@dataclass(frozen=True)
+class LineCount:
+    """Crossings of one line in one direction: counted by the run and in the ground truth."""
+
+    line: str
+    direction: str
+    predicted: int
+    truth: int
+
+    @property
+    def error(self) -> int:
+        return self.predicted - self.truth
+
+    def __str__(self) -> str:
+        return (
+            f"line {self.line} {self.direction}: {self.predicted} counted, {self.truth} true "
+            f"(error {self.error:+d})"
+        )
+
+
+def has_identities(ground_truth: Mapping[str, Any]) -> bool:
+    """Whether the ground truth gives object identities (``"ids"`` in its frames)."""
+    return any("ids" in frame for frame in ground_truth.get("frames", []))
+
+
+def has_tracks(records: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether any detection in the records carries a ``track_id``."""
+    return any(det.get("track_id") is not None for r in records for det in r.get("detections", []))
+
+
+def _truth_by_frame(ground_truth: Mapping[str, Any]) -> dict[int, tuple[np.ndarray, list[Any]]]:
+    truth = {}
+    for frame in ground_truth["frames"]:
+        boxes = [box[:4] for box in frame["boxes"]]
+        ids = list(frame.get("ids", []))
+        if len(ids) != len(boxes):
+            raise ValueError(
+                f"frame {frame['frame']}: {len(boxes)} boxes but {len(ids)} ids in the ground truth"
+            )
+        truth[int(frame["frame"])] = (np.asarray(boxes, dtype=np.float64).reshape(-1, 4), ids)
+    return truth
+
+
+def _tracks_by_frame(records: Iterable[Mapping[str, Any]]) -> dict[int, tuple[np.ndarray, list]]:
+    tracks = {}
+    for record in records:
+        dets = [d for d in record["detections"] if d.get("track_id") is not None]
+        boxes = np.asarray([d["bbox"] for d in dets], dtype=np.float64).reshape(-1, 4)
+        tracks[int(record["frame"])] = (boxes, [int(d["track_id"]) for d in dets])
+    return tracks
+
+
+def evaluate_tracks(
+    records: Iterable[Mapping[str, Any]],
+    ground_truth: Mapping[str, Any],
+    iou_threshold: float = 0.5,
+) -> TrackingAccuracy:
+    """Score the tracks in ``records`` against the identities in ``ground_truth``.
+
+    Only frames listed in the ground truth are scored; a frame missing from the
+    records counts all its objects as misses.
+    """
+    truth = _truth_by_frame(ground_truth)
+    tracks = _tracks_by_frame(records)
+    last_match: dict[Any, int] = {}
+    overlap: Counter[tuple[Any, int]] = Counter()
+    switches = false_positives = misses = matches = truth_boxes = predicted_boxes = 0
+    ious: list[float] = []
+    truth_ids: set[Any] = set()
+    track_ids: set[int] = set()
+    for frame in sorted(truth):
+        gt_boxes, gt_ids = truth[frame]
+        hyp_boxes, hyp_ids = tracks.get(frame, (np.zeros((0, 4)), []))
+        truth_ids.update(gt_ids)
+        track_ids.update(hyp_ids)
+        truth_boxes += len(gt_ids)
+        predicted_boxes += len(hyp_ids)
+        iou = iou_matrix(gt_boxes, hyp_boxes)
+        close = iou >= iou_threshold
+        for g, h in zip(*np.nonzero(close), strict=True):
+            overlap[gt_ids[g], hyp_ids[h]] += 1
+
+        pairs = _match_frame(iou, close, gt_ids, hyp_ids, last_match)
+        for g, h in pairs:
+            previous = last_match.get(gt_ids[g])
+            if previous is not None and previous != hyp_ids[h]:
+                switches += 1
+            last_match[gt_ids[g]] = hyp_ids[h]
+            ious.append(float(iou[g, h]))
+        matches += len(pairs)
+        misses += len(gt_ids) - len(pairs)
+        false_positives += len(hyp_ids) - len(pairs)
+
+    idtp = _identity_true_positives(overlap)
+    return TrackingAccuracy(
+        mota=1.0 - (misses + false_positives + switches) / truth_boxes if truth_boxes else 0.0,
+        idf1=2 * idtp / (truth_boxes + predicted_boxes) if truth_boxes + predicted_boxes else 0.0,
+        id_switches=switches,
+        false_positives=false_positives,
+        misses=misses,
+        matches=matches,
+        truth_boxes=truth_boxes,
+        predicted_boxes=predicted_boxes,
+        truth_objects=len(truth_ids),
+        predicted_tracks=len(track_ids),
+        idtp=idtp,
+        mean_iou=float(np.mean(ious)) if ious else 0.0,
+    )
+
+
+def _match_frame(
+    iou: np.ndarray,
+    close: np.ndarray,
+    gt_ids: Sequence[Any],
+    hyp_ids: Sequence[int],
+    last_match: Mapping[Any, int],
+) -> list[tuple[int, int]]:
+    """One frame's truth-to-track pairs: kept correspondences first, then Hungarian."""
+    pairs = []
+    free_gt = np.ones(len(gt_ids), dtype=bool)
+    free_hyp = np.ones(len(hyp_ids), dtype=bool)
+    column = {track_id: h for h, track_id in enumerate(hyp_ids)}
+    for g, gt_id in enumerate(gt_ids):
+        h = column.get(last_match.get(gt_id, -1))
+        if h is not None and free_hyp[h] and close[g, h]:
+            pairs.append((g, h))
+            free_gt[g] = free_hyp[h] = False
+    rows, cols = np.flatnonzero(free_gt), np.flatnonzero(free_hyp)
+    if len(rows) and len(cols):
+        cost = np.where(close[np.ix_(rows, cols)], 1.0 - iou[np.ix_(rows, cols)], 1e6)
+        for r, c in zip(*linear_sum_assignment(cost), strict=True):
+            if cost[r, c] < 1e6:
+                pairs.append((int(rows[r]), int(cols[c])))
+    return pairs
+
+
+def _identity_true_positives(overlap: Mapping[tuple[Any, int], int]) -> int:
+    """The largest total overlap of a one-to-one pairing of truth objects with tracks."""
+    if not overlap:
+        return 0
+    truth_ids = sorted({g for g, _ in overlap}, key=str)
+    track_ids = sorted({h for _, h in overlap})
+    row = {g: i for i, g in enumerate(truth_ids)}
+    col = {h: j for j, h in enumerate(track_ids)}
+    gain = np.zeros((len(truth_ids), len(track_ids)))
+    for (g, h), n in overlap.items():
+        gain[row[g], col[h]] = n
+    rows, cols = linear_sum_assignment(gain, maximize=True)
+    return int(gain[rows, cols].sum())
+
+
+def evaluate_line_counts(
+    records: Iterable[Mapping[str, Any]], ground_truth: Mapping[str, Any]
+) -> list[LineCount]:
+    """Crossings in the records' events against the ground truth's, per line and direction."""
+    counted: Counter[tuple[str, str]] = Counter()
+    for record in records:
+        for event in record.get("events", []):
+            if event.get("type") == "line_crossing":
+                counted[event["line"], event["direction"]] += 1
+    results = []
+    for line in ground_truth.get("lines", []):
+        true: defaultdict[str, int] = defaultdict(int)
+        for crossing in line["crossings"]:
+            true[crossing["direction"]] += 1
+        for direction in ("in", "out"):
+            results.append(
+                LineCount(
+                    line["name"], direction, counted[line["name"], direction], true[direction]
+                )
+            )
+    return results

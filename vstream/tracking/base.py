@@ -1,0 +1,61 @@
+"""The tracker interface the analytics use, and the box IoU every tracker needs.
+
+The interface is columnar, like the detections it consumes: one call per frame
+with ``(N, 4)`` boxes, ``(N,)`` scores and class ids, returning ``(N,)`` track
+ids. Anything that implements it (another algorithm, a wrapper around a
+library) can be given to :class:`vstream.analytics.StreamAnalytics`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+NO_TRACK = -1
+"""Track id of a detection that is on no confirmed track."""
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """Per-stream multi-object tracker: feed every frame, in presentation order."""
+
+    def update(
+        self,
+        boxes: np.ndarray,
+        scores: np.ndarray,
+        class_ids: np.ndarray,
+        pts_seconds: float,
+    ) -> np.ndarray:
+        """Associate one frame's detections with tracks.
+
+        ``boxes`` are ``(N, 4)`` float ``x1, y1, x2, y2`` in pixels. Returns
+        ``(N,)`` int64 track ids: positive for a detection on a confirmed track,
+        :data:`NO_TRACK` otherwise. Ids are never reused.
+        """
+        ...
+
+    def track_classes(self, track_ids: np.ndarray) -> np.ndarray:
+        """The class each confirmed track reports (its majority), ``-1`` for unknown ids."""
+        ...
+
+    def live_track_ids(self) -> frozenset[int]:
+        """Ids of the confirmed tracks still kept (seen now, or lost but not yet forgotten)."""
+        ...
+
+    def reset(self) -> None:
+        """Forget every track (a new scene); ids keep increasing."""
+        ...
+
+
+def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pairwise IoU of ``(N, 4)`` and ``(M, 4)`` ``x1, y1, x2, y2`` boxes: ``(N, M)``."""
+    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
+    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
+    width = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
+    height = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
+    intersection = np.maximum(width, 0.0) * np.maximum(height, 0.0)
+    area_a = np.maximum(a[:, 2] - a[:, 0], 0.0) * np.maximum(a[:, 3] - a[:, 1], 0.0)
+    area_b = np.maximum(b[:, 2] - b[:, 0], 0.0) * np.maximum(b[:, 3] - b[:, 1], 0.0)
+    union = area_a[:, None] + area_b[None, :] - intersection
+    return np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0)

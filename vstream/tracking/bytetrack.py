@@ -1,0 +1,282 @@
+"""ByteTrack-style tracking: keep the low-score boxes, they are usually occluded objects.
+
+After Zhang et al., "ByteTrack: Multi-Object Tracking by Associating Every
+Detection Box" (ECCV 2022); written here from the paper, not from any code.
+Each frame:
+
+1. every track's box is predicted to the frame's pts (:mod:`.kalman`), and
+   of detections overlapping by ``duplicate_iou`` or more only the best is
+   kept (the same object detected as two classes: per-class NMS keeps both);
+2. high-score detections are matched to all confirmed tracks, including lost
+   ones, by IoU with the Hungarian algorithm;
+3. low-score detections are matched to the confirmed tracks still unmatched
+   that were seen in the previous frame: a partly hidden object scores low,
+   and this keeps its track alive instead of starting a new one later;
+4. tentative (not yet confirmed) tracks are matched to the remaining
+   high-score detections; one that misses a frame is dropped;
+5. the remaining detections scoring at least ``new_track_score`` start
+   tentative tracks, and lost tracks older than ``track_buffer_seconds`` are
+   forgotten.
+
+Choices of ours:
+
+- Only confirmed tracks have ids. Ids are positive, handed out in order of
+  confirmation, and never reused, even after :meth:`ByteTracker.reset`.
+- Association ignores the class: detectors often flicker between similar
+  classes, and a track must not break when they do. Each track sums the
+  scores of the classes it was detected as and reports the class with the
+  largest sum (:meth:`ByteTracker.track_classes`).
+- Time is the pts in seconds, so the track buffer holds at any frame rate. A
+  pts that goes backwards (a looped file, a restarted camera) is a new scene:
+  the tracks are forgotten.
+- Memory is bounded: tracks are rows of a few arrays; a forgotten track's
+  row is deleted, and nothing about it is kept.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from vstream.tracking import kalman
+from vstream.tracking.base import NO_TRACK, iou_matrix
+from vstream.tracking.config import TrackingConfig
+
+TENTATIVE, TRACKED, LOST = 0, 1, 2
+"""Track states: not yet confirmed; confirmed and seen in the last frame; confirmed, unseen."""
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _associate(
+    track_boxes: np.ndarray, det_boxes: np.ndarray, min_iou: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Hungarian matching on ``1 - IoU``; pairs below ``min_iou`` never match.
+
+    Returns matched track indices, matched detection indices, unmatched track
+    indices and unmatched detection indices (all into the given arrays).
+    """
+    n_tracks, n_dets = len(track_boxes), len(det_boxes)
+    if n_tracks == 0 or n_dets == 0:
+        return _EMPTY, _EMPTY, np.arange(n_tracks), np.arange(n_dets)
+    iou = iou_matrix(track_boxes, det_boxes)
+    cost = np.where(iou >= min_iou, 1.0 - iou, 1e6)
+    rows, cols = linear_sum_assignment(cost)
+    good = iou[rows, cols] >= min_iou
+    rows, cols = rows[good].astype(np.int64), cols[good].astype(np.int64)
+    free_rows = np.ones(n_tracks, dtype=bool)
+    free_rows[rows] = False
+    free_cols = np.ones(n_dets, dtype=bool)
+    free_cols[cols] = False
+    return rows, cols, np.flatnonzero(free_rows), np.flatnonzero(free_cols)
+
+
+def _duplicates(
+    boxes: np.ndarray, scores: np.ndarray, candidates: np.ndarray, min_iou: float
+) -> np.ndarray:
+    """Indices of candidate detections overlapping a higher-scoring candidate by ``min_iou``.
+
+    Detectors run NMS per class, so one object can come out twice, as two
+    classes; association ignores classes, and the copy would steal the object's
+    track or start a second one. This is "fast NMS": a box is dropped even if
+    the box that overlaps it is itself dropped, which only matters in piles of
+    three or more near-identical boxes.
+    """
+    index = np.flatnonzero(candidates)
+    if len(index) < 2:
+        return _EMPTY
+    index = index[np.argsort(-scores[index], kind="stable")]
+    iou = np.triu(iou_matrix(boxes[index], boxes[index]), k=1)
+    return index[iou.max(axis=0) >= min_iou]
+
+
+class ByteTracker:
+    """ByteTrack-style tracker for one stream (see the module docstring)."""
+
+    def __init__(self, config: TrackingConfig | None = None) -> None:
+        self.config = config or TrackingConfig()
+        self._next_id = 1
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every track; the next confirmed track still gets a new id."""
+        self._mean = np.zeros((0, 8))
+        self._cov = np.zeros((0, 8, 8))
+        self._ids = np.zeros(0, dtype=np.int64)  # 0 while tentative
+        self._state = np.zeros(0, dtype=np.int8)
+        self._hits = np.zeros(0, dtype=np.int64)
+        self._first_pts = np.zeros(0)
+        self._last_pts = np.zeros(0)  # when the track last had a detection
+        self._votes = np.zeros((0, 0))  # summed detection score per class
+        self._pts: float | None = None
+
+    @property
+    def num_tracks(self) -> int:
+        """Tracks held now (tentative, tracked and lost): what memory grows with."""
+        return len(self._ids)
+
+    def live_track_ids(self) -> frozenset[int]:
+        return frozenset(self._ids[self._ids > 0].tolist())
+
+    def track_classes(self, track_ids: np.ndarray) -> np.ndarray:
+        track_ids = np.asarray(track_ids, dtype=np.int64).reshape(-1)
+        out = np.full(len(track_ids), -1, dtype=np.int64)
+        if len(self._ids) == 0 or self._votes.shape[1] == 0:
+            return out
+        order = np.argsort(self._ids)
+        position = np.searchsorted(self._ids[order], track_ids)
+        position = np.minimum(position, len(order) - 1)
+        rows = order[position]
+        known = (self._ids[rows] == track_ids) & (track_ids > 0)
+        out[known] = np.argmax(self._votes[rows[known]], axis=1)
+        return out
+
+    def update(
+        self,
+        boxes: np.ndarray,
+        scores: np.ndarray,
+        class_ids: np.ndarray,
+        pts_seconds: float,
+    ) -> np.ndarray:
+        """Track one frame's detections; see :meth:`vstream.tracking.Tracker.update`."""
+        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+        class_ids = np.asarray(class_ids, dtype=np.int64).reshape(-1)
+        if not len(boxes) == len(scores) == len(class_ids):
+            raise ValueError(
+                f"{len(boxes)} boxes, {len(scores)} scores and {len(class_ids)} class ids: "
+                "one of each per detection"
+            )
+        if len(class_ids) and class_ids.min() < 0:
+            raise ValueError("class ids must be non-negative")
+        pts = float(pts_seconds)
+        if not math.isfinite(pts):
+            raise ValueError(f"pts_seconds must be finite, got {pts_seconds!r}")
+        if self._pts is not None and pts < self._pts:
+            self.reset()
+        dt = 0.0 if self._pts is None else pts - self._pts
+        self._pts = pts
+
+        self._mean[self._state == LOST, 6:] = 0.0  # an unseen object keeps its size
+        kalman.predict(self._mean, self._cov, dt)
+        return self._associate_frame(boxes, scores, class_ids, pts)
+
+    def _associate_frame(
+        self, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, pts: float
+    ) -> np.ndarray:
+        cfg = self.config
+        valid = (
+            np.isfinite(boxes).all(axis=1)
+            & (boxes[:, 2] > boxes[:, 0])
+            & (boxes[:, 3] > boxes[:, 1])
+            & (scores >= cfg.low_score)
+        )
+        valid[_duplicates(boxes, scores, valid, cfg.duplicate_iou)] = False
+        high = np.flatnonzero(valid & (scores >= cfg.high_score))
+        low = np.flatnonzero(valid & (scores < cfg.high_score))
+        predicted = kalman.cxcywh_to_xyxy(self._mean[:, :4])
+        confirmed = np.flatnonzero(self._state != TENTATIVE)
+        tentative = np.flatnonzero(self._state == TENTATIVE)
+
+        # 1. High-score detections against every confirmed track, lost ones included.
+        t1, d1, rest_tracks, rest_high = _associate(
+            predicted[confirmed], boxes[high], cfg.match_iou
+        )
+        # 2. Low-score detections against the unmatched tracks seen in the previous frame.
+        recent = confirmed[rest_tracks]
+        recent = recent[self._state[recent] == TRACKED]
+        t2, d2, _, _ = _associate(predicted[recent], boxes[low], cfg.low_score_match_iou)
+        # 3. Tentative tracks against the high-score detections still free.
+        free_high = high[rest_high]
+        t3, d3, _, new = _associate(predicted[tentative], boxes[free_high], cfg.match_iou)
+
+        rows = np.concatenate([confirmed[t1], recent[t2], tentative[t3]])
+        dets = np.concatenate([high[d1], low[d2], free_high[d3]])
+        self._correct(rows, boxes[dets], scores[dets], class_ids[dets], pts)
+
+        unmatched = np.ones(len(self._ids), dtype=bool)
+        unmatched[rows] = False
+        self._state[unmatched & (self._state == TRACKED)] = LOST
+        self._state[(~unmatched) & (self._state == LOST)] = TRACKED
+        keep = ~(unmatched & (self._state == TENTATIVE))
+        keep &= ~((self._state == LOST) & (pts - self._last_pts > cfg.track_buffer_seconds))
+
+        starters = free_high[new]
+        starters = starters[scores[starters] >= cfg.new_track_score]
+        first_new = len(self._ids)
+        self._start(boxes[starters], scores[starters], class_ids[starters], pts)
+        keep = np.concatenate([keep, np.ones(len(starters), dtype=bool)])
+        rows = np.concatenate([rows, np.arange(first_new, first_new + len(starters))])
+        dets = np.concatenate([dets, starters])
+        self._confirm(rows, pts)
+
+        track_ids = np.full(len(boxes), NO_TRACK, dtype=np.int64)
+        on_confirmed = self._ids[rows] > 0
+        track_ids[dets[on_confirmed]] = self._ids[rows[on_confirmed]]
+        self._keep(keep)
+        return track_ids
+
+    def _correct(
+        self,
+        rows: np.ndarray,
+        boxes: np.ndarray,
+        scores: np.ndarray,
+        class_ids: np.ndarray,
+        pts: float,
+    ) -> None:
+        """Kalman-correct the matched tracks and record their hits and class votes."""
+        mean, cov = self._mean[rows], self._cov[rows]
+        kalman.update(mean, cov, kalman.xyxy_to_cxcywh(boxes))
+        self._mean[rows], self._cov[rows] = mean, cov
+        self._hits[rows] += 1
+        self._last_pts[rows] = pts
+        self._vote(rows, class_ids, scores)
+
+    def _vote(self, rows: np.ndarray, class_ids: np.ndarray, scores: np.ndarray) -> None:
+        if len(class_ids) and class_ids.max() >= self._votes.shape[1]:
+            grown = np.zeros((len(self._votes), int(class_ids.max()) + 1))
+            grown[:, : self._votes.shape[1]] = self._votes
+            self._votes = grown
+        np.add.at(self._votes, (rows, class_ids), scores)
+
+    def _start(
+        self, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, pts: float
+    ) -> None:
+        """Append tentative tracks for unmatched confident detections."""
+        n = len(boxes)
+        if n == 0:
+            return
+        mean, cov = kalman.initiate(kalman.xyxy_to_cxcywh(boxes))
+        first = len(self._ids)
+        self._mean = np.concatenate([self._mean, mean])
+        self._cov = np.concatenate([self._cov, cov])
+        self._ids = np.concatenate([self._ids, np.zeros(n, dtype=np.int64)])
+        self._state = np.concatenate([self._state, np.full(n, TENTATIVE, dtype=np.int8)])
+        self._hits = np.concatenate([self._hits, np.ones(n, dtype=np.int64)])
+        self._first_pts = np.concatenate([self._first_pts, np.full(n, pts)])
+        self._last_pts = np.concatenate([self._last_pts, np.full(n, pts)])
+        self._votes = np.concatenate([self._votes, np.zeros((n, self._votes.shape[1]))])
+        self._vote(np.arange(first, first + n), class_ids, scores)
+
+    def _confirm(self, rows: np.ndarray, pts: float) -> None:
+        """Give ids, in row order, to the matched tentative tracks that have earned them."""
+        cfg = self.config
+        ready = rows[
+            (self._state[rows] == TENTATIVE)
+            & (self._hits[rows] >= cfg.confirm_hits)
+            & (pts - self._first_pts[rows] >= cfg.confirm_seconds)
+        ]
+        ready = np.sort(ready)
+        self._state[ready] = TRACKED
+        self._ids[ready] = np.arange(self._next_id, self._next_id + len(ready))
+        self._next_id += len(ready)
+
+    def _keep(self, keep: np.ndarray) -> None:
+        if keep.all():
+            return
+        self._mean, self._cov = self._mean[keep], self._cov[keep]
+        self._ids, self._state, self._hits = self._ids[keep], self._state[keep], self._hits[keep]
+        self._first_pts, self._last_pts = self._first_pts[keep], self._last_pts[keep]
+        self._votes = self._votes[keep]
