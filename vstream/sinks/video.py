@@ -1,0 +1,689 @@
+"""The annotated-video writer: H.264 on its own thread, behind a bounded queue.
+
+:class:`VideoWriter` takes annotated RGB pictures (``uint8`` ``(H, W, 3)``
+tensors on the CPU or a CUDA device, as :class:`vstream.annotate.Annotator`
+makes them) and their time stamps, and encodes them on a thread of its own:
+
+- ``policy="block"`` (the default, right for files): :meth:`VideoWriter.write`
+  waits for room in the queue, so every frame is kept and detection waits for
+  the encoder when it falls behind.
+- ``policy="drop"``: a full queue drops the frame and counts it
+  (``stats.frames_dropped``), so encoding never slows detection.
+
+Encoders: NVENC through PyNvVideoCodec where the GPU has one (probed once by
+opening a small encoder session), otherwise FFmpeg's libx264 through PyAV.
+Many data-centre GPUs (A100, H100) have no NVENC, so libx264 is a real path:
+``encoder="auto"`` picks NVENC only for frames on a CUDA device whose probe
+succeeds, and says which it chose once in the log.
+
+Time stamps come from the frames (``pts_seconds``), counted from the first
+frame written, so variable-frame-rate sources keep their timing; ``fps`` is
+the nominal rate written into the container (and the clock for frames given
+without a time stamp). A time stamp that goes back (a live source that starts
+again from zero) continues the video one nominal frame after the last picture.
+
+The file is written as ``PATH.partial`` next to ``PATH`` and renamed (after an
+``fsync``) only when :meth:`VideoWriter.close` has flushed the encoder, so a
+crash never leaves a half video named like a whole one. An unwritable
+directory, a full disk or an encoder failure is logged once, as one line
+(:class:`VideoWriteError`), and counted (``stats.failures``, and every frame
+lost in ``stats.frames_failed``); the partial file is removed and the caller's
+thread never sees an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.util
+import logging
+import math
+import os
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from vstream.errors import VstreamError, describe
+
+log = logging.getLogger(__name__)
+
+EncoderChoice = Literal["auto", "nvenc", "cpu"]
+Policy = Literal["block", "drop"]
+
+TIME_BASE = Fraction(1, 90000)
+"""Time base of the written stream: 90 kHz, fine enough for any frame timing."""
+
+DEFAULT_PRESET = "veryfast"
+"""libx264 preset: measured by ``benchmarks/annotate.py`` as the speed/size balance for live use."""
+DEFAULT_CRF = 23
+DEFAULT_QUEUE_FRAMES = 8
+"""Pictures waiting for the encoder (each ``W * H * 3`` bytes where it was drawn)."""
+X264_PRESETS = (
+    "ultrafast", "superfast", "veryfast", "faster", "fast",
+    "medium", "slow", "slower", "veryslow", "placebo",
+)  # fmt: skip
+NVENC_PRESET = "P4"
+
+CONTAINER_FORMATS = {
+    ".mp4": "mp4",
+    ".m4v": "mp4",
+    ".mov": "mov",
+    ".mkv": "matroska",
+    ".ts": "mpegts",
+}
+"""FFmpeg muxer for each supported file extension (the partial file has none of its own)."""
+
+PARTIAL_SUFFIX = ".partial"
+
+
+class VideoWriteError(VstreamError):
+    """The annotated video cannot be written: bad path, unwritable directory, full disk, encoder."""
+
+
+@dataclass
+class VideoWriterStats:
+    """Counters of a :class:`VideoWriter`."""
+
+    frames_written: int = 0
+    """Frames encoded into the video (all of them are in the file once it is closed)."""
+    frames_dropped: int = 0
+    """Frames refused because the queue was full (``policy="drop"`` only)."""
+    frames_failed: int = 0
+    """Frames lost to a failure: refused after it, or encoded into a file that was discarded."""
+    failures: int = 0
+    """Failures (each logged once): opening, writing or finishing the file."""
+    encode_seconds: float = 0.0
+    """Time the encoder thread spent encoding and writing frames."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def partial_path(path: str | Path) -> Path:
+    """Where the video is written until it is complete: ``PATH.partial``, same directory."""
+    path = Path(path)
+    return path.with_name(path.name + PARTIAL_SUFFIX)
+
+
+def container_format(path: str | Path) -> str:
+    """The FFmpeg muxer for ``path``'s extension, or :class:`VideoWriteError`."""
+    suffix = Path(path).suffix.lower()
+    try:
+        return CONTAINER_FORMATS[suffix]
+    except KeyError:
+        known = ", ".join(sorted(CONTAINER_FORMATS))
+        raise VideoWriteError(
+            f"annotated video {path}: unsupported file extension {suffix or '(none)'!r}; "
+            f"use one of {known}"
+        ) from None
+
+
+def check_writable(path: str | Path) -> None:
+    """Fail now, with one clear line, if ``path`` cannot be written (for a start-up check).
+
+    Creates and removes ``PATH.partial``; leaves nothing behind.
+    """
+    container_format(path)
+    partial = partial_path(path)
+    try:
+        with open(partial, "wb"):
+            pass
+        partial.unlink()
+    except OSError as exc:
+        raise VideoWriteError(
+            f"annotated video {path} cannot be written: {describe(exc)}"
+        ) from None
+
+
+# -- encoder choice -----------------------------------------------------------------------
+
+
+def _import_nvc() -> Any:
+    return importlib.import_module("PyNvVideoCodec")
+
+
+@functools.lru_cache(maxsize=8)
+def nvenc_unavailable(gpu: int = 0) -> str | None:
+    """Why NVENC cannot encode on CUDA device ``gpu``, or None when it can (probed once).
+
+    The probe opens (and closes) a small H.264 encoder session: PyNvVideoCodec
+    being installed is not enough, as GPUs such as the A100 and H100 have no
+    NVENC at all.
+    """
+    if importlib.util.find_spec("PyNvVideoCodec") is None:
+        return "PyNvVideoCodec is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    try:
+        nvc = _import_nvc()
+        with torch.cuda.device(gpu):
+            encoder = nvc.CreateEncoder(320, 240, "NV12", False, **_gpu_option(gpu), codec="h264")
+            encoder.EndEncode()
+        del encoder
+    except Exception as exc:  # any failure means "no NVENC here"
+        return f"this GPU cannot open an NVENC session ({describe(exc)})"
+    return None
+
+
+def _gpu_option(gpu: int) -> dict[str, Any]:
+    return {"gpuid": gpu} if gpu else {}
+
+
+_choices_logged: set[tuple[str, str]] = set()
+_choices_lock = threading.Lock()
+
+
+def _log_choice_once(choice: str, reason: str) -> None:
+    with _choices_lock:
+        if (choice, reason) in _choices_logged:
+            return
+        _choices_logged.add((choice, reason))
+    log.info("annotated video: encoder %s (%s)", choice, reason)
+
+
+def resolve_encoder(
+    encoder: EncoderChoice | str, device: torch.device | str | None = None
+) -> tuple[str, str]:
+    """``("nvenc" | "cpu", why)`` for the requested ``encoder`` and the frames' ``device``.
+
+    ``nvenc`` on a GPU without NVENC is a :class:`VideoWriteError`; ``auto``
+    falls back to the CPU there (and for CPU frames, whatever the machine has).
+    """
+    if encoder not in ("auto", "nvenc", "cpu"):
+        raise ValueError(f"encoder must be 'auto', 'nvenc' or 'cpu', got {encoder!r}")
+    if encoder == "cpu":
+        return "cpu", "libx264 through PyAV, as configured"
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    gpu = (dev.index or 0) if dev.type == "cuda" else 0
+    if encoder == "nvenc":
+        why_not = nvenc_unavailable(gpu)
+        if why_not is not None:
+            raise VideoWriteError(f"annotated video: the nvenc encoder cannot be used: {why_not}")
+        return "nvenc", "NVENC through PyNvVideoCodec, as configured"
+    if dev.type != "cuda":
+        return "cpu", "libx264 through PyAV: frames are on the CPU"
+    why_not = nvenc_unavailable(gpu)
+    if why_not is not None:
+        return "cpu", f"libx264 through PyAV: {why_not}"
+    return "nvenc", "NVENC through PyNvVideoCodec"
+
+
+# -- backends (run on the writer's thread) --------------------------------------------------
+
+
+def _rate(fps: float) -> Fraction:
+    return Fraction(fps).limit_denominator(1001)
+
+
+class _Backend:
+    """One encoder writing one container; every method runs on the writer's thread."""
+
+    name = "?"
+
+    def encode(self, image: torch.Tensor, ticks: int) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def finish(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        container = getattr(self, "container", None)
+        if container is not None:
+            with contextlib.suppress(Exception):
+                container.close()
+
+
+class _LibX264(_Backend):
+    """FFmpeg's libx264 through PyAV: yuv420p, BT.601 limited range, signalled as such."""
+
+    name = "libx264"
+
+    def __init__(
+        self, path: Path, fmt: str, width: int, height: int, fps: float, options: dict[str, Any]
+    ) -> None:
+        import av
+        from av.video.reformatter import ColorRange, Colorspace
+
+        self.container = av.open(str(path), "w", format=fmt)
+        stream = self.container.add_stream("libx264", rate=_rate(fps))
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        context = stream.codec_context
+        context.time_base = TIME_BASE
+        context.colorspace = int(Colorspace.ITU601)
+        context.color_range = int(ColorRange.MPEG)
+        if options.get("threads"):
+            context.thread_count = int(options["threads"])
+        stream.options = {"preset": options["preset"], "crf": str(options["crf"])}
+        self.stream = stream
+        self._av = av
+
+    def encode(self, image: torch.Tensor, ticks: int) -> None:
+        av = self._av
+        if image.is_cuda:
+            from vstream.annotate.convert import rgb_to_yuv420
+
+            # Half the bytes to copy, and the conversion stays on the GPU.
+            planes = rgb_to_yuv420(image).cpu().numpy()
+            frame = av.VideoFrame.from_ndarray(planes, format="yuv420p")
+        else:
+            frame = av.VideoFrame.from_ndarray(image.numpy(), format="rgb24")
+        frame.pts, frame.time_base = ticks, TIME_BASE
+        for packet in self.stream.encode(frame):
+            self.container.mux(packet)
+
+    def finish(self) -> None:
+        for packet in self.stream.encode(None):
+            self.container.mux(packet)
+        self.container.close()
+
+
+class _AnnexBMuxer:
+    """Muxes an H.264 Annex B byte stream (one access unit per input frame, in order).
+
+    NVENC hands back the bitstream, sometimes a few frames late and several
+    access units in one piece; FFmpeg's H.264 parser splits it, and each access
+    unit takes the time stamp of the oldest frame still waiting (there are no
+    B-frames, so output order is input order).
+    """
+
+    def __init__(self, path: Path, fmt: str, width: int, height: int, fps: float) -> None:
+        import av
+
+        self.container = av.open(str(path), "w", format=fmt)
+        self.stream = self.container.add_stream("h264", rate=_rate(fps))
+        self.stream.width, self.stream.height = width, height
+        self.stream.pix_fmt = "yuv420p"
+        self.stream.time_base = TIME_BASE
+        self.parser = av.CodecContext.create("h264", "r")
+        self.waiting: deque[int] = deque()
+
+    def submitted(self, ticks: int) -> None:
+        self.waiting.append(ticks)
+
+    def feed(self, data: bytes | None) -> None:
+        for packet in self.parser.parse(data):
+            if not self.waiting:
+                raise VideoWriteError("the H.264 encoder returned more pictures than it was given")
+            ticks = self.waiting.popleft()
+            packet.pts = packet.dts = ticks
+            packet.time_base = TIME_BASE
+            packet.stream = self.stream
+            self.container.mux(packet)
+
+    def close(self) -> None:
+        self.feed(None)
+        self.container.close()
+
+
+class _Nvenc(_Backend):
+    """NVENC through PyNvVideoCodec (``CreateEncoder`` / ``Encode`` / ``EndEncode``), NV12 input.
+
+    Written against PyNvVideoCodec 2.x's documented API: the NV12 picture is a
+    ``(H * 3 / 2, W)`` CUDA ``uint8`` tensor made on the GPU by
+    :func:`vstream.annotate.convert.rgb_to_yuv420`; the bitstream is muxed by
+    :class:`_AnnexBMuxer`. No B-frames, so packets come out in input order.
+    """
+
+    name = "nvenc"
+
+    def __init__(
+        self,
+        path: Path,
+        fmt: str,
+        width: int,
+        height: int,
+        fps: float,
+        device: torch.device,
+        options: dict[str, Any],
+    ) -> None:
+        nvc = _import_nvc()
+        self.device = device
+        gpu = device.index or 0
+        bitrate = options.get("bitrate") or max(500_000, round(width * height * fps * 0.1))
+        gop = max(1, round(fps * 2))
+        settings = {
+            "codec": "h264",
+            "preset": options.get("nvenc_preset", NVENC_PRESET),
+            "tuning_info": "high_quality",
+            "rc": "vbr",
+            "bitrate": str(int(bitrate)),
+            "maxbitrate": str(int(bitrate) * 2),
+            "fps": str(max(1, round(fps))),
+            "gop": str(gop),
+            "idrperiod": str(gop),
+            "bf": "0",
+            "colorspace": "bt601",
+        }
+        on_gpu = device.type == "cuda"
+        with torch.cuda.device(gpu) if on_gpu else contextlib.nullcontext():
+            self.encoder = nvc.CreateEncoder(
+                width, height, "NV12", not on_gpu, **_gpu_option(gpu), **settings
+            )
+        self.muxer = _AnnexBMuxer(path, fmt, width, height, fps)
+        self.container = self.muxer.container
+
+    def encode(self, image: torch.Tensor, ticks: int) -> None:
+        from vstream.annotate.convert import rgb_to_yuv420
+
+        image = image.to(self.device)
+        nv12 = rgb_to_yuv420(image, interleaved=True)
+        if nv12.is_cuda:
+            torch.cuda.current_stream(self.device).synchronize()  # NVENC reads on its own stream
+        else:
+            nv12 = nv12.reshape(-1).numpy()  # host input (usecpuinputbuffer): 1-D bytes
+        self.muxer.submitted(ticks)
+        self.muxer.feed(bytes(self.encoder.Encode(nv12)))
+
+    def finish(self) -> None:
+        self.muxer.feed(bytes(self.encoder.EndEncode()))
+        self.muxer.close()
+
+
+# -- the writer ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Item:
+    image: torch.Tensor
+    ticks: int
+    ready: Any
+    """A CUDA event recorded after the picture was drawn (None on the CPU)."""
+
+
+_STOP = object()
+
+
+class VideoWriter:
+    """Encodes annotated pictures into ``path`` on a thread of its own (see the module).
+
+    ``width`` x ``height`` is the size of the video (a picture of another size
+    is resized to it on its device; odd sizes lose their last row or column,
+    as 4:2:0 needs even ones). ``device`` is where the pictures will be, for
+    ``encoder="auto"``; :attr:`encoder` says what was chosen (``"nvenc"`` or
+    ``"cpu"``, libx264). ``preset``, ``crf`` and ``threads`` (0: FFmpeg's
+    choice) tune libx264; ``bitrate`` (bits per second) NVENC.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        width: int,
+        height: int,
+        fps: float,
+        *,
+        encoder: EncoderChoice = "auto",
+        policy: Policy = "block",
+        queue_frames: int = DEFAULT_QUEUE_FRAMES,
+        device: torch.device | str | None = None,
+        preset: str = DEFAULT_PRESET,
+        crf: int = DEFAULT_CRF,
+        threads: int = 0,
+        bitrate: int | None = None,
+    ) -> None:
+        if width <= 1 or height <= 1:
+            raise ValueError(f"video size must be at least 2x2, got {width}x{height}")
+        if not (isinstance(fps, int | float) and math.isfinite(fps) and fps > 0):
+            raise ValueError(f"fps must be a positive number, got {fps!r}")
+        if policy not in ("block", "drop"):
+            raise ValueError(f"policy must be 'block' or 'drop', got {policy!r}")
+        if queue_frames < 1:
+            raise ValueError(f"queue_frames must be at least 1, got {queue_frames}")
+        if not 0 <= crf <= 51:
+            raise ValueError(f"crf must be in [0, 51], got {crf}")
+        if preset not in X264_PRESETS:
+            raise ValueError(f"preset must be one of {', '.join(X264_PRESETS)}, got {preset!r}")
+        self.path = Path(path)
+        self.partial_path = partial_path(self.path)
+        self.format = container_format(self.path)
+        self.width, self.height = width, height
+        self.encoded_size = (width - width % 2, height - height % 2)
+        if self.encoded_size != (width, height):
+            log.warning(
+                "annotated video %s: %dx%d is odd; encoded as %dx%d (4:2:0 needs even sizes)",
+                self.path, width, height, *self.encoded_size,
+            )  # fmt: skip
+        self.fps = float(fps)
+        self.policy = policy
+        self.device = torch.device(device) if device is not None else None
+        self.requested_encoder = encoder
+        self.encoder, reason = resolve_encoder(encoder, self.device)
+        _log_choice_once("nvenc" if self.encoder == "nvenc" else "libx264", reason)
+        self._options = {"preset": preset, "crf": crf, "threads": threads, "bitrate": bitrate}
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_frames)
+        self._lock = threading.Lock()
+        self._stats = VideoWriterStats()
+        self._error: VideoWriteError | None = None
+        self._closing = False
+        self._offered = 0
+        self._first_pts: float | None = None
+        self._resize_warned = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"vstream-video-{self.path.name}", daemon=True
+        )
+        self._thread.start()
+
+    # -- the caller's side ------------------------------------------------------------
+
+    @property
+    def stats(self) -> VideoWriterStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            return VideoWriterStats(**asdict(self._stats))
+
+    @property
+    def error(self) -> VideoWriteError | None:
+        """The failure that stopped the video, if any."""
+        return self._error
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    def write(self, image: torch.Tensor, pts_seconds: float | None = None) -> bool:
+        """Queue ``image`` (RGB ``uint8`` ``(H, W, 3)``, CPU or CUDA) shown at ``pts_seconds``.
+
+        Returns True when the picture was queued, False when it was dropped
+        (``policy="drop"`` and a full queue) or refused (after a failure or
+        :meth:`close`); both are counted. With ``policy="block"`` this waits for
+        room in the queue. The writer keeps ``image`` until it is encoded: do
+        not draw on it again. Without ``pts_seconds`` the picture comes
+        ``1 / fps`` after the previous one.
+        """
+        if image.dim() != 3 or image.shape[2] != 3 or image.dtype != torch.uint8:
+            raise ValueError(
+                f"expected RGB uint8 (H, W, 3), got {tuple(image.shape)} {image.dtype}"
+            )
+        with self._lock:
+            if self._closing or self._error is not None:
+                self._stats.frames_failed += 1
+                return False
+            if pts_seconds is None or not math.isfinite(pts_seconds):
+                start = self._first_pts or 0.0
+                pts_seconds = start + self._offered / self.fps
+            if self._first_pts is None:
+                self._first_pts = pts_seconds
+            self._offered += 1
+            ticks = round((pts_seconds - self._first_pts) / TIME_BASE)
+        ready = None
+        if image.is_cuda:
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(image.device))
+        item = _Item(image, ticks, ready)
+        if self.policy == "block":
+            self._queue.put(item)
+            return True
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            with self._lock:
+                self._stats.frames_dropped += 1
+            return False
+        return True
+
+    def close(self, timeout: float | None = None) -> VideoWriterStats:
+        """Flush the encoder, finish (or discard) the file and join the thread; idempotent.
+
+        Waits at most ``timeout`` seconds for the thread (None: as long as it
+        takes); returns the counters.
+        """
+        with self._lock:
+            first = not self._closing
+            self._closing = True
+        if first:
+            self._queue.put(_STOP)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning(
+                "annotated video %s: the encoder did not finish within %.0f s", self.path, timeout
+            )
+        return self.stats
+
+    def __enter__(self) -> VideoWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the encoder thread -----------------------------------------------------------------
+
+    def _open_backend(self) -> _Backend:
+        # FFmpeg opens the file only when the first packet comes out of the encoder (after
+        # its look-ahead): make it now, so that an unwritable directory shows at once.
+        with open(self.partial_path, "wb"):
+            pass
+        width, height = self.encoded_size
+        if self.encoder == "nvenc":
+            try:
+                device = self.device if self.device is not None else torch.device("cuda")
+                return _Nvenc(
+                    self.partial_path, self.format, width, height, self.fps, device, self._options
+                )
+            except Exception as exc:
+                if self.requested_encoder != "auto":
+                    raise
+                log.warning(
+                    "annotated video %s: NVENC failed to start (%s); using libx264",
+                    self.path, describe(exc),
+                )  # fmt: skip
+                self.encoder = "cpu"
+        return _LibX264(self.partial_path, self.format, width, height, self.fps, self._options)
+
+    def _prepare(self, item: _Item) -> torch.Tensor:
+        """The picture at the video's size, ready to read on this thread's stream."""
+        image = item.image
+        if item.ready is not None:
+            torch.cuda.current_stream(image.device).wait_event(item.ready)
+        width, height = self.encoded_size
+        if image.shape[0] != height or image.shape[1] != width:
+            if image.shape[0] in (height, height + 1) and image.shape[1] in (width, width + 1):
+                image = image[:height, :width]
+            else:
+                if not self._resize_warned:
+                    self._resize_warned = True
+                    log.warning(
+                        "annotated video %s: pictures of %dx%d are resized to %dx%d",
+                        self.path, image.shape[1], image.shape[0], width, height,
+                    )  # fmt: skip
+                chw = image.permute(2, 0, 1).unsqueeze(0).float()
+                chw = torch.nn.functional.interpolate(chw, size=(height, width), mode="bilinear")
+                image = chw[0].round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
+        return image.contiguous()
+
+    def _encode_one(self, backend: _Backend, item: _Item, ticks: int) -> None:
+        """Encode one picture (the writer thread's unit of work; a hook for tests)."""
+        backend.encode(self._prepare(item), ticks)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Record the first failure: one line in the log, one in the counters."""
+        if isinstance(exc, VideoWriteError):
+            error = exc
+        else:
+            error = VideoWriteError(f"annotated video {self.path} not saved: {describe(exc)}")
+        with self._lock:
+            if self._error is not None:
+                return
+            self._error = error
+            self._stats.failures += 1
+        log.error("%s", error)
+        log.debug("annotated video %s: failure details", self.path, exc_info=exc)
+
+    def _run(self) -> None:
+        # This thread's torch work (CUDA conversion, a rare resize) is small: one thread, so
+        # that no OpenMP workers spin against the encoder's own threads.
+        torch.set_num_threads(1)
+        backend: _Backend | None = None
+        try:
+            backend = self._open_backend()
+        except Exception as exc:
+            self._fail(exc)
+        period = max(1, round(1 / (self.fps * TIME_BASE)))
+        last_ticks = -period
+        shift = 0
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                break
+            if backend is None or self._error is not None:
+                with self._lock:
+                    self._stats.frames_failed += 1
+                continue
+            ticks = item.ticks + shift
+            if ticks <= last_ticks:
+                # Time went back (a live source started again from zero): carry on one
+                # nominal frame after the last picture rather than squeeze the rest together.
+                shift += last_ticks + period - ticks
+                ticks = last_ticks + period
+            last_ticks = ticks
+            started = time.perf_counter()
+            try:
+                self._encode_one(backend, item, ticks)
+            except Exception as exc:
+                self._fail(exc)
+                with self._lock:
+                    self._stats.frames_failed += 1
+                continue
+            with self._lock:
+                self._stats.frames_written += 1
+                self._stats.encode_seconds += time.perf_counter() - started
+        self._finish(backend)
+
+    def _finish(self, backend: _Backend | None) -> None:
+        if backend is not None and self._error is None and self._stats.frames_written:
+            try:
+                backend.finish()
+                _fsync(self.partial_path)
+                os.replace(self.partial_path, self.path)
+                log.info(
+                    "annotated video: %d frames written to %s (%s)",
+                    self._stats.frames_written, self.path, backend.name,
+                )  # fmt: skip
+                return
+            except Exception as exc:
+                self._fail(exc)
+        if backend is not None:
+            backend.abort()
+        with contextlib.suppress(OSError):
+            self.partial_path.unlink()
+        with self._lock:
+            written = self._stats.frames_written
+            self._stats.frames_failed += written
+            self._stats.frames_written = 0
+        if self._error is None and not written:
+            log.warning("annotated video %s: no frames were written; no file made", self.path)
+
+
+def _fsync(path: Path) -> None:
+    """Put the file's bytes on disk before its name changes (a crash keeps the old state)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
