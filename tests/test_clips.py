@@ -1,0 +1,415 @@
+"""Event clips: the packet ring, remuxed clips with pre-roll, snapshots, retention, failures."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from vstream.clips import ClipIndex, ClipRecorder, PacketRing, Retention
+
+FPS = 25
+GOP = 10  # frames: a keyframe every 0.4 s
+
+
+def encode(path: Path, frames: int = 125, *, fmt: str | None = None, gop: int = GOP) -> Path:
+    """A moving picture with a keyframe every ``gop`` frames (B-frames included).
+
+    ``tests/helpers.py: write_video`` passes its ``options`` to the container,
+    not the encoder, so it cannot set the GOP; this sets it on the stream.
+    Frame ``i`` has red level ``(8 * i) % 256`` at its left edge, to find it again.
+    """
+    width, height = 160, 96
+    yy, xx = np.mgrid[0:height, 0:width]
+    with av.open(str(path), "w", format=fmt) as container:
+        stream = container.add_stream(
+            "libx264",
+            rate=FPS,
+            options={"g": str(gop), "keyint_min": str(gop), "sc_threshold": "0"},
+        )
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for i in range(frames):
+            rgb = np.stack(
+                [
+                    np.full_like(xx, (8 * i) % 256),
+                    (yy * 2) % 256,
+                    (xx + 3 * i) % 256,
+                ],
+                axis=-1,
+            ).astype(np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+class Feed:
+    """The packets of a video, handed to a ring one at a time as a demuxer would."""
+
+    def __init__(self, path: Path) -> None:
+        self.container = av.open(str(path))
+        self.stream = self.container.streams.video[0]
+        self.packets = self.container.demux(self.stream)
+        self.seconds = 0.0
+
+    def until(self, ring: PacketRing, seconds: float | None = None) -> None:
+        """Feed packets up to (decoding time) ``seconds``, or to the end."""
+        for packet in self.packets:
+            ring.add(packet)
+            if packet.dts is not None:
+                self.seconds = float(packet.dts * packet.time_base)
+            if seconds is not None and self.seconds >= seconds:
+                return
+        self.container.close()
+
+
+def probe(path: Path) -> dict:
+    done = subprocess.run(
+        [
+            "ffprobe", "-v", "error", "-count_frames", "-show_entries",
+            "stream=codec_name,width,height,nb_read_frames:format=format_name,duration",
+            "-of", "json", str(path),
+        ],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout)
+
+
+def decode(path: Path) -> list[av.VideoFrame]:
+    with av.open(str(path)) as container:
+        return list(container.decode(video=0))
+
+
+def red(frame: av.VideoFrame) -> int:
+    return int(frame.to_ndarray(format="rgb24")[:, :8, 0].mean().round())
+
+
+def no_temp_files(directory: Path) -> bool:
+    return not [p for p in directory.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.fixture
+def video(tmp_path: Path) -> Path:
+    return encode(tmp_path / "source.mp4")  # 5 s
+
+
+def test_ring_starts_at_a_keyframe_and_keeps_its_pre_roll(video: Path) -> None:
+    ring = PacketRing(keep_seconds=1.0)
+    feed = Feed(video)
+    feed.until(ring, 3.0)
+    packets = ring.packets()
+    assert packets[0].keyframe
+    # Trimmed a GOP at a time: at least the pre-roll, at most one GOP (0.4 s) more.
+    span = feed.seconds - packets[0].seconds
+    assert 1.0 <= span <= 1.0 + GOP / FPS + 2 / FPS
+    assert ring.template is not None and ring.template.codec == "h264"
+    assert all(isinstance(p.data, bytes) and p.data for p in packets)
+    feed.until(ring)  # the flush packet at the end is ignored
+    assert ring.packets()[0].keyframe
+
+
+def test_ring_is_bounded_in_bytes(video: Path) -> None:
+    whole = PacketRing(keep_seconds=100)
+    Feed(video).until(whole)
+    gop_bytes = max(
+        sum(len(p.data) for p in whole.packets()[i : i + GOP])
+        for i in range(0, len(whole.packets()), GOP)
+    )
+    ring = PacketRing(keep_seconds=100, max_bytes=3 * gop_bytes)
+    Feed(video).until(ring)
+    assert ring.bytes <= 3 * gop_bytes
+    assert ring.packets()[0].keyframe and ring.seconds < 5.0
+    tiny = PacketRing(keep_seconds=100, max_bytes=16)  # smaller than any GOP
+    Feed(video).until(tiny)
+    assert tiny.overflows > 0 and tiny.bytes <= 16
+
+
+def test_ring_restarts_on_a_new_input(video: Path, tmp_path: Path) -> None:
+    ring = PacketRing(keep_seconds=2.0)
+    Feed(video).until(ring, 2.0)
+    other = encode(tmp_path / "other.ts", 30, fmt="mpegts")
+    feed = Feed(other)
+    feed.until(ring, 0.2)  # a new stream object: open() is implicit
+    assert ring.packets()[0].keyframe
+    assert ring.packets()[-1].time_base == feed.stream.time_base
+    assert ring.seconds < 0.5
+
+
+def test_a_clip_holds_the_event_with_its_pre_roll_and_plays(video: Path, tmp_path: Path) -> None:
+    clips = tmp_path / "clips"
+    recorder = ClipRecorder(clips, pre_roll=1.0, post_roll=1.0)
+    try:
+        ring = recorder.ring("cam")
+        feed = Feed(video)
+        feed.until(ring, 2.6)  # the event at 2.0 arrives after inference, some frames later
+        snapshot = torch.zeros((96, 160, 3), dtype=torch.uint8)
+        snapshot[:, :, 1] = 200
+        clip_id = recorder.trigger("cam", {"type": "line", "line": "door"}, 2.0, lambda: snapshot)
+        assert clip_id is not None
+        # An overlapping event extends the clip being recorded instead of making another one.
+        assert recorder.trigger("cam", {"type": "zone", "zone": "yard"}, 2.4, snapshot) == clip_id
+        assert recorder.recording()[0]["id"] == clip_id
+        feed.until(ring)
+        assert recorder.flush(10)
+    finally:
+        recorder.close()
+    assert recorder.stats.failures == 0
+    assert recorder.stats.clips == 1 and recorder.stats.extended == 1
+    [info] = recorder.clips()
+    assert info["id"] == clip_id and info["stream"] == "cam"
+    assert [e["type"] for e in info["events"]] == ["line", "zone"]
+    assert info["event"] == {"type": "line", "line": "door", "pts": 2.0}
+    # Pre-roll: from the keyframe at or before 1.0 s; post-roll: to 1 s after the last event.
+    assert 0.6 <= info["start_pts"] <= 1.0
+    assert 3.4 <= info["end_pts"] <= 3.4 + 2 / FPS
+    path = Path(info["path"])
+    assert path.suffix == ".mp4" and path.parent == clips
+    assert info["bytes"] > path.stat().st_size > 0
+    # It plays end to end: FFmpeg's own tool and PyAV decode every picture in it.
+    probed = probe(path)
+    stream = probed["streams"][0]
+    assert stream["codec_name"] == "h264" and (stream["width"], stream["height"]) == (160, 96)
+    frames = decode(path)
+    assert int(stream["nb_read_frames"]) == len(frames)
+    expected = round((info["end_pts"] - info["start_pts"]) * FPS)
+    assert len(frames) == expected
+    # Remuxed, not re-encoded: the picture of the event is the source's frame 50 (2.0 s).
+    at_event = frames[round((2.0 - info["start_pts"]) * FPS)]
+    assert abs(red(at_event) - (8 * 50) % 256) <= 3
+    assert frames[0].key_frame and abs(frames[0].time) < 1e-6
+    # The annotated snapshot, as a JPEG of the picture given.
+    snap = Path(info["snapshot_path"])
+    assert snap.read_bytes()[:2] == b"\xff\xd8"
+    with av.open(str(snap)) as container:
+        picture = next(container.decode(video=0)).to_ndarray(format="rgb24")
+    assert picture.shape == (96, 160, 3) and abs(int(picture[..., 1].mean()) - 200) <= 3
+    description = json.loads((clips / f"{clip_id}.json").read_text())
+    assert description["clip"] == path.name and description["snapshot"] == snap.name
+    assert no_temp_files(clips)
+    # A new recorder on the same directory lists the clip again.
+    again = ClipRecorder(clips)
+    try:
+        assert [c["id"] for c in again.clips()] == [clip_id]
+    finally:
+        again.close()
+
+
+def test_an_annex_b_source_is_remuxed_to_mp4(tmp_path: Path) -> None:
+    source = encode(tmp_path / "source.ts", 75, fmt="mpegts")  # SPS/PPS in-band, 90 kHz
+    recorder = ClipRecorder(tmp_path / "clips", pre_roll=0.5, post_roll=0.5)
+    try:
+        ring = recorder.ring("ts")
+        feed = Feed(source)
+        feed.until(ring, 1.8)
+        recorder.trigger("ts", {"type": "class", "label": "person"}, 1.6)
+        feed.until(ring)
+        recorder.flush(10)
+    finally:
+        recorder.close()
+    [info] = recorder.clips()
+    assert recorder.stats.failures == 0 and info["snapshot"] is None
+    frames = decode(Path(info["path"]))
+    assert len(frames) == int(probe(Path(info["path"]))["streams"][0]["nb_read_frames"]) > 10
+
+
+def test_a_clip_of_a_stalled_stream_is_written_with_what_it_has(video: Path, tmp_path: Path):
+    recorder = ClipRecorder(tmp_path / "clips", pre_roll=1.0, post_roll=30.0, stall_seconds=0.3)
+    try:
+        ring = recorder.ring("cam")
+        Feed(video).until(ring, 2.5)
+        recorder.trigger("cam", {"type": "class"}, 2.0)
+        deadline = time.monotonic() + 10
+        while not recorder.clips() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [info] = recorder.clips()
+    finally:
+        recorder.close()
+    assert info["reason"] == "stalled" and len(decode(Path(info["path"]))) > 25
+
+
+def test_retention_deletes_the_oldest(video: Path, tmp_path: Path) -> None:
+    clips = tmp_path / "clips"
+    recorder = ClipRecorder(clips, pre_roll=0.2, post_roll=0.2, retention=Retention(max_count=2))
+    try:
+        ring = recorder.ring("cam")
+        feed = Feed(video)
+        ids = []
+        for pts in (1.0, 2.0, 3.0, 4.0):
+            feed.until(ring, pts + 0.1)
+            ids.append(recorder.trigger("cam", {"n": pts}, pts))
+            feed.until(ring, pts + 0.5)
+            assert recorder.flush(10)
+        assert len(set(ids)) == 4
+        assert [c["id"] for c in recorder.clips()] == ids[:1:-1]  # newest first
+        names = {p.name for p in clips.iterdir()}
+        for old in ids[:2]:
+            assert not [n for n in names if n.startswith(old)]
+        for kept in ids[2:]:
+            assert {f"{kept}.mp4", f"{kept}.json"} <= names
+        assert recorder.stats.deleted == 2
+        # A byte cap below two clips keeps only the newest.
+        newest_bytes = recorder.clips()[0]["bytes"]
+        recorder.retention = Retention(max_count=None, max_bytes=newest_bytes + 1)
+        feed.until(ring, 4.6)
+        recorder.trigger("cam", {"n": 5}, 4.5)
+        feed.until(ring)
+        assert recorder.flush(10)
+        assert len(recorder.clips()) == 1
+        assert recorder.index.bytes == sum(p.stat().st_size for p in clips.iterdir())
+    finally:
+        recorder.close()
+
+
+def test_an_unwritable_directory_is_a_counted_failure_and_recording_goes_on(
+    video: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the clip directory should be")
+    clips = blocker / "clips"
+    caplog.set_level(logging.DEBUG, logger="vstream.clips")
+    recorder = ClipRecorder(clips, pre_roll=0.2, post_roll=0.2)
+    try:
+        ring = recorder.ring("cam")
+        feed = Feed(video)
+        for pts in (1.0, 2.0):
+            feed.until(ring, pts + 0.1)
+            recorder.trigger("cam", {"n": pts}, pts, np.zeros((8, 8, 3), np.uint8))
+            feed.until(ring, pts + 0.5)
+            assert recorder.flush(10)
+        assert recorder.stats.failures == 2 and recorder.stats.clips == 0
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1, [r.getMessage() for r in errors]  # one line, not one per clip
+        assert errors[0].exc_info is None and "\n" not in errors[0].getMessage()
+        assert "cannot create" in errors[0].getMessage() and str(clips) in errors[0].getMessage()
+        # The directory becomes writable: the next event makes a clip.
+        blocker.unlink()
+        feed.until(ring, 3.1)
+        recorder.trigger("cam", {"n": 3}, 3.0)
+        feed.until(ring)
+        assert recorder.flush(10)
+        assert recorder.stats.clips == 1 and len(recorder.clips()) == 1
+        assert no_temp_files(clips)
+    finally:
+        recorder.close()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A 200 KiB tmpfs: a disk that fills up (root only; skipped where mounting is refused)."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill up here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], timeout=30, check=False)
+
+
+def test_a_full_disk_is_a_counted_failure_without_half_files(
+    tmp_path: Path, tiny_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    big = encode(tmp_path / "big.mp4", 100, gop=100)  # one 4 s GOP, larger than the space left
+    free = os.statvfs(tiny_disk)
+    (tiny_disk / "filler").write_bytes(b"\0" * (free.f_bavail * free.f_frsize - 8192))
+    caplog.set_level(logging.ERROR, logger="vstream.clips")
+    recorder = ClipRecorder(tiny_disk, pre_roll=1.0, post_roll=3.0)
+    try:
+        ring = recorder.ring("cam")
+        feed = Feed(big)
+        feed.until(ring, 0.5)
+        recorder.trigger("cam", {"n": 1}, 0.4, np.zeros((96, 160, 3), np.uint8))
+        feed.until(ring)
+        assert recorder.flush(10)
+    finally:
+        recorder.close()
+    assert recorder.stats.failures == 1 and recorder.clips() == []
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "No space left on device" in line or "space" in line.lower(), line
+    assert sorted(p.name for p in tiny_disk.iterdir()) == ["filler"]  # no half clip, no temp
+
+
+def test_crash_leftovers_are_cleaned_and_whole_clips_kept(video: Path, tmp_path: Path) -> None:
+    clips = tmp_path / "clips"
+    recorder = ClipRecorder(clips, pre_roll=0.2, post_roll=0.2)
+    try:
+        ring = recorder.ring("cam")
+        feed = Feed(video)
+        feed.until(ring, 1.1)
+        kept = recorder.trigger("cam", {"n": 1}, 1.0)
+        feed.until(ring)
+        assert recorder.flush(10)
+    finally:
+        recorder.close()
+    # What a crash mid-write leaves: a temporary file, and media without a description.
+    (clips / f".{kept}-x.mp4.123.tmp").write_bytes(b"half")
+    (clips / "20250101-000000-cam-abcdef.mp4").write_bytes(b"no description")
+    (clips / "notes.txt").write_text("someone else's file")
+    index = ClipIndex(clips)
+    assert index.load() == 1
+    assert sorted(p.name for p in clips.iterdir()) == sorted(
+        [f"{kept}.mp4", f"{kept}.json", "notes.txt"]
+    )
+    assert index.list()[0].bytes == sum(
+        os.path.getsize(clips / n) for n in (f"{kept}.mp4", f"{kept}.json")
+    )
+
+
+def test_events_without_a_ring_are_counted(tmp_path: Path) -> None:
+    recorder = ClipRecorder(tmp_path / "clips")
+    try:
+        assert recorder.trigger("nobody", {"n": 1}, 1.0) is None
+        assert recorder.stats.failures == 1 and recorder.stats.events == 1
+    finally:
+        recorder.close()
+
+
+def test_a_clip_from_a_live_rtsp_camera(tmp_path: Path) -> None:
+    """Packets from an RTSP camera (RTP timestamps, in-band parameter sets) make a clip."""
+    from helpers import RtspServer
+
+    recorder = ClipRecorder(tmp_path / "clips", pre_roll=1.0, post_roll=1.0)
+    try:
+        ring = recorder.ring("door")
+        with RtspServer() as server:
+            options = {"rtsp_transport": "tcp"}
+            with av.open(server.url(), options=options, timeout=(10, 10)) as container:
+                stream = container.streams.video[0]
+                ring.open(stream, offset=0.0)
+                event = None
+                deadline = time.monotonic() + 30
+                for packet in container.demux(stream):
+                    ring.add(packet)
+                    assert time.monotonic() < deadline, "the camera sent too little"
+                    if packet.pts is None:
+                        continue
+                    seconds = float(packet.pts * packet.time_base)
+                    if event is None and ring.seconds >= 1.5:
+                        event = seconds
+                        recorder.trigger("door", {"type": "class", "label": "ball"}, event)
+                    if event is not None and not recorder.recording():
+                        break
+        assert recorder.flush(10)
+    finally:
+        recorder.close()
+    [info] = recorder.clips()
+    assert recorder.stats.failures == 0
+    assert info["start_pts"] <= event - 1.0 + 1e-6 and info["end_pts"] >= event + 1.0 - 0.1
+    frames = decode(Path(info["path"]))
+    assert len(frames) == int(probe(Path(info["path"]))["streams"][0]["nb_read_frames"])
+    assert len(frames) >= 40 and frames[0].key_frame  # 2 s at 25 fps, from a keyframe

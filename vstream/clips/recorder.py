@@ -1,0 +1,496 @@
+"""Event clips and snapshots, as Frigate makes them.
+
+One :class:`ClipRecorder` per clip directory. Per stream it owns a
+:class:`~vstream.clips.ring.PacketRing` that the demuxer feeds
+(``recorder.ring(stream_id).add(packet)``). When an event fires,
+:meth:`ClipRecorder.trigger` starts a clip at the keyframe before the pre-roll;
+it ends ``post_roll`` seconds after the event, later if more events come
+meanwhile (one clip, not one per event). A worker thread then remuxes the
+original packets to MP4 (no re-encoding), writes the annotated snapshot as a
+JPEG, and the clip's description last, each file atomically. Retention keeps
+the directory within a count and a size, deleting the oldest clips first.
+
+Nothing here stops a pipeline: a full disk or a directory that cannot be
+written gives one clear log line (no traceback) and a counted failure.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from vstream.clips.index import (
+    ClipIndex,
+    ClipInfo,
+    Retention,
+    new_id,
+    valid_id,
+    write_atomic,
+    write_bytes_atomic,
+)
+from vstream.clips.ring import Capture, PacketRing, StoredPacket, Template
+
+log = logging.getLogger(__name__)
+
+Snapshot = Any
+"""An RGB ``uint8`` ``(H, W, 3)`` picture (torch tensor on any device, or NumPy array)."""
+
+_STOP = object()
+
+
+@dataclass
+class ClipStats:
+    """Counters of one recorder (read them for metrics)."""
+
+    events: int = 0
+    """Events triggered."""
+    extended: int = 0
+    """Events that extended the clip being recorded instead of starting one."""
+    clips: int = 0
+    """Clips written (video files)."""
+    snapshots: int = 0
+    failures: int = 0
+    """Clips or snapshots that could not be written (disk full, no permission, no video)."""
+    dropped: int = 0
+    """Finished captures dropped because the writer queue was full (also counted as failures)."""
+    deleted: int = 0
+    """Clips deleted by retention."""
+    bytes_written: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class ClipWriteError(Exception):
+    """A clip's file could not be written; the message is one line for the log."""
+
+
+def _reason(exc: BaseException) -> str:
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return str(text).splitlines()[0] if str(text) else type(exc).__name__
+
+
+def remux(path: Path, template: Template, packets: list[StoredPacket], format: str) -> None:
+    """Write ``packets`` (starting with a keyframe) to ``path`` as they are: no re-encoding.
+
+    Time stamps are shifted so that the first picture is at 0.
+    """
+    import av
+
+    first = packets[0]
+    base = first.pts if first.pts is not None else first.dts
+    options = {"movflags": "+faststart"} if format == "mp4" else {}
+    with av.open(str(path), "w", format=format, options=options) as output:
+        stream = _stream_from(output, template)
+        if format == "mp4" and template.codec == "hevc":
+            with suppress(Exception):  # hvc1, not hev1: the tag browsers and Apple players want
+                stream.codec_tag = "hvc1"
+        for stored in packets:
+            packet = av.Packet(stored.data)
+            packet.pts = None if stored.pts is None else stored.pts - base
+            packet.dts = None if stored.dts is None else stored.dts - base
+            packet.duration = stored.duration
+            packet.time_base = stored.time_base
+            packet.is_keyframe = stored.keyframe
+            packet.stream = stream
+            output.mux(packet)
+
+
+def _stream_from(output: Any, template: Template) -> Any:
+    """The output stream copying ``template``'s codec parameters.
+
+    ValueError when the container cannot hold the codec.
+    """
+    try:
+        return output.add_stream_from_template(template.stream)
+    except ValueError:
+        raise
+    except Exception:  # no encoder by the codec's name: copy the decoder's context instead
+        return output.add_stream_from_template(template.stream, opaque=True)
+
+
+def container_for(template: Template, preferred: str = "mp4") -> tuple[str, str]:
+    """``(format, suffix)``: MP4 where it can hold the codec, else Matroska."""
+    import av
+
+    if preferred == "mp4":
+        probe = av.open(io.BytesIO(), "w", format="mp4")
+        try:
+            _stream_from(probe, template)
+            return "mp4", ".mp4"
+        except ValueError:
+            pass
+        finally:
+            probe.close()
+    return "matroska", ".mkv"
+
+
+class ClipRecorder:
+    """Event clips of many streams into one directory.
+
+    ``pre_roll``/``post_roll``: seconds of video before and after an event.
+    ``margin``: extra seconds the rings keep beyond the pre-roll, for the time
+    an event takes to travel from the demuxer through inference to
+    :meth:`trigger`. ``max_clip_seconds``/``max_clip_bytes`` bound one clip
+    however many events extend it. ``stall_seconds``: a clip whose stream
+    sends no packet for this long is written with what it has.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        pre_roll: float = 5.0,
+        post_roll: float = 5.0,
+        margin: float = 3.0,
+        retention: Retention | None = None,
+        max_clip_seconds: float = 120.0,
+        max_clip_bytes: int = 256 * 1024 * 1024,
+        ring_max_bytes: int = 64 * 1024 * 1024,
+        jpeg_quality: int = 85,
+        queue_size: int = 16,
+        stall_seconds: float = 10.0,
+        format: str = "mp4",
+    ) -> None:
+        if pre_roll < 0 or post_roll < 0 or margin < 0:
+            raise ValueError("pre_roll, post_roll and margin must not be negative")
+        if format not in ("mp4", "matroska"):
+            raise ValueError(f"clip format must be mp4 or matroska, got {format!r}")
+        self.directory = Path(directory)
+        self.pre_roll = float(pre_roll)
+        self.post_roll = float(post_roll)
+        self.margin = float(margin)
+        self.retention = retention or Retention()
+        self.max_clip_seconds = float(max_clip_seconds)
+        self.max_clip_bytes = int(max_clip_bytes)
+        self.ring_max_bytes = int(ring_max_bytes)
+        self.jpeg_quality = int(jpeg_quality)
+        self.stall_seconds = float(stall_seconds)
+        self.format = format
+        self.stats = ClipStats()
+        self.index = ClipIndex(self.directory)
+        self.index.load()
+        self.stats.deleted += len(self.index.enforce(self.retention))
+        self._lock = threading.RLock()
+        self._stats_lock = threading.Lock()
+        self._rings: dict[str, PacketRing] = {}
+        self._active: dict[str, Capture] = {}
+        self._last_end: dict[str, float] = {}
+        self._last_failure: str | None = None
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, queue_size))
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="clips", daemon=True)
+        self._thread.start()
+
+    # -- the pipeline's side --------------------------------------------------------------------
+
+    def ring(self, stream_id: str) -> PacketRing:
+        """The packet ring of ``stream_id`` (created on first use); feed it from the demuxer."""
+        with self._lock:
+            ring = self._rings.get(stream_id)
+            if ring is None:
+                ring = PacketRing(self.pre_roll + self.margin + 0.001, self.ring_max_bytes)
+                self._rings[stream_id] = ring
+            return ring
+
+    def remove_stream(self, stream_id: str) -> None:
+        """The stream is gone: its clip being recorded is written with what it has."""
+        with self._lock:
+            ring = self._rings.pop(stream_id, None)
+            self._active.pop(stream_id, None)
+            self._last_end.pop(stream_id, None)
+        if ring is not None:
+            ring.close()
+
+    def trigger(
+        self,
+        stream_id: str,
+        event: Mapping[str, Any],
+        pts_seconds: float,
+        snapshot: Snapshot | Callable[[], Snapshot] | None = None,
+    ) -> str | None:
+        """An event at ``pts_seconds`` (the pipeline's ``Frame.pts_seconds``) on ``stream_id``.
+
+        Returns the id of the clip that will hold it: a new clip, or the one
+        being recorded when the event falls within its span (which is then
+        extended to the event's post-roll). ``event`` must be JSON-serialisable
+        (its name, line or zone, track id...). ``snapshot`` is the annotated
+        picture of the event, or a callable returning it; it is only used (and
+        only called) when a new clip starts. The picture is copied, so the
+        caller may reuse its buffer. Never raises for I/O; returns None when the
+        stream has no ring.
+        """
+        record = {**dict(event), "pts": round(float(pts_seconds), 6)}
+        with self._lock:
+            self._count("events")
+            ring = self._rings.get(stream_id)
+            if self._closed:
+                self._fail("closed", f"clips: event on {stream_id!r} after the recorder closed")
+                return None
+            if ring is None:
+                self._fail("no-ring", f"clips: event on {stream_id!r}, which has no packet ring")
+                return None
+            current = self._active.get(stream_id)
+            if (
+                current is not None
+                and not current.done
+                and pts_seconds - self.pre_roll <= current.end
+                and ring.extend(current, pts_seconds + self.post_roll)
+            ):
+                current.context["events"].append(record)
+                self._count("extended")
+                return str(current.context["id"])
+            start = pts_seconds - self.pre_roll
+            last_end = self._last_end.get(stream_id)
+            if last_end is not None and start < last_end:
+                start = min(last_end, pts_seconds)  # footage already in the previous clip
+            end = max(pts_seconds + self.post_roll, start + 0.001)
+            clip_id = new_id(stream_id, time.time())
+        picture = ready = None
+        if snapshot is not None:
+            try:
+                from vstream.clips.jpeg import as_rgb
+
+                picture = as_rgb(snapshot() if callable(snapshot) else snapshot).clone()
+                if picture.is_cuda:  # the writer thread waits for the copy, not this thread
+                    import torch
+
+                    ready = torch.cuda.Event()
+                    ready.record(torch.cuda.current_stream(picture.device))
+            except Exception as exc:
+                self._fail("snapshot", f"clips: no snapshot for {clip_id}: {_reason(exc)}")
+        context = {
+            "id": clip_id,
+            "stream": stream_id,
+            "events": [record],
+            "picture": picture,
+            "picture_ready": ready,
+        }
+        capture = ring.capture(
+            start,
+            end,
+            self._captured,
+            max_seconds=self.max_clip_seconds,
+            max_bytes=self.max_clip_bytes,
+            context=context,
+        )
+        with self._lock:
+            if not capture.done:
+                self._active[stream_id] = capture
+        return clip_id
+
+    # -- the API's side -------------------------------------------------------------------------
+
+    def clips(self, stream_id: str | None = None) -> list[dict[str, Any]]:
+        """Whole clips, newest first, as JSON-ready dictionaries (absolute paths included)."""
+        return [c.to_dict(self.directory) for c in self.index.list(stream_id)]
+
+    def clip(self, clip_id: str) -> ClipInfo | None:
+        return self.index.get(clip_id) if valid_id(clip_id) else None
+
+    def file(self, clip_id: str, kind: str) -> Path | None:
+        """The path of a clip's ``video`` or ``snapshot``, None if there is none."""
+        info = self.clip(clip_id)
+        if info is None:
+            return None
+        name = info.clip if kind == "video" else info.snapshot if kind == "snapshot" else None
+        return self.directory / name if name else None
+
+    def recording(self) -> list[dict[str, Any]]:
+        """Clips being recorded now (waiting for their post-roll)."""
+        with self._lock:
+            active = [c for c in self._active.values() if not c.done]
+        return [
+            {"id": c.context["id"], "stream": c.context["stream"], "events": c.context["events"]}
+            for c in active
+        ]
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """End every clip being recorded now and wait until all are written; False on timeout."""
+        with self._lock:
+            rings = list(self._rings.values())
+        for ring in rings:
+            for capture in ring.captures:
+                ring.finish(capture, "flushed")
+        return self._drain(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is being recorded, then stop the worker."""
+        self.flush(timeout)
+        with self._lock:
+            self._closed = True
+        with suppress(queue.Full):
+            self._queue.put(_STOP, timeout=timeout)
+        self._thread.join(timeout)
+
+    def _drain(self, timeout: float) -> bool:
+        done = threading.Event()
+        try:
+            self._queue.put(done.set, timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _count(self, name: str, amount: int = 1) -> None:
+        with self._stats_lock:
+            setattr(self.stats, name, getattr(self.stats, name) + amount)
+
+    def _fail(self, kind: str, message: str) -> None:
+        """Count a failure; log it as one line, once per run of identical causes."""
+        self._count("failures")
+        key = f"{kind}:{message.split(': ', 2)[-1]}"
+        if key != self._last_failure:
+            log.error("%s (%d clip failures so far)", message, self.stats.failures)
+        else:
+            log.debug("%s", message)
+        self._last_failure = key
+
+    def _captured(self, capture: Capture) -> None:
+        """A capture ended (on the demuxer's thread, usually): hand it to the writer."""
+        end = capture.last_seconds
+        stream_id = capture.context.get("stream", "")
+        self._last_end[stream_id] = end if end is not None else capture.end
+        try:
+            self._queue.put_nowait(capture)
+        except queue.Full:
+            self._count("dropped")
+            self._fail("queue", f"clips: writer queue full, clip {capture.context['id']} dropped")
+
+    def _work(self) -> None:
+        while True:
+            try:
+                job = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                self._check_stalled()
+                continue
+            if job is _STOP:
+                return
+            try:
+                if isinstance(job, Capture):
+                    self._write(job)
+                else:
+                    job()
+            except Exception as exc:  # the worker must outlive any one clip
+                self._fail("bug", f"clips: unexpected {type(exc).__name__}: {exc}")
+            self._check_stalled()
+
+    def _check_stalled(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            active = [(s, c) for s, c in self._active.items()]
+        for stream_id, capture in active:
+            if capture.done:
+                with self._lock:
+                    if self._active.get(stream_id) is capture:
+                        del self._active[stream_id]
+                continue
+            idle = now - capture.last_packet
+            age = now - capture.started
+            if idle > self.stall_seconds or age > self.max_clip_seconds + self.stall_seconds:
+                ring = self._rings.get(stream_id)
+                if ring is not None:
+                    ring.finish(capture, "stalled")
+
+    def _write(self, capture: Capture) -> None:
+        context = capture.context
+        clip_id: str = context["id"]
+        picture = context.pop("picture", None)
+        ready = context.pop("picture_ready", None)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            kinds = "clip and snapshot" if picture is not None else "clip"
+            self._fail(
+                "directory",
+                f"clips: cannot write {kinds} {clip_id}: cannot create {self.directory}: "
+                f"{_reason(exc)}",
+            )
+            return
+        written: list[str] = []
+        info = ClipInfo(
+            id=clip_id,
+            stream=context["stream"],
+            events=context["events"],
+            start_pts=capture.first_seconds,
+            end_pts=capture.last_seconds,
+            created=time.time(),
+            reason=capture.reason,
+        )
+        try:
+            if picture is not None:
+                from vstream.clips.jpeg import encode_jpeg
+
+                if ready is not None:
+                    import torch
+
+                    torch.cuda.current_stream(picture.device).wait_event(ready)
+                jpeg = encode_jpeg(picture, self.jpeg_quality)
+                name = f"{clip_id}.jpg"
+                self._write_file(name, lambda path: write_bytes_atomic(path, jpeg), "snapshot")
+                written.append(name)
+                info.snapshot = name
+                self._count("snapshots")
+            if capture.packets and capture.template is not None:
+                fmt, suffix = container_for(capture.template, self.format)
+                name = clip_id + suffix
+                template, packets = capture.template, capture.packets
+                self._write_file(
+                    name,
+                    lambda path: write_atomic(path, lambda tmp: remux(tmp, template, packets, fmt)),
+                    "clip",
+                )
+                written.append(name)
+                info.clip = name
+                info.codec = template.codec
+                self._count("clips")
+            else:
+                why = "no video packets" if capture.template is not None else "no codec parameters"
+                self._fail("empty", f"clips: clip {clip_id} of {info.stream!r} has {why}")
+            info.files = [*written, f"{clip_id}.json"]
+            description = json.dumps(info.to_dict(), indent=1).encode()
+            self._write_file(
+                f"{clip_id}.json", lambda path: write_bytes_atomic(path, description), "description"
+            )
+        except ClipWriteError as exc:
+            for name in written:
+                with suppress(OSError):
+                    (self.directory / name).unlink()
+            self._fail("write", str(exc))
+            return
+        finally:
+            capture.packets = []  # the memory goes back now, whatever the index keeps
+        info.bytes = sum(_size(self.directory / n) for n in info.files)
+        self._count("bytes_written", info.bytes)
+        self.index.add(info)
+        self._last_failure = None
+        deleted = self.index.enforce(self.retention, keep=clip_id)
+        if deleted:
+            self._count("deleted", len(deleted))
+            log.debug("clips: retention deleted %s", ", ".join(deleted))
+
+    def _write_file(self, name: str, write: Callable[[Path], int], what: str) -> None:
+        path = self.directory / name
+        try:
+            write(path)
+        except Exception as exc:  # OSError (disk full, permissions), FFmpegError (muxing)...
+            raise ClipWriteError(f"clips: cannot write {what} {path}: {_reason(exc)}") from None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -1,0 +1,301 @@
+"""The dashboard page, the live-preview and clip routes, and browser sessions.
+
+:func:`dashboard_router` returns the routes to mount on the daemon's app:
+
+- ``GET /``: the dashboard, one self-contained page (inline CSS and script,
+  nothing fetched from elsewhere; a Content-Security-Policy says so);
+- ``GET /streams/{id}/preview.mjpg`` and ``GET /streams/{id}/snapshot.jpg``;
+- ``GET /clips``, ``GET /clips/{id}/video``, ``GET /clips/{id}/snapshot.jpg``;
+- ``POST /session`` and ``DELETE /session``.
+
+With a token configured, the page asks for it once, keeps it in the tab's
+``sessionStorage`` and sends it as ``Authorization: Bearer`` on its API calls.
+An ``<img>`` or ``<video>`` cannot send that header, so ``POST /session``
+(with the bearer token) sets a cookie holding a random session secret, never
+the token itself: ``HttpOnly`` (no script can read it), ``SameSite=Strict``
+(no other site's page can make the browser send it), ``Secure`` over HTTPS.
+The cookie is accepted only for ``GET``/``HEAD`` of the media routes above
+(:data:`MEDIA_PATH`); every other request still needs the bearer token. The
+auth middleware makes one call: :meth:`SessionStore.allows`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
+
+from vstream.server.preview import MEDIA_TYPE, PreviewHub, TooManyViewers
+
+SESSION_COOKIE = "vstream_session"
+PUBLIC_PATHS = frozenset({"/"})
+"""Paths served without any credentials: the page itself, which holds no data."""
+MEDIA_PATH = re.compile(
+    r"^/(streams/[^/]+/(preview\.mjpg|snapshot\.jpg)|clips/[^/]+/(video|snapshot\.jpg))$"
+)
+"""Paths a session cookie may open (GET/HEAD only): what ``<img>``/``<video>`` load."""
+
+StreamsProvider = Callable[[], Iterable[Any]]
+"""Returns the streams now: their ids, or dictionaries with an ``"id"`` (as ``GET /streams``)."""
+
+
+class SessionStore:
+    """Browser sessions for a daemon with a bearer ``token`` (no token: nothing to check).
+
+    Secrets are random (256 bits), kept only as SHA-256 digests, expire after
+    ``max_age`` seconds, and at most ``max_sessions`` live at once (the oldest
+    is dropped first).
+    """
+
+    def __init__(
+        self, token: str | None, *, max_age: float = 12 * 3600, max_sessions: int = 64
+    ) -> None:
+        self.token = token or None
+        self.max_age = float(max_age)
+        self.max_sessions = int(max_sessions)
+        self._expected = f"Bearer {token}".encode() if token else None
+        self._sessions: OrderedDict[bytes, float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self.token is not None
+
+    def bearer_ok(self, authorization: str | None) -> bool:
+        """Whether an ``Authorization`` header value carries the token (constant time)."""
+        if self._expected is None:
+            return True
+        return hmac.compare_digest((authorization or "").encode(), self._expected)
+
+    def create(self) -> str:
+        """A new session secret (for the cookie)."""
+        secret = secrets.token_urlsafe(32)
+        now = time.monotonic()
+        with self._lock:
+            self._expire(now)
+            self._sessions[_digest(secret)] = now + self.max_age
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+        return secret
+
+    def valid(self, secret: str | None) -> bool:
+        """Whether ``secret`` is a live session."""
+        if not secret:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            expires = self._sessions.get(_digest(secret))
+            if expires is None:
+                return False
+            if expires <= now:
+                del self._sessions[_digest(secret)]
+                return False
+            return True
+
+    def revoke(self, secret: str | None) -> None:
+        if secret:
+            with self._lock:
+                self._sessions.pop(_digest(secret), None)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def _expire(self, now: float) -> None:
+        for key in [k for k, expires in self._sessions.items() if expires <= now]:
+            del self._sessions[key]
+
+    def allows(self, request: Request) -> bool:
+        """Whether the auth middleware lets ``request`` through: the one call it needs.
+
+        True when no token is configured, when ``Authorization: Bearer <token>``
+        is right, for ``GET``/``HEAD /`` (the page, holding no data), and for
+        ``GET``/``HEAD`` of a media path (:data:`MEDIA_PATH`) with a live
+        session cookie. Works for Starlette's ``Request`` and anything with
+        ``method``, ``url.path``, ``headers`` and ``cookies``.
+        """
+        if self._expected is None:
+            return True
+        if self.bearer_ok(request.headers.get("authorization")):
+            return True
+        if request.method not in ("GET", "HEAD"):
+            return False
+        path = request.url.path
+        if path in PUBLIC_PATHS:
+            return True
+        return bool(MEDIA_PATH.match(path)) and self.valid(request.cookies.get(SESSION_COOKIE))
+
+    def set_cookie(self, response: Response, secret: str, secure: bool) -> None:
+        response.set_cookie(
+            SESSION_COOKIE,
+            secret,
+            max_age=int(self.max_age),
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=secure,
+        )
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+@cache
+def page() -> tuple[str, str]:
+    """The dashboard's HTML and its Content-Security-Policy (hashes of its inline code)."""
+    html = resources.files("vstream.server").joinpath("static/dashboard.html").read_text("utf-8")
+
+    def hashes(tag: str) -> str:
+        blocks = re.findall(rf"<{tag}>(.*?)</{tag}>", html, re.S)
+        return " ".join(
+            f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'"
+            for b in blocks
+        )
+
+    policy = (
+        "default-src 'none'; "
+        f"script-src {hashes('script')}; style-src {hashes('style')}; "
+        "img-src 'self' data:; media-src 'self'; connect-src 'self'; "
+        "form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+    )
+    return html, policy
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status)
+
+
+def _ids(streams: Iterable[Any]) -> set[str]:
+    return {str(s["id"]) if isinstance(s, Mapping) else str(s) for s in streams}
+
+
+def dashboard_router(
+    hub: PreviewHub,
+    clips: Any | None,
+    streams_provider: StreamsProvider | None,
+    *,
+    sessions: SessionStore | None = None,
+    check_every: float = 1.0,
+) -> APIRouter:
+    """The dashboard's routes over ``hub``, a ``ClipRecorder`` (or None) and the streams.
+
+    ``streams_provider`` tells which stream ids exist (unknown ones get 404;
+    None accepts any). ``sessions`` holds browser sessions (None: no token).
+    ``check_every``: seconds between checks that an idle MJPEG client is still there.
+    """
+    sessions = SessionStore(None) if sessions is None else sessions
+    router = APIRouter()
+
+    def known(stream_id: str) -> bool:
+        return streams_provider is None or stream_id in _ids(streams_provider())
+
+    @router.get("/", include_in_schema=False)
+    def dashboard() -> HTMLResponse:
+        html, policy = page()
+        return HTMLResponse(
+            html,
+            headers={
+                "Content-Security-Policy": policy,
+                "Cache-Control": "no-store",
+                "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "no-referrer",
+            },
+        )
+
+    @router.get("/streams/{stream_id}/preview.mjpg")
+    async def preview(stream_id: str) -> Response:
+        if not known(stream_id):
+            return _error(404, f"no such stream: {stream_id}")
+        # Uvicorn tells a departed client by cancelling the response (Starlette listens for
+        # the disconnect), which ends the generator and releases the viewer at once.
+        jpegs = hub.mjpeg(stream_id, check_every=check_every)
+        try:
+            first = await anext(jpegs)  # joins now: the viewer cap answers before any header
+        except TooManyViewers as exc:
+            return _error(503, f"too many preview viewers: {exc}")
+
+        async def body() -> Any:
+            try:
+                yield first
+                async for part in jpegs:
+                    yield part
+            finally:
+                await jpegs.aclose()
+
+        return StreamingResponse(
+            body(),
+            media_type=MEDIA_TYPE,
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    @router.get("/streams/{stream_id}/snapshot.jpg")
+    async def snapshot(stream_id: str) -> Response:
+        if not known(stream_id):
+            return _error(404, f"no such stream: {stream_id}")
+        jpeg = await hub.snapshot(stream_id)
+        if jpeg is None:
+            return _error(503, f"no frame of {stream_id} yet")
+        return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
+
+    @router.get("/clips")
+    def list_clips(stream: str | None = None) -> dict[str, Any]:
+        if clips is None:
+            return {"clips": [], "recording": [], "stats": None}
+        listed = clips.clips(stream)
+        for clip in listed:
+            base = f"/clips/{clip['id']}"
+            clip["url"] = f"{base}/video" if clip.get("clip") else None
+            clip["snapshot_url"] = f"{base}/snapshot.jpg" if clip.get("snapshot") else None
+        return {"clips": listed, "recording": clips.recording(), "stats": clips.stats.to_dict()}
+
+    def clip_file(clip_id: str, kind: str, media_type: str | None) -> Response:
+        path = clips.file(clip_id, kind) if clips is not None else None
+        if path is None or not path.is_file():
+            return _error(404, f"no such clip {kind}: {clip_id}")
+        if media_type is None:
+            media_type = "video/mp4" if path.suffix == ".mp4" else "video/x-matroska"
+        return FileResponse(path, media_type=media_type, filename=path.name)
+
+    @router.get("/clips/{clip_id}/video")
+    def clip_video(clip_id: str) -> Response:
+        return clip_file(clip_id, "video", None)
+
+    @router.get("/clips/{clip_id}/snapshot.jpg")
+    def clip_snapshot(clip_id: str) -> Response:
+        return clip_file(clip_id, "snapshot", "image/jpeg")
+
+    @router.post("/session")
+    def open_session(request: Request) -> Response:
+        if not sessions.enabled:
+            return JSONResponse({"session": False, "reason": "no token is configured"})
+        if not sessions.bearer_ok(request.headers.get("authorization")):
+            return JSONResponse(
+                {"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
+                401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        response = JSONResponse({"session": True, "expires_in": int(sessions.max_age)})
+        response.headers["Cache-Control"] = "no-store"
+        sessions.set_cookie(response, sessions.create(), request.url.scheme == "https")
+        return response
+
+    @router.delete("/session")
+    def close_session(request: Request) -> Response:
+        sessions.revoke(request.cookies.get(SESSION_COOKIE))
+        response = JSONResponse({"session": False})
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
+    return router
