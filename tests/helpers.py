@@ -169,6 +169,8 @@ class RtspServer:
             self.process.send_signal(signal.SIGCONT)
             self.process.kill()
             self.process.wait(timeout=10)
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
 
     def pause(self) -> None:
         import signal
@@ -187,3 +189,13 @@ class RtspServer:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+def model_session(path: Path | str, **options: object):
+    """A ModelSession from the same keyword options a Detector takes; one buffer unless asked."""
+    from vstream.detector import split_options
+    from vstream.inference.session import ModelSession
+
+    options.setdefault("in_flight", 1)
+    model, _, runtime = split_options(path, options)
+    return ModelSession(model, runtime)

@@ -9,11 +9,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from helpers import model_session
 from onnx_models import brightness_model, constant_output_model, nonzero_model, scale_model
 
 from vstream import Detector, Frame, ModelError, PixelFormat
-from vstream.inference import InferenceEngine, ProviderChoice
-from vstream.inference import engine as engine_module
+from vstream.inference import ProviderChoice
+from vstream.inference import session as engine_module
 from vstream.inference.buckets import bucket_sizes
 from vstream.inference.providers import cuda_graphs_enabled
 
@@ -27,7 +28,7 @@ def test_bucket_sizes(max_batch: int, fixed: int | None, expected: tuple[int, ..
 
 
 def test_a_partly_filled_batch_uses_the_next_bucket_up(tmp_path: Path) -> None:
-    engine = InferenceEngine(scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=8, imgsz=32)
+    engine = model_session(scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=8, imgsz=32)
     buffer = engine.buffers[0]
     chosen = {n: buffer.bucket_for(n).size for n in range(1, 9)}
     assert chosen == {1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 6: 8, 7: 8, 8: 8}
@@ -48,8 +49,8 @@ class BindingRecorder:
 
 
 def test_each_bucket_reads_its_view_of_one_input_and_keeps_its_addresses(tmp_path: Path) -> None:
-    engine = InferenceEngine(
-        scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=4, imgsz=32, buffers=2
+    engine = model_session(
+        scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=4, imgsz=32, in_flight=2
     )
     recorder = BindingRecorder(engine.session)
     engine.session = recorder
@@ -80,8 +81,8 @@ def test_each_bucket_reads_its_view_of_one_input_and_keeps_its_addresses(tmp_pat
 
 def test_detector_runs_three_frames_in_the_bucket_of_four(tmp_path: Path) -> None:
     detector = Detector(brightness_model(tmp_path / "b.onnx"), device="cpu", batch_size=8)
-    recorder = BindingRecorder(detector.engine.session)
-    detector.engine.session = recorder
+    recorder = BindingRecorder(detector.model.session)
+    detector.model.session = recorder
     frames = [
         Frame(
             torch.full((48, 64, 3), 80 * i, dtype=torch.uint8), PixelFormat.RGB24, 64, 48, index=i
@@ -89,7 +90,7 @@ def test_detector_runs_three_frames_in_the_bucket_of_four(tmp_path: Path) -> Non
         for i in range(3)
     ]
     results = detector.detect(frames)
-    assert recorder.ran == [detector.engine.buffers[0].bucket_for(4).binding]
+    assert recorder.ran == [detector.model.buffers[0].bucket_for(4).binding]
     assert [r.frame_index for r in results] == [0, 1, 2]
     centres = [(r.detections[0].bbox[0] + r.detections[0].bbox[2]) / 2 for r in results]
     assert centres == sorted(centres) and len(set(centres)) == 3, "each frame got its own box"
@@ -98,9 +99,9 @@ def test_detector_runs_three_frames_in_the_bucket_of_four(tmp_path: Path) -> Non
 def test_fixed_batch_model_has_one_bucket_and_runs_frame_by_frame(tmp_path: Path) -> None:
     raw = np.zeros((1, 6, 10), np.float32)
     detector = Detector(constant_output_model(tmp_path / "m.onnx", raw), device="cpu")
-    assert detector.engine.bucket_sizes == (1,)
-    recorder = BindingRecorder(detector.engine.session)
-    detector.engine.session = recorder
+    assert detector.model.bucket_sizes == (1,)
+    recorder = BindingRecorder(detector.model.session)
+    detector.model.session = recorder
     frames = [
         Frame(torch.zeros((32, 32, 3), dtype=torch.uint8), PixelFormat.RGB24, 32, 32, index=i)
         for i in range(5)
@@ -133,8 +134,8 @@ def graphs_on(monkeypatch) -> None:
 
 
 def test_each_bucket_of_each_buffer_replays_its_own_cuda_graph(tmp_path: Path, graphs_on) -> None:
-    engine = InferenceEngine(
-        scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=4, imgsz=32, buffers=2
+    engine = model_session(
+        scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=4, imgsz=32, in_flight=2
     )
     assert engine.cuda_graphs
     spy = RunOptionsSpy(engine.session)
@@ -153,7 +154,7 @@ def test_each_bucket_of_each_buffer_replays_its_own_cuda_graph(tmp_path: Path, g
 
 
 def test_without_cuda_graphs_runs_carry_no_graph_id(tmp_path: Path) -> None:
-    engine = InferenceEngine(scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=2, imgsz=32)
+    engine = model_session(scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=2, imgsz=32)
     spy = RunOptionsSpy(engine.session)
     engine.session = spy
     for bucket in engine.buffers[0].buckets:
@@ -164,7 +165,7 @@ def test_without_cuda_graphs_runs_carry_no_graph_id(tmp_path: Path) -> None:
 
 def test_cuda_graphs_refuse_outputs_of_unknown_size(tmp_path: Path, graphs_on) -> None:
     with pytest.raises(ModelError, match="CUDA graphs need outputs whose size is known"):
-        InferenceEngine(nonzero_model(tmp_path / "nz.onnx"), device="cpu")
+        model_session(nonzero_model(tmp_path / "nz.onnx"), device="cpu")
 
 
 def test_cuda_graphs_follow_the_cuda_provider_option() -> None:
@@ -178,7 +179,7 @@ def test_cuda_graphs_follow_the_cuda_provider_option() -> None:
 
 
 def test_run_options_are_real_onnxruntime_objects(tmp_path: Path, graphs_on) -> None:
-    engine = InferenceEngine(scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=2, imgsz=32)
+    engine = model_session(scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=2, imgsz=32)
     for bucket in engine.buffers[0].buckets:
         assert isinstance(bucket.run_options, ort.RunOptions)
         assert bucket.run_options.get_run_config_entry("gpu_graph_id") == str(bucket.graph_id)

@@ -142,8 +142,8 @@ def test_corrupt_model(tmp_path: Path) -> None:
     ("args", "fragment"),
     [
         (["--conf", "2"], "--conf: must be between 0 and 1"),
-        (["--max-det", "0"], "--max-det: must be a positive integer"),
-        (["--classes", "a,b"], "class ids must be integers"),
+        (["--max-det", "0"], "--max-det: must be between 1 and 10000 (got 0)"),
+        (["--classes", "a,b"], "--classes: must be integers"),
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--imgsz", "640"], "fixed 320x320 input"),
         (["--bogus"], "unrecognized arguments: --bogus"),
@@ -155,4 +155,4 @@ def test_bad_arguments(args: list[str], fragment: str) -> None:
 
 def test_unwritable_output(tmp_path: Path) -> None:
     result = run_cli("run", "--output", tmp_path / "no" / "such" / "dir" / "out.jsonl")
-    assert_one_line_error(result, "cannot write output")
+    assert_one_line_error(result, "--output: directory not found")

@@ -9,7 +9,7 @@ import torch
 
 from vstream.frame import ColourMatrix, ColourSpace, Frame, PixelFormat
 from vstream.preprocess.colour import to_rgb_planar
-from vstream.sources import VideoFileSource
+from vstream.sources import SourceOptions, VideoFileSource
 
 SPACES = [
     ("itu601", "MPEG", ColourSpace(ColourMatrix.BT601, full_range=False)),
@@ -88,7 +88,7 @@ def test_flat_colours(y, u, v, colour, rgb) -> None:
 def test_decoded_nv12_matches_decoded_rgb(small_video) -> None:
     """The same H.264 frames through both source paths give the same pixels."""
     rgb_frames = list(VideoFileSource(small_video))
-    nv12_frames = list(VideoFileSource(small_video, pixel_format="nv12"))
+    nv12_frames = list(VideoFileSource(small_video, options=SourceOptions(pixel_format="nv12")))
     assert len(rgb_frames) == len(nv12_frames) == 30
     for a, b in zip(rgb_frames, nv12_frames, strict=True):
         assert b.pixel_format is PixelFormat.NV12

@@ -158,7 +158,7 @@ def test_health_ready_and_metrics_move_as_frames_flow(daemon: Daemon) -> None:
     ):
         assert second[(name, labels)] > first[(name, labels)] + 10, name
     assert 15 < second[("vstream_stream_fps", labels)] < 40  # realtime: about 25 fps
-    assert 0 <= second[("vstream_stream_frame_age_seconds", labels)] < 1
+    assert 0 <= second[("vstream_stream_frame_age_seconds", labels)] < 5
     state = tuple(sorted((*labels, ("state", "streaming"))))
     assert second[("vstream_stream_state", state)] == 1
     latency = ("vstream_inference_latency_seconds_count", (("pipeline", "main"),))

@@ -16,7 +16,7 @@ from helpers import write_video
 from vstream import decoders
 from vstream.decoders import DecoderKind, resolve_decoder
 from vstream.decoders.nvdec import NvdecDecoder, load_pynvvideocodec
-from vstream.errors import SourceError
+from vstream.errors import SourceError, TransientError
 from vstream.frame import PixelFormat
 
 STREAM_HANDLE = 0x7F00_1234
@@ -99,17 +99,18 @@ def test_rgb_output_when_asked(tmp_path: Path, no_host_copies: None) -> None:
     ] * 5
 
 
-def test_decode_errors_are_skipped_and_counted(
+def test_a_decoder_failure_fails_the_stream_once_and_is_never_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """NVDEC's parser conceals damaged data; an exception from Decode is a driver/CUDA failure."""
     monkeypatch.setattr(fake.Decoder, "fail_on_packets", frozenset({12}))
     path = write_video(tmp_path / "clip.mp4", frames=30, width=160, height=120)
     decoder = nvdec(path)
-    pictures = list(decoder.pictures())
-    assert decoder.corrupt_packets == 1
-    assert 25 <= len(pictures) < 30  # the rest of the stream still decoded
-    pts = [p.pts_seconds for p in pictures]
-    assert pts == sorted(pts)
+    pictures = []
+    with pytest.raises(SourceError, match="NVDEC failed: RuntimeError") as failure:
+        pictures.extend(decoder.pictures())
+    assert not isinstance(failure.value, TransientError)
+    assert 0 < len(pictures) < 12
 
 
 def test_unsupported_codec_is_a_clear_error(tmp_path: Path) -> None:

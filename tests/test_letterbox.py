@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from vstream.config import PostprocessOptions
 from vstream.frame import Frame, PixelFormat
-from vstream.postprocess import OutputFormat, PostprocessConfig, Postprocessor
+from vstream.postprocess import OutputFormat, Postprocessor
 from vstream.preprocess import PAD_VALUE, Letterboxer, LetterboxGeometry
 from vstream.preprocess.colour import to_rgb_planar
 
@@ -126,7 +127,7 @@ def test_boxes_map_back_to_original_pixels(w: int, h: int, size: int) -> None:
     bw, bh = (x2 - x1) * gain, (y2 - y1) * gain
     raw = torch.zeros((1, 5, 3))
     raw[0, :, 0] = torch.tensor([cx, cy, bw, bh, 0.9])
-    post = Postprocessor(OutputFormat.YOLOV8, PostprocessConfig(), torch.device("cpu"))
+    post = Postprocessor(OutputFormat.YOLOV8, PostprocessOptions(), torch.device("cpu"))
     dets = post(raw, [g])
     assert dets.shape == (1, 7)
     assert dets[0, 1:5].tolist() == pytest.approx([x1, y1, x2, y2], abs=1e-3)
@@ -136,7 +137,7 @@ def test_boxes_are_clipped_to_the_frame() -> None:
     g = LetterboxGeometry.fit(854, 480, 640, 640)
     raw = torch.zeros((1, 5, 1))
     raw[0, :, 0] = torch.tensor([10.0, 140.0, 100.0, 100.0, 0.9])  # spills left and above
-    dets = Postprocessor(OutputFormat.YOLOV8, PostprocessConfig(), torch.device("cpu"))(raw, [g])
+    dets = Postprocessor(OutputFormat.YOLOV8, PostprocessOptions(), torch.device("cpu"))(raw, [g])
     x1, y1, x2, y2 = dets[0, 1:5].tolist()
     assert (x1, y1) == (0.0, 0.0)
     assert x2 == pytest.approx(60 / g.gain, abs=1e-3)

@@ -10,7 +10,8 @@ import torch
 from onnx_models import constant_output_model
 
 from vstream import Detector, Frame, ModelError, PixelFormat
-from vstream.postprocess import OutputFormat, PostprocessConfig, Postprocessor, detect_output_format
+from vstream.config import PostprocessOptions
+from vstream.postprocess import OutputFormat, Postprocessor, detect_output_format
 from vstream.preprocess import LetterboxGeometry
 
 CPU = torch.device("cpu")
@@ -29,7 +30,7 @@ def yolov8_output(
 
 
 def post(fmt: OutputFormat, **config) -> Postprocessor:
-    return Postprocessor(fmt, PostprocessConfig(**config), CPU)
+    return Postprocessor(fmt, PostprocessOptions(**config), CPU)
 
 
 @pytest.mark.parametrize(
@@ -116,10 +117,10 @@ def test_only_the_frames_in_the_batch_are_decoded() -> None:
 
 
 def test_config_is_validated() -> None:
-    with pytest.raises(ValueError, match="conf must be in"):
-        PostprocessConfig(conf=1.5)
-    with pytest.raises(ValueError, match="max_det must be at least 1, got 0"):
-        PostprocessConfig(max_det=0)
+    with pytest.raises(ValueError, match="less than or equal to 1"):
+        PostprocessOptions(conf=1.5)
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        PostprocessOptions(max_det=0)
 
 
 # The same decoding through real ONNX models built for the test.
@@ -164,7 +165,7 @@ def test_format_override_reads_an_ambiguous_output_as_yolov5(tmp_path: Path) -> 
     raw = np.zeros((1, 300, 6), np.float32)
     raw[0, 0] = [100, 200, 40, 20, 0.9, 0.9]  # one-class YOLOv5 row
     model = constant_output_model(tmp_path / "v5one.onnx", raw)
-    (det,) = _detect(model, output_format="yolov5")
+    (det,) = _detect(model, format="yolov5")
     assert det.bbox == pytest.approx((80, 110, 120, 130))
     assert det.score == pytest.approx(0.81)
 

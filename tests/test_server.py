@@ -11,8 +11,8 @@ from helpers import tiny_detector, write_video
 from httpx import Client
 
 from vstream.config import parse_config
+from vstream.engine import Engine
 from vstream.errors import VstreamError
-from vstream.runtime import Runtime
 from vstream.server import ApiServer, create_app
 
 TOKEN = "t0ken-for-tests"
@@ -21,7 +21,7 @@ CREDENTIALS = f"camuser:{SECRET}"
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     directory = tmp_path_factory.mktemp("server")
     tiny_detector(directory / "model.onnx")
     write_video(directory / "clip.mp4", frames=10)
@@ -38,16 +38,16 @@ pipelines:
 """,
         base_dir=directory,
     )
-    runtime = Runtime(config, base_dir=directory)
+    runtime = Engine(config, base_dir=directory)
     runtime.start()
     try:
         yield runtime
     finally:
-        runtime.shutdown(timeout=10)
+        runtime.stop(timeout=10)
 
 
 @pytest.fixture(scope="module")
-def server(runtime: Runtime) -> Iterator[ApiServer]:
+def server(runtime: Engine) -> Iterator[ApiServer]:
     """The API served by uvicorn on a free port of 127.0.0.1."""
     server = ApiServer(create_app(runtime, TOKEN), port=0)
     server.start()
@@ -68,7 +68,7 @@ def test_the_api_listens_on_loopback_by_default(server: ApiServer) -> None:
     assert server.socket.getsockname()[0] == "127.0.0.1"
 
 
-def test_a_busy_port_is_one_clear_error(server: ApiServer, runtime: Runtime) -> None:
+def test_a_busy_port_is_one_clear_error(server: ApiServer, runtime: Engine) -> None:
     with pytest.raises(VstreamError, match=rf"cannot listen on 127.0.0.1:{server.port}: "):
         ApiServer(create_app(runtime), port=server.port)
 
@@ -131,7 +131,7 @@ def test_with_the_token_every_endpoint_answers(client: Client) -> None:
             "/streams",
             b'{"pipeline": "main", "id": "x", "uri": "clip.mp4", "stride": 0}',
             400,
-            "stride: Input should be greater than or equal to 1 (got 0)",
+            "stride: must be between 1 and 10000 (got 0)",
         ),
         (
             "post",
@@ -180,9 +180,9 @@ def test_credentials_never_appear_in_responses_metrics_or_logs(
 
 
 def test_a_stream_added_to_one_pipeline_does_not_touch_the_other(
-    client: Client, runtime: Runtime
+    client: Client, runtime: Engine
 ) -> None:
-    before = runtime.pipelines["main"].streams["cam1"].frames_processed
+    before = runtime.pipelines["main"].streams["cam1"].counters.frames_processed
     added = client.post("/streams", json={"pipeline": "other", "id": "cam9", "uri": "clip.mp4"})
     assert added.status_code == 201 and added.json()["pipeline"] == "other"
     deadline = time.monotonic() + 10
@@ -191,4 +191,4 @@ def test_a_stream_added_to_one_pipeline_does_not_touch_the_other(
         time.sleep(0.1)
     removed = client.delete("/streams/cam9").json()["removed"]
     assert removed["frames_processed"] == 10 and removed["frames_dropped"] == 0
-    assert runtime.pipelines["main"].streams["cam1"].frames_processed > before
+    assert runtime.pipelines["main"].streams["cam1"].counters.frames_processed > before

@@ -8,6 +8,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from helpers import model_session
 from onnx import TensorProto
 from onnx_models import (
     constant_output_model,
@@ -17,8 +18,7 @@ from onnx_models import (
     scale_model,
 )
 
-from vstream import Detector, Frame, ModelError, PixelFormat
-from vstream.inference import InferenceEngine
+from vstream import Detector, Frame, ModelError, PixelFormat, VstreamError
 from vstream.inference.model import infer_output_shapes
 
 
@@ -44,7 +44,7 @@ def bound_pointers(monkeypatch) -> dict[str, list[int]]:
 
 
 def test_input_and_output_are_bound_by_address(tmp_path: Path, bound_pointers) -> None:
-    engine = InferenceEngine(
+    engine = model_session(
         scale_model(tmp_path / "scale.onnx"), device="cpu", batch_size=2, imgsz=64
     )
     # One binding per batch bucket (2 and 1), both at the addresses of the one input and output.
@@ -63,9 +63,9 @@ def test_input_and_output_are_bound_by_address(tmp_path: Path, bound_pointers) -
 def test_preprocessing_writes_into_the_bound_buffer(tmp_path: Path, bound_pointers) -> None:
     raw = np.zeros((1, 6, 10), np.float32)
     detector = Detector(constant_output_model(tmp_path / "m.onnx", raw), device="cpu")
-    assert detector.letterboxer.input is detector.engine.input
+    assert detector.letterboxer.input is detector.model.input
     # One input per batch in flight, each letterboxed into where its binding points.
-    assert len(detector.letterboxers) == len(detector.engine.buffers) == 3
+    assert len(detector.letterboxers) == len(detector.model.buffers) == 3
     assert bound_pointers["input"] == [lb.input.data_ptr() for lb in detector.letterboxers]
 
 
@@ -74,7 +74,7 @@ def test_addresses_stay_fixed_over_100_frames(tmp_path: Path, bound_pointers) ->
     raw[0, :4, 0] = [50, 50, 20, 20]
     raw[0, 4, 0] = 0.9
     detector = Detector(constant_output_model(tmp_path / "m.onnx", raw), device="cpu")
-    engine = detector.engine
+    engine = detector.model
     input_ptr, output_ptr = engine.input.data_ptr(), engine.outputs[0].data_ptr()
     output_tensor = engine.outputs[0]
     for i in range(100):
@@ -92,7 +92,7 @@ def test_addresses_stay_fixed_over_100_frames(tmp_path: Path, bound_pointers) ->
 
 
 def test_outputs_sized_by_shape_inference_are_preallocated(tmp_path: Path, bound_pointers) -> None:
-    engine = InferenceEngine(
+    engine = model_session(
         flatten_model(tmp_path / "flat.onnx"), device="cpu", batch_size=2, imgsz=32
     )
     assert isinstance(engine.spec.outputs[0].shape[1], str), "the model itself does not say"
@@ -110,7 +110,7 @@ def test_outputs_partly_sized_by_inference_take_the_batch_from_the_input(
 ) -> None:
     model = partly_inferred_model(tmp_path / "partly.onnx")
     assert infer_output_shapes(model, "images", (2, 3, 20, 32))["output0"] == ("batch", 6, 10)
-    engine = InferenceEngine(model, device="cpu", batch_size=2)
+    engine = model_session(model, device="cpu", batch_size=2)
     assert [b.outputs[0].shape for b in engine.buffers[0].buckets] == [(1, 6, 10), (2, 6, 10)]
     assert bound_pointers["output"] == [engine.outputs[0].data_ptr()] * 2
     engine.input.fill_(0.5)
@@ -119,7 +119,7 @@ def test_outputs_partly_sized_by_inference_take_the_batch_from_the_input(
 
 
 def test_truly_dynamic_outputs_are_adopted_without_copy(tmp_path: Path, bound_pointers) -> None:
-    engine = InferenceEngine(nonzero_model(tmp_path / "nz.onnx"), device="cpu")
+    engine = model_session(nonzero_model(tmp_path / "nz.onnx"), device="cpu")
     assert engine.outputs == [None] and bound_pointers["output"] == [None]
     engine.input.zero_()
     engine.input[0, 1, 2, 3] = 1.0
@@ -129,7 +129,7 @@ def test_truly_dynamic_outputs_are_adopted_without_copy(tmp_path: Path, bound_po
 
 
 def test_input_dtype_comes_from_the_model(tmp_path: Path) -> None:
-    engine = InferenceEngine(
+    engine = model_session(
         scale_model(tmp_path / "half.onnx", elem_type=TensorProto.FLOAT16), device="cpu", imgsz=32
     )
     assert engine.input.dtype == torch.float16
@@ -138,7 +138,7 @@ def test_input_dtype_comes_from_the_model(tmp_path: Path) -> None:
 
 
 def test_dynamic_batch_and_size(tmp_path: Path) -> None:
-    engine = InferenceEngine(
+    engine = model_session(
         scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=4, imgsz=(96, 160)
     )
     assert engine.input.shape == (4, 3, 96, 160)
@@ -147,30 +147,30 @@ def test_dynamic_batch_and_size(tmp_path: Path) -> None:
 
 def test_fixed_model_sizes_are_enforced(tmp_path: Path) -> None:
     model = constant_output_model(tmp_path / "m.onnx", np.zeros((1, 6, 10), np.float32))
-    assert InferenceEngine(model, device="cpu").input.shape == (1, 3, 320, 320)
+    assert model_session(model, device="cpu").input.shape == (1, 3, 320, 320)
     with pytest.raises(ModelError, match="fixed 320x320 input; imgsz 640x640 does not fit"):
-        InferenceEngine(model, device="cpu", imgsz=640)
+        model_session(model, device="cpu", imgsz=640)
     with pytest.raises(ModelError, match="fixed batch of 1; batch size 4 does not fit"):
-        InferenceEngine(model, device="cpu", batch_size=4)
+        model_session(model, device="cpu", batch_size=4)
 
 
 def test_imgsz_must_be_a_multiple_of_the_stride(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="multiples of the model stride 32"):
-        InferenceEngine(scale_model(tmp_path / "s.onnx"), device="cpu", imgsz=300)
+        model_session(scale_model(tmp_path / "s.onnx"), device="cpu", imgsz=300)
 
 
 def test_cuda_request_falls_back_to_cpu_with_a_notice(tmp_path: Path, caplog) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the fallback is for machines without it")
-    engine = InferenceEngine(scale_model(tmp_path / "s.onnx"), device="cuda", imgsz=32)
+    engine = model_session(scale_model(tmp_path / "s.onnx"), device="cuda", imgsz=32)
     assert engine.device == torch.device("cpu")
     assert "device cuda requested but" in caplog.text and "running on cpu" in caplog.text
 
 
 def test_missing_and_corrupt_models_are_model_errors(tmp_path: Path) -> None:
-    with pytest.raises(ModelError, match="model file not found"):
-        InferenceEngine(tmp_path / "nope.onnx", device="cpu")
+    with pytest.raises(VstreamError, match=r"model\.path: model file not found"):
+        model_session(tmp_path / "nope.onnx", device="cpu")
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"not a model" * 100)
     with pytest.raises(ModelError, match=r"cannot load model .*junk\.onnx"):
-        InferenceEngine(junk, device="cpu")
+        model_session(junk, device="cpu")

@@ -111,17 +111,52 @@ def test_overflow_drops_oldest_and_counts_them() -> None:
     assert sink.stats.delivered + sink.stats.dropped == 26
 
 
-def test_a_slow_destination_never_blocks_the_writer() -> None:
-    transport = FlakyTransport(delay=0.5)
+def test_a_stuck_destination_never_blocks_the_writer_with_drop_oldest() -> None:
+    release = threading.Event()
+
+    class StuckTransport(FlakyTransport):
+        def send(self, records: Sequence[dict]) -> None:
+            self.attempts += 1
+            release.wait(30)  # a destination that does not answer until released
+            self.received.extend(records)
+
+    transport = StuckTransport()
     sink = BufferedSink(transport, name="slow", capacity=100, batch_records=10)
-    started = time.perf_counter()
-    for i in range(300):
+    for i in range(300):  # all written while the sender is stuck inside send()
         sink.write([result(i)])
-    assert time.perf_counter() - started < 0.2
+    assert not release.is_set() and transport.attempts <= 1
     assert sink.stats.dropped >= 300 - 100 - 10
-    sink.flush_timeout = 0.1
+    release.set()
     sink.close()
     assert sink.stats.delivered + sink.stats.dropped == 300
+
+
+def test_block_overflow_makes_the_writer_wait_and_loses_nothing() -> None:
+    release = threading.Event()
+
+    class GatedTransport(FlakyTransport):
+        def send(self, records: Sequence[dict]) -> None:
+            release.wait(30)
+            self.received.extend(records)
+
+    transport = GatedTransport()
+    sink = BufferedSink(transport, name="file", capacity=10, batch_records=5, overflow="block")
+    written = []
+
+    def writer() -> None:
+        for i in range(40):
+            sink.write([result(i)])
+            written.append(i)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert wait_until(lambda: sink.buffered == 10)
+    assert thread.is_alive() and len(written) < 40, "the writer waits while the buffer is full"
+    release.set()
+    thread.join(10)
+    sink.close()
+    assert [r["frame"] for r in transport.received] == list(range(40))
+    assert sink.stats.dropped == 0
 
 
 def test_close_flushes_everything_buffered() -> None:
@@ -177,7 +212,7 @@ def test_jsonl_rotates_by_size_and_keeps_n_files(tmp_path: Path) -> None:
     path = tmp_path / "out.jsonl"
     sink = JsonLinesSink(path, rotate_bytes=1000, keep=2)
     for i in range(40):
-        sink.write([result(i)])
+        sink.send([r.to_record() for r in [result(i)]])
     sink.close()
     files = [path, path.with_name("out.jsonl.1"), path.with_name("out.jsonl.2")]
     assert all(f.exists() for f in files) and not path.with_name("out.jsonl.3").exists()
@@ -191,9 +226,9 @@ def test_jsonl_rotates_by_size_and_keeps_n_files(tmp_path: Path) -> None:
 def test_jsonl_rotates_by_time(tmp_path: Path) -> None:
     path = tmp_path / "out.jsonl"
     sink = JsonLinesSink(path, rotate_seconds=0.2)
-    sink.write([result(0)])
+    sink.send([r.to_record() for r in [result(0)]])
     time.sleep(0.3)
-    sink.write([result(1)])
+    sink.send([r.to_record() for r in [result(1)]])
     sink.close()
     assert json.loads(path.with_name("out.jsonl.1").read_text())["frame"] == 0
     assert json.loads(path.read_text())["frame"] == 1
@@ -201,7 +236,7 @@ def test_jsonl_rotates_by_time(tmp_path: Path) -> None:
 
 def test_stdout_sink_writes_one_record_a_line(capsys: pytest.CaptureFixture[str]) -> None:
     sink = JsonLinesSink(None)
-    sink.write([result(0), result(1, detections=0)])
+    sink.send([r.to_record() for r in [result(0), result(1, detections=0)]])
     sink.close()
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(line) for line in lines] == [
@@ -336,7 +371,10 @@ def test_broker_restart_resumes_delivery_and_counts_drops(
     try:
         assert wait_until(lambda: sink.stats.delivered >= 50)
         broker.kill()
+        written_at_loss = len(write_times)
         assert wait_until(lambda: sink.stats.dropped > 0)
+        # The writer never waits for the broker: it kept writing while the broker was gone.
+        assert wait_until(lambda: len(write_times) >= written_at_loss + 50)
         delivered_while_down = sink.stats.delivered
         broker.start()
         assert wait_until(lambda: sink.stats.delivered > delivered_while_down + 100, timeout=15)
@@ -347,9 +385,6 @@ def test_broker_restart_resumes_delivery_and_counts_drops(
     stats = sink.stats
     assert stats.failures > 0 and stats.retries > 0 and stats.dropped > 0
     assert stats.delivered + stats.dropped == len(write_times)
-    # A write that waited for the dead broker would take at least the 1 s ack/socket timeout;
-    # the bound leaves room for scheduling noise on a loaded 2-core machine.
-    assert max(write_times) < 0.5, "a write waited for the broker"
     if subscriber is not None:
         received = subscriber.received()
         frames = [payload["frame"] for _, payload in received]

@@ -7,12 +7,13 @@ import threading
 import time
 
 import pytest
+from pydantic import ValidationError
 
+from vstream.engine.queue import FrameQueue
 from vstream.errors import SourceError
 from vstream.sources import FreshnessPolicy, LiveSource, ReconnectPolicy, SourceOptions
 from vstream.sources.backoff import Backoff
 from vstream.sources.live import ffmpeg_input
-from vstream.sources.queue import FrameQueue
 from vstream.uri import stream_name
 
 
@@ -111,10 +112,20 @@ def test_stream_names_never_carry_credentials(uri: str, name: str) -> None:
 @pytest.mark.parametrize(
     "options",
     [
-        SourceOptions(rtsp_transport="http"),
-        SourceOptions(queue_size=0),
-        SourceOptions(read_timeout_seconds=0),
-        SourceOptions(reconnect=ReconnectPolicy(max_attempts=-1)),
+        {"rtsp_transport": "http"},
+        {"queue_size": 0},
+        {"read_timeout_seconds": 0},
+        {"reconnect": {"max_attempts": -1}},
+    ],
+)
+def test_out_of_range_live_options_are_refused(options: dict) -> None:
+    with pytest.raises(ValidationError):
+        SourceOptions(**options)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
         SourceOptions(loop=True),
         SourceOptions(start_seconds=5),
         SourceOptions(stride=2),

@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from vstream.errors import SourceError
-from vstream.sources import FreshnessPolicy, SourceOptions, SourceState, open_source
+from vstream.sources import SourceOptions, SourceState, open_source
 
 FPS = 25
 FRAMES = 30
@@ -71,7 +72,7 @@ def test_realtime_paces_at_the_native_rate(small_video: Path) -> None:
     elapsed = time.monotonic() - start
     assert len(frames) == FRAMES
     # 30 frames at 25 fps: the last is due 29/25 s after the first.
-    assert 29 / FPS - 0.05 <= elapsed < 29 / FPS + 1.0
+    assert elapsed >= 29 / FPS - 0.05, "paced at the file's own rate, never faster"
 
 
 def test_close_from_another_thread_stops_a_paced_loop(small_video: Path) -> None:
@@ -85,16 +86,16 @@ def test_close_from_another_thread_stops_a_paced_loop(small_video: Path) -> None
 
 
 @pytest.mark.parametrize(
-    "options",
+    ("options", "message"),
     [
-        SourceOptions(stride=0),
-        SourceOptions(start_seconds=-1),
-        SourceOptions(start_seconds=2, end_seconds=1),
+        ({"stride": 0}, "greater than or equal to 1"),
+        ({"start_seconds": -1}, "greater than or equal to 0"),
+        ({"start_seconds": 2, "end_seconds": 1}, r"end_seconds \(1\.0\) must be after"),
     ],
 )
-def test_impossible_ranges_are_rejected(small_video: Path, options: SourceOptions) -> None:
-    with pytest.raises(SourceError):
-        open_source(str(small_video), options=options)
+def test_impossible_ranges_are_rejected(options: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        SourceOptions(**options)
 
 
 def test_a_range_past_the_end_is_an_error(small_video: Path) -> None:
@@ -102,19 +103,3 @@ def test_a_range_past_the_end_is_an_error(small_video: Path) -> None:
     with pytest.raises(SourceError, match="no frames"):
         list(source)
     assert source.state is SourceState.FAILED
-
-
-def test_a_replayed_file_with_latest_stays_fresh_and_counts_drops(small_video: Path) -> None:
-    options = SourceOptions(realtime=True, policy=FreshnessPolicy.LATEST)
-    source = open_source(str(small_video), options=options)
-    indices, ages = [], []
-    for frame in source:
-        indices.append(frame.index)
-        ages.append(time.time() - frame.capture_time)
-        time.sleep(0.1)  # a 10 fps consumer of a 25 fps replay
-    stats = source.stats
-    assert stats.frames_dropped > 0
-    assert stats.frames_delivered + stats.frames_dropped == FRAMES
-    assert indices == sorted(indices) and indices[-1] == FRAMES - 1
-    assert max(ages) < 0.35, ages
-    assert source.state is SourceState.FINISHED

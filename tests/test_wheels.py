@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from vstream.errors import RuntimeNotInstalledError, VstreamError
-from vstream.inference import ProviderChoice, runtime
+from vstream.inference import ProviderChoice
+from vstream.inference import wheels as runtime
 from vstream.inference.providers import resolve_device, session_providers
 
 

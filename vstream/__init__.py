@@ -5,28 +5,13 @@ input, run through ONNX Runtime with IO binding, and decoded on the device;
 only the compact box metadata crosses to the host.
 
 >>> import vstream                                          # doctest: +SKIP
->>> detector = vstream.Detector(vstream.assets.DEMO_MODEL, device="cpu")  # doctest: +SKIP
->>> for result in detector.stream(vstream.VideoFileSource(vstream.assets.SAMPLE_VIDEO)):
+>>> for result in vstream.detect("video.mp4", model="yolov8n.onnx", conf=0.3):
 ...     print(result.frame_index, result.detections)        # doctest: +SKIP
+
+Attributes load on first use, so ``import vstream`` costs almost nothing.
 """
 
-from vstream import assets
-from vstream.errors import ModelError, SourceError, VstreamError
-from vstream.evaluation import Accuracy, evaluate
-from vstream.frame import ColourMatrix, ColourSpace, Frame, PixelFormat
-from vstream.pipeline import Detector, RunSummary, run_detection
-from vstream.postprocess import OutputFormat
-from vstream.results import Detection, FrameResult
-from vstream.sinks import JsonLinesSink
-from vstream.sources import (
-    FreshnessPolicy,
-    ReconnectPolicy,
-    Source,
-    SourceOptions,
-    SourceState,
-    VideoFileSource,
-    open_source,
-)
+from vstream.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -36,24 +21,58 @@ __all__ = [
     "ColourSpace",
     "Detection",
     "Detector",
+    "Engine",
     "Frame",
     "FrameResult",
     "FreshnessPolicy",
-    "JsonLinesSink",
     "ModelError",
     "OutputFormat",
+    "PipelineConfig",
     "PixelFormat",
     "ReconnectPolicy",
-    "RunSummary",
     "Source",
     "SourceError",
     "SourceOptions",
     "SourceState",
     "VideoFileSource",
+    "VstreamConfig",
     "VstreamError",
     "__version__",
     "assets",
+    "detect",
     "evaluate",
+    "load_config",
     "open_source",
-    "run_detection",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "assets": "vstream.assets",
+        "Accuracy": "vstream.evaluation",
+        "evaluate": "vstream.evaluation",
+        "ColourMatrix": "vstream.frame",
+        "ColourSpace": "vstream.frame",
+        "Frame": "vstream.frame",
+        "PixelFormat": "vstream.frame",
+        "Detection": "vstream.results",
+        "FrameResult": "vstream.results",
+        "Detector": "vstream.detector",
+        "detect": "vstream.api",
+        "Engine": "vstream.engine.engine",
+        "ModelError": "vstream.errors",
+        "SourceError": "vstream.errors",
+        "VstreamError": "vstream.errors",
+        "OutputFormat": "vstream.postprocess.formats",
+        "FreshnessPolicy": "vstream.config.sources",
+        "ReconnectPolicy": "vstream.config.sources",
+        "SourceOptions": "vstream.config.sources",
+        "PipelineConfig": "vstream.config.pipelines",
+        "VstreamConfig": "vstream.config.pipelines",
+        "load_config": "vstream.config.loading",
+        "Source": "vstream.sources.base",
+        "SourceState": "vstream.sources.base",
+        "VideoFileSource": "vstream.sources.file",
+        "open_source": "vstream.sources",
+    },
+)

@@ -1,110 +1,140 @@
-"""The detector: preprocessing, inference and postprocessing wired on one device.
+"""The detector: preprocessing, the model and postprocessing on one device.
 
-:meth:`Detector.detect` runs the three steps one after the other on a batch;
-:meth:`Detector.stream` and :meth:`Detector.streams` run them overlapped on
-threads of their own (:mod:`vstream.pipeline.stages`), with decoding on a
-thread per source, which is what ``vstream run`` and the daemon use.
+A :class:`Detector` is the data path of one pipeline without any threads:
+frames are letterboxed straight into the model's bound input, the model
+writes into its preallocated outputs, boxes are decoded on the device, and
+only the compact detections tensor is copied to the host
+(:func:`vstream.transfer.to_host`). :meth:`Detector.detect` runs the three
+steps one after the other on the calling thread; the engine
+(:mod:`vstream.engine`) runs them overlapped, through the three step methods
+(:meth:`preprocess`, :meth:`infer`, :meth:`postprocess`), which is all it
+needs to know of a detector.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
+from pydantic import ValidationError
 
+from vstream.config.loading import ConfigError, ConfigIssue, issues_from
+from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.errors import ModelError
 from vstream.frame import Frame
-from vstream.inference import InferenceEngine, ProviderChoice
-from vstream.pipeline.stages import DEFAULT_BATCH_TIMEOUT
-from vstream.pipeline.streams import detect_streams
-from vstream.postprocess import OutputFormat, PostprocessConfig, Postprocessor
-from vstream.postprocess.formats import check_output_shape, class_count, detect_output_format
-from vstream.preprocess import Letterboxer
-from vstream.preprocess.letterbox import LetterboxGeometry
+from vstream.inference.session import ModelSession
+from vstream.postprocess.decode import Postprocessor
+from vstream.postprocess.formats import (
+    OutputFormat,
+    check_output_shape,
+    class_count,
+    detect_output_format,
+)
+from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
 from vstream.results import FrameResult, split_by_frame
 from vstream.transfer import HostStaging, to_host
+
+_OPTION_MODELS = (ModelConfig, PostprocessOptions, RuntimeOptions)
+
+
+def split_options(
+    model: str | Path | ModelConfig, options: Mapping[str, Any]
+) -> tuple[ModelConfig, PostprocessOptions, RuntimeOptions]:
+    """Keyword options routed to the config model that defines each, and validated there.
+
+    ``Detector("m.onnx", conf=0.3, device="cpu")`` takes exactly the options a
+    pipelines file takes under ``model:``, ``postprocess:`` and ``runtime:``,
+    with the same defaults and bounds.
+    """
+    parts: list[dict[str, Any]] = [{}, {}, {}]
+    if isinstance(model, ModelConfig):
+        parts[0] = {k: getattr(model, k) for k in ModelConfig.model_fields}
+    else:
+        parts[0]["path"] = str(model)
+    for name, value in options.items():
+        index = next((i for i, m in enumerate(_OPTION_MODELS) if name in m.model_fields), None)
+        if index is None or name == "path":
+            known = sorted({f for m in _OPTION_MODELS for f in m.model_fields} - {"path"})
+            raise TypeError(f"unknown detector option {name!r}; options are: {', '.join(known)}")
+        parts[index][name] = value
+    validated = []
+    for section, model_type, data in zip(
+        ("model", "postprocess", "runtime"), _OPTION_MODELS, parts, strict=True
+    ):
+        try:
+            validated.append(model_type.model_validate(data))
+        except ValidationError as exc:
+            issues = issues_from(exc, data, {}, model_type)
+            raise ConfigError(
+                [ConfigIssue(f"{section}.{i.path}", None, i.message) for i in issues]
+            ) from None
+    model_config, post, runtime = validated
+    return model_config, post, runtime
 
 
 class Detector:
     """Runs an ONNX detector on batches of frames and returns per-frame results.
 
-    Frames are letterboxed straight into the engine's bound input tensor,
-    the model writes into its preallocated outputs, and boxes are decoded on
-    the device; only the compact detections tensor is copied to the host.
-
-    ``batch_size`` is the most frames per model run; smaller batches run in
-    the smallest bucket that holds them. ``in_flight`` is how many batches
-    :meth:`stream` keeps in flight (gathered, in the model, in
-    postprocessing), each in buffers of its own. ``intra_op_threads`` and
-    ``spin_wait`` set ONNX Runtime's CPU threads; see :class:`InferenceEngine`.
-    A detector is used by one caller at a time.
+    Options are those of a pipelines file's ``model:``, ``postprocess:`` and
+    ``runtime:`` sections, as keyword arguments
+    (``Detector("yolov8n.onnx", device="cpu", conf=0.3, batch_size=4)``), or
+    the config objects themselves (:meth:`from_config`). ``batch_size`` is the
+    most frames per model run; smaller batches run in the smallest bucket that
+    holds them. A detector is used by one caller at a time.
 
     >>> detector = Detector("model.onnx", device="cpu")     # doctest: +SKIP
-    >>> for result in detector.stream(VideoFileSource("video.mp4")):  # doctest: +SKIP
-    ...     print(result.frame_index, len(result.detections))
+    >>> results = detector.detect(frames)                    # doctest: +SKIP
     """
 
-    def __init__(
-        self,
-        model: str | Path,
-        *,
-        device: str = "auto",
-        imgsz: int | tuple[int, int] | None = None,
-        conf: float = 0.25,
-        iou: float = 0.45,
-        classes: Sequence[int] | None = None,
-        max_det: int = 300,
-        batch_size: int | None = None,
-        output_format: OutputFormat | str | None = None,
-        class_names: Mapping[int, str] | Sequence[str] | None = None,
-        providers: Sequence[ProviderChoice] | None = None,
-        intra_op_threads: int = 0,
-        spin_wait: bool = False,
-        in_flight: int = 3,
+    def __init__(self, model: str | Path | ModelConfig, **options: Any) -> None:
+        config, post, runtime = split_options(model, options)
+        self._build(config, post, runtime)
+
+    @classmethod
+    def from_config(
+        cls, model: ModelConfig, postprocess: PostprocessOptions, runtime: RuntimeOptions
+    ) -> Detector:
+        """A detector for the ``model``, ``postprocess`` and ``runtime`` sections of a pipeline."""
+        detector = cls.__new__(cls)
+        detector._build(model, postprocess, runtime)
+        return detector
+
+    def _build(
+        self, model: ModelConfig, postprocess: PostprocessOptions, runtime: RuntimeOptions
     ) -> None:
-        try:
-            config = PostprocessConfig(
-                conf=conf,
-                iou=iou,
-                classes=tuple(classes) if classes is not None else None,
-                max_det=max_det,
+        self.config = model
+        self.runtime = runtime
+        self.model = ModelSession(model, runtime)
+        if model.dtype != "auto" and self.model.spec.input.dtype_name != model.dtype:
+            raise ModelError(
+                f"{self.model.spec.path.name}: the model input is "
+                f"{self.model.spec.input.dtype_name}, the config says {model.dtype}"
             )
-        except ValueError as exc:
-            raise ModelError(str(exc)) from exc
-        self.engine = InferenceEngine(
-            model,
-            device=device,
-            batch_size=batch_size,
-            imgsz=imgsz,
-            providers=providers,
-            intra_op_threads=intra_op_threads,
-            spin_wait=spin_wait,
-            buffers=in_flight,
-        )
-        self.letterboxers = tuple(Letterboxer(b.input) for b in self.engine.buffers)
-        """One per engine buffer, each remembering the padding of its own slots."""
-        self.staging = HostStaging(pinned=self.engine.device.type == "cuda")
-        detections_output = self.engine.outputs[0]
+        self.letterboxers = tuple(Letterboxer(b.input) for b in self.model.buffers)
+        """One per model buffer, each remembering the padding of its own slots."""
+        self.staging = HostStaging(pinned=self.model.device.type == "cuda")
+        detections_output = self.model.outputs[0]
         if detections_output is None:
             raise ModelError(
-                f"{self.engine.spec.path.name}: the size of output "
-                f"{self.engine.spec.outputs[0].name!r} is not fixed; a detector output must be"
+                f"{self.model.spec.path.name}: the size of output "
+                f"{self.model.spec.outputs[0].name!r} is not fixed; a detector output must be"
             )
         shape = tuple(detections_output.shape)
-        if output_format is None:
+        if model.format is None:
             self.output_format = detect_output_format(shape)
         else:
-            self.output_format = OutputFormat(output_format)
+            self.output_format = OutputFormat(model.format)
             check_output_shape(self.output_format, shape)
-        self.class_names = self._class_names(class_names, shape)
-        self.postprocessor = Postprocessor(self.output_format, config, self.engine.device)
+        self.class_names = self._class_names(model.names(), shape)
+        self.postprocessor = Postprocessor(self.output_format, postprocess, self.model.device)
 
     def _class_names(
         self, given: Mapping[int, str] | Sequence[str] | None, shape: tuple[int, ...]
     ) -> dict[int, str]:
         if given is None:
-            names = dict(self.engine.spec.class_names)
+            names = dict(self.model.spec.class_names)
         elif isinstance(given, Mapping):
             names = {int(k): str(v) for k, v in given.items()}
         else:
@@ -112,18 +142,28 @@ class Detector:
         expected = class_count(self.output_format, shape)
         if names and expected is not None and len(names) != expected:
             raise ModelError(
-                f"{self.engine.spec.path.name}: {len(names)} class names for a model "
+                f"{self.model.spec.path.name}: {len(names)} class names for a model "
                 f"with {expected} classes"
             )
         return names
 
     @property
     def device(self) -> torch.device:
-        return self.engine.device
+        return self.model.device
 
     @property
     def batch_size(self) -> int:
-        return self.engine.batch_size
+        return self.model.batch_size
+
+    @property
+    def buffers(self) -> int:
+        """Batches that can be in flight at once, each in a model buffer of its own."""
+        return len(self.model.buffers)
+
+    @property
+    def cuda_stream(self) -> torch.cuda.Stream | None:
+        """The CUDA stream the model runs on, which the stages queue their work on too."""
+        return self.model.cuda_stream
 
     @property
     def letterboxer(self) -> Letterboxer:
@@ -131,7 +171,7 @@ class Detector:
         return self.letterboxers[0]
 
     def preprocess(self, buffer: int, slot: int, frame: Frame) -> LetterboxGeometry:
-        """Letterbox ``frame`` into batch slot ``slot`` of engine buffer ``buffer``."""
+        """Letterbox ``frame`` into batch slot ``slot`` of model buffer ``buffer``."""
         return self.letterboxers[buffer].load(slot, frame)
 
     def infer(self, buffer: int, frames: int) -> torch.Tensor:
@@ -140,8 +180,8 @@ class Detector:
         The batch runs in the smallest bucket that holds it; rows past
         ``frames`` hold whatever the bucket's other slots held and are ignored.
         """
-        bucket = self.engine.buffers[buffer].bucket_for(frames)
-        return self.engine.run(bucket)[0]
+        bucket = self.model.buffers[buffer].bucket_for(frames)
+        return self.model.run(bucket)[0]
 
     def postprocess(
         self, raw: torch.Tensor, geometries: Sequence[LetterboxGeometry], frames: Sequence[Frame]
@@ -157,28 +197,23 @@ class Detector:
         geometries = [self.preprocess(0, slot, f) for slot, f in enumerate(frames)]
         return self.postprocess(self.infer(0, len(frames)), geometries, frames)
 
-    def stream(
-        self, frames: Iterable[Frame], *, batch_timeout: float = DEFAULT_BATCH_TIMEOUT
-    ) -> Iterator[FrameResult]:
-        """Detect in every frame of ``frames``, in batches, yielding results in order.
+    def stream(self, frames: Iterable[Frame]) -> Iterator[FrameResult]:
+        """Every frame of ``frames`` through the overlapped engine, results in order.
 
         Decoding (iterating ``frames``), preprocessing, the model and
         postprocessing overlap on threads of their own. If ``frames`` raises,
-        the frames before the error are still yielded, then the error is raised.
+        the results of the frames before the error are yielded, then the error
+        is raised.
         """
-        return detect_streams(self, [frames], batch_timeout=batch_timeout)
+        return self.streams([frames])
 
-    def streams(
-        self,
-        sources: Sequence[Iterable[Frame]],
-        *,
-        batch_timeout: float = DEFAULT_BATCH_TIMEOUT,
-    ) -> Iterator[FrameResult]:
-        """Detect in several sources at once, their frames batched together.
+    def streams(self, sources: Sequence[Iterable[Frame]]) -> Iterator[FrameResult]:
+        """Several sources at once, their frames batched together.
 
         Each source's results come in its own order, interleaved with the
-        others' as batches finish; a batch leaves at most ``batch_timeout``
-        seconds after its first frame, so a slow source never holds back the
-        others for longer.
+        others' as batches finish; the first source error is raised once
+        every frame read before it has its result.
         """
-        return detect_streams(self, sources, batch_timeout=batch_timeout)
+        from vstream.engine.pipeline import detect_iter
+
+        return detect_iter(self, sources)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 class PixelFormat(str, enum.Enum):
@@ -67,7 +69,7 @@ class Frame:
     def __post_init__(self) -> None:
         if self.width <= 0 or self.height <= 0:
             raise ValueError(f"frame size must be positive, got {self.width}x{self.height}")
-        if self.data.dtype != torch.uint8:
+        if str(self.data.dtype) != "torch.uint8":
             raise ValueError(f"frame data must be uint8, got {self.data.dtype}")
         expected = self.expected_shape(self.pixel_format, self.width, self.height)
         if tuple(self.data.shape) != expected:

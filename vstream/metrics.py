@@ -10,6 +10,7 @@ credentials cannot leak into metrics.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ class StreamSample:
     state: str
     frames_decoded: int
     frames_processed: int
+    frames_failed: int
     frames_dropped: int
     reconnects: int
     fps: float
@@ -48,9 +50,19 @@ class SinkSample:
     failures: int
     dropped: int
     buffered: int
+    failed: bool = False
 
 
-Samples = Callable[[], tuple[Iterable[StreamSample], Iterable[SinkSample]]]
+@dataclass(frozen=True)
+class LimitSample:
+    """One deployment limit and how much of it is in use."""
+
+    name: str
+    limit: int
+    used: int
+
+
+Samples = Callable[[], tuple[Iterable[StreamSample], Iterable[SinkSample], Iterable[LimitSample]]]
 
 
 class _RuntimeCollector(Collector):
@@ -58,13 +70,13 @@ class _RuntimeCollector(Collector):
         self._samples = samples
 
     def collect(self) -> Iterator[Metric]:
-        streams, sinks = self._samples()
-        streams, sinks = list(streams), list(sinks)
+        streams, sinks, limits = (list(part) for part in self._samples())
         labels = ["pipeline", "stream"]
         counters = {
             "frames_decoded": "Frames the source decoded",
             "frames_processed": "Frames that went through the model",
-            "frames_dropped": "Frames dropped before inference (freshness policy, errors)",
+            "frames_failed": "Frames whose preprocessing, inference or postprocessing failed",
+            "frames_dropped": "Frames dropped before inference (freshness policy, removal)",
             "reconnects": "Reconnections of a live source",
         }
         for field, doc in counters.items():
@@ -110,9 +122,21 @@ class _RuntimeCollector(Collector):
         buffered = GaugeMetricFamily(
             "vstream_sink_buffered_records", "Records waiting to be sent", labels=sink_labels
         )
+        failed = GaugeMetricFamily(
+            "vstream_sink_failed", "1 when the sink has failed for good", labels=sink_labels
+        )
         for k in sinks:
             buffered.add_metric([k.pipeline, k.sink], k.buffered)
-        yield buffered
+            failed.add_metric([k.pipeline, k.sink], float(k.failed))
+        yield from (buffered, failed)
+        limit = GaugeMetricFamily("vstream_limit", "A deployment limit", labels=["limit"])
+        used = GaugeMetricFamily(
+            "vstream_limit_used", "How much of a deployment limit is in use", labels=["limit"]
+        )
+        for item in limits:
+            limit.add_metric([item.name], item.limit)
+            used.add_metric([item.name], item.used)
+        yield from (limit, used)
 
 
 class Metrics:
@@ -134,12 +158,24 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64),
             registry=self.registry,
         )
+        self.frame_age = Histogram(
+            "vstream_frame_age_seconds",
+            "Time from a frame's capture (or arrival) to its record",
+            ["pipeline", "stream"],
+            buckets=(0.01, 0.02, 0.04, 0.08, 0.12, 0.16, 0.25, 0.5, 1.0, 2.0, 5.0),
+            registry=self.registry,
+        )
         self.inference_errors = Counter(
             "vstream_inference_errors",
-            "Batches whose inference failed (their frames have no records)",
+            "Batches with frames that failed (those frames have no records)",
             ["pipeline"],
             registry=self.registry,
         )
+
+    def forget_stream(self, pipeline: str, stream: str) -> None:
+        """Drop a removed stream's series, so that churn does not grow the registry."""
+        with contextlib.suppress(KeyError):
+            self.frame_age.remove(pipeline, stream)
 
     def watch(self, samples: Samples) -> None:
         """Report the stream and sink figures ``samples`` returns at each scrape."""

@@ -20,14 +20,19 @@ class Detection:
     score: float
     class_id: int
     label: str
+    track_id: int | None = None
+    """The confirmed track this detection is on (with tracking on); None otherwise."""
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "bbox": [round(v, 2) for v in self.bbox],
             "score": round(self.score, 4),
             "class_id": self.class_id,
             "label": self.label,
         }
+        if self.track_id is not None:
+            record["track_id"] = self.track_id
+        return record
 
 
 @dataclass(frozen=True)
@@ -40,10 +45,16 @@ class FrameResult:
     width: int
     height: int
     detections: tuple[Detection, ...]
+    events: tuple[dict[str, Any], ...] | None = None
+    """Line crossings, zone entries and exits, loitering; None where analytics are off."""
+    line_counts: dict[str, dict[str, int]] | None = None
+    """Running count per line and direction (``{"gate": {"in": 3, "out": 1}}``)."""
+    zone_occupancy: dict[str, int] | None = None
+    """Tracks inside each zone in this frame."""
 
     def to_record(self) -> dict[str, Any]:
-        """The JSON Lines record of this frame."""
-        return {
+        """The JSON Lines record of this frame (analytics keys only where analytics run)."""
+        record: dict[str, Any] = {
             "stream": self.stream_id,
             "frame": self.frame_index,
             "pts": round(self.pts_seconds, 6),
@@ -51,6 +62,13 @@ class FrameResult:
             "height": self.height,
             "detections": [d.to_record() for d in self.detections],
         }
+        if self.events is not None:
+            record["events"] = list(self.events)
+        if self.line_counts is not None:
+            record["lines"] = self.line_counts
+        if self.zone_occupancy is not None:
+            record["zones"] = self.zone_occupancy
+        return record
 
 
 def label_for(class_id: int, class_names: Mapping[int, str]) -> str:

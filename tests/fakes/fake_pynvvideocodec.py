@@ -93,7 +93,7 @@ class Decoder:
             data = ctypes.string_at(packet.bsl_data, packet.bsl)
             self.packets.append(data)
             if len(self.packets) in self.fail_on_packets:
-                raise RuntimeError("CUVID error: damaged bitstream")
+                raise RuntimeError("CUVID error: CUDA_ERROR_LAUNCH_FAILED")
             if not (data.startswith(b"\x00\x00\x00\x01") or data.startswith(b"\x00\x00\x01")):
                 raise RuntimeError("not an Annex B bitstream")
             fed = av.Packet(data)

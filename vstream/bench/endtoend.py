@@ -17,14 +17,11 @@ from pathlib import Path
 
 from vstream.bench.measure import Measurement, Stopwatch, rss_bytes
 from vstream.bench.stages import looped_source
+from vstream.detector import Detector
 from vstream.frame import Frame
-from vstream.pipeline import Detector
 from vstream.results import FrameResult
-from vstream.sinks import JsonLinesSink
+from vstream.sinks.jsonl import JsonLinesSink
 from vstream.transfer import transfers
-
-RSS_BASELINE_FRAMES = 1000
-"""The soak compares resident memory after this many frames with the end of the run."""
 
 
 class DecodeClock:
@@ -48,7 +45,6 @@ def end_to_end(
     streams: int,
     frames_per_stream: int,
     *,
-    batch_timeout: float,
     decoder_threads: int = 0,
     rss_at: int | None = None,
 ) -> Measurement:
@@ -73,18 +69,18 @@ def end_to_end(
     try:
         with JsonLinesSink(os.devnull) as sink:
             watch = Stopwatch().start()
-            for result in detector.streams(limited, batch_timeout=batch_timeout):
+            for result in detector.streams(limited):
                 now = time.perf_counter()
                 latencies.append(clock.latency(result, now))
                 done[result.stream_id] = done.get(result.stream_id, 0) + 1
                 finished_at[result.stream_id] = now
                 pending.append(result)
                 if len(pending) >= detector.batch_size:
-                    sink.write(pending)
+                    sink.send([r.to_record() for r in pending])
                     pending.clear()
                 if rss_at is not None and len(latencies) == rss_at:
                     rss_early = rss_bytes()
-            sink.write(pending)
+            sink.send([r.to_record() for r in pending])
             watch.stop()
     finally:
         for source in sources:

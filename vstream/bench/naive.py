@@ -27,7 +27,7 @@ import numpy as np
 
 from vstream.bench.measure import Measurement, Stopwatch
 from vstream.errors import ModelError
-from vstream.inference.runtime import load_onnxruntime
+from vstream.inference.wheels import load_onnxruntime
 
 PAD = 114
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import torch
 
 from vstream.bench.measure import Measurement, Stopwatch
+from vstream.config.sources import SourceOptions
+from vstream.detector import Detector
 from vstream.frame import Frame
-from vstream.pipeline import Detector
-from vstream.sources import SourceOptions, VideoFileSource
+from vstream.sources.file import VideoFileSource
 
 WARMUP_RUNS = 3
 """Model runs before timing: the first runs of a session allocate and plan."""

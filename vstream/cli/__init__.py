@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from vstream.cli import bench, evaluate, info, run, schema, serve, validate
 from vstream.cli.args import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNEXPECTED, Parser
 from vstream.errors import VstreamError
+from vstream.logs import setup_logging
+from vstream.uri import redact
 
 log = logging.getLogger("vstream")
 
@@ -31,12 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``vstream`` command; returns the exit status."""
-    logging.basicConfig(level=logging.INFO, format="vstream: %(message)s", stream=sys.stderr)
+    setup_logging("text", "info")
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
     except VstreamError as exc:
-        log.error("error: %s", exc)
+        log.error("error: %s", redact(str(exc)))
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         log.error("interrupted")

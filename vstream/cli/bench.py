@@ -11,26 +11,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from vstream import assets
-from vstream.bench.endtoend import RSS_BASELINE_FRAMES, end_to_end
-from vstream.bench.measure import peak_rss_bytes
-from vstream.bench.naive import run_naive
-from vstream.bench.report import BenchResults, render, to_json
-from vstream.bench.stages import (
-    decode_only,
-    held_frames,
-    inference_only,
-    postprocess_only,
-    preprocess_only,
-)
-from vstream.cli.args import EXIT_OK, add_thread_options, positive
+from vstream.cli.args import EXIT_OK, positive
+from vstream.cli.options import RUN_SECTIONS, add_flags, build_run_config
 from vstream.errors import SourceError, VstreamError
-from vstream.inference.model import declared_batch
-from vstream.pipeline import Detector
-from vstream.pipeline.stages import DEFAULT_BATCH_TIMEOUT
+
+_FLAGS: dict[str, Any] = {}
+RSS_BASELINE_FRAMES = 1000
+"""The soak compares resident memory after this many frames with the end of the run."""
 
 DEFAULT_BATCH = 4
 
@@ -55,15 +45,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "CPU time per frame, bytes handed to the host and memory.",
     )
     bench.add_argument(
-        "--model", type=Path, default=assets.DEMO_MODEL, help="ONNX detector (default: demo)"
-    )
-    bench.add_argument(
         "--source",
         type=Path,
         default=assets.SAMPLE_VIDEO,
         help="video file (default: the sample video)",
     )
-    bench.add_argument("--imgsz", type=positive, help="model input size (default: the model's)")
     bench.add_argument(
         "--frames",
         type=positive,
@@ -77,18 +63,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="concurrent stream counts for the end-to-end runs (default 1,2,4)",
     )
     bench.add_argument(
-        "--batch",
-        type=positive,
-        help=f"max batch (default {DEFAULT_BATCH}, or the batch a model fixes)",
-    )
-    bench.add_argument(
-        "--batch-timeout",
-        type=float,
-        default=DEFAULT_BATCH_TIMEOUT,
-        help=f"seconds a partial batch waits for frames (default {DEFAULT_BATCH_TIMEOUT})",
-    )
-    bench.add_argument("--device", default="cpu", help="auto, cpu or cuda (default cpu)")
-    bench.add_argument(
         "--soak",
         type=positive,
         metavar="N",
@@ -101,15 +75,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "(needs pip install 'vstream[bench]')",
     )
     bench.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    add_thread_options(bench)
+    _FLAGS.update(add_flags(bench.add_argument_group("model and runtime"), RUN_SECTIONS[:3]))
+    _FLAGS.update(
+        add_flags(bench.add_argument_group("source"), RUN_SECTIONS[3:], only={"--decoder-threads"})
+    )
     bench.set_defaults(handler=bench_command)
 
 
 def _check(args: argparse.Namespace) -> None:
     if not args.source.is_file():
         raise SourceError(f"video file not found: {args.source}")
-    if args.batch_timeout < 0:
-        raise VstreamError("--batch-timeout must not be negative")
     if args.ultralytics:
         import importlib.util
 
@@ -120,37 +95,50 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    import torch
+
+    from vstream.bench.endtoend import end_to_end
+    from vstream.bench.measure import peak_rss_bytes
+    from vstream.bench.naive import run_naive
+    from vstream.bench.report import BenchResults, render, to_json
+    from vstream.bench.stages import (
+        decode_only,
+        held_frames,
+        inference_only,
+        postprocess_only,
+        preprocess_only,
+    )
+    from vstream.detector import Detector
+
     _check(args)
+    config = build_run_config(
+        args, _FLAGS, source=str(args.source), output=None, model=assets.DEMO_MODEL
+    )
+    pipeline = config.pipelines[0]
+    model, decoder_threads = pipeline.model.path, pipeline.sources[0].decoder_threads
     # The stage threads run torch on one thread each; the stages measured alone do the same.
     torch.set_num_threads(1)
-    detector = Detector(
-        args.model,
-        device=args.device,
-        imgsz=args.imgsz,
-        batch_size=args.batch or declared_batch(args.model) or DEFAULT_BATCH,
-        intra_op_threads=args.threads,
-        spin_wait=args.spin_wait,
-    )
-    height, width = detector.engine.input_size
+    detector = Detector.from_config(pipeline.model, pipeline.postprocess, pipeline.runtime)
+    threads = detector.config.intra_op_threads
+    height, width = detector.model.input_size
     if height != width:
         raise VstreamError(f"the naive baseline needs a square model input, got {width}x{height}")
     frames = args.frames
     held = held_frames(args.source, detector.device)
     stages = {
-        "decode": decode_only(args.source, detector.device, frames, args.decoder_threads),
+        "decode": decode_only(args.source, detector.device, frames, decoder_threads),
         "preprocess": preprocess_only(detector, held, frames),
         "inference": inference_only(detector, held, frames),
         "postprocess": postprocess_only(detector, held, frames),
     }
-    naive = run_naive(args.source, args.model, width, args.threads, frames)
+    naive = run_naive(args.source, Path(model), width, threads, frames)
     streams = {
         n: end_to_end(
             detector,
             args.source,
             n,
             frames,
-            batch_timeout=args.batch_timeout,
-            decoder_threads=args.decoder_threads,
+            decoder_threads=decoder_threads,
         )
         for n in args.streams
     }
@@ -161,8 +149,7 @@ def bench_command(args: argparse.Namespace) -> int:
             args.source,
             1,
             args.soak,
-            batch_timeout=args.batch_timeout,
-            decoder_threads=args.decoder_threads,
+            decoder_threads=decoder_threads,
             rss_at=min(RSS_BASELINE_FRAMES, args.soak),
         )
     processes = None
@@ -171,22 +158,22 @@ def bench_command(args: argparse.Namespace) -> int:
 
         run_options = [
             f"--batch={detector.batch_size}",
-            f"--threads={args.threads}",
-            f"--decoder-threads={args.decoder_threads}",
-            *(["--spin-wait"] if args.spin_wait else []),
+            f"--threads={threads}",
+            f"--decoder-threads={decoder_threads}",
+            *(["--spin-wait"] if detector.config.spin_wait else []),
         ]
-        processes = compare_processes(args.source, args.model, width, args.threads, run_options)
+        processes = compare_processes(args.source, Path(model), width, threads, run_options)
     results = BenchResults(
         config={
-            "model": str(args.model),
+            "model": str(model),
             "source": str(args.source),
             "imgsz": width,
             "batch": detector.batch_size,
-            "buckets": list(detector.engine.bucket_sizes),
-            "threads": args.threads,
-            "decoder_threads": args.decoder_threads,
-            "spin_wait": args.spin_wait,
-            "batch_timeout": args.batch_timeout,
+            "buckets": list(detector.model.bucket_sizes),
+            "threads": threads,
+            "decoder_threads": decoder_threads,
+            "spin_wait": detector.config.spin_wait,
+            "batch_timeout": detector.runtime.batch_timeout_seconds,
             "device": str(detector.device),
             "frames": frames,
             "streams": args.streams,

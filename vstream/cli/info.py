@@ -8,8 +8,6 @@ from pathlib import Path
 
 from vstream import assets
 from vstream.cli.args import EXIT_OK
-from vstream.inference import describe_runtime
-from vstream.pipeline import Detector
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -29,9 +27,12 @@ def _shape(dims: Sequence[object]) -> str:
 
 
 def info_command(args: argparse.Namespace) -> int:
+    from vstream.detector import Detector
+    from vstream.inference.wheels import describe_runtime
+
     detector = Detector(args.model, device="cpu")
-    spec = detector.engine.spec
-    height, width = detector.engine.input_size
+    spec = detector.model.spec
+    height, width = detector.model.input_size
     names = ", ".join(f"{k}={v}" for k, v in sorted(detector.class_names.items())) or "(none)"
     lines = [
         f"model:    {spec.path}",

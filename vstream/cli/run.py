@@ -1,32 +1,32 @@
-"""``vstream run``: detect objects in a video, one JSON record per frame."""
+"""``vstream run``: detect objects in a video or a pipelines file, one JSON record per frame.
+
+``vstream run --source X [flags]`` builds a one-pipeline, one-source config
+from its flags (:mod:`vstream.cli.options`); ``vstream run CONFIG`` reads one.
+Both run the same engine until their streams end, or until SIGTERM/SIGINT:
+the first signal stops intake, finishes the frames in flight, flushes every
+sink and prints the summary; a second one exits at once.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from vstream import assets
-from vstream.cli.args import EXIT_OK, add_thread_options, class_ids, fraction, positive
-from vstream.cli.serve import run_config_command
-from vstream.frame import PixelFormat
-from vstream.pipeline import Detector, run_detection
-from vstream.pipeline.run import Progress
-from vstream.postprocess import OutputFormat
-from vstream.sinks import JsonLinesSink
-from vstream.sources import (
-    DecoderKind,
-    FreshnessPolicy,
-    ReconnectPolicy,
-    Source,
-    SourceOptions,
-    open_source,
-)
-from vstream.uri import is_live, redact_uri
+from vstream.cli.args import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNEXPECTED
+from vstream.cli.options import RUN_SECTIONS, add_flags, build_run_config
+from vstream.errors import VstreamError
+from vstream.uri import is_live, redact
 
 log = logging.getLogger("vstream")
+
+_FLAGS: dict[str, Any] = {}
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -35,7 +35,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="detect objects in a video, one JSON record per frame",
         description="Detect objects in every frame of a video and write JSON Lines. "
         "With no arguments, runs the bundled demo model on the bundled sample video. "
-        "With a pipelines file (YAML), runs every pipeline in it until its file sources are done.",
+        "With a pipelines file (YAML), runs every pipeline in it until its sources end. "
+        "SIGTERM or SIGINT stops taking frames, finishes those in flight, flushes the "
+        "output and prints the summary; a second signal exits at once.",
     )
     run.add_argument(
         "config",
@@ -45,56 +47,50 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     run.add_argument(
         "--source",
-        default=str(assets.SAMPLE_VIDEO),
+        default=argparse.SUPPRESS,
         help="video file, rtsp:// or http(s):// URL, or /dev/videoN "
         "(default: the bundled sample video)",
     )
     run.add_argument(
-        "--model",
+        "--output",
+        "-o",
         type=Path,
-        default=assets.DEMO_MODEL,
-        help="ONNX detector (default: the bundled demo model)",
+        default=argparse.SUPPRESS,
+        help="JSON Lines file, replaced if it exists (default: stdout)",
     )
-    run.add_argument("--output", "-o", type=Path, help="JSON Lines file (default: stdout)")
-    run.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    run.add_argument(
-        "--imgsz", type=positive, help="model input size (default: the model's own, else 640)"
-    )
-    run.add_argument("--conf", type=fraction, default=0.25, help="minimum score (default 0.25)")
-    run.add_argument("--iou", type=fraction, default=0.45, help="NMS IoU threshold (default 0.45)")
-    run.add_argument("--classes", type=class_ids, help="class ids to keep, e.g. 0,2")
-    run.add_argument(
-        "--max-det", type=positive, default=300, help="most detections per frame (default 300)"
-    )
-    run.add_argument("--batch", type=positive, help="frames per inference (default: 1)")
-    run.add_argument(
-        "--format",
-        choices=[f.value for f in OutputFormat],
-        help="detector output format (default: detected from the output shape)",
-    )
-    run.add_argument(
-        "--pixel-format",
-        choices=[p.value for p in PixelFormat],
-        help="what the decoder hands to preprocessing (default: rgb24 on cpu, nv12 on nvdec)",
-    )
-    add_source_options(run)
-    add_thread_options(run)
     run.add_argument("--quiet", "-q", action="store_true", help="no progress or summary")
+    groups = {
+        "model": run.add_argument_group("model"),
+        "postprocess": run.add_argument_group("postprocessing"),
+        "runtime": run.add_argument_group("runtime"),
+        "sources": run.add_argument_group("source"),
+    }
+    for prefix, model in RUN_SECTIONS:
+        _FLAGS.update(add_flags(groups[str(prefix[2])], ((prefix, model),)))
     run.set_defaults(handler=run_command)
 
 
-class ProgressLine:
-    """A self-updating progress line on a terminal, at most a few times a second."""
+class Progress:
+    """A self-updating line on a terminal for files; a status line every 10 s for live streams."""
 
-    def __init__(self, total: int | None) -> None:
+    def __init__(self, total: int | None, live: bool) -> None:
         self.total = total
-        self._shown = 0.0
+        self.live = live
+        self._shown = time.monotonic()
+        self._frames = 0
+        self._drawn = False
 
-    def __call__(self, frames: int, elapsed: float) -> None:
+    def __call__(self, frames: int, elapsed: float, state: str) -> None:
         now = time.monotonic()
-        if now - self._shown < 0.25:
+        if self.live:
+            if now - self._shown >= 10.0:
+                fps = (frames - self._frames) / (now - self._shown)
+                self._shown, self._frames = now, frames
+                log.info("%s, %d frames, %.1f fps", state, frames, fps)
             return
-        self._shown = now
+        if not sys.stderr.isatty() or now - self._shown < 0.25:
+            return
+        self._shown, self._drawn = now, True
         fps = frames / elapsed if elapsed > 0 else 0.0
         done = (
             f"{frames}/{self.total} ({100 * frames / self.total:.0f}%)"
@@ -105,157 +101,109 @@ class ProgressLine:
         sys.stderr.flush()
 
     def clear(self) -> None:
-        if self._shown:
+        if self._drawn:
             sys.stderr.write("\r\033[K")
 
 
-def add_source_options(run: argparse.ArgumentParser) -> None:
-    """Where frames come from and how: decoder, file playback, live freshness and reconnection."""
-    group = run.add_argument_group("source")
-    group.add_argument(
-        "--decoder",
-        choices=[d.value for d in DecoderKind],
-        default="auto",
-        help="auto: nvdec where CUDA and PyNvVideoCodec are present, else cpu (default)",
-    )
-    group.add_argument("--start", type=seconds, help="files: start at this time (seconds)")
-    group.add_argument(
-        "--end", type=seconds, help="files: stop at this time; live: stop after this many seconds"
-    )
-    group.add_argument("--stride", type=positive, default=1, help="files: keep every n-th frame")
-    group.add_argument(
-        "--realtime", action="store_true", help="files: replay at the native frame rate"
-    )
-    group.add_argument("--loop", action="store_true", help="files: start again at the end")
-    group.add_argument(
-        "--policy",
-        choices=[p.value for p in FreshnessPolicy],
-        help="when detection is slower than the stream: latest drops the oldest frame "
-        "(live default), block waits (file default)",
-    )
-    group.add_argument(
-        "--rtsp-transport", choices=["tcp", "udp"], default="tcp", help="default: tcp"
-    )
-    group.add_argument(
-        "--timeout",
-        type=seconds,
-        default=10.0,
-        help="live: seconds to wait for a connection or for data (default 10)",
-    )
-    group.add_argument(
-        "--watchdog",
-        type=seconds,
-        default=10.0,
-        help="live: reconnect when no frame came for this many seconds (default 10)",
-    )
-    group.add_argument(
-        "--reconnect-attempts",
-        type=int,
-        help="live: failed reconnections in a row before giving up (default: never give up)",
-    )
-
-
-def seconds(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
-    return value
-
-
-def source_options(args: argparse.Namespace) -> SourceOptions:
-    return SourceOptions(
-        decoder=DecoderKind(args.decoder),
-        decoder_threads=args.decoder_threads,
-        pixel_format=PixelFormat(args.pixel_format) if args.pixel_format else None,
-        policy=FreshnessPolicy(args.policy) if args.policy else None,
-        reconnect=ReconnectPolicy(
-            watchdog_seconds=args.watchdog, max_attempts=args.reconnect_attempts
-        ),
-        rtsp_transport=args.rtsp_transport,
-        open_timeout_seconds=args.timeout,
-        read_timeout_seconds=args.timeout,
-        realtime=args.realtime,
-        loop=args.loop,
-        start_seconds=args.start,
-        end_seconds=args.end,
-        stride=args.stride,
-    )
-
-
-class LiveStatus:
-    """A status line in the log every ``interval`` seconds: state, rate and counters."""
-
-    def __init__(self, source: Source, interval: float = 10.0) -> None:
-        self.source = source
-        self.interval = interval
-        self._shown = time.monotonic()
-        self._frames = 0
-
-    def __call__(self, frames: int, elapsed: float) -> None:
-        now = time.monotonic()
-        if now - self._shown < self.interval:
-            return
-        fps = (frames - self._frames) / (now - self._shown)
-        self._shown, self._frames = now, frames
-        log.info(
-            "%s: %s, %d frames, %.1f fps%s",
-            self.source.stream_id,
-            self.source.state.value,
-            frames,
-            fps,
-            counters(self.source),
-        )
-
-
-def progress_for(source: Source, args: argparse.Namespace) -> Progress | None:
-    """A progress line on a terminal for files, periodic status lines for live streams."""
-    if args.quiet:
-        return None
-    if is_live(args.source):
-        return LiveStatus(source)
-    if sys.stderr.isatty():
-        return ProgressLine(getattr(source, "frame_count", None))
-    return None
-
-
-def counters(source: Source) -> str:
-    """The source's non-zero loss and recovery counters, for the summary and status lines."""
-    stats = source.stats
-    parts = [
-        f"{stats.frames_dropped} dropped" if stats.frames_dropped else "",
-        f"{stats.corrupt_packets} damaged packets skipped" if stats.corrupt_packets else "",
-        f"{stats.reconnects} reconnects" if stats.reconnects else "",
-    ]
-    shown = ", ".join(p for p in parts if p)
-    return f" ({shown})" if shown else ""
-
-
 def run_command(args: argparse.Namespace) -> int:
+    from vstream.config import load_config
+    from vstream.engine.signals import ShutdownSignals
+    from vstream.logs import setup_logging
+
+    given = sorted(
+        flag for flag in ("--source", "--output") if hasattr(args, flag.removeprefix("--"))
+    ) + sorted(f for f, o in _FLAGS.items() if hasattr(args, o.dest))
     if args.config is not None:
-        return run_config_command(args)
-    detector = Detector(
-        args.model,
-        device=args.device,
-        imgsz=args.imgsz,
-        conf=args.conf,
-        iou=args.iou,
-        classes=args.classes,
-        max_det=args.max_det,
-        batch_size=args.batch,
-        output_format=args.format,
-        intra_op_threads=args.threads,
-        spin_wait=args.spin_wait,
-    )
-    source = open_source(args.source, device=detector.device, options=source_options(args))
-    progress = progress_for(source, args)
-    with JsonLinesSink(args.output) as sink:
-        try:
-            summary = run_detection(source, detector, sink, progress)
-        finally:
-            source.close()
-            if isinstance(progress, ProgressLine):
-                progress.clear()
-    if not args.quiet:
-        name = redact_uri(args.source) if is_live(args.source) else Path(args.source).name
-        log.info("%s: %s on %s%s", name, summary, detector.device, counters(source))
+        if given:
+            raise VstreamError(
+                f"{', '.join(given)} cannot be combined with a config file: set them in the config"
+            )
+        config = load_config(args.config)
+        base_dir = args.config.resolve().parent
+        setup_logging(config.logging.format, "warning" if args.quiet else config.logging.level)
+    else:
+        source = getattr(args, "source", str(assets.SAMPLE_VIDEO))
+        config = build_run_config(
+            args,
+            _FLAGS,
+            source=source,
+            output=getattr(args, "output", None),
+            model=assets.DEMO_MODEL,
+        )
+        base_dir = Path.cwd()
+        setup_logging("text", "warning" if args.quiet else "info")
+    # One summary line per stream: the engine's and sinks' progress notes are for daemons.
+    for name in ("vstream.engine", "vstream.sinks"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    signals = ShutdownSignals().install()
+    try:
+        return _run(config, base_dir, signals, quiet=args.quiet, single=args.config is None)
+    finally:
+        signals.restore()
+
+
+def _run(config: Any, base_dir: Path, signals: Any, *, quiet: bool, single: bool) -> int:
+    from vstream.engine import Engine
+
+    engine = Engine(config, base_dir=base_dir)
+    progress: Progress | None = None
+    try:
+        engine.start()
+        if single and not quiet:
+            source = config.pipelines[0].sources[0]
+            progress = Progress(_expected_frames(engine), is_live(source.uri))
+        while not signals.requested.wait(0.2):
+            if progress is not None:
+                reader = engine.summary()[0]
+                progress(reader.frames, engine.elapsed_seconds, reader.state)
+            if engine.files_done():
+                break
+    finally:
+        if progress is not None:
+            progress.clear()
+        engine.stop()
+    return _report(engine, config, signals.received, quiet=quiet, single=single)
+
+
+def _expected_frames(engine: Any) -> int | None:
+    readers = engine.readers()
+    return readers[0].expected_frames if readers else None
+
+
+def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, single: bool) -> int:
+    """The summary lines, and the exit status they amount to."""
+    elapsed = engine.elapsed_seconds
+    for stream in engine.summary():
+        if quiet or stream.error is not None:
+            continue
+        name = stream.id
+        if single:
+            uri = config.pipelines[0].sources[0].uri
+            name = redact(uri) if is_live(uri) else Path(uri).name
+        fps = stream.frames / elapsed if elapsed > 0 else 0.0
+        extra = [
+            f"{stream.dropped} dropped" if stream.dropped else "",
+            f"{stream.failed_frames} failed" if stream.failed_frames else "",
+        ]
+        shown = ", ".join(e for e in extra if e)
+        device = next(iter(engine.pipelines.values())).detector.device
+        log.info(
+            "%s: %d frames, %d detections, %.1f s, %.1f fps on %s%s",
+            name,
+            stream.frames,
+            stream.detections,
+            elapsed,
+            fps,
+            device,
+            f" ({shown})" if shown else "",
+        )
+    failures = engine.failures()
+    if any(isinstance(f, BrokenPipeError) for f in failures):
+        # The reader of stdout went away (e.g. `| head`): stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    if failures:  # each was logged once, as one line, where it happened
+        return EXIT_BAD_INPUT if isinstance(failures[0], VstreamError) else EXIT_UNEXPECTED
+    if received == signal.SIGINT:
+        return 130
     return EXIT_OK

@@ -18,7 +18,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from vstream.config.models import SINK_TYPES, SourceConfig, VstreamConfig
+from vstream.config.pipelines import VstreamConfig
+from vstream.config.sinks import SINK_TYPES
+from vstream.config.sources import SourceConfig
 from vstream.errors import VstreamError
 from vstream.uri import redact_uri
 
@@ -183,7 +185,10 @@ def _allowed_keys(model: type[BaseModel], loc: Loc, data: Any) -> list[str] | No
             return None
         annotation, data = field.annotation, data.get(part)
     current = _model_in(annotation, data)
-    return list(current.model_fields) if current is not None else None
+    if current is None:
+        return None
+    fields = current.model_fields
+    return sorted(fields, key=lambda name: not fields[name].is_required())
 
 
 def _model_in(annotation: Any, data: Any) -> Any:
@@ -200,6 +205,67 @@ def _model_in(annotation: Any, data: Any) -> Any:
     return None
 
 
+_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def _field_bounds(model: type[BaseModel], loc: Loc, data: Any) -> dict[str, Any]:
+    """The ``ge``/``gt``/``le``/``lt`` bounds declared for the value at ``loc``, if found."""
+    annotation: Any = model
+    field = None
+    for part in loc:
+        if isinstance(part, int):
+            data = data[part] if isinstance(data, list) and 0 <= part < len(data) else None
+            continue
+        current = _model_in(annotation, data)
+        field = current.model_fields.get(part) if current is not None else None
+        if field is None:
+            return {}
+        annotation = field.annotation
+        data = data.get(part) if isinstance(data, dict) else None
+    bounds: dict[str, Any] = {}
+    _collect_bounds(field, bounds, depth=0)
+    return bounds
+
+
+def _collect_bounds(item: Any, bounds: dict[str, Any], depth: int) -> None:
+    if depth > 6 or item is None:
+        return
+    for name in ("ge", "gt", "le", "lt"):
+        value = getattr(item, name, None)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            bounds.setdefault(name, value)
+    for child in (
+        *getattr(item, "metadata", ()),
+        getattr(item, "annotation", None),
+        *getattr(item, "__args__", ()),
+        *getattr(item, "__metadata__", ()),
+    ):
+        if child is not item:
+            _collect_bounds(child, bounds, depth + 1)
+
+
+def _range_message(bounds: Mapping[str, Any], ctx: Mapping[str, Any]) -> str:
+    """ "must be between 1 and 64", or the one side known, as "must be at least 1"."""
+    merged = {**bounds, **{k: v for k, v in ctx.items() if k in ("ge", "gt", "le", "lt")}}
+    low = (
+        f"at least {merged['ge']:g}"
+        if "ge" in merged
+        else f"more than {merged['gt']:g}"
+        if "gt" in merged
+        else None
+    )
+    high = (
+        f"at most {merged['le']:g}"
+        if "le" in merged
+        else f"less than {merged['lt']:g}"
+        if "lt" in merged
+        else None
+    )
+    if "ge" in merged and "le" in merged:
+        return f"must be between {merged['ge']:g} and {merged['le']:g}"
+    return "must be " + " and ".join(p for p in (low, high) if p)
+
+
 def _message(error: Mapping[str, Any], loc: Loc, model: type[BaseModel], data: Any) -> str:
     kind = error["type"]
     value = error.get("input")
@@ -214,6 +280,8 @@ def _message(error: Mapping[str, Any], loc: Loc, model: type[BaseModel], data: A
     if kind == "union_tag_not_found":
         return f"missing key 'type'; choose from {', '.join(SINK_TYPES)}"
     message = str(error["msg"]).removeprefix("Value error, ")
+    if kind in _BOUND_ERRORS:
+        message = _range_message(_field_bounds(model, loc, data), error.get("ctx", {}))
     if kind.endswith(("_type", "_parsing", "enum", "literal_error")) or kind in (
         "greater_than",
         "greater_than_equal",
@@ -221,9 +289,13 @@ def _message(error: Mapping[str, Any], loc: Loc, model: type[BaseModel], data: A
         "less_than_equal",
         "string_pattern_mismatch",
         "too_short",
+        "too_long",
+        "finite_number",
     ):
         secret = any(part in _SECRET_KEYS for part in loc)
         shown = redact_uri(value) if isinstance(value, str) else value
+        if isinstance(shown, str) and len(shown) > 80:
+            shown = shown[:77] + "..."
         if not secret and not isinstance(shown, dict | list):
             message += f" (got {shown!r})"
     return message
@@ -251,8 +323,14 @@ def issues_from(
     return issues
 
 
-def load_config(path: str | Path) -> VstreamConfig:
-    """Read and validate a pipelines file; every problem is in the :class:`ConfigError`."""
+def load_config(
+    path: str | Path, overrides: Mapping[tuple[str | int, ...], Any] | None = None
+) -> VstreamConfig:
+    """Read and validate a pipelines file; every problem is in the :class:`ConfigError`.
+
+    ``overrides`` set values by key path before validation (``vstream serve
+    --port 0`` sets ``("server", "port")``), so they are checked like the file.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -260,26 +338,54 @@ def load_config(path: str | Path) -> VstreamConfig:
         raise VstreamError(f"cannot read config {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise VstreamError(f"cannot read config {path}: not UTF-8 text") from None
-    return parse_config(text, source=str(path), base_dir=path.resolve().parent)
+    return parse_config(text, source=str(path), base_dir=path.resolve().parent, overrides=overrides)
 
 
 def parse_config(
-    text: str, *, source: str | None = None, base_dir: Path | None = None
+    text: str,
+    *,
+    source: str | None = None,
+    base_dir: Path | None = None,
+    overrides: Mapping[tuple[str | int, ...], Any] | None = None,
 ) -> VstreamConfig:
     """Validate a pipelines file given as text (see :func:`load_config`)."""
     data, lines = parse_yaml(text, source)
     if not isinstance(data, dict):
         raise ConfigError([ConfigIssue("", 1, "must be a mapping with a 'pipelines' key")], source)
+    for key_path, value in (overrides or {}).items():
+        node = data
+        for part in key_path[:-1]:
+            node = node.setdefault(part, {}) if isinstance(node, dict) else node[part]
+        node[key_path[-1]] = value
+    return parse_data(data, base_dir=base_dir, lines=lines, source=source)
+
+
+def parse_data(
+    data: Any,
+    *,
+    base_dir: Path | None = None,
+    lines: Mapping[Loc, int] | None = None,
+    source: str | None = None,
+) -> VstreamConfig:
+    """Validate a config document given as data (what YAML or the CLI flags describe)."""
     try:
         return VstreamConfig.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
     except ValidationError as exc:
-        raise ConfigError(issues_from(exc, data, lines, VstreamConfig), source) from None
+        raise ConfigError(issues_from(exc, data, lines or {}, VstreamConfig), source) from None
 
 
-def parse_source(data: Any, *, base_dir: Path | None = None) -> SourceConfig:
-    """Validate one source given as data (``POST /streams``)."""
+def parse_source(
+    data: Any, *, base_dir: Path | None = None, allowed_paths: list[str] | None = None
+) -> SourceConfig:
+    """Validate one source given as data (``POST /streams``).
+
+    With ``allowed_paths``, a file source must lie inside one of those directories.
+    """
+    context: dict[str, Any] = {"base_dir": base_dir or Path.cwd()}
+    if allowed_paths is not None:
+        context["allowed_paths"] = allowed_paths
     try:
-        return SourceConfig.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
+        return SourceConfig.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError(issues_from(exc, data, {}, SourceConfig)) from None
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import torch
 
-from vstream.decoders.base import Decoder, DecoderKind, Picture, StreamInfo
-from vstream.decoders.cpu import PyAVDecoder
+from vstream.config.sources import DecoderKind
+from vstream.decoders.base import Decoder, Picture, StreamInfo
 from vstream.errors import SourceError
 from vstream.frame import PixelFormat
 
@@ -64,6 +64,7 @@ def open_decoder(
     stall_seconds: float | None = None,
     cuda_stream: int | None = None,
     threads: int = 0,
+    low_delay: bool = False,
 ) -> Decoder:
     """Open ``uri`` with the decoder ``kind`` resolves to on ``device``.
 
@@ -72,7 +73,8 @@ def open_decoder(
     NVDEC, so both honour the same transport options and time limits);
     ``cuda_stream`` is the CUDA stream NVDEC works on, by default torch's
     current stream of the calling thread; ``threads`` caps the CPU decoder's
-    threads (0: FFmpeg's choice; NVDEC needs none).
+    threads (0: FFmpeg's choice; NVDEC needs none); ``low_delay`` asks the
+    CPU decoder to hand out each picture as soon as it is decoded (live input).
     """
     chosen = resolve_decoder(kind, device)
     if chosen is DecoderKind.NVDEC:
@@ -88,6 +90,8 @@ def open_decoder(
             stall_seconds=stall_seconds,
             cuda_stream=cuda_stream,
         )
+    from vstream.decoders.cpu import PyAVDecoder
+
     return PyAVDecoder(
         uri,
         device=device,
@@ -97,6 +101,7 @@ def open_decoder(
         timeout=timeout,
         stall_seconds=stall_seconds,
         threads=threads,
+        low_delay=low_delay,
     )
 
 
@@ -104,7 +109,6 @@ __all__ = [
     "Decoder",
     "DecoderKind",
     "Picture",
-    "PyAVDecoder",
     "StreamInfo",
     "nvdec_available",
     "open_decoder",

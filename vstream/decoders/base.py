@@ -7,25 +7,14 @@ reconnection, freshness), so the two can be combined freely.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from vstream.frame import ColourSpace, Frame, PixelFormat
 
-
-class DecoderKind(str, enum.Enum):
-    """Which decoder turns compressed video into device tensors."""
-
-    AUTO = "auto"
-    """NVDEC where CUDA and PyNvVideoCodec are present, else the CPU."""
-    CPU = "cpu"
-    """PyAV (FFmpeg) with frame threading."""
-    NVDEC = "nvdec"
-    """PyNvVideoCodec: decoded straight into CUDA memory."""
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)

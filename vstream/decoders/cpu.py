@@ -36,7 +36,9 @@ class PyAVDecoder:
     skipped and counted in :attr:`corrupt_packets`; see :class:`Demuxer` for
     ``options``, ``input_format``, ``timeout`` and ``stall_seconds``.
     ``threads`` caps FFmpeg's decoding threads (0: FFmpeg's choice, about one
-    per core), which on a small CPU compete with the model's.
+    per core), which on a small CPU compete with the model's; ``low_delay``
+    (live input) decodes with slice threads and FFmpeg's low-delay flag, so no
+    picture waits in the decoder for the ones after it.
     """
 
     name = "cpu"
@@ -52,6 +54,7 @@ class PyAVDecoder:
         timeout: tuple[float, float] | None = None,
         stall_seconds: float | None = None,
         threads: int = 0,
+        low_delay: bool = False,
     ) -> None:
         self.device = device
         self.pixel_format = pixel_format
@@ -62,9 +65,15 @@ class PyAVDecoder:
             timeout=timeout,
             stall_seconds=stall_seconds,
         )
-        self.demuxer.stream.thread_type = "AUTO"
+        codec = self.demuxer.stream.codec_context
+        if low_delay:
+            # Frame threading holds back one picture per thread; slices do not.
+            codec.thread_type = "SLICE"
+            codec.flags |= av.codec.context.Flags.low_delay
+        else:
+            codec.thread_type = "AUTO"
         if threads:
-            self.demuxer.stream.codec_context.thread_count = threads
+            codec.thread_count = threads
         self.info = self.demuxer.info
 
     @property

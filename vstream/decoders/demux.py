@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 import av
 
 from vstream.decoders.base import StreamInfo
-from vstream.errors import SourceError
+from vstream.errors import SourceError, SourceUnavailable
 from vstream.uri import redact_uri
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,9 @@ class Demuxer:
             )
         except (av.error.FFmpegError, OSError) as exc:
             # ``from None``: PyAV's own exception quotes the URL, credentials included.
-            raise SourceError(f"cannot open {self.display_name}: {av_error_text(exc)}") from None
+            raise SourceUnavailable(
+                f"cannot open {self.display_name}: {av_error_text(exc)}"
+            ) from None
         if not self.container.streams.video:
             self.container.close()
             raise SourceError(f"{self.display_name} has no video stream")
@@ -124,7 +126,7 @@ class Demuxer:
         log.debug("%s: damaged packet (%s: %s)", self.display_name, what, exc)
         if self._errors_in_a_row >= MAX_CONSECUTIVE_ERRORS:
             detail = f" ({av_error_text(exc)})" if exc is not None else ""
-            raise SourceError(
+            raise SourceUnavailable(
                 f"{self.display_name}: {self._errors_in_a_row} damaged packets in a row, "
                 f"giving up{detail}"
             )
@@ -134,7 +136,7 @@ class Demuxer:
 
         Damage in the container itself is counted and skipped (FFmpeg
         resynchronises on the next read); errors that end the input (a closed
-        connection, a read timeout, a stall) raise :class:`SourceError`.
+        connection, a read timeout, a stall) raise :class:`SourceUnavailable`.
         """
         self._last_progress = time.monotonic()
         while True:
@@ -146,13 +148,13 @@ class Demuxer:
             except av.error.InvalidDataError as exc:
                 self.damaged("demux", exc)
             except (av.error.FFmpegError, OSError) as exc:
-                raise SourceError(
+                raise SourceUnavailable(
                     f"{self.display_name}: reading failed: {av_error_text(exc)}"
                 ) from None
 
     def _check_stall(self) -> None:
         if self.stall_seconds and time.monotonic() - self._last_progress > self.stall_seconds:
-            raise SourceError(
+            raise SourceUnavailable(
                 f"{self.display_name}: no picture for {self.stall_seconds:g} s (stalled)"
             )
 

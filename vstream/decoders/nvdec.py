@@ -181,12 +181,18 @@ class NvdecDecoder:
         )
 
     def _decode(self, packet: av.Packet | None) -> list[object]:
-        """Decode one packet (None: end of stream); a rejected packet is counted and skipped."""
+        """Decode one packet (None: end of stream).
+
+        NVDEC's parser conceals damaged data itself; an exception from
+        ``Decode`` is a driver, CUDA or binding failure, which no reconnection
+        fixes, so it fails the stream once instead of counting as damage.
+        """
         try:
             return list(self._decoder.Decode(self._packet_data(packet)))
         except Exception as exc:
-            self.demuxer.damaged("nvdec", exc)
-            return []
+            raise SourceError(
+                f"{self.demuxer.display_name}: NVDEC failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _annex_b(self, packet: av.Packet | None) -> list[av.Packet | None]:
         """``packet`` as Annex B; at the end of stream, what the filter held back, then None."""

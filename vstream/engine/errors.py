@@ -1,8 +1,8 @@
-"""Errors of the runtime API, each mapped to its own HTTP status by the server."""
+"""Errors of the engine's stream API, each mapped to its own HTTP status by the server."""
 
 from __future__ import annotations
 
-from vstream.errors import VstreamError
+from vstream.errors import LimitExceeded, VstreamError
 
 
 class StreamNotFound(VstreamError):
@@ -15,3 +15,10 @@ class StreamConflict(VstreamError):
 
 class PipelineNotFound(VstreamError):
     """No pipeline has the given name (404)."""
+
+
+class ShuttingDown(VstreamError):
+    """The engine is stopping and takes no new streams (503)."""
+
+
+__all__ = ["LimitExceeded", "PipelineNotFound", "ShuttingDown", "StreamConflict", "StreamNotFound"]

@@ -1,9 +1,14 @@
-"""Where a pipeline's readers hand frames to its inference loop.
+"""Where a pipeline's readers hand frames to its stages: one small queue per stream.
 
-Each stream has its own small bounded queue; the inference loop takes frames
-round-robin across streams, so a fast file cannot starve a camera, and a
-reader whose queue is full waits (backpressure) without holding up the others.
-Frames of one stream come out in the order they went in.
+The preprocessing stage takes frames round-robin across streams, so a fast
+file cannot starve a camera. Each stream's queue applies its freshness
+policy when it is full: ``block`` makes the reader wait (files: nothing is
+lost), ``latest`` drops the oldest queued frame and counts it (live: results
+never lag). This is the only place a frame waits between its decoder and the
+model, so a live stream's lag is bounded by its ``queue_size`` plus the two
+batches the stages hold (one being gathered, one waiting for the model; see
+:mod:`vstream.engine.stages`). Frames of one stream come out in the order
+they went in.
 """
 
 from __future__ import annotations
@@ -13,14 +18,16 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from vstream.config.sources import FreshnessPolicy
 from vstream.frame import Frame
 
 
 @dataclass(frozen=True)
 class Arrival:
-    """A frame and the wall-clock time it reached the pipeline."""
+    """A frame, the stream (reader) it came through, and when it reached the pipeline."""
 
     frame: Frame
+    stream: str
     received_at: float
 
     @property
@@ -29,40 +36,56 @@ class Arrival:
         return self.frame.capture_time or self.received_at
 
 
+@dataclass
+class _Lane:
+    capacity: int
+    policy: FreshnessPolicy
+    frames: deque[Arrival]
+    dropped: int = 0
+
+
 class Intake:
-    """Per-stream bounded queues behind one condition variable."""
+    """Per-stream bounded queues behind one condition variable; every drop counted."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._queues: dict[str, deque[Arrival]] = {}
-        self._capacity: dict[str, int] = {}
+        self._lanes: dict[str, _Lane] = {}
         self._next = 0
 
-    def register(self, stream_id: str, capacity: int) -> None:
+    def register(self, stream_id: str, capacity: int, policy: FreshnessPolicy) -> None:
         with self._cond:
-            self._queues[stream_id] = deque()
-            self._capacity[stream_id] = capacity
+            self._lanes[stream_id] = _Lane(capacity, FreshnessPolicy(policy), deque())
 
     def unregister(self, stream_id: str) -> int:
         """Forget a stream; return how many of its frames were still queued."""
         with self._cond:
-            left = len(self._queues.pop(stream_id, ()))
-            self._capacity.pop(stream_id, None)
+            lane = self._lanes.pop(stream_id, None)
             self._cond.notify_all()
-            return left
+            return len(lane.frames) if lane is not None else 0
 
     def put(self, stream_id: str, frame: Frame, stop: threading.Event) -> bool:
-        """Queue ``frame``, waiting while the stream's queue is full; False once ``stop`` is set."""
+        """Queue ``frame`` by the stream's policy; False once ``stop`` is set or it is gone."""
         with self._cond:
             while True:
-                queue = self._queues.get(stream_id)
-                if queue is None or stop.is_set():
+                lane = self._lanes.get(stream_id)
+                if lane is None or stop.is_set():
                     return False
-                if len(queue) < self._capacity[stream_id]:
-                    queue.append(Arrival(frame, time.time()))
-                    self._cond.notify_all()
-                    return True
+                if len(lane.frames) < lane.capacity:
+                    break
+                if lane.policy is FreshnessPolicy.LATEST:
+                    lane.frames.popleft()
+                    lane.dropped += 1
+                    break
                 self._cond.wait(0.5)
+            lane.frames.append(Arrival(frame, stream_id, time.time()))
+            self._cond.notify_all()
+            return True
+
+    def dropped(self, stream_id: str) -> int:
+        """Frames of ``stream_id`` dropped by its ``latest`` policy so far."""
+        with self._cond:
+            lane = self._lanes.get(stream_id)
+            return lane.dropped if lane is not None else 0
 
     def take(self, limit: int, timeout: float) -> list[Arrival]:
         """Up to ``limit`` frames, round-robin over streams; waits up to ``timeout`` for one."""
@@ -70,34 +93,36 @@ class Intake:
             if not self._cond.wait_for(self._has_frames, timeout):
                 return []
             batch: list[Arrival] = []
-            ids = list(self._queues)
-            start = self._next % len(ids)
-            order = ids[start:] + ids[:start]
+            lanes = list(self._lanes.values())
+            start = self._next % len(lanes)
+            order = lanes[start:] + lanes[:start]
             while len(batch) < limit and self._has_frames():
-                for stream_id in order:
-                    queue = self._queues[stream_id]
-                    if queue and len(batch) < limit:
-                        batch.append(queue.popleft())
+                for lane in order:
+                    if lane.frames and len(batch) < limit:
+                        batch.append(lane.frames.popleft())
             self._next = start + 1
             self._cond.notify_all()
             return batch
 
     def _has_frames(self) -> bool:
-        return any(self._queues.values())
+        return any(lane.frames for lane in self._lanes.values())
 
     def queued(self, stream_id: str | None = None) -> int:
         """Frames waiting, for one stream or all."""
         with self._cond:
             if stream_id is not None:
-                return len(self._queues.get(stream_id, ()))
-            return sum(len(q) for q in self._queues.values())
+                lane = self._lanes.get(stream_id)
+                return len(lane.frames) if lane is not None else 0
+            return sum(len(lane.frames) for lane in self._lanes.values())
 
     def wake(self) -> None:
-        """Wake every waiting reader, e.g. so it sees its stop flag."""
+        """Wake every waiting reader, e.g. so that it sees its stop flag."""
         with self._cond:
             self._cond.notify_all()
 
     def wait_drained(self, stream_id: str, timeout: float) -> bool:
-        """Wait until the inference loop has taken every queued frame of ``stream_id``."""
+        """Wait until the stages have taken every queued frame of ``stream_id``."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._queues.get(stream_id), timeout)
+            return self._cond.wait_for(
+                lambda: not (lane := self._lanes.get(stream_id)) or not lane.frames, timeout
+            )

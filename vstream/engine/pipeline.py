@@ -1,206 +1,316 @@
-"""A running pipeline: one detector, its streams' readers, overlapped stages, its sinks."""
+"""A running pipeline: one detector, its streams' readers, the overlapped stages, its sinks.
+
+::
+
+    StreamReader ─┐                                    ┌─> sink (file, MQTT, ...)
+    StreamReader ─┼─> Intake ─> preprocess ─> model ─> postprocess ─> deliver ─┼─> sink
+    StreamReader ─┘   (one queue      (OverlappedStages: a thread each)        └─> results
+                       per stream)
+
+Streams can be added and removed while it runs. The last stage hands each
+finished batch to :meth:`Pipeline._deliver`, which counts it per stream,
+fails the streams whose frames failed, and gives the records to the sinks,
+which deliver them on threads of their own.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
-import torch
-
-from vstream.config.models import PipelineConfig, SourceConfig
-from vstream.errors import ModelError, VstreamError
+from vstream.config.model import RuntimeOptions
+from vstream.config.pipelines import PipelineConfig
+from vstream.config.sources import SourceConfig
+from vstream.engine.errors import ShuttingDown, StreamNotFound
+from vstream.engine.intake import Intake
+from vstream.engine.queue import FrameQueue
+from vstream.engine.reader import StreamReader
+from vstream.engine.stages import Batch, OverlappedStages
+from vstream.frame import Frame
 from vstream.metrics import Metrics, SinkSample, StreamSample
-from vstream.pipeline import Detector
-from vstream.pipeline.intake import Intake
-from vstream.pipeline.stages import Batch, OverlappedStages
-from vstream.runtime.errors import StreamNotFound
-from vstream.runtime.stream import StreamReader
-from vstream.sinks.buffered import BufferedSink
-from vstream.sinks.factory import build_sink
-from vstream.sources import SourceState
+from vstream.results import FrameResult
+from vstream.sinks.buffered import SinkStats
+from vstream.sources.base import SourceState
 
-log = logging.getLogger("vstream.runtime")
-
-_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+log = logging.getLogger("vstream.engine")
 
 
-def load_detector(config: PipelineConfig) -> Detector:
-    """The pipeline's detector, checked against the config's expected input type."""
-    detector = Detector(**config.detector_kwargs())
-    expected = config.model.dtype
-    actual = detector.engine.input.dtype
-    if expected != "auto" and _TORCH_DTYPES[expected] != actual:
-        raise ModelError(
-            f"pipeline {config.name}: model input is {str(actual).removeprefix('torch.')}, "
-            f"the config says {expected}"
-        )
-    return detector
+class Pipeline:
+    """Runs one detector over its streams and hands every finished batch to its sinks.
 
-
-class PipelineRuntime:
-    """Runs one pipeline: readers feed the intake, the stages run the detector, sinks get records.
-
-    Streams can be added and removed while it runs; each has its own reader
-    thread and queue, so that never disturbs the others. Frames of all
-    streams are batched together by the overlapped stages (preprocessing,
-    model, postprocessing on a thread each, see
-    :mod:`vstream.pipeline.stages`), which own the detector; the last stage
-    only hands records to the sinks, which deliver them on their own threads.
+    With ``finish_when_idle`` (the Python API's :func:`detect_iter`) the
+    stages finish as soon as every stream has ended; otherwise (``vstream
+    run``, ``serve``) the engine decides when to stop.
     """
 
-    def __init__(self, config: PipelineConfig, metrics: Metrics) -> None:
-        self.config = config
-        self.name = config.name
+    def __init__(
+        self,
+        name: str,
+        detector: Any,
+        *,
+        runtime: RuntimeOptions,
+        sinks: Sequence[Any],
+        metrics: Metrics | None = None,
+        finish_when_idle: bool = False,
+    ) -> None:
+        self.name = name
+        self.detector = detector
         self.metrics = metrics
-        self.detector = load_detector(config)
+        self.sinks = list(sinks)
         self.intake = Intake()
         self.streams: dict[str, StreamReader] = {}
-        self.sinks: list[BufferedSink] = []
+        self.failure: BaseException | None = None
+        """What stopped the stages, if a bug did; every stream then fails with it."""
+        self._retired: dict[str, StreamReader] = {}
+        """Removed streams whose reader thread has not ended yet (joined at shutdown)."""
         self._lock = threading.Lock()
         self._taking = True
         self._stopping = threading.Event()
+        self._finish_when_idle = finish_when_idle
+        self._reading = 0
+        """Readers whose thread has not ended yet."""
         self.stages = OverlappedStages(
-            self.detector,
+            detector,
             self.intake,
             self._deliver,
-            batch_timeout=config.runtime.batch_timeout_seconds,
-            torch_threads=config.runtime.torch_threads,
-            name=self.name,
+            batch_timeout=runtime.batch_timeout_seconds,
+            on_end=self._stages_ended,
+            name=name,
         )
+
+    @classmethod
+    def from_config(cls, config: PipelineConfig, metrics: Metrics | None = None) -> Pipeline:
+        """The pipeline of a config: its detector loaded and its sinks connected."""
+        from vstream.detector import Detector
+        from vstream.sinks.factory import build_sink
+
+        detector = Detector.from_config(config.model, config.postprocess, config.runtime)
+        sinks: list[Any] = []
         try:
             for sink in config.sinks:
-                self.sinks.append(build_sink(sink, self.name))
+                sinks.append(build_sink(sink, config.name))
         except BaseException:
-            self._close_sinks()
+            for sink in sinks:
+                sink.close()
             raise
+        return cls(config.name, detector, runtime=config.runtime, sinks=sinks, metrics=metrics)
 
     def start(self) -> None:
-        """Start the stages and every source in the config."""
         self.stages.start()
-        for source in self.config.sources:
-            self.add_stream(source)
 
     def add_stream(self, config: SourceConfig) -> StreamReader:
         """Start reading ``config``'s source; the caller checks that its id is free."""
+        return self._add(
+            StreamReader(
+                config.id,
+                config=config,
+                intake=self.intake,
+                device=self.detector.device,
+                pipeline=self.name,
+                cuda_stream=self.detector.cuda_stream,
+                on_end=self._reader_ended,
+            )
+        )
+
+    def add_frames(self, stream_id: str, frames: Iterable[Frame]) -> StreamReader:
+        """Start reading an iterable of frames (an open source, a generator) as a stream."""
+        return self._add(
+            StreamReader(
+                stream_id,
+                frames=frames,
+                intake=self.intake,
+                device=self.detector.device,
+                pipeline=self.name,
+                cuda_stream=self.detector.cuda_stream,
+                on_end=self._reader_ended,
+            )
+        )
+
+    def _add(self, reader: StreamReader) -> StreamReader:
         with self._lock:
             if not self._taking:
-                raise VstreamError(f"pipeline {self.name} is shutting down")
-            reader = StreamReader(
-                config, pipeline=self.name, intake=self.intake, device=self.detector.device
-            )
-            self.streams[config.id] = reader
+                self.intake.unregister(reader.id)
+                raise ShuttingDown(f"pipeline {self.name} is shutting down: no new streams")
+            self.streams[reader.id] = reader
+            self._reading += 1
         reader.start()
         return reader
 
-    def remove_stream(self, stream_id: str, timeout: float = 10.0) -> StreamReader:
-        """Stop a stream, let the model finish its queued frames, and forget it."""
-        reader = self.streams.get(stream_id)
-        if reader is None:
-            raise StreamNotFound(f"no stream {stream_id!r}")
-        reader.stop()
-        reader.join(timeout)
-        self.intake.wait_drained(stream_id, timeout)
+    def remove_stream(self, stream_id: str) -> StreamReader:
+        """Stop a stream at once; frames still queued are discarded and counted.
+
+        Exactly one caller removes a stream; the others get
+        :class:`StreamNotFound`. The reader's thread ends on its own (a
+        blocked read returns at its timeout) and is joined at shutdown.
+        """
         with self._lock:
-            self.streams.pop(stream_id, None)
-        left = self.intake.unregister(stream_id)
-        reader.frames_discarded += left
+            reader = self.streams.pop(stream_id, None)
+            if reader is None:
+                raise StreamNotFound(f"no stream {stream_id!r}")
+            self._retired[stream_id] = reader
+        reader.stop()
+        reader.counters.discarded(self.intake.unregister(stream_id))
+        if self.metrics is not None:
+            self.metrics.forget_stream(self.name, stream_id)
+        self._reap()
         log.info("stream %s: removed", stream_id)
         return reader
 
+    def _reap(self) -> None:
+        """Forget removed streams whose reader thread has ended."""
+        with self._lock:
+            for stream_id, reader in list(self._retired.items()):
+                if not reader.running:
+                    del self._retired[stream_id]
+
+    def _reader(self, stream_id: str) -> StreamReader | None:
+        return self.streams.get(stream_id) or self._retired.get(stream_id)
+
+    def _reader_ended(self, reader: StreamReader) -> None:
+        with self._lock:
+            self._reading -= 1
+            idle = self._reading == 0
+        if idle and self._finish_when_idle:
+            self.stages.finish()
+
+    def readers(self) -> list[StreamReader]:
+        with self._lock:
+            return [*self.streams.values(), *self._retired.values()]
+
     def _deliver(self, batch: Batch) -> None:
-        """A finished batch, on the postprocessing thread: count it and hand it to the sinks."""
-        if batch.error is not None:
-            self._count_failure(batch)
-            return
-        self.metrics.inference_latency.labels(self.name).observe(
-            batch.preprocess_seconds + batch.inference_seconds + batch.postprocess_seconds
-        )
-        self.metrics.batch_size.labels(self.name).observe(len(batch.arrivals))
+        """A finished batch, on the postprocessing thread: count it, fail, hand on records."""
         now = time.time()
         for arrival in batch.arrivals:
-            reader = self.streams.get(arrival.frame.stream_id)
+            reader = self._reader(arrival.stream)
+            if reader is None:
+                continue
+            age = max(0.0, now - arrival.captured_at)
+            reader.counters.processed(1, 0, age)
+            if self.metrics is not None:
+                self.metrics.frame_age.labels(self.name, arrival.stream).observe(age)
+        for arrival, result in zip(batch.arrivals, batch.results, strict=True):
+            reader = self._reader(arrival.stream)
             if reader is not None:
-                reader.count_processed(arrival.captured_at, now)
-        for sink in self.sinks:
-            sink.write(batch.results)
+                reader.counters.processed(0, len(result.detections), None)
+        for arrival, error in batch.failures:
+            reader = self._reader(arrival.stream)
+            if reader is not None:
+                reader.counters.failed(1)
+                reader.fail(error)
+        if self.metrics is not None:
+            if batch.failures:
+                self.metrics.inference_errors.labels(self.name).inc()
+            if batch.arrivals:
+                self.metrics.inference_latency.labels(self.name).observe(
+                    batch.preprocess_seconds + batch.inference_seconds + batch.postprocess_seconds
+                )
+                self.metrics.batch_size.labels(self.name).observe(len(batch.arrivals))
+        if batch.results:
+            for sink in self.sinks:
+                sink.write(batch.results)
 
-    def _count_failure(self, batch: Batch) -> None:
-        exc = batch.error
-        self.metrics.inference_errors.labels(self.name).inc()
-        for arrival in batch.arrivals:
-            reader = self.streams.get(arrival.frame.stream_id)
-            if reader is not None:
-                reader.frames_discarded += 1
-        log.error(
-            "pipeline %s: inference failed for %d frames: %s: %s",
-            self.name,
-            len(batch.arrivals),
-            type(exc).__name__,
-            exc,
-        )
+    def _stages_ended(self) -> None:
+        """The stages stopped: a bug in a stage fails every stream, loudly, once."""
+        failure = self.stages.failure
+        if failure is not None:
+            self.failure = failure
+            for reader in self.readers():
+                reader.fail(failure)
+        for sink in self.sinks:
+            end = getattr(sink, "end", None)
+            if end is not None:
+                end()
 
     def stop_taking_frames(self) -> None:
-        """First step of shutdown: every reader stops; queued frames stay to be processed."""
+        """First step of a graceful stop: every reader stops; queued frames stay to be processed."""
         with self._lock:
             self._taking = False
-            readers = list(self.streams.values())
+            readers = [*self.streams.values(), *self._retired.values()]
         for reader in readers:
             reader.stop()
 
     def finish(self, timeout: float) -> None:
-        """Process what is queued, then flush and close every sink."""
+        """Process what is queued, join every thread, then flush and close every sink."""
         deadline = time.monotonic() + timeout
-        for reader in list(self.streams.values()):
-            reader.join(max(0.0, deadline - time.monotonic()))
+        self.stop_taking_frames()
+        with self._lock:
+            readers = [*self.streams.values(), *self._retired.values()]
+        for reader in readers:
+            if not reader.join(max(0.0, deadline - time.monotonic())):
+                log.error("stream %s: the reader did not stop in time", reader.id)
         self._stopping.set()
         self.stages.finish()
         if not self.stages.join(max(0.0, deadline - time.monotonic())):
-            log.error("pipeline %s: inference did not finish in time", self.name)
+            log.error("pipeline %s: the model did not finish in time", self.name)
+            self.stages.abort()
+            self.stages.join(1.0)
+        for stream_id in list(self.streams):
+            reader = self.streams[stream_id]
+            reader.counters.discarded(self.intake.queued(stream_id))
         self._close_sinks()
+        self._reap()
 
     def _close_sinks(self) -> None:
         for sink in self.sinks:
             sink.start_flush()
         for sink in self.sinks:
             sink.close()
-            stats = sink.stats
-            log.info(
-                "%s: %d records delivered, %d dropped", sink.label, stats.delivered, stats.dropped
-            )
+
+    @property
+    def sinks_failed(self) -> bool:
+        """Every sink has failed: nothing this pipeline produces can be delivered."""
+        return bool(self.sinks) and all(getattr(s, "error", None) for s in self.sinks)
 
     @property
     def files_done(self) -> bool:
         """Every stream has ended (finished or failed) and its frames were processed."""
-        readers = list(self.streams.values())
+        with self._lock:
+            readers = list(self.streams.values())
         return all(not r.running for r in readers) and self.intake.queued() == 0
 
+    @property
+    def threads_alive(self) -> bool:
+        with self._lock:
+            readers = [*self.streams.values(), *self._retired.values()]
+        return self.stages.alive or any(r.running for r in readers)
+
     def not_ready(self) -> list[str]:
-        """Why this pipeline is not ready: no inference loop, or streams not delivering frames."""
+        """Why this pipeline is not ready: no running model, failed sinks, or idle streams."""
+        with self._lock:
+            readers = list(self.streams.values())
         reasons = [
             f"stream {r.id} is {r.state.value}"
-            for r in list(self.streams.values())
+            for r in readers
             if r.state not in (SourceState.STREAMING, SourceState.FINISHED)
         ]
+        reasons += [
+            f"{s.label} has failed" for s in self.sinks if getattr(s, "error", None) is not None
+        ]
         if not self.stages.alive and not self._stopping.is_set():
-            reasons.insert(0, f"pipeline {self.name} has no running inference loop")
+            reasons.insert(0, f"pipeline {self.name} has no running model")
         return reasons
 
     def samples(self) -> tuple[list[StreamSample], list[SinkSample]]:
+        with self._lock:
+            readers = list(self.streams.values())
         streams = []
-        for reader in list(self.streams.values()):
-            stats = reader.source_stats
+        for reader in readers:
+            stats, counters = reader.source_stats, reader.counters
             streams.append(
                 StreamSample(
                     pipeline=self.name,
                     stream=reader.id,
                     state=reader.state.value,
                     frames_decoded=stats.frames_decoded,
-                    frames_processed=reader.frames_processed,
-                    frames_dropped=stats.frames_dropped + reader.frames_discarded,
+                    frames_processed=counters.frames_processed,
+                    frames_failed=counters.frames_failed,
+                    frames_dropped=reader.frames_dropped,
                     reconnects=stats.reconnects,
-                    fps=reader.fps(),
-                    frame_age_seconds=reader.frame_age_seconds,
+                    fps=counters.fps(),
+                    frame_age_seconds=counters.frame_age_seconds,
                 )
             )
         sinks = [
@@ -212,7 +322,90 @@ class PipelineRuntime:
                 failures=s.stats.failures,
                 dropped=s.stats.dropped,
                 buffered=s.buffered,
+                failed=s.error is not None,
             )
             for s in self.sinks
         ]
         return streams, sinks
+
+
+class ResultQueue:
+    """A sink the caller iterates: records stay :class:`FrameResult` objects, nothing is dropped.
+
+    A full queue makes the pipeline wait for the caller (backpressure), so a
+    slow consumer slows detection down instead of losing results.
+    """
+
+    name = "results"
+    label = "results"
+    error = None
+
+    def __init__(self, capacity: int) -> None:
+        from vstream.config.sources import FreshnessPolicy
+
+        self._queue: FrameQueue[FrameResult] = FrameQueue(capacity, FreshnessPolicy.BLOCK)
+        self.stats = SinkStats()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._queue)
+
+    def write(self, results: list[FrameResult]) -> None:
+        for result in results:
+            if not self._queue.put(result):
+                self.stats.dropped += 1
+                continue
+            self.stats.delivered += 1
+
+    def end(self) -> None:
+        """No more results will come (the stages ended)."""
+        self._queue.close()
+
+    def __iter__(self) -> Iterator[FrameResult]:
+        while (result := self._queue.get()) is not None:
+            yield result
+
+    def start_flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._queue.close()
+        self._queue.clear()
+
+
+def detect_iter(
+    detector: Any, sources: Sequence[Iterable[Frame] | SourceConfig]
+) -> Iterator[FrameResult]:
+    """Every frame of every source through ``detector`` on the overlapped stages.
+
+    What ``Detector.stream()`` and ``Detector.streams()`` run: the same
+    readers, stages and error semantics as ``vstream run``. Each source's
+    results come in its own order. A stream that fails stops alone; the
+    first failure is raised once every other frame has its result. Leaving
+    the iteration early stops every thread before it returns.
+    """
+    if not sources:
+        return
+    results = ResultQueue(capacity=max(1, detector.batch_size * detector.buffers))
+    pipeline = Pipeline(
+        "detect",
+        detector,
+        runtime=detector.runtime,
+        sinks=[results],
+        finish_when_idle=True,
+    )
+    pipeline.start()
+    readers = [
+        pipeline.add_stream(source)
+        if isinstance(source, SourceConfig)
+        else pipeline.add_frames(str(i), source)
+        for i, source in enumerate(sources)
+    ]
+    try:
+        yield from results
+    finally:
+        results.close()  # a caller that left early reads no more: never wait for it
+        pipeline.finish(timeout=30.0)
+    failure = pipeline.failure or next((r.error for r in readers if r.error is not None), None)
+    if failure is not None:
+        raise failure

@@ -1,18 +1,17 @@
-"""The bounded hand-over between a source's reader thread and the pipeline.
+"""A bounded hand-over between threads, closable from either side.
 
-Its policy decides what happens when the pipeline is slower than the stream:
-``latest`` drops the oldest frame (so results never lag behind a live
-camera, and every drop is counted), ``block`` makes the reader wait.
+The stages pass batches and free buffers through these; the policy decides
+what a full queue does: ``block`` makes the producer wait (backpressure),
+``latest`` drops the oldest item and counts it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Generator, Iterator
 from typing import Generic, TypeVar
 
-from vstream.sources.options import FreshnessPolicy
+from vstream.config.sources import FreshnessPolicy
 
 T = TypeVar("T")
 
@@ -61,6 +60,12 @@ class FrameQueue(Generic[T]):
             self._changed.notify_all()
             return item
 
+    def wait_until_empty(self) -> bool:
+        """Wait until every item was taken; False if the queue was closed first."""
+        with self._changed:
+            self._changed.wait_for(lambda: not self._items or self._closed)
+            return not self._closed
+
     def clear(self) -> None:
         """Forget every queued item (on close: nobody will read them)."""
         with self._changed:
@@ -78,33 +83,3 @@ class FrameQueue(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
-
-
-def through_thread(items: Generator[T, None, None], queue: FrameQueue[T], name: str) -> Iterator[T]:
-    """``items``, produced by a thread of their own and handed over through ``queue``.
-
-    An exception raised while producing is raised here, after the items
-    produced before it; leaving the iteration early stops the producer.
-    """
-    failure: list[BaseException] = []
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not queue.put(item):
-                    break
-        except BaseException as exc:  # handed to the consumer, never lost in the thread
-            failure.append(exc)
-        finally:
-            items.close()
-            queue.close()
-
-    producer = threading.Thread(target=produce, name=name, daemon=True)
-    producer.start()
-    try:
-        while (item := queue.get()) is not None:
-            yield item
-    finally:
-        queue.close()
-    if failure:
-        raise failure[0]

@@ -1,4 +1,13 @@
-"""One stream in a running pipeline: a reader thread from its source into the intake."""
+"""One stream in a running pipeline: a reader thread from its source into the intake.
+
+Every entry point reads streams through this one class: ``vstream run``
+(flags or a file), ``vstream serve``, the HTTP API and the Python API. It
+opens the source on its own thread (opening a camera can take seconds, and a
+live read can block), so adding, losing or removing one stream never holds
+up the others, and it keeps the stream's counters. A source that fails
+(anything but a transient fault, which the source itself retries) ends the
+stream once, with state ``failed`` and one line saying why.
+"""
 
 from __future__ import annotations
 
@@ -6,63 +15,137 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
-import torch
+from vstream.config.sources import FreshnessPolicy, SourceConfig
+from vstream.engine.intake import Intake
+from vstream.errors import describe
+from vstream.frame import Frame
+from vstream.sources.base import SourceState, SourceStats
+from vstream.uri import is_live, redact
 
-from vstream.config.models import SourceConfig
-from vstream.errors import VstreamError
-from vstream.pipeline.intake import Intake
-from vstream.sources import Source, SourceState, SourceStats, open_source
-from vstream.uri import redact_uri
+log = logging.getLogger("vstream.engine")
 
-log = logging.getLogger("vstream.runtime")
+FPS_WINDOW_SECONDS = 5.0
 
-_FPS_WINDOW_SECONDS = 5.0
+
+class StreamCounters:
+    """What happened to a stream's frames after its source, safe to update from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.frames_processed = 0
+        self.frames_failed = 0
+        """Frames whose preprocessing, inference or postprocessing failed."""
+        self.frames_discarded = 0
+        """Frames queued when the stream was removed or the pipeline stopped."""
+        self.detections = 0
+        self.frame_age_seconds: float | None = None
+        self._done_at: deque[tuple[float, int]] = deque()
+
+    def processed(self, frames: int, detections: int, age_seconds: float | None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.frames_processed += frames
+            self.detections += detections
+            if age_seconds is not None:
+                self.frame_age_seconds = age_seconds
+            self._done_at.append((now, self.frames_processed))
+            while len(self._done_at) > 2 and self._done_at[1][0] < now - FPS_WINDOW_SECONDS:
+                self._done_at.popleft()
+
+    def failed(self, frames: int) -> None:
+        with self._lock:
+            self.frames_failed += frames
+
+    def discarded(self, frames: int) -> None:
+        with self._lock:
+            self.frames_discarded += frames
+
+    def fps(self) -> float:
+        """Frames processed per second over the last few seconds."""
+        now = time.monotonic()
+        with self._lock:
+            if len(self._done_at) < 2 or now - self._done_at[-1][0] > FPS_WINDOW_SECONDS:
+                return 0.0
+            (t0, n0), (t1, n1) = self._done_at[0], self._done_at[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
 
 
 class StreamReader:
-    """Opens a source on its own thread and feeds its frames to the pipeline's intake.
+    """Reads one source on its own thread into the pipeline's intake, in order.
 
-    Opening a camera can take seconds and a live read can block, so each
-    stream gets a thread: adding, losing or removing one never holds up the
-    others. The reader stops between frames when asked; :meth:`stop` also
-    closes the source, which sources allow from another thread, to end a
-    blocking read.
+    The source is either described (``config``: opened on the reader thread
+    with :func:`vstream.sources.open_source`) or given (``frames``: any
+    iterable of frames, e.g. an open source from the Python API). :meth:`stop`
+    asks the thread to end at the next frame and closes the source, which
+    sources allow from another thread, to end a blocking read.
     """
 
     def __init__(
-        self, config: SourceConfig, *, pipeline: str, intake: Intake, device: torch.device
+        self,
+        stream_id: str,
+        *,
+        intake: Intake,
+        device: Any,
+        config: SourceConfig | None = None,
+        frames: Iterable[Frame] | None = None,
+        pipeline: str = "",
+        cuda_stream: Any = None,
+        on_end: Any = None,
     ) -> None:
+        if (config is None) == (frames is None):
+            raise ValueError("give a source config or an iterable of frames, not both")
+        self.id = stream_id
         self.config = config
-        self.id = config.id
         self.pipeline = pipeline
+        self.counters = StreamCounters()
+        self.error: BaseException | None = None
+        """What ended the stream, if it failed."""
+        self._frames = frames
         self._intake = intake
         self._device = device
+        self._cuda_stream = cuda_stream
+        self._on_end = on_end
         self._stop = threading.Event()
-        self._source: Source | None = None
+        self._source: Any = frames
         self._state = SourceState.CONNECTING
-        self.error: str | None = None
-        self.frames_processed = 0
-        self.frames_discarded = 0
-        """Frames received but not processed: inference errors, refused while stopping."""
-        self.frame_age_seconds: float | None = None
-        self._done_at: deque[tuple[float, int]] = deque()
-        intake.register(self.id, max(config.queue_size, 1))
-        self._thread = threading.Thread(target=self._run, name=f"reader-{self.id}", daemon=True)
+        live = config is not None and is_live(config.uri)
+        policy = (config.policy if config is not None else None) or (
+            FreshnessPolicy.LATEST if live else FreshnessPolicy.BLOCK
+        )
+        self.policy = policy
+        intake.register(stream_id, config.queue_size if config is not None else 2, policy)
+        self._thread = threading.Thread(target=self._run, name=f"reader-{stream_id}", daemon=True)
 
     @property
-    def uri(self) -> str:
+    def uri(self) -> str | None:
         """The source address without credentials: the only form shown anywhere."""
-        return redact_uri(self.config.uri)
+        return redact(self.config.uri) if self.config is not None else None
 
     @property
     def state(self) -> SourceState:
-        return self._source.state if self._source is not None else self._state
+        if self.error is not None:
+            return SourceState.FAILED
+        source_state = getattr(self._source, "state", None)
+        return source_state if isinstance(source_state, SourceState) else self._state
 
     @property
     def source_stats(self) -> SourceStats:
-        return self._source.stats if self._source is not None else SourceStats()
+        stats = getattr(self._source, "stats", None)
+        return stats if isinstance(stats, SourceStats) else SourceStats()
+
+    @property
+    def expected_frames(self) -> int | None:
+        """Frames the source's container declares, when it is a file that says."""
+        count = getattr(self._source, "frame_count", None)
+        return count if isinstance(count, int) else None
+
+    @property
+    def frames_dropped(self) -> int:
+        """Frames the freshness policy dropped, plus those discarded at removal."""
+        return self._intake.dropped(self.id) + self.counters.frames_discarded
 
     @property
     def running(self) -> bool:
@@ -72,84 +155,93 @@ class StreamReader:
         self._thread.start()
 
     def _run(self) -> None:
-        try:
-            self._source = open_source(
-                self.config.uri,
-                stream_id=self.id,
-                device=self._device,
-                options=self.config.to_options(),
-            )
-        except Exception as exc:
-            self._fail("cannot open", exc)
-            return
-        if self._stop.is_set():
-            self._source.close()
-            return
-        log.info("stream %s: reading %s", self.id, self.uri)
-        try:
-            for frame in self._source:
-                if not self._intake.put(self.id, frame, self._stop):
-                    self.frames_discarded += 1
-                    break
-        except Exception as exc:
-            self._fail("stopped reading", exc)
-        finally:
-            self._source.close()
-        if self.error is None and not self._stop.is_set():
+        with self._on_cuda_stream():
+            try:
+                if self.config is not None:
+                    from vstream.sources import open_source
+
+                    self._source = open_source(
+                        self.config.uri,
+                        stream_id=self.id,
+                        device=self._device,
+                        options=self.config.options(),
+                    )
+                    if self._stop.is_set():
+                        return
+                    log.info("stream %s: reading %s", self.id, self.uri)
+                self._read()
+            except Exception as exc:
+                self.fail(exc)
+            finally:
+                self._close_source()
+                self._state = SourceState.FINISHED
+                if self._on_end is not None:
+                    self._on_end(self)
+
+    def _on_cuda_stream(self) -> Any:
+        import contextlib
+
+        if self._cuda_stream is None:
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.cuda.stream(self._cuda_stream)
+
+    def _read(self) -> None:
+        self._state = SourceState.STREAMING
+        for frame in self._source:
+            if not self._intake.put(self.id, frame, self._stop):
+                return
+        if self.config is not None and not self._stop.is_set():
             log.info("stream %s: finished (%d frames)", self.id, self.source_stats.frames_decoded)
 
-    def _fail(self, what: str, exc: Exception) -> None:
-        self._state = SourceState.FAILED
-        detail = str(exc) if isinstance(exc, VstreamError) else f"{type(exc).__name__}: {exc}"
-        self.error = redact_uri(detail)
-        log.error("stream %s: %s: %s", self.id, what, self.error)
+    def fail(self, exc: BaseException) -> None:
+        """End the stream for good: state ``failed``, one line in the log, the reader stops."""
+        if self.error is not None:
+            return
+        self.error = exc
+        log.error("stream %s: failed: %s", self.id, redact(describe(exc)))
+        self.stop()
+
+    @property
+    def error_text(self) -> str | None:
+        return redact(describe(self.error)) if self.error is not None else None
+
+    def _close_source(self) -> None:
+        close = getattr(self._source, "close", None)
+        if close is not None:
+            close()
 
     def stop(self) -> None:
         """Ask the reader to stop taking frames; returns at once."""
         self._stop.set()
         self._intake.wake()
-        if self._source is not None:
-            self._source.close()
+        if hasattr(self._source, "state"):  # sources may be closed from any thread;
+            self._close_source()  # a plain generator may not (its own thread closes it)
 
     def join(self, timeout: float) -> bool:
         """Wait for the reader thread to end; True if it did."""
-        if self._thread.ident is not None:
+        if self._thread.ident is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def count_processed(self, captured_at: float, now: float) -> None:
-        """Called by the inference loop for each of this stream's frames it finished."""
-        self.frames_processed += 1
-        self.frame_age_seconds = max(0.0, now - captured_at)
-        self._done_at.append((time.monotonic(), self.frames_processed))
-        while (
-            len(self._done_at) > 2 and self._done_at[1][0] < time.monotonic() - _FPS_WINDOW_SECONDS
-        ):
-            self._done_at.popleft()
-
-    def fps(self) -> float:
-        """Frames processed per second over the last few seconds."""
-        now = time.monotonic()
-        if len(self._done_at) < 2 or now - self._done_at[-1][0] > _FPS_WINDOW_SECONDS:
-            return 0.0
-        (t0, n0), (t1, n1) = self._done_at[0], self._done_at[-1]
-        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
-
     def describe(self) -> dict[str, Any]:
         """What the API shows about this stream (no credentials)."""
-        stats = self.source_stats
+        stats, counters = self.source_stats, self.counters
+        age = counters.frame_age_seconds
         return {
             "id": self.id,
             "pipeline": self.pipeline,
             "uri": self.uri,
             "state": self.state.value,
-            "error": self.error,
+            "error": self.error_text,
             "frames_decoded": stats.frames_decoded,
-            "frames_processed": self.frames_processed,
-            "frames_dropped": stats.frames_dropped + self.frames_discarded,
+            "frames_processed": counters.frames_processed,
+            "frames_failed": counters.frames_failed,
+            "frames_dropped": self.frames_dropped,
+            "detections": counters.detections,
             "reconnects": stats.reconnects,
-            "fps": round(self.fps(), 2),
-            "frame_age_seconds": (
-                round(self.frame_age_seconds, 4) if self.frame_age_seconds is not None else None
-            ),
+            "corrupt_packets": stats.corrupt_packets,
+            "fps": round(counters.fps(), 2),
+            "frame_age_seconds": round(age, 4) if age is not None else None,
         }

@@ -8,7 +8,7 @@ import signal
 import threading
 from types import FrameType
 
-log = logging.getLogger("vstream.runtime")
+log = logging.getLogger("vstream.engine")
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -23,6 +23,8 @@ class ShutdownSignals:
 
     def __init__(self) -> None:
         self.requested = threading.Event()
+        self.received: int | None = None
+        """The first signal's number, once one arrived."""
         self._previous: dict[int, object] = {}
 
     def install(self) -> ShutdownSignals:
@@ -36,7 +38,8 @@ class ShutdownSignals:
             log.error("%s again: exiting now, without waiting for the flush", name)
             logging.shutdown()
             os._exit(128 + signum)
-        log.info("%s: shutting down (send it again to exit at once)", name)
+        log.info("%s: stopping (send it again to exit at once)", name)
+        self.received = signum
         self.requested.set()
 
     def restore(self) -> None:

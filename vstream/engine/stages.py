@@ -2,20 +2,31 @@
 
 While the model runs batch n, batch n+1 is being gathered and letterboxed
 and batch n-1 is being postprocessed and delivered. Each batch travels in
-one of the engine's buffers (:class:`~vstream.inference.buckets.BatchBuffer`),
-so the stages never share a tensor: the number of buffers bounds how many
-batches are in flight, and a stage that finds no free buffer, or no room in
-the next stage's queue, waits (backpressure all the way back to the readers).
+one of the model's buffers, so the stages never share a tensor: the number
+of buffers bounds how many batches are in flight, and a stage that finds no
+free buffer, or no room in the next stage's queue, waits (backpressure all
+the way back to the readers).
 
-Frames are gathered across streams from an :class:`~vstream.pipeline.intake.Intake`
-(round-robin), up to the detector's batch size: a batch leaves when it is
-full or ``batch_timeout`` seconds after its first frame arrived, so a slow
-stream never holds the others back for longer than that.
+Freshness: preprocessing starts gathering a batch only once the model has
+taken the previous one, so at most two batches hold frames that have not
+reached the model (one being gathered, one waiting); everything else waits
+in the intake, whose ``latest`` policy drops old frames of live streams.
 
-Every batch leaves through ``deliver``, in the order batches were gathered,
-with its results or with the error that stopped it; nothing is dropped
-silently. ONNX Runtime releases the GIL while it runs and torch does inside
-its kernels, so on a CPU the stages really run in parallel.
+Frames are gathered across streams from an :class:`~vstream.engine.intake.Intake`
+(round-robin), up to the batch size: a batch leaves when it is full or
+``batch_timeout`` seconds after its first frame arrived, so a slow stream
+never holds the others back for longer than that.
+
+Failures stay with the frames that caused them. A frame that cannot be
+preprocessed fails alone. When the model or postprocessing fails on a batch
+that holds several streams, the batch is run again stream by stream, so the
+other streams still get their records and only the offending stream's frames
+fail. Every batch leaves through ``deliver``, in the order batches were
+gathered, with its results and its failures: nothing is dropped silently.
+
+ONNX Runtime releases the GIL while it runs and torch does inside its
+kernels, so on a CPU the stages really run in parallel. On CUDA every stage
+queues its work on the model's stream.
 """
 
 from __future__ import annotations
@@ -24,43 +35,57 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-import torch
-
+from vstream.config.sources import FreshnessPolicy
+from vstream.engine.intake import Arrival, Intake
+from vstream.engine.queue import FrameQueue
 from vstream.frame import Frame
-from vstream.pipeline.intake import Arrival, Intake
-from vstream.preprocess.letterbox import LetterboxGeometry
 from vstream.results import FrameResult
-from vstream.sources.options import FreshnessPolicy
-from vstream.sources.queue import FrameQueue
 
-if TYPE_CHECKING:
-    from vstream.pipeline.detector import Detector
-
-log = logging.getLogger("vstream")
-
-DEFAULT_BATCH_TIMEOUT = 0.04
-"""Seconds a partly filled batch waits for more frames: one frame interval at 25 fps."""
+log = logging.getLogger("vstream.engine")
 
 _POLL_SECONDS = 0.1
 """How often an idle stage looks at its stop flags."""
 
 
+class BatchModel(Protocol):
+    """What the stages need of a detector: its three steps, batch size and buffers."""
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def buffers(self) -> int: ...
+
+    @property
+    def cuda_stream(self) -> Any: ...
+
+    def preprocess(self, buffer: int, slot: int, frame: Frame) -> Any: ...
+
+    def infer(self, buffer: int, frames: int) -> Any: ...
+
+    def postprocess(
+        self, raw: Any, geometries: Sequence[Any], frames: Sequence[Frame]
+    ) -> list[FrameResult]: ...
+
+
 @dataclass(eq=False)
 class Batch:
-    """Frames travelling through the stages together, in one of the engine's buffers."""
+    """Frames travelling through the stages together, in one of the model's buffers."""
 
     buffer: int
     arrivals: list[Arrival] = field(default_factory=list)
-    geometries: list[LetterboxGeometry] = field(default_factory=list)
+    geometries: list[Any] = field(default_factory=list)
     results: list[FrameResult] = field(default_factory=list)
-    error: Exception | None = None
-    """What stopped this batch; its frames then have no results."""
-    raw: torch.Tensor | None = None
+    failures: list[tuple[Arrival, Exception]] = field(default_factory=list)
+    """Frames that have no result, each with the error that stopped it."""
+    raw: Any = None
     """The model's detector output, from inference until postprocessing."""
+    done: bool = False
+    """Results are final (the batch was run again stream by stream)."""
     preprocess_seconds: float = 0.0
     inference_seconds: float = 0.0
     postprocess_seconds: float = 0.0
@@ -75,38 +100,28 @@ Deliver = Callable[[Batch], object]
 
 
 class OverlappedStages:
-    """Three threads between an intake and a ``deliver`` callback, sharing one detector.
-
-    ``torch_threads`` is the intra-op thread count of torch in the stage
-    threads: preprocessing and postprocessing tensors are small, and on a
-    small CPU their parallel sections would fight the model's threads, so the
-    default is one; the parallelism comes from the stages themselves.
-    """
+    """Three threads between an intake and a ``deliver`` callback, sharing one model."""
 
     def __init__(
         self,
-        detector: Detector,
+        model: BatchModel,
         intake: Intake,
         deliver: Deliver,
         *,
-        batch_timeout: float = DEFAULT_BATCH_TIMEOUT,
-        torch_threads: int = 1,
+        batch_timeout: float,
         on_end: Callable[[], object] | None = None,
         name: str = "pipeline",
     ) -> None:
-        if batch_timeout < 0:
-            raise ValueError(f"the batch timeout must not be negative, got {batch_timeout}")
-        self.detector = detector
+        self.model = model
         self.intake = intake
         self.batch_timeout = batch_timeout
-        self.torch_threads = torch_threads
         self._deliver = deliver
         self._on_end = on_end
-        depth = len(detector.engine.buffers)
+        depth = model.buffers
         self._free: FrameQueue[int] = FrameQueue(depth, FreshnessPolicy.BLOCK)
         for index in range(depth):
             self._free.put(index)
-        self._to_infer: FrameQueue[Batch] = FrameQueue(depth, FreshnessPolicy.BLOCK)
+        self._to_infer: FrameQueue[Batch] = FrameQueue(1, FreshnessPolicy.BLOCK)
         self._to_post: FrameQueue[Batch] = FrameQueue(depth, FreshnessPolicy.BLOCK)
         self._draining = threading.Event()
         self._aborted = threading.Event()
@@ -148,33 +163,34 @@ class OverlappedStages:
         return not self.alive
 
     def _run(self, stage: str) -> None:
-        torch.set_num_threads(self.torch_threads)
-        stream = self.detector.engine.cuda_stream
-        # On CUDA every stage queues its work on the stream ONNX Runtime runs on, so the
-        # stream orders preprocessing, the model and postprocessing without a device sync.
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            self._run_stage(stage)
+        stream = self.model.cuda_stream
+        with contextlib.ExitStack() as context:
+            if stream is not None:
+                import torch
 
-    def _run_stage(self, stage: str) -> None:
-        try:
-            if stage == "preprocess":
-                self._preprocess_loop()
-            elif stage == "inference":
-                self._inference_loop()
-            else:
-                self._postprocess_loop()
-        except Exception as exc:
-            # A bug in a stage must not leave the others waiting for it forever.
-            log.exception("the %s stage failed; stopping the pipeline", stage)
-            self.failure = exc
-            self.abort()
-        finally:
-            if stage == "postprocess" and self._on_end is not None:
-                self._on_end()
+                context.enter_context(torch.cuda.stream(stream))
+            try:
+                {
+                    "preprocess": self._preprocess_loop,
+                    "inference": self._inference_loop,
+                    "postprocess": self._postprocess_loop,
+                }[stage]()
+            except Exception as exc:
+                # A bug in a stage must not leave the others waiting for it forever.
+                log.exception("the %s stage failed; stopping the pipeline", stage)
+                self.failure = exc
+                self.abort()
+            finally:
+                if stage == "postprocess" and self._on_end is not None:
+                    self._on_end()
 
     def _preprocess_loop(self) -> None:
         try:
             while (index := self._free.get()) is not None:
+                # Gather only once the model has taken the previous batch: frames wait in
+                # the intake (where a live stream drops old ones), not in a stale batch.
+                if not self._to_infer.wait_until_empty():
+                    return
                 batch = self._gather(Batch(index))
                 if batch is None or not self._to_infer.put(batch):
                     return
@@ -183,7 +199,7 @@ class OverlappedStages:
 
     def _gather(self, batch: Batch) -> Batch | None:
         """Letterbox frames into ``batch`` until it is full or its time is up; None at the end."""
-        capacity = self.detector.batch_size
+        capacity = self.model.batch_size
         deadline: float | None = None
         while len(batch.arrivals) < capacity and not self._aborted.is_set():
             now = time.monotonic()
@@ -199,29 +215,29 @@ class OverlappedStages:
                 deadline = time.monotonic() + self.batch_timeout
             started = time.perf_counter()
             for arrival in arrivals:
-                slot = len(batch.arrivals)
+                try:
+                    geometry = self.model.preprocess(
+                        batch.buffer, len(batch.arrivals), arrival.frame
+                    )
+                except Exception as exc:  # this frame fails alone; its slot is reused
+                    batch.failures.append((arrival, exc))
+                    continue
                 batch.arrivals.append(arrival)
-                if batch.error is None:
-                    try:
-                        batch.geometries.append(
-                            self.detector.preprocess(batch.buffer, slot, arrival.frame)
-                        )
-                    except Exception as exc:  # the batch fails as a whole, visibly
-                        batch.error = exc
+                batch.geometries.append(geometry)
             batch.preprocess_seconds += time.perf_counter() - started
-        if self._aborted.is_set() or not batch.arrivals:
+        if self._aborted.is_set() or not (batch.arrivals or batch.failures):
             return None
         return batch
 
     def _inference_loop(self) -> None:
         try:
             while (batch := self._to_infer.get()) is not None:
-                if batch.error is None:
+                if batch.arrivals:
                     started = time.perf_counter()
                     try:
-                        batch.raw = self.detector.infer(batch.buffer, len(batch.arrivals))
+                        batch.raw = self.model.infer(batch.buffer, len(batch.arrivals))
                     except Exception as exc:
-                        batch.error = exc
+                        self._rerun_by_stream(batch, exc)
                     batch.inference_seconds = time.perf_counter() - started
                 if not self._to_post.put(batch):
                     return
@@ -230,15 +246,46 @@ class OverlappedStages:
 
     def _postprocess_loop(self) -> None:
         while (batch := self._to_post.get()) is not None:
-            if batch.error is None and batch.raw is not None:
+            if batch.arrivals and not batch.done:
                 started = time.perf_counter()
                 try:
-                    batch.results = self.detector.postprocess(
+                    batch.results = self.model.postprocess(
                         batch.raw, batch.geometries, batch.frames
                     )
                 except Exception as exc:
-                    batch.error = exc
+                    self._rerun_by_stream(batch, exc)
                 batch.postprocess_seconds = time.perf_counter() - started
             batch.raw = None
             self._free.put(batch.buffer)
             self._deliver(batch)
+
+    def _rerun_by_stream(self, batch: Batch, error: Exception) -> None:
+        """Run ``batch`` again one stream at a time; only the streams that still fail lose frames.
+
+        Each stream's frames are letterboxed again into the first slots of the
+        batch's own buffer, so no other batch is disturbed.
+        """
+        groups: dict[str, list[Arrival]] = {}
+        for arrival in batch.arrivals:
+            groups.setdefault(arrival.stream, []).append(arrival)
+        results: list[FrameResult] = []
+        kept: list[Arrival] = []
+        if len(groups) == 1:
+            batch.failures += [(a, error) for a in batch.arrivals]
+        else:
+            for arrivals in groups.values():
+                try:
+                    frames = [a.frame for a in arrivals]
+                    geometries = [
+                        self.model.preprocess(batch.buffer, slot, f)
+                        for slot, f in enumerate(frames)
+                    ]
+                    raw = self.model.infer(batch.buffer, len(frames))
+                    results += self.model.postprocess(raw, geometries, frames)
+                    kept += arrivals
+                except Exception as exc:
+                    batch.failures += [(a, exc) for a in arrivals]
+        batch.arrivals = kept
+        batch.results = results
+        batch.raw = None
+        batch.done = True

@@ -13,23 +13,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
-import torch
 
 from vstream.errors import ModelError
 
-# ONNX Runtime type strings -> (numpy dtype, torch dtype)
-_DTYPES: dict[str, tuple[np.dtype, torch.dtype]] = {
-    "tensor(float)": (np.dtype(np.float32), torch.float32),
-    "tensor(float16)": (np.dtype(np.float16), torch.float16),
-    "tensor(double)": (np.dtype(np.float64), torch.float64),
-    "tensor(int64)": (np.dtype(np.int64), torch.int64),
-    "tensor(int32)": (np.dtype(np.int32), torch.int32),
-    "tensor(uint8)": (np.dtype(np.uint8), torch.uint8),
-    "tensor(bool)": (np.dtype(np.bool_), torch.bool),
+# ONNX Runtime type strings -> numpy dtype names (torch's dtypes have the same names).
+_DTYPES: dict[str, str] = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(uint8)": "uint8",
+    "tensor(bool)": "bool",
 }
-INPUT_DTYPES = (torch.float32, torch.float16)
+INPUT_DTYPES = ("float32", "float16")
 """Input element types the preprocessing can write."""
+
+DEFAULT_IMGSZ = 640
 
 Dim = int | str | None
 """A dimension: a size, a symbolic name, or unknown."""
@@ -44,12 +44,19 @@ class TensorSpec:
     shape: tuple[Dim, ...]
 
     @property
-    def numpy_dtype(self) -> np.dtype:
-        return _DTYPES[self.type_name][0]
+    def dtype_name(self) -> str:
+        """``float32``, ``float16``, ...: the same name in numpy and torch."""
+        return _DTYPES[self.type_name]
 
     @property
-    def torch_dtype(self) -> torch.dtype:
-        return _DTYPES[self.type_name][1]
+    def numpy_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype_name)
+
+    @property
+    def torch_dtype(self) -> Any:
+        import torch
+
+        return getattr(torch, self.dtype_name)
 
     @property
     def supported(self) -> bool:
@@ -143,7 +150,7 @@ def read_model_spec(session: Any, path: Path) -> ModelSpec:
             f"{path.name}: input {image.name!r} must be [batch, 3, height, width], "
             f"got {list(image.shape)}"
         )
-    if not image.supported or image.torch_dtype not in INPUT_DTYPES:
+    if not image.supported or image.dtype_name not in INPUT_DTYPES:
         raise ModelError(
             f"{path.name}: input {image.name!r} is {image.type_name}; "
             "only float32 and float16 image inputs are supported"
@@ -168,6 +175,8 @@ def infer_output_shapes(
     path: Path, input_name: str, input_shape: tuple[int, ...]
 ) -> dict[str, tuple[Dim, ...]]:
     """Output shapes found by ONNX shape inference with the input shape fixed."""
+    import onnx
+
     model = onnx.load(str(path), load_external_data=False)
     for graph_input in model.graph.input:
         if graph_input.name == input_name:
@@ -191,9 +200,71 @@ def declared_batch(path: Path) -> int | None:
     Read from the graph without creating a session, for callers that choose a
     batch size before loading the model (loading reports unreadable files).
     """
+    import onnx
+
     try:
         model = onnx.load(str(path), load_external_data=False)
         dim = model.graph.input[0].type.tensor_type.shape.dim[0]
     except Exception:  # missing or corrupt: loading the model reports it properly
         return None
     return dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None
+
+
+def input_size(spec: ModelSpec, imgsz: int | tuple[int, int] | None) -> tuple[int, int]:
+    """The ``(height, width)`` the model runs at: fixed by the model, asked for, or a default."""
+    requested = (imgsz, imgsz) if isinstance(imgsz, int) else imgsz
+    fixed = spec.fixed_input_size
+    if fixed is not None:
+        if requested is not None and tuple(requested) != fixed:
+            raise ModelError(
+                f"{spec.path.name} takes a fixed {fixed[1]}x{fixed[0]} input; "
+                f"imgsz {requested[1]}x{requested[0]} does not fit (leave imgsz unset)"
+            )
+        return fixed
+    size = requested or spec.metadata_imgsz or (DEFAULT_IMGSZ, DEFAULT_IMGSZ)
+    stride = spec.stride
+    if any(s <= 0 or s % stride for s in size):
+        raise ModelError(
+            f"imgsz {list(size)} must be positive multiples of the model stride {stride}"
+        )
+    return size[0], size[1]
+
+
+def batch_size(spec: ModelSpec, requested: int | None) -> int:
+    """The batch the engine runs: as asked, else the model's fixed batch, else 1."""
+    if requested is None:
+        return spec.fixed_batch or 1
+    if requested < 1:
+        raise ModelError(f"batch size must be at least 1, got {requested}")
+    fixed = spec.fixed_batch
+    if fixed is not None and fixed != requested:
+        raise ModelError(
+            f"{spec.path.name} has a fixed batch of {fixed}; batch size {requested} does not fit"
+        )
+    return requested
+
+
+def check_model(
+    path: str | Path, imgsz: int | tuple[int, int] | None, requested_batch: int | None
+) -> ModelSpec:
+    """Load ``path`` in ONNX Runtime (CPU) and check it fits the options, without torch.
+
+    What ``vstream validate`` runs: the model loads, has one image input,
+    and its fixed size and batch (if any) fit ``imgsz`` and the batch size.
+    """
+    from vstream.inference.wheels import load_onnxruntime
+
+    ort = load_onnxruntime()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # ONNX Runtime raises several unrelated types
+        first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+        raise ModelError(f"cannot load model {path}: {first}") from None
+    spec = read_model_spec(session, Path(path))
+    input_size(spec, imgsz)
+    batch_size(spec, requested_batch)
+    return spec

@@ -1,6 +1,6 @@
 """ONNX Runtime inference with IO binding: bind once, run many times.
 
-The engine owns the model's input tensors and its output tensors. All are
+A :class:`ModelSession` owns the model's input tensors and its output tensors. All are
 allocated once on the pipeline's device and bound to ONNX Runtime by address,
 so a run reads the preprocessed frames where preprocessing wrote them and
 writes detections where postprocessing reads them: nothing is copied, and
@@ -14,26 +14,29 @@ option.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from vstream.config.model import ModelConfig, RuntimeOptions
 from vstream.errors import ModelError
 from vstream.inference.buckets import BatchBuffer, Bucket, bucket_sizes
-from vstream.inference.model import ModelSpec, infer_output_shapes, read_model_spec
+from vstream.inference.model import (
+    batch_size,
+    infer_output_shapes,
+    input_size,
+    read_model_spec,
+)
 from vstream.inference.providers import (
     ProviderChoice,
     cuda_graphs_enabled,
     resolve_device,
     session_providers,
 )
-from vstream.inference.runtime import load_onnxruntime
+from vstream.inference.wheels import load_onnxruntime
 
 log = logging.getLogger("vstream")
-
-DEFAULT_IMGSZ = 640
 
 
 def _first_line(exc: BaseException) -> str:
@@ -41,79 +44,36 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _input_size(spec: ModelSpec, imgsz: int | tuple[int, int] | None) -> tuple[int, int]:
-    """The ``(height, width)`` the model runs at: fixed by the model, asked for, or a default."""
-    requested = (imgsz, imgsz) if isinstance(imgsz, int) else imgsz
-    fixed = spec.fixed_input_size
-    if fixed is not None:
-        if requested is not None and tuple(requested) != fixed:
-            raise ModelError(
-                f"{spec.path.name} takes a fixed {fixed[1]}x{fixed[0]} input; "
-                f"imgsz {requested[1]}x{requested[0]} does not fit (leave imgsz unset)"
-            )
-        return fixed
-    size = requested or spec.metadata_imgsz or (DEFAULT_IMGSZ, DEFAULT_IMGSZ)
-    stride = spec.stride
-    if any(s <= 0 or s % stride for s in size):
-        raise ModelError(
-            f"imgsz {list(size)} must be positive multiples of the model stride {stride}"
-        )
-    return size[0], size[1]
-
-
-def _batch_size(spec: ModelSpec, requested: int | None) -> int:
-    """The batch the engine runs: as asked, else the model's fixed batch, else 1."""
-    if requested is None:
-        return spec.fixed_batch or 1
-    if requested < 1:
-        raise ModelError(f"batch size must be at least 1, got {requested}")
-    fixed = spec.fixed_batch
-    if fixed is not None and fixed != requested:
-        raise ModelError(
-            f"{spec.path.name} has a fixed batch of {fixed}; batch size {requested} does not fit"
-        )
-    return requested
-
-
-class InferenceEngine:
+class ModelSession:
     """A detector model in ONNX Runtime, with its inputs and outputs bound by address.
 
-    ``buffers`` sets how many batches can be in flight at once (one being
-    preprocessed, one in the model, one in postprocessing); each buffer has
-    its own input and, per batch bucket, its own outputs and IO binding.
-    ``spin_wait`` lets ONNX Runtime's threads spin between parallel sections:
-    fastest when the model has the CPU to itself, wasteful when decoding and
-    preprocessing run beside it on the same cores.
+    ``runtime.in_flight`` sets how many batches can be in flight at once (one
+    being preprocessed, one in the model, one in postprocessing); each has a
+    buffer of its own: its own input and, per batch bucket, its own outputs
+    and IO binding. ``model.spin_wait`` lets ONNX Runtime's threads spin
+    between parallel sections: fastest when the model has the CPU to itself,
+    wasteful when decoding and preprocessing run beside it on the same cores.
     """
 
-    def __init__(
-        self,
-        model_path: str | Path,
-        *,
-        device: str = "auto",
-        batch_size: int | None = None,
-        imgsz: int | tuple[int, int] | None = None,
-        providers: Sequence[ProviderChoice] | None = None,
-        intra_op_threads: int = 0,
-        buffers: int = 1,
-        spin_wait: bool = True,
-    ) -> None:
+    def __init__(self, model: ModelConfig, runtime: RuntimeOptions) -> None:
         ort = load_onnxruntime()
-        path = Path(model_path)
+        path = Path(model.path)
         if not path.is_file():
             raise ModelError(f"model file not found: {path}")
-        if buffers < 1:
-            raise ModelError(f"an engine needs at least one buffer, got {buffers}")
         available = ort.get_available_providers()
-        self.device = resolve_device(device, available)
+        self.device = resolve_device(runtime.device, available)
+        providers = [
+            ProviderChoice(p.name, {k: str(v) for k, v in p.options.items()})
+            for p in model.providers or ()
+        ] or None
         self.cuda_stream = (
             torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
         )
         """The torch stream ONNX Runtime was given (when not the default): stages use it too."""
         options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
+        options.intra_op_num_threads = model.intra_op_threads
         options.log_severity_level = 3
-        if not spin_wait:
+        if not model.spin_wait:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(
@@ -124,8 +84,8 @@ class InferenceEngine:
         except Exception as exc:  # ONNX Runtime raises several unrelated types
             raise ModelError(f"cannot load model {path}: {_first_line(exc)}") from exc
         self.spec = read_model_spec(self.session, path)
-        height, width = _input_size(self.spec, imgsz)
-        sizes = bucket_sizes(_batch_size(self.spec, batch_size), self.spec.fixed_batch)
+        height, width = input_size(self.spec, model.imgsz)
+        sizes = bucket_sizes(batch_size(self.spec, runtime.batch_size), self.spec.fixed_batch)
         self.cuda_graphs = cuda_graphs_enabled(self.device, providers)
         """Whether every bucket runs as its own CUDA graph (``gpu_graph_id``)."""
         self._shapes = {size: self._output_shapes((size, 3, height, width)) for size in sizes}
@@ -133,7 +93,9 @@ class InferenceEngine:
             raise ModelError(
                 f"{path.name}: CUDA graphs need outputs whose size is known before the run"
             )
-        self.buffers = tuple(self._buffer(i, sizes, (height, width)) for i in range(buffers))
+        self.buffers = tuple(
+            self._buffer(i, sizes, (height, width)) for i in range(runtime.in_flight)
+        )
         """Persistent inputs, outputs and bindings, created once; see :class:`BatchBuffer`."""
 
     @property

@@ -1,12 +1,15 @@
 """Postprocessing on the device: decode, NMS, map boxes back to frame pixels."""
 
-from vstream.postprocess.decode import DETECTION_COLUMNS, PostprocessConfig, Postprocessor
-from vstream.postprocess.formats import OutputFormat, detect_output_format
+from vstream.lazy import lazy_exports
 
-__all__ = [
-    "DETECTION_COLUMNS",
-    "OutputFormat",
-    "PostprocessConfig",
-    "Postprocessor",
-    "detect_output_format",
-]
+__all__ = ["DETECTION_COLUMNS", "OutputFormat", "Postprocessor", "detect_output_format"]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "DETECTION_COLUMNS": "vstream.postprocess.decode",
+        "Postprocessor": "vstream.postprocess.decode",
+        "OutputFormat": "vstream.postprocess.formats",
+        "detect_output_format": "vstream.postprocess.formats",
+    },
+)

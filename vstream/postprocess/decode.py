@@ -1,52 +1,24 @@
 """Turning raw detector output into final boxes, on the device.
 
 Candidates are filtered by confidence and class, suppressed with
-torchvision's batched NMS, capped per frame and mapped back to the pixels of
-each original frame. The result is one compact tensor per batch, the only
-data the pipeline ever copies to the host.
+torchvision's NMS kernel (:mod:`vstream.postprocess.nms`), capped per frame
+and mapped back to the pixels of each original frame. The result is one
+compact tensor per batch, the only data the pipeline ever copies to the host.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
-from torchvision.ops import batched_nms, box_convert
 
+from vstream.config.model import PostprocessOptions
 from vstream.postprocess.formats import OutputFormat, check_output_shape, class_count
+from vstream.postprocess.nms import batched_nms, cxcywh_to_xyxy
 from vstream.preprocess.letterbox import LetterboxGeometry
 
 DETECTION_COLUMNS = ("frame", "x1", "y1", "x2", "y2", "score", "class_id")
 """Columns of the detections tensor; ``frame`` is the position in the batch."""
-
-
-@dataclass(frozen=True)
-class PostprocessConfig:
-    """Thresholds and limits applied to raw detections."""
-
-    conf: float = 0.25
-    """Minimum score kept."""
-    iou: float = 0.45
-    """IoU above which NMS suppresses the lower-scored box of the same class."""
-    classes: tuple[int, ...] | None = None
-    """Class ids to keep; None keeps all."""
-    max_det: int = 300
-    """Most detections kept per frame."""
-    max_candidates: int = 30000
-    """Most boxes per frame handed to NMS, highest scores first."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.conf <= 1.0:
-            raise ValueError(f"conf must be in [0, 1], got {self.conf}")
-        if not 0.0 <= self.iou <= 1.0:
-            raise ValueError(f"iou must be in [0, 1], got {self.iou}")
-        if self.max_det < 1:
-            raise ValueError(f"max_det must be at least 1, got {self.max_det}")
-        if self.max_candidates < 1:
-            raise ValueError(f"max_candidates must be at least 1, got {self.max_candidates}")
-        if self.classes is not None and any(c < 0 for c in self.classes):
-            raise ValueError(f"class ids must be non-negative, got {list(self.classes)}")
 
 
 def _rank_within_frame(frame: torch.Tensor, n_frames: int) -> torch.Tensor:
@@ -65,7 +37,7 @@ def _group_by_frame(frame: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
 class Postprocessor:
     """Decodes one detector output format into the detections tensor."""
 
-    def __init__(self, fmt: OutputFormat, config: PostprocessConfig, device: torch.device) -> None:
+    def __init__(self, fmt: OutputFormat, config: PostprocessOptions, device: torch.device) -> None:
         self.format = fmt
         self.config = config
         self.device = device
@@ -108,7 +80,7 @@ class Postprocessor:
         frame, anchor = keep.nonzero(as_tuple=True)
         boxes = boxes[frame, anchor].float()
         if self.format is not OutputFormat.END_TO_END:
-            boxes = box_convert(boxes, "cxcywh", "xyxy")
+            boxes = cxcywh_to_xyxy(boxes)
         return boxes, score[frame, anchor].float(), class_id[frame, anchor], frame
 
     def __call__(

@@ -74,7 +74,7 @@ class LetterboxGeometry:
 class Letterboxer:
     """Writes frames into slots of a preallocated NCHW model input tensor.
 
-    The input tensor belongs to the inference engine and is bound to ONNX
+    The input tensor belongs to the model session and is bound to ONNX
     Runtime by address, so this class only ever writes into it in place. The
     padding of a slot is painted only when the geometry of that slot changes.
     """

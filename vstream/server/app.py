@@ -2,8 +2,9 @@
 
 Every response is JSON except ``/metrics``; every error is
 ``{"error": "<one clear sentence>"}`` with a fitting status. When a token is
-configured, every request must carry ``Authorization: Bearer <token>``.
-Stream descriptions show URIs without credentials.
+configured, every request must carry ``Authorization: Bearer <token>`` (the
+scheme in any case). Request bodies are bounded while they are read, and
+JSON nesting before it is parsed; stream descriptions never show credentials.
 """
 
 from __future__ import annotations
@@ -22,43 +23,101 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vstream import __version__
 from vstream.config.loading import ConfigError
-from vstream.errors import VstreamError
+from vstream.engine.engine import Engine
+from vstream.engine.errors import (
+    PipelineNotFound,
+    ShuttingDown,
+    StreamConflict,
+    StreamNotFound,
+)
+from vstream.errors import LimitExceeded, VstreamError, describe
 from vstream.metrics import CONTENT_TYPE
-from vstream.runtime import PipelineNotFound, Runtime, StreamConflict, StreamNotFound
-from vstream.uri import redact_uri
+from vstream.uri import redact
 
 log = logging.getLogger("vstream.server")
 
-MAX_BODY_BYTES = 64 * 1024
+
+class BodyTooLarge(VstreamError):
+    """The request body is over ``server.max_body_bytes`` (413)."""
 
 
 def error(status: int, message: str, **extra: Any) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"error": redact_uri(message), **extra}, status, headers=headers)
+    return JSONResponse({"error": redact(message), **extra}, status, headers=headers)
+
+
+_STATUS: tuple[tuple[type[VstreamError], int], ...] = (
+    (StreamNotFound, 404),
+    (PipelineNotFound, 404),
+    (StreamConflict, 409),
+    (BodyTooLarge, 413),
+    (LimitExceeded, 429),
+    (ShuttingDown, 503),
+)
 
 
 def _status_of(exc: VstreamError) -> int:
-    if isinstance(exc, StreamNotFound | PipelineNotFound):
-        return 404
-    if isinstance(exc, StreamConflict):
-        return 409
-    return 400
+    return next((status for kind, status in _STATUS if isinstance(exc, kind)), 400)
 
 
-def create_app(runtime: Runtime, token: str | None = None) -> FastAPI:
-    """The API over ``runtime``; with ``token``, requests without it get 401."""
+def bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header; the scheme in any case."""
+    scheme, _, token = header.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def json_depth(body: bytes) -> int:
+    """How deeply arrays and objects nest in ``body``, counted without parsing it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused as soon as it is known to be over ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"the body is over {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"the body is over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(engine: Engine, token: str | None = None) -> FastAPI:
+    """The API over ``engine``; with ``token``, requests without it get 401."""
     app = FastAPI(
         title="vstream", version=__version__, docs_url=None, redoc_url=None, openapi_url=None
     )
-    expected = f"Bearer {token}".encode() if token else None
+    server = engine.config.server
+    expected = token.encode() if token else None
 
     @app.middleware("http")
     async def require_token(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         if expected is not None:
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
+            given = bearer_token(request.headers.get("authorization", "")) or ""
+            if not hmac.compare_digest(given.encode(), expected):
                 return error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
         return await call_next(request)
 
@@ -80,23 +139,23 @@ def create_app(runtime: Runtime, token: str | None = None) -> FastAPI:
 
     @app.exception_handler(VstreamError)
     async def refused(request: Request, exc: VstreamError) -> JSONResponse:
-        status = 503 if runtime.stopping.is_set() else _status_of(exc)
+        status = 503 if engine.stopping.is_set() else _status_of(exc)
         return error(status, str(exc))
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:
-        log.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        log.error("%s %s failed: %s", request.method, request.url.path, describe(exc))
         return error(500, f"internal error ({type(exc).__name__}); see the server log")
 
     @app.get("/health")
     def health() -> dict[str, str]:
         """Liveness: the process answers."""
-        return {"status": "stopping" if runtime.stopping.is_set() else "ok"}
+        return {"status": "stopping" if engine.stopping.is_set() else "ok"}
 
     @app.get("/ready")
     def ready() -> JSONResponse:
         """Readiness: models loaded (they are, once the API is up) and every source delivering."""
-        reasons = runtime.not_ready()
+        reasons = engine.not_ready()
         if reasons:
             return JSONResponse(
                 {"ready": False, "error": "not ready: " + "; ".join(reasons), "reasons": reasons},
@@ -106,29 +165,29 @@ def create_app(runtime: Runtime, token: str | None = None) -> FastAPI:
 
     @app.get("/metrics")
     def metrics() -> Response:
-        return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
+        return Response(engine.metrics.render(), media_type=CONTENT_TYPE)
 
     @app.get("/streams")
     def list_streams() -> dict[str, Any]:
-        return {"streams": runtime.streams()}
+        return {"streams": engine.streams()}
 
     @app.get("/streams/{stream_id}")
     def get_stream(stream_id: str) -> dict[str, Any]:
-        return runtime.stream(stream_id)
+        return engine.stream(stream_id)
 
     @app.post("/streams", status_code=201)
     async def add_stream(request: Request) -> dict[str, Any]:
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            raise VstreamError(f"body too large (over {MAX_BODY_BYTES} bytes)")
+        body = await read_body(request, server.max_body_bytes)
+        if json_depth(body) > server.max_json_depth:
+            raise VstreamError(f"the JSON body nests deeper than {server.max_json_depth} levels")
         try:
             data = json.loads(body or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise VstreamError(f"the body is not valid JSON: {exc}") from None
-        return await run_in_threadpool(runtime.add_stream, data)
+        return await run_in_threadpool(engine.add_stream, data)
 
     @app.delete("/streams/{stream_id}")
     def remove_stream(stream_id: str) -> dict[str, Any]:
-        return {"removed": runtime.remove_stream(stream_id)}
+        return {"removed": engine.remove_stream(stream_id)}
 
     return app

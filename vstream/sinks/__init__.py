@@ -1,15 +1,11 @@
 """Sinks: where frame records go.
 
-:class:`JsonLinesSink` writes synchronously (``vstream run``); the daemon runs
-every sink as a transport behind a :class:`BufferedSink`, off the inference
-thread. The MQTT, Redis and webhook transports live in their own modules
-(``vstream.sinks.mqtt``, ``.redis_streams``, ``.webhook``) so that their client
-libraries load only when used.
+Every sink is a *transport* (a file, stdout, MQTT, Redis Streams, a webhook)
+run behind a :class:`BufferedSink`, off the pipeline's threads. The client
+libraries load only when their sink is used.
 """
 
-from vstream.sinks.base import DeliveryError, Record, Transport
-from vstream.sinks.buffered import BufferedSink, RetryPolicy, SinkStats
-from vstream.sinks.jsonl import JsonLinesSink
+from vstream.lazy import lazy_exports
 
 __all__ = [
     "BufferedSink",
@@ -20,3 +16,16 @@ __all__ = [
     "SinkStats",
     "Transport",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "BufferedSink": "vstream.sinks.buffered",
+        "RetryPolicy": "vstream.sinks.buffered",
+        "SinkStats": "vstream.sinks.buffered",
+        "DeliveryError": "vstream.sinks.base",
+        "Record": "vstream.sinks.base",
+        "Transport": "vstream.sinks.base",
+        "JsonLinesSink": "vstream.sinks.jsonl",
+    },
+)

@@ -29,7 +29,12 @@ class DeliveryError(Exception):
 
 
 class Transport(Protocol):
-    """Puts batches of records somewhere; raising means "not (all) delivered"."""
+    """Puts batches of records somewhere.
+
+    Raising :class:`DeliveryError` means "not (all) delivered, try again"
+    (or, with ``retryable=False``, "rejected"); raising anything else means
+    the transport cannot work, and its sink fails.
+    """
 
     def send(self, records: Sequence[Record]) -> None: ...
 

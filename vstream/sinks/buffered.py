@@ -1,10 +1,20 @@
-"""Sinks off the inference thread: a bounded buffer, a sender thread, retries, counters.
+"""Sinks off the pipeline's threads: a bounded buffer, a sender thread, retries, counters.
 
-The inference loop only appends records to a buffer and never waits for a
-broker, a disk or a URL. When the destination is down, records wait in the
-buffer and the sender retries with exponential backoff; when the buffer is
-full the oldest records are dropped and counted, so a slow sink costs
-records, visibly, but never stalls the pipeline.
+The pipeline only appends records to a buffer. What a full buffer does is
+the sink's ``overflow`` policy: ``drop_oldest`` (network sinks) drops the
+oldest records, counted, so a slow broker never stalls detection;
+``block`` (files, stdout) makes the pipeline wait, so nothing is lost.
+
+Faults are classified. A :class:`~vstream.sinks.base.DeliveryError` is a
+transient fault of the destination (broker down, timeout, HTTP 503): the
+batch is retried with exponential backoff, or dropped and counted when the
+destination rejects it for good. Anything else a transport raises is a bug
+or a misconfiguration: the sink fails once, loudly, with state ``failed``;
+what it held and what comes later is dropped and counted, never retried.
+
+Drops are logged at most once per ``log_interval`` seconds per sink, with
+the count since the last line; the exact totals are logged when the sink
+closes.
 """
 
 from __future__ import annotations
@@ -14,12 +24,16 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Literal
 
+from vstream.errors import describe
 from vstream.results import FrameResult
 from vstream.sinks.base import DeliveryError, Record, Transport
-from vstream.uri import redact_uri
+from vstream.uri import redact
 
 log = logging.getLogger("vstream.sinks")
+
+Overflow = Literal["drop_oldest", "block"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +48,7 @@ class RetryPolicy:
 
 @dataclass
 class SinkStats:
-    """Counters of one sink, read by the metrics endpoint."""
+    """Counters of one sink, read by the metrics endpoint; written under the sink's lock."""
 
     delivered: int = 0
     """Records the destination (or its client library) accepted."""
@@ -43,7 +57,7 @@ class SinkStats:
     failures: int = 0
     """Failed attempts (each may have been retried)."""
     dropped: int = 0
-    """Records given up: buffer overflow, out of attempts, rejected, or unsent at shutdown."""
+    """Records given up: buffer overflow, rejected, failed sink, or unsent at shutdown."""
 
 
 class BufferedSink:
@@ -51,8 +65,8 @@ class BufferedSink:
 
     Records are delivered in the order they were written, in batches of up
     to ``batch_records``. With ``events_only`` only frames that have
-    detections are kept. :meth:`close` delivers what is buffered for up to
-    ``flush_timeout`` seconds, then counts the rest as dropped.
+    detections or events are kept. :meth:`close` delivers what is buffered
+    for up to ``flush_timeout`` seconds, then counts the rest as dropped.
     """
 
     def __init__(
@@ -64,8 +78,10 @@ class BufferedSink:
         events_only: bool = False,
         capacity: int = 10000,
         batch_records: int = 100,
+        overflow: Overflow = "drop_oldest",
         retry: RetryPolicy | None = None,
         flush_timeout: float = 10.0,
+        log_interval: float = 10.0,
     ) -> None:
         self.transport = transport
         self.name = name
@@ -73,14 +89,21 @@ class BufferedSink:
         self.events_only = events_only
         self.capacity = capacity
         self.batch_records = batch_records
+        self.overflow = overflow
         self.retry = retry or RetryPolicy()
         self.flush_timeout = flush_timeout
+        self.log_interval = log_interval
         self.stats = SinkStats()
+        self.error: BaseException | None = None
+        """What failed the sink, if anything did; it then delivers nothing more."""
         self._buffer: deque[Record] = deque()
         self._cond = threading.Condition()
         self._closing = False
         self._deadline = float("inf")
         self._outage = False
+        self._unlogged = 0
+        self._unlogged_reason = ""
+        self._logged_at = float("-inf")
         self._thread = threading.Thread(target=self._run, name=f"sink-{name}", daemon=True)
         self._thread.start()
 
@@ -93,46 +116,83 @@ class BufferedSink:
         """Records waiting to be sent."""
         return len(self._buffer)
 
+    @property
+    def state(self) -> str:
+        """``ok``, ``retrying`` (destination unavailable) or ``failed``."""
+        if self.error is not None:
+            return "failed"
+        return "retrying" if self._outage else "ok"
+
+    def keeps(self, result: FrameResult) -> bool:
+        return not self.events_only or bool(result.detections) or bool(result.events)
+
     def write(self, results: list[FrameResult]) -> None:
-        """Queue the records of ``results``; never blocks on the destination."""
-        records = [r.to_record() for r in results if r.detections or not self.events_only]
+        """Queue the records of ``results``; waits only with the ``block`` policy."""
+        records = [r.to_record() for r in results if self.keeps(r)]
         if not records:
             return
         with self._cond:
-            if self._closing:
-                self._drop(len(records), "after shutdown began")
+            if self._closing or self.error is not None:
+                why = "the sink has failed" if self.error is not None else "after shutdown began"
+                self._drop(len(records), why)
                 return
+            if self.overflow == "block":
+                while len(self._buffer) >= self.capacity and not self._closing and not self.error:
+                    self._cond.wait(0.5)
+                if self.error is not None:
+                    self._drop(len(records), "the sink has failed")
+                    return
             overflow = len(self._buffer) + len(records) - self.capacity
-            for _ in range(max(0, overflow)):
-                if self._buffer:
-                    self._buffer.popleft()
-                else:
-                    records.pop(0)
             if overflow > 0:
+                dropped_old = min(overflow, len(self._buffer))
+                for _ in range(dropped_old):
+                    self._buffer.popleft()
+                del records[: overflow - dropped_old]
                 self._drop(overflow, "buffer full, oldest records dropped")
             self._buffer.extend(records)
-            self._cond.notify()
+            self._cond.notify_all()
 
     def _drop(self, count: int, why: str) -> None:
+        """Count ``count`` dropped records; log at most once per interval."""
         with self._cond:
-            first = self.stats.dropped == 0 or not self._outage
             self.stats.dropped += count
-        if first:
-            log.warning("%s: %d records dropped: %s", self.label, count, why)
+            self._unlogged += count
+            self._unlogged_reason = why
+            now = time.monotonic()
+            if now - self._logged_at < self.log_interval:
+                return
+            count, why, self._unlogged, self._logged_at = self._unlogged, why, 0, now
+            total = self.stats.dropped
+        log.warning("%s: %d records dropped (%s); %d in all so far", self.label, count, why, total)
 
     def _next_batch(self) -> list[Record] | None:
-        """The next records to send; None once closing and done (or out of time)."""
+        """The next records to send; None once closing and done (or out of time, or failed)."""
         with self._cond:
             while not self._buffer and not self._closing:
                 self._cond.wait()
-            if not self._buffer or time.monotonic() >= self._deadline:
+            if not self._buffer or time.monotonic() >= self._deadline or self.error is not None:
                 return None
             count = min(self.batch_records, len(self._buffer))
-            return [self._buffer.popleft() for _ in range(count)]
+            batch = [self._buffer.popleft() for _ in range(count)]
+            self._cond.notify_all()
+            return batch
 
     def _run(self) -> None:
         while (batch := self._next_batch()) is not None:
-            self._deliver(batch)
+            try:
+                self._deliver(batch)
+            except Exception as exc:  # not a delivery fault: a bug or a misconfiguration
+                self._fail(exc, len(batch))
+                return
+
+    def _fail(self, exc: BaseException, in_hand: int) -> None:
+        with self._cond:
+            self.error = exc
+            left = len(self._buffer)
+            self._buffer.clear()
+            self._cond.notify_all()
+        log.error("%s: failed: %s; it delivers nothing more", self.label, redact(describe(exc)))
+        self._drop(in_hand + left, "the sink has failed")
 
     def _deliver(self, batch: list[Record]) -> None:
         """Send ``batch`` until it is through, given up, or shutdown's time is up."""
@@ -147,20 +207,20 @@ class BufferedSink:
                 delivered, error = len(batch), None
             except DeliveryError as exc:
                 delivered, error = exc.delivered, exc
-            except Exception as exc:  # a client library's own error types
-                delivered, error = 0, DeliveryError(f"{type(exc).__name__}: {exc}")
-            self.stats.delivered += delivered
+            with self._cond:
+                self.stats.delivered += delivered
             batch = batch[delivered:]
             if error is None:
                 self._recovered(attempts)
                 return
             attempts += 1
-            self.stats.failures += 1
+            with self._cond:
+                self.stats.failures += 1
             if not error.retryable or (
                 self.retry.max_attempts is not None and attempts >= self.retry.max_attempts
             ):
                 reason = "rejected" if not error.retryable else f"{attempts} failed attempts"
-                log.warning("%s: %s (%s)", self.label, redact_uri(str(error)), reason)
+                log.warning("%s: %s (%s)", self.label, redact(str(error)), reason)
                 self._drop(len(batch), reason)
                 return
             if not self._outage:
@@ -168,12 +228,12 @@ class BufferedSink:
                 log.warning(
                     "%s: %s; retrying, buffering up to %d records",
                     self.label,
-                    redact_uri(str(error)),
+                    redact(str(error)),
                     self.capacity,
                 )
-            self.stats.retries += 1
-            wait = min(delay, max(0.0, self._deadline - time.monotonic()))
             with self._cond:
+                self.stats.retries += 1
+                wait = min(delay, max(0.0, self._deadline - time.monotonic()))
                 self._cond.wait_for(lambda: False, timeout=wait)
             delay = min(delay * 2, self.retry.max_delay_seconds)
 
@@ -199,7 +259,7 @@ class BufferedSink:
             self._cond.notify_all()
 
     def close(self) -> None:
-        """Stop taking records, deliver what is buffered (up to the flush timeout), close."""
+        """Deliver what is buffered (up to the flush timeout), close, log the exact totals."""
         self.start_flush()
         self._thread.join(max(0.0, self._deadline - time.monotonic()) + 5.0)
         with self._cond:
@@ -207,6 +267,26 @@ class BufferedSink:
             self._buffer.clear()
         if left:
             self._drop(left, "not delivered before the flush timeout")
-        unconfirmed = self.transport.close(max(0.0, self._deadline - time.monotonic()))
+        try:
+            unconfirmed = self.transport.close(max(0.0, self._deadline - time.monotonic()))
+        except Exception as exc:  # closing a broken transport must not hide the totals
+            log.warning("%s: closing failed: %s", self.label, redact(describe(exc)))
+            unconfirmed = 0
         if unconfirmed:
+            with self._cond:
+                self.stats.delivered -= unconfirmed
             self._drop(unconfirmed, "sent but not acknowledged before shutdown")
+        stats = self.stats
+        level = logging.WARNING if stats.dropped or self.error else logging.INFO
+        log.log(
+            level,
+            "%s: %d records delivered, %d dropped%s",
+            self.label,
+            stats.delivered,
+            stats.dropped,
+            " (failed)" if self.error is not None else "",
+        )
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()

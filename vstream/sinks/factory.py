@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vstream.config.models import (
+from vstream.config.sinks import (
     JsonlSinkConfig,
     MqttSinkConfig,
     RedisSinkConfig,
@@ -23,7 +23,7 @@ def build_transport(config: SinkBase, pipeline: str) -> Transport:
     if isinstance(config, JsonlSinkConfig):
         return JsonLinesSink(
             Path(config.path),
-            append=True,
+            append=config.append,
             rotate_bytes=config.rotate_bytes,
             rotate_seconds=config.rotate_seconds,
             keep=config.keep,
@@ -55,6 +55,7 @@ def build_transport(config: SinkBase, pipeline: str) -> Transport:
             maxlen=config.maxlen,
             approximate=config.approximate,
             pipeline=pipeline,
+            timeout=config.timeout_seconds,
         )
     if isinstance(config, WebhookSinkConfig):
         from vstream.sinks.webhook import WebhookTransport
@@ -74,6 +75,7 @@ def build_sink(config: SinkBase, pipeline: str) -> BufferedSink:
         events_only=config.events_only,
         capacity=config.buffer_records,
         batch_records=config.batch_records,
+        overflow=config.overflow,
         retry=RetryPolicy(
             initial_delay_seconds=config.retry.initial_delay_seconds,
             max_delay_seconds=config.retry.max_delay_seconds,

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import IO
 
 from vstream.errors import VstreamError
-from vstream.results import FrameResult
-from vstream.sinks.base import DeliveryError, Record
+from vstream.sinks.base import Record
 
 
 def encode(record: Record) -> str:
@@ -57,20 +56,20 @@ class JsonLinesSink:
         except OSError as exc:
             raise VstreamError(f"cannot write output {self.path}: {exc.strerror}") from exc
 
-    def write(self, results: list[FrameResult]) -> None:
-        """Write the records of ``results`` (the interface of ``run_detection``).
-
-        An OSError (a full disk, a closed pipe) propagates as it is, for the
-        CLI to report or, for a reader that went away, to stop quietly.
-        """
-        self._write_lines([r.to_record() for r in results])
-
     def send(self, records: Sequence[Record]) -> None:
-        """Write ``records`` (the transport interface): an OSError is a failed delivery."""
+        """Write ``records``; a failed write (full disk, closed pipe) fails the sink.
+
+        A reader that went away (``BrokenPipeError``) is raised as it is, so
+        that ``vstream run | head`` can stop quietly.
+        """
         try:
             self._write_lines(records)
+        except BrokenPipeError:
+            raise
         except OSError as exc:
-            raise DeliveryError(f"cannot write {self.path or 'stdout'}: {exc.strerror}") from exc
+            raise VstreamError(
+                f"cannot write {self.path or 'stdout'}: {exc.strerror or exc}"
+            ) from None
 
     def _write_lines(self, records: Sequence[Record]) -> None:
         if self._due_for_rotation():

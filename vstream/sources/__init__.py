@@ -1,14 +1,22 @@
-"""Sources and decoders: where frames come from."""
+"""Sources: where frames come from (video files, live streams), each a :class:`Source`.
+
+A source is iterated on the calling thread and yields every frame it reads,
+in order; freshness (dropping old frames when detection falls behind) is the
+engine's business (:mod:`vstream.engine.intake`), not the source's.
+"""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
-from vstream.sources.base import Source, SourceState, SourceStats
-from vstream.sources.file import VideoFileSource
-from vstream.sources.live import LiveSource
-from vstream.sources.options import DecoderKind, FreshnessPolicy, ReconnectPolicy, SourceOptions
+from vstream.lazy import lazy_exports
 from vstream.uri import is_live
+
+if TYPE_CHECKING:
+    import torch
+
+    from vstream.config.sources import SourceOptions
+    from vstream.sources.base import Source
 
 
 def open_source(
@@ -20,12 +28,15 @@ def open_source(
 ) -> Source:
     """Open the file, camera or URL ``uri`` as a :class:`Source` of device frames.
 
-    ``options`` carry everything else (decoder, freshness policy, reconnection,
-    file playback); the defaults suit both files and live streams.
+    ``options`` carry everything else (decoder, reconnection, file playback);
+    the defaults suit both files and live streams.
     """
-    options = options or SourceOptions()
     if is_live(uri):
+        from vstream.sources.live import LiveSource
+
         return LiveSource(uri, stream_id=stream_id, device=device, options=options)
+    from vstream.sources.file import VideoFileSource
+
     return VideoFileSource(uri, stream_id=stream_id, device=device, options=options)
 
 
@@ -41,3 +52,18 @@ __all__ = [
     "VideoFileSource",
     "open_source",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "DecoderKind": "vstream.config.sources",
+        "FreshnessPolicy": "vstream.config.sources",
+        "ReconnectPolicy": "vstream.config.sources",
+        "SourceOptions": "vstream.config.sources",
+        "LiveSource": "vstream.sources.live",
+        "VideoFileSource": "vstream.sources.file",
+        "Source": "vstream.sources.base",
+        "SourceState": "vstream.sources.base",
+        "SourceStats": "vstream.sources.base",
+    },
+)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from vstream.sources.options import ReconnectPolicy
+from vstream.config.sources import ReconnectPolicy
 
 
 class Backoff:

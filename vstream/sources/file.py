@@ -10,28 +10,16 @@ from pathlib import Path
 
 import torch
 
+from vstream.config.sources import SourceOptions
 from vstream.decoders import Decoder, Picture, open_decoder
 from vstream.errors import SourceError
-from vstream.frame import Frame, PixelFormat
+from vstream.frame import Frame
 from vstream.sources.base import SourceState, SourceStats
-from vstream.sources.options import FreshnessPolicy, SourceOptions
-from vstream.sources.queue import FrameQueue, through_thread
 
 log = logging.getLogger(__name__)
 
 _PTS_TOLERANCE = 1e-6
 """Seconds of rounding allowed when comparing a frame's time stamp with start/end."""
-
-
-def check_playback_options(options: SourceOptions) -> None:
-    """Reject playback options that cannot describe any frame range."""
-    if options.stride < 1:
-        raise SourceError(f"stride must be a positive integer, got {options.stride}")
-    start, end = options.start_seconds, options.end_seconds
-    if start is not None and start < 0:
-        raise SourceError(f"start time must not be negative, got {start}")
-    if end is not None and end <= (start or 0.0):
-        raise SourceError(f"end time ({end} s) must be after the start ({start or 0.0} s)")
 
 
 class Pacer:
@@ -78,16 +66,12 @@ class VideoFileSource:
         *,
         stream_id: str | None = None,
         device: str | torch.device = "cpu",
-        pixel_format: PixelFormat | str | None = None,
         options: SourceOptions | None = None,
     ) -> None:
         self.path = Path(path)
         self.stream_id = stream_id or self.path.stem
         self.device = torch.device(device)
         self.options = options or SourceOptions()
-        check_playback_options(self.options)
-        chosen = pixel_format if pixel_format is not None else self.options.pixel_format
-        self.pixel_format = PixelFormat(chosen) if chosen is not None else None
         if not self.path.is_file():
             raise SourceError(f"video file not found: {self.path}")
         self._stop = threading.Event()
@@ -104,7 +88,7 @@ class VideoFileSource:
             str(self.path),
             kind=self.options.decoder,
             device=self.device,
-            pixel_format=self.pixel_format,
+            pixel_format=self.options.pixel_format,
             threads=self.options.decoder_threads,
         )
 
@@ -141,26 +125,10 @@ class VideoFileSource:
             yield picture
 
     def __iter__(self) -> Iterator[Frame]:
-        """The frames; with the ``latest`` policy, decoded ahead by a thread that drops old ones.
-
-        ``latest`` only matters for a file paced in real time (a replayed
-        camera); without it, a file is read at the pace of its consumer.
-        """
-        queue = None
-        produced = self._frames()
-        frames: Iterator[Frame] = produced
-        if self.options.policy is FreshnessPolicy.LATEST:
-            queue = FrameQueue(self.options.queue_size, FreshnessPolicy.LATEST)
-            frames = through_thread(produced, queue, f"vstream-source-{self.stream_id}")
-        try:
-            for frame in frames:
-                self.stats.frames_delivered += 1
-                if queue is not None:
-                    self.stats.frames_dropped = queue.dropped
-                yield frame
-        finally:
-            if queue is not None:
-                self.stats.frames_dropped = queue.dropped
+        """Every selected frame, in order, read on the calling thread."""
+        for frame in self._frames():
+            self.stats.frames_delivered += 1
+            yield frame
 
     def _frames(self) -> Generator[Frame, None, None]:
         options = self.options

@@ -1,12 +1,18 @@
-"""Live streams (RTSP, HTTP/HLS, V4L2...): a reader thread that never silently dies.
+"""Live streams (RTSP, HTTP/HLS, V4L2...): connect, decode, reconnect, never silently die.
 
-A reader thread connects, decodes and hands frames to the pipeline through a
-bounded :class:`~vstream.sources.queue.FrameQueue` whose freshness policy
-decides what a slow pipeline costs: dropped (and counted) old frames with
-``latest``, backpressure with ``block``. When the stream errors, ends or
-stalls, the thread reconnects with exponential backoff and jitter, forever or
-up to the policy's limit, and every change of state is logged, with
-credentials redacted.
+Iterating a :class:`LiveSource` connects, decodes and yields frames on the
+calling thread (the engine gives each stream a reader thread of its own, and
+its intake queue applies the freshness policy). When the stream fails in a
+way that may pass (refused, timed out, stalled, cut off: a
+:class:`~vstream.errors.TransientError`) or simply ends, the source
+reconnects with exponential backoff and jitter, forever or up to the policy's
+limit. Anything else (an unsupported codec, a bug) fails the stream at once,
+with one line: retrying a bug forever only looks like a flaky camera. Every
+change of state is logged, with credentials redacted.
+
+Live input is decoded for low delay: FFmpeg's frame threading holds back one
+frame per thread, so live streams decode with slice threads and the
+decoder's low-delay flag (see :mod:`vstream.decoders.cpu`).
 """
 
 from __future__ import annotations
@@ -14,32 +20,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import torch
 
-from vstream.decoders import Decoder, DecoderKind, open_decoder, resolve_decoder
-from vstream.errors import SourceError
+from vstream.config.sources import SourceOptions
+from vstream.decoders import Decoder, open_decoder, resolve_decoder
+from vstream.errors import SourceError, TransientError, describe
 from vstream.frame import Frame
 from vstream.sources.backoff import Backoff
 from vstream.sources.base import SourceState, SourceStats
-from vstream.sources.options import FreshnessPolicy, SourceOptions
-from vstream.sources.queue import FrameQueue
 from vstream.uri import redact_uri, stream_name
 
 log = logging.getLogger(__name__)
 
-JOIN_SECONDS = 1.0
-"""How long close() waits for the reader thread to leave FFmpeg.
-
-A read blocked on a silent peer returns only at the read timeout; close()
-does not wait for that: the thread is a daemon and closes its own connection
-when the read returns.
-"""
-
 
 def check_live_options(options: SourceOptions) -> None:
-    """Reject options a live source cannot honour, before any thread starts."""
+    """Reject file playback options, which a live stream cannot honour."""
     file_only = {
         "a start time": options.start_seconds is not None,
         "a stride": options.stride != 1,
@@ -49,17 +46,6 @@ def check_live_options(options: SourceOptions) -> None:
     for name, given in file_only.items():
         if given:
             raise SourceError(f"{name} applies to video files, not to live streams")
-    if options.rtsp_transport not in ("tcp", "udp"):
-        raise SourceError(f"RTSP transport must be tcp or udp, got {options.rtsp_transport!r}")
-    if options.queue_size < 1:
-        raise SourceError(f"queue size must be at least 1, got {options.queue_size}")
-    if min(options.open_timeout_seconds, options.read_timeout_seconds) <= 0:
-        raise SourceError("open and read timeouts must be positive")
-    policy = options.reconnect
-    if policy.watchdog_seconds <= 0 or policy.initial_delay_seconds < 0:
-        raise SourceError("the watchdog time must be positive and reconnect delays not negative")
-    if policy.max_attempts is not None and policy.max_attempts < 0:
-        raise SourceError(f"reconnect attempts must not be negative, got {policy.max_attempts}")
 
 
 def ffmpeg_input(uri: str, options: SourceOptions) -> tuple[dict[str, str], str | None]:
@@ -80,13 +66,14 @@ def ffmpeg_input(uri: str, options: SourceOptions) -> tuple[dict[str, str], str 
 
 
 class LiveSource:
-    """Frames of a live stream, reconnecting by itself, with a freshness policy.
+    """Frames of a live stream, reconnecting by itself, read on the iterating thread.
 
-    The reader thread starts at construction; iterate to receive frames.
-    Time stamps count seconds since the source was opened, across
-    reconnections; ``options.end_seconds`` ends the stream at that time.
-    ``state`` and ``stats`` may be read from any thread at any time, and
-    :meth:`close` (from any thread) ends the iteration promptly.
+    Time stamps count seconds since the iteration started, across
+    reconnections, so a gap shows in the records; ``options.end_seconds`` ends
+    the stream at that time. ``state`` and ``stats`` may be read from any
+    thread at any time, and :meth:`close` (from any thread) ends the iteration
+    at the next frame, or when a blocked read returns (at the latest after
+    ``read_timeout_seconds``).
     """
 
     def __init__(
@@ -105,23 +92,10 @@ class LiveSource:
         self.stream_id = stream_id or stream_name(uri)
         self.device = torch.device(device)
         self.decoder_kind = resolve_decoder(self.options.decoder, self.device)
-        self.policy = FreshnessPolicy(self.options.policy or FreshnessPolicy.LATEST)
         self.stats = SourceStats()
-        self._queue: FrameQueue[Frame] = FrameQueue(self.options.queue_size, self.policy)
         self._stop = threading.Event()
         self._state = SourceState.CONNECTING
-        self._error: SourceError | None = None
         self._end_reached = False
-        self._cuda_stream = (
-            torch.cuda.current_stream(self.device).cuda_stream
-            if self.decoder_kind is DecoderKind.NVDEC
-            else None
-        )
-        self._thread = threading.Thread(
-            target=self._run, name=f"vstream-source-{self.stream_id}", daemon=True
-        )
-        log.info("%s: connecting to %s", self.stream_id, self.name)
-        self._thread.start()
 
     @property
     def state(self) -> SourceState:
@@ -154,18 +128,23 @@ class LiveSource:
                 min(self.options.read_timeout_seconds, reconnect.watchdog_seconds),
             ),
             stall_seconds=reconnect.watchdog_seconds,
-            cuda_stream=self._cuda_stream,
             threads=self.options.decoder_threads,
+            low_delay=True,
         )
 
-    def _run(self) -> None:
-        """The reader thread: connect, stream, and reconnect until closed or out of attempts."""
+    def __iter__(self) -> Iterator[Frame]:
+        """Connect, yield frames, reconnect until closed, out of attempts or failed.
+
+        Raises :class:`SourceError` once the source has failed (after the
+        frames read before); a bug raises as itself, once, never retried.
+        """
+        log.info("%s: connecting to %s", self.stream_id, self.name)
         backoff = Backoff(self.options.reconnect)
         started = time.time()
         last_frame: float | None = None
         try:
             while not self._stop.is_set():
-                reason, last_frame = self._connection(backoff, started, last_frame)
+                reason, last_frame = yield from self._connection(backoff, started, last_frame)
                 if self._stop.is_set():
                     break
                 if self._end_reached:
@@ -177,9 +156,8 @@ class LiveSource:
                 if backoff.exhausted:
                     if reason is None:
                         self._set_state(SourceState.FINISHED, "end of stream, no reconnection left")
-                    else:
-                        self._fail(f"{reason}; no reconnection attempts left")
-                    return
+                        return
+                    raise SourceError(f"{self.name}: {reason}; no reconnection attempts left")
                 delay = backoff.next_delay()
                 self.stats.reconnects += 1
                 self._set_state(SourceState.RECONNECTING)
@@ -191,20 +169,24 @@ class LiveSource:
                     backoff.attempts,
                 )
                 self._stop.wait(delay)
-        except Exception as exc:  # a bug must end the stream loudly, never silently
-            self._fail(f"unexpected {type(exc).__name__}: {exc}")
+        except Exception as exc:  # fatal: fail once, loudly, and let the caller see it
+            self._set_state(SourceState.FAILED, describe(exc))
+            raise
         finally:
-            self._queue.close()
             if self._state is not SourceState.FAILED:
                 self._state = SourceState.FINISHED
 
     def _connection(
         self, backoff: Backoff, started: float, last_frame: float | None
-    ) -> tuple[str | None, float | None]:
-        """One connection, from opening to its end; the reason it ended (None: end of stream)."""
+    ) -> Generator[Frame, None, tuple[str | None, float | None]]:
+        """One connection, from opening to its end; returns why it ended (None: end of stream).
+
+        Only a :class:`TransientError` ends a connection with a reason to
+        retry; anything else propagates and fails the source.
+        """
         try:
             decoder = self._open()
-        except SourceError as exc:
+        except TransientError as exc:
             return str(exc), last_frame
         corrupt_before = self.stats.corrupt_packets
         pts_offset: float | None = None
@@ -228,16 +210,12 @@ class LiveSource:
                 if self.options.end_seconds is not None and pts >= self.options.end_seconds:
                     self._end_reached = True
                     return None, last_frame
-                frame = picture.to_frame(self.stream_id, self.stats.frames_decoded - 1, pts, now)
                 last_frame = now
-                if not self._queue.put(frame):
-                    return None, last_frame
-                self.stats.frames_dropped = self._queue.dropped
+                self.stats.frames_delivered += 1
+                yield picture.to_frame(self.stream_id, self.stats.frames_decoded - 1, pts, now)
             return None, last_frame
-        except SourceError as exc:
+        except TransientError as exc:
             return str(exc), last_frame
-        except Exception as exc:  # whatever breaks a connection, the next one may work
-            return f"{type(exc).__name__}: {exc}", last_frame
         finally:
             self.stats.corrupt_packets = corrupt_before + decoder.corrupt_packets
             decoder.close()
@@ -258,28 +236,9 @@ class LiveSource:
             self.stats.reconnects,
         )
 
-    def _fail(self, reason: str) -> None:
-        self._error = SourceError(f"{self.name}: {redact_uri(reason)}")
-        self._set_state(SourceState.FAILED, reason)
-
-    def __iter__(self) -> Iterator[Frame]:
-        """Frames as the policy hands them over; :class:`SourceError` if the source failed."""
-        while True:
-            frame = self._queue.get()
-            if frame is None or self._stop.is_set():
-                break
-            self.stats.frames_delivered += 1
-            yield frame
-        if self._error is not None and not self._stop.is_set():
-            raise self._error
-
     def close(self) -> None:
-        """Stop the reader and end the iteration; safe from any thread, and more than once."""
+        """End the iteration; safe from any thread, and more than once."""
         self._stop.set()
-        self._queue.close()
-        self._queue.clear()
-        if self._thread is not threading.current_thread():
-            self._thread.join(JOIN_SECONDS)
         if self._state is not SourceState.FAILED:
             self._state = SourceState.FINISHED
 

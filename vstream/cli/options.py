@@ -1,0 +1,258 @@
+"""Command-line flags made from the config models, and configs made from flags.
+
+A field of a config model marked with :class:`~vstream.config.base.Cli`
+becomes a flag: its help is the field's description, its default the
+field's default, its bounds are checked by the model. ``vstream run
+--source X [flags]`` builds a one-pipeline, one-source config document from
+the flags given and validates it like a pipelines file, so a flag can never
+accept what YAML refuses, nor default to something else. Errors name the
+flag: ``--decoder-threads: must be between 0 and 64 (got 20000)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import itertools
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from vstream.config.base import Cli
+from vstream.config.loading import ConfigError, ConfigIssue, format_path, parse_data
+from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
+from vstream.config.pipelines import LoggingConfig, ServerConfig, VstreamConfig
+from vstream.config.sources import SourceOptions
+from vstream.uri import stream_id_for
+
+Path_ = tuple[str | int, ...]
+
+PIPELINE: Path_ = ("pipelines", 0)
+SOURCE: Path_ = (*PIPELINE, "sources", 0)
+
+RUN_SECTIONS: tuple[tuple[Path_, type[BaseModel]], ...] = (
+    ((*PIPELINE, "model"), ModelConfig),
+    ((*PIPELINE, "postprocess"), PostprocessOptions),
+    ((*PIPELINE, "runtime"), RuntimeOptions),
+    (SOURCE, SourceOptions),
+)
+"""Where the flags of ``vstream run`` land in a config document."""
+
+SERVE_SECTIONS: tuple[tuple[Path_, type[BaseModel]], ...] = (
+    (("server",), ServerConfig),
+    (("logging",), LoggingConfig),
+)
+"""Where the flags of ``vstream serve`` land: they override the file's settings."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """A config field that has a flag."""
+
+    path: Path_
+    field: FieldInfo
+    cli: Cli
+
+    @property
+    def dest(self) -> str:
+        return "option:" + ".".join(str(p) for p in self.path)
+
+
+def options(sections: tuple[tuple[Path_, type[BaseModel]], ...]) -> Iterator[Option]:
+    """Every field under ``sections`` that carries a :class:`Cli` marker, nested models included."""
+    for prefix, model in sections:
+        yield from _walk(prefix, model)
+
+
+def _walk(prefix: Path_, model: type[BaseModel]) -> Iterator[Option]:
+    for name, field in model.model_fields.items():
+        marker = _marker(field)
+        if marker is not None:
+            yield Option((*prefix, name), field, marker)
+        nested = _base_type(field.annotation)
+        if isinstance(nested, type) and issubclass(nested, BaseModel):
+            yield from _walk((*prefix, name), nested)
+
+
+def _marker(item: Any, depth: int = 0) -> Cli | None:
+    if isinstance(item, Cli):
+        return item
+    if depth > 4:
+        return None
+    for child in (*getattr(item, "metadata", ()), *getattr(item, "__metadata__", ())):
+        found = _marker(child, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _base_type(annotation: Any) -> Any:
+    """The first non-None type of ``X | None``, without ``Annotated``."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _base_type(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if arg is not type(None):
+                return _base_type(arg)
+    return annotation
+
+
+def _number(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+    return parse
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be integers, e.g. 0,2; got {text!r}") from None
+
+
+def _shown_default(field: FieldInfo) -> str:
+    default = field.default
+    if default is PydanticUndefined or default is None:
+        return ""
+    if isinstance(default, enum.Enum):
+        default = default.value
+    if isinstance(default, bool):
+        return ""
+    return f" (default: {default})"
+
+
+def _argument(option: Option) -> dict[str, Any]:
+    field = option.field
+    kind = _base_type(field.annotation)
+    origin = typing.get_origin(kind)
+    spec: dict[str, Any] = {
+        "dest": option.dest,
+        "default": argparse.SUPPRESS,
+        "help": (field.description or "") + _shown_default(field),
+    }
+    if option.cli.metavar:
+        spec["metavar"] = option.cli.metavar
+    if kind is bool:
+        spec["action"] = argparse.BooleanOptionalAction
+    elif isinstance(kind, type) and issubclass(kind, enum.Enum):
+        spec["choices"] = [member.value for member in kind]
+    elif origin is typing.Literal:
+        spec["choices"] = list(typing.get_args(kind))
+    elif origin is list:
+        spec["type"] = _int_list
+    elif kind in (int, float):
+        spec["type"] = _number(kind)
+    return spec
+
+
+def add_flags(
+    parser: Any,
+    sections: tuple[tuple[Path_, type[BaseModel]], ...],
+    *,
+    only: set[str] | None = None,
+) -> dict[str, Option]:
+    """A flag for every marked field under ``sections`` (or those named in ``only``)."""
+    flags: dict[str, Option] = {}
+    for option in options(sections):
+        if only is not None and option.cli.flag not in only:
+            continue
+        parser.add_argument(option.cli.flag, **_argument(option))
+        flags[option.cli.flag] = option
+    return flags
+
+
+def given(args: argparse.Namespace) -> dict[Path_, Any]:
+    """The config values the user gave as flags, by their path in the document."""
+    found: dict[Path_, Any] = {}
+    for dest, value in vars(args).items():
+        if dest.startswith("option:"):
+            path = tuple(int(p) if p.isdigit() else p for p in dest[7:].split("."))
+            found[path] = value
+    return found
+
+
+def set_path(document: dict[str, Any], path: Path_, value: Any) -> None:
+    """Set ``value`` at ``path`` in a nested document, creating dicts and lists on the way."""
+    node: Any = document
+    for part, following in itertools.pairwise(path):
+        empty: Any = [] if isinstance(following, int) else {}
+        if isinstance(part, int):
+            while len(node) <= part:
+                node.append({} if not isinstance(following, int) else [])
+            node = node[part]
+        else:
+            node = node.setdefault(part, empty)
+    last = path[-1]
+    if isinstance(last, int):
+        while len(node) <= last:
+            node.append(None)
+    node[last] = value
+
+
+def run_document(
+    values: dict[Path_, Any], *, source: str, output: Path | None, model: Path
+) -> dict[str, Any]:
+    """The config document ``vstream run --source`` stands for."""
+    document: dict[str, Any] = {}
+    set_path(document, (*PIPELINE, "name"), "run")
+    set_path(document, (*PIPELINE, "model", "path"), str(model))
+    set_path(document, (*SOURCE, "id"), stream_id_for(source))
+    set_path(document, (*SOURCE, "uri"), source)
+    sink = (
+        {"type": "stdout"}
+        if output is None
+        else {"type": "jsonl", "path": str(output), "append": False}
+    )
+    set_path(document, (*PIPELINE, "sinks"), [sink])
+    for path, value in values.items():
+        set_path(document, path, value)
+    return document
+
+
+def flag_issues(error: ConfigError, flags: dict[str, Option], fallback: str) -> ConfigError:
+    """``error`` with each issue's key path replaced by the flag that sets it."""
+    by_path = {format_path(o.path): flag for flag, o in flags.items()}
+    issues = []
+    for issue in error.issues:
+        path = issue.path
+        flag = by_path.get(path) or next(
+            (f for p, f in by_path.items() if path.startswith(p + ".") or path.startswith(p + "[")),
+            None,
+        )
+        where = flag or (fallback if path.endswith(".uri") else "")
+        issues.append(ConfigIssue(where, None, issue.message))
+    return ConfigError(issues)
+
+
+def build_run_config(
+    args: argparse.Namespace,
+    flags: dict[str, Option],
+    *,
+    source: str,
+    output: Path | None,
+    model: Path,
+) -> VstreamConfig:
+    """Validate the document of ``vstream run --source``; errors name the flags."""
+    values = given(args)
+    document = run_document(values, source=source, output=output, model=model)
+    try:
+        return parse_data(document, base_dir=Path.cwd())
+    except ConfigError as exc:
+        flags = {
+            **flags,
+            "--source": Option((*SOURCE, "uri"), FieldInfo(), Cli("--source")),
+            "--output": Option((*PIPELINE, "sinks"), FieldInfo(), Cli("--output")),
+        }
+        raise flag_issues(exc, flags, "--source") from None

@@ -1,0 +1,102 @@
+"""The vocabulary every option is written in: strict, bounded, documented once.
+
+Every option vstream has is a field of a pydantic model in this package, with
+its default, its bounds and its description; the CLI flags, the YAML keys, the
+HTTP API and the Python keyword arguments are all read through these models,
+so none of them can disagree about a default or accept a value the others
+refuse. Types are strict (``true`` is not 1, ``"yes"`` is not true), numbers
+are finite and bounded above and below, and unknown keys are errors.
+
+Nothing here imports torch, ONNX Runtime or PyAV: ``vstream validate`` and
+``vstream schema`` read configs without loading the model stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationInfo,
+)
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+"""Stream, pipeline, sink, line and zone names: safe in metric labels, topics and URLs."""
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+
+MAX_SECONDS = 10_000_000.0
+"""Upper bound of any time in seconds (about 116 days): finite, and far from overflow."""
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors, numbers finite: a misspelt option is never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+@dataclass(frozen=True)
+class Cli:
+    """Marks a field as settable from the command line as ``flag`` (:mod:`vstream.cli.options`)."""
+
+    flag: str
+    metavar: str | None = None
+
+
+def Int(lo: int, hi: int) -> Any:
+    """An integer in ``[lo, hi]``; booleans and strings are refused."""
+    return Annotated[int, Strict(), Field(ge=lo, le=hi)]
+
+
+def _no_bool_or_text(value: Any) -> Any:
+    if isinstance(value, bool | str):
+        raise ValueError(f"must be a number, got {value!r}")
+    return value
+
+
+def Number(lo: float, hi: float, *, open_low: bool = False) -> Any:
+    """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``); integers are fine."""
+    bound = Field(gt=lo, le=hi) if open_low else Field(ge=lo, le=hi)
+    return Annotated[float, BeforeValidator(_no_bool_or_text), bound]
+
+
+def Seconds(lo: float = 0.0, hi: float = MAX_SECONDS, *, open_low: bool = True) -> Any:
+    """A duration in seconds, ``(lo, hi]`` by default."""
+    return Number(lo, hi, open_low=open_low)
+
+
+Flag = Annotated[bool, Strict()]
+"""A boolean: ``true`` or ``false``, never ``1`` or ``"yes"``."""
+
+
+def empty_as_none(value: Any) -> Any:
+    """``""`` means unset, so ``${VAR:-}`` can leave an optional setting out."""
+    return None if value == "" else value
+
+
+EmptyIsNone = BeforeValidator(empty_as_none)
+
+
+def base_dir(info: ValidationInfo) -> Path:
+    """The directory relative paths are resolved against: the config file's, else the cwd."""
+    context = info.context or {}
+    return Path(context.get("base_dir") or Path.cwd())
+
+
+def resolve_path(value: str, info: ValidationInfo) -> Path:
+    """``value`` as an absolute, normalised path (relative to :func:`base_dir`)."""
+    path = Path(value).expanduser()
+    return (path if path.is_absolute() else base_dir(info) / path).resolve()
+
+
+def existing_file(value: str, info: ValidationInfo, what: str) -> str:
+    path = resolve_path(value, info)
+    if not path.is_file():
+        raise ValueError(f"{what} not found: {path}")
+    return str(path)

@@ -1,0 +1,148 @@
+"""Model, postprocessing and runtime options: what a pipeline's detector is and how it runs."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
+
+from vstream.config.base import Cli, Flag, Int, Number, Seconds, StrictModel, existing_file
+from vstream.postprocess.formats import OutputFormat
+
+MAX_BATCH = 64
+MAX_IMGSZ = 4096
+MAX_THREADS = 64
+
+
+def _image_size(value: Any) -> Any:
+    """``640`` or ``[height, width]``: one clear message instead of one per union branch."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, list | tuple) and len(value) == 2:
+        return tuple(value)
+    raise ValueError(f"must be an integer or [height, width], got {value!r}")
+
+
+ImageSize = Annotated[
+    Int(32, MAX_IMGSZ) | tuple[Int(32, MAX_IMGSZ), Int(32, MAX_IMGSZ)] | None,
+    BeforeValidator(_image_size),
+]
+
+
+def _class_names(value: Any) -> Any:
+    if value is None or isinstance(value, list):
+        return value
+    if isinstance(value, dict):
+        return {str(k): v for k, v in value.items()}
+    raise ValueError(f"must be a list of names or a mapping of class id to name, got {value!r}")
+
+
+ClassName = Annotated[str, Field(min_length=1, max_length=100)]
+
+
+class ProviderConfig(StrictModel):
+    """An ONNX Runtime execution provider and its options (strings, as ORT takes them)."""
+
+    name: Literal["tensorrt", "cuda", "cpu"]
+    options: dict[
+        Annotated[str, Field(max_length=100)],
+        Annotated[str, Field(max_length=1000)] | Int(-(2**31), 2**31 - 1) | Flag,
+    ] = Field(default_factory=dict, max_length=50)
+
+
+class ModelConfig(StrictModel):
+    """The ONNX detector shared by a pipeline's sources."""
+
+    path: Annotated[str, Cli("--model")] = Field(
+        max_length=4096, description="ONNX file, relative to the config file"
+    )
+    imgsz: Annotated[ImageSize, Cli("--imgsz")] = Field(
+        None, description="input size for dynamic models: 640 or [h, w]; default: the model's"
+    )
+    dtype: Literal["auto", "float32", "float16"] = Field(
+        "auto", description="expected input type; the model's own is used, a mismatch is an error"
+    )
+    format: Annotated[OutputFormat | None, Cli("--format")] = Field(
+        None, description="detector output layout; default: detected from the output shape"
+    )
+    class_names: Annotated[
+        list[ClassName] | dict[Annotated[str, Field(pattern=r"^\d{1,6}$")], ClassName] | None,
+        BeforeValidator(_class_names),
+        Field(max_length=100_000),
+    ] = Field(None, description="default: the model's metadata")
+    providers: list[ProviderConfig] | None = Field(
+        None, max_length=3, description="ONNX Runtime execution providers in order of preference"
+    )
+    intra_op_threads: Annotated[Int(0, MAX_THREADS), Cli("--threads")] = Field(
+        0, description="ONNX Runtime threads per model run; 0: chosen from the cores"
+    )
+    spin_wait: Annotated[Flag, Cli("--spin-wait")] = Field(
+        False,
+        description="let ONNX Runtime's threads spin between operators: faster when the model "
+        "has the CPU to itself, slower when decoding shares its cores",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str, info: ValidationInfo) -> str:
+        return existing_file(value, info, "model file")
+
+    def names(self) -> dict[int, str] | list[str] | None:
+        """Class names as the detector takes them."""
+        names = self.class_names
+        return {int(k): v for k, v in names.items()} if isinstance(names, dict) else names
+
+
+class PostprocessOptions(StrictModel):
+    """Which boxes are kept."""
+
+    conf: Annotated[Number(0, 1), Cli("--conf")] = Field(0.25, description="minimum score")
+    iou: Annotated[Number(0, 1), Cli("--iou")] = Field(
+        0.45, description="NMS suppresses a box overlapping a better one of its class by more"
+    )
+    classes: Annotated[list[Int(0, 100_000)] | None, Cli("--classes", "IDS")] = Field(
+        None, max_length=1000, description="class ids to keep, e.g. 0,2; default: all"
+    )
+    max_det: Annotated[Int(1, 10_000), Cli("--max-det")] = Field(
+        300, description="most detections per frame"
+    )
+    max_candidates: Int(1, 1_000_000) = Field(
+        30_000, description="most boxes per frame handed to NMS, highest scores first"
+    )
+
+
+class RuntimeOptions(StrictModel):
+    """Where and how a pipeline runs: device, batching, buffers, threads."""
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda|cuda:\d{1,2}", value):
+            raise ValueError(f"unknown device {value!r}; use auto, cpu, cuda or cuda:N")
+        return value
+
+    device: Annotated[str, Cli("--device")] = Field(
+        "auto",
+        max_length=16,
+        description="auto, cpu, cuda or cuda:N; auto takes CUDA where torch and ONNX Runtime "
+        "both can",
+    )
+    batch_size: Annotated[Int(1, MAX_BATCH) | None, Cli("--batch")] = Field(
+        None,
+        description="most frames per model run (smaller batches run in smaller buckets); "
+        "default: the batch the model fixes, else 1",
+    )
+    batch_timeout_seconds: Annotated[Seconds(0, 10, open_low=False), Cli("--batch-timeout")] = (
+        Field(0.04, description="how long a partly filled batch waits for more frames")
+    )
+    in_flight: Annotated[Int(1, 8), Cli("--in-flight")] = Field(
+        3,
+        description="batches in flight at once (gathered, in the model, in postprocessing), "
+        "each in buffers of its own",
+    )
+    torch_threads: Annotated[Int(1, MAX_THREADS), Cli("--torch-threads")] = Field(
+        1,
+        description="torch's intra-op threads for preprocessing and postprocessing; set once, "
+        "process-wide, when the engine starts",
+    )

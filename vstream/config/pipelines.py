@@ -1,0 +1,170 @@
+"""A pipelines file: the server, the limits, logging, and one or more pipelines.
+
+A pipeline is one model (one :class:`~vstream.detector.Detector`) shared by
+its sources, plus the sinks its records go to. ``vstream run --source`` builds
+a one-pipeline, one-source document from its flags (:mod:`vstream.cli.options`),
+so every entry point runs the same thing.
+
+Relative paths (model files, video files, JSON Lines outputs) are resolved
+against the directory of the config file, given as the validation context
+``{"base_dir": Path}``; without it, against the working directory.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+
+from vstream.config.base import (
+    Cli,
+    EmptyIsNone,
+    Int,
+    Name,
+    StrictModel,
+    base_dir,
+    resolve_path,
+)
+from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
+from vstream.config.sinks import SinkConfig
+from vstream.config.sources import SourceConfig
+
+
+class PipelineConfig(StrictModel):
+    """One model shared by its sources, and where the records go."""
+
+    name: Name
+    model: ModelConfig
+    postprocess: PostprocessOptions = Field(default_factory=PostprocessOptions)
+    runtime: RuntimeOptions = Field(default_factory=RuntimeOptions)
+    sources: list[SourceConfig] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="may be empty: streams can be added through the API",
+    )
+    sinks: list[SinkConfig] = Field(min_length=1, max_length=32)
+
+    @field_validator("sinks")
+    @classmethod
+    def _unique_sink_names(cls, sinks: list[Any]) -> list[Any]:
+        seen: dict[str, int] = {}
+        for index, sink in enumerate(sinks):
+            name = sink.name or sink.type
+            if name in seen:
+                raise ValueError(
+                    f"sinks[{seen[name]}] and sinks[{index}] are both named {name!r}; "
+                    "give each a distinct name"
+                )
+            seen[name] = index
+        return sinks
+
+
+class ServerConfig(StrictModel):
+    """The HTTP API of ``vstream serve``."""
+
+    host: Annotated[str, Cli("--host")] = Field(
+        "127.0.0.1",
+        max_length=253,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="listen address; 0.0.0.0 exposes the API to the network",
+    )
+    port: Annotated[Int(0, 65535), Cli("--port")] = Field(
+        8080, description="0: any free port (logged at start)"
+    )
+    token: Annotated[SecretStr | None, EmptyIsNone] = Field(
+        None, description="bearer token every request must carry; empty: none"
+    )
+    max_body_bytes: Int(1024, 16 * 2**20) = Field(
+        64 * 1024, description="largest request body, enforced while it is read"
+    )
+    max_json_depth: Int(2, 256) = Field(32, description="deepest nesting of a JSON body")
+    allowed_paths: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        None,
+        max_length=100,
+        description="directories a file source added through the API may lie in; "
+        "default: the config file's directory and below",
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 8:
+            raise ValueError("must be at least 8 characters")
+        return value
+
+    @field_validator("allowed_paths")
+    @classmethod
+    def _dirs(cls, value: list[str] | None, info: ValidationInfo) -> list[str]:
+        if value is None:
+            return [str(base_dir(info).resolve())]
+        return [str(resolve_path(p, info)) for p in value]
+
+
+class LimitsConfig(StrictModel):
+    """What one process takes on; past a limit new streams are refused (HTTP 429) with a reason."""
+
+    max_streams: Int(1, 10_000) = Field(64, description="streams in the whole process")
+    max_streams_per_pipeline: Int(1, 10_000) = Field(64, description="streams in one pipeline")
+    max_decoder_threads: Int(1, 4096) = Field(
+        256, description="FFmpeg decoding threads of all streams together"
+    )
+
+
+class LoggingConfig(StrictModel):
+    format: Annotated[Literal["text", "json"], Cli("--log-format")] = Field(
+        "text", description="one line of text, or one JSON object, per log record"
+    )
+    level: Annotated[Literal["debug", "info", "warning", "error"], Cli("--log-level")] = Field(
+        "info", description="least severe records shown"
+    )
+
+
+class VstreamConfig(StrictModel):
+    """A pipelines file: ``vstream run``, ``vstream serve`` and ``vstream validate`` read it."""
+
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    pipelines: list[PipelineConfig] = Field(min_length=1, max_length=64)
+
+    @field_validator("pipelines")
+    @classmethod
+    def _unique_names(cls, pipelines: list[PipelineConfig]) -> list[PipelineConfig]:
+        names: dict[str, int] = {}
+        streams: dict[str, str] = {}
+        for i, pipeline in enumerate(pipelines):
+            if pipeline.name in names:
+                raise ValueError(
+                    f"pipelines[{names[pipeline.name]}] and pipelines[{i}] are both named "
+                    f"{pipeline.name!r}"
+                )
+            names[pipeline.name] = i
+            for j, source in enumerate(pipeline.sources):
+                here = f"pipelines[{i}].sources[{j}]"
+                if source.id in streams:
+                    raise ValueError(
+                        f"{streams[source.id]} and {here} both have id {source.id!r}; "
+                        "stream ids must be unique"
+                    )
+                streams[source.id] = here
+        return pipelines
+
+    @model_validator(mode="after")
+    def _within_limits(self) -> VstreamConfig:
+        limits = self.limits
+        total = sum(len(p.sources) for p in self.pipelines)
+        if total > limits.max_streams:
+            raise ValueError(f"{total} sources exceed limits.max_streams ({limits.max_streams})")
+        for pipeline in self.pipelines:
+            if len(pipeline.sources) > limits.max_streams_per_pipeline:
+                raise ValueError(
+                    f"pipeline {pipeline.name} has {len(pipeline.sources)} sources, more than "
+                    f"limits.max_streams_per_pipeline ({limits.max_streams_per_pipeline})"
+                )
+        threads = sum(s.decoder_threads for p in self.pipelines for s in p.sources)
+        if threads > limits.max_decoder_threads:
+            raise ValueError(
+                f"the sources ask for {threads} decoder threads, more than "
+                f"limits.max_decoder_threads ({limits.max_decoder_threads})"
+            )
+        return self

@@ -1,0 +1,194 @@
+"""Sink options: where records go, how much is buffered, what happens when a sink is slow."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
+
+from vstream.config.base import (
+    EmptyIsNone,
+    Flag,
+    Int,
+    Name,
+    Seconds,
+    StrictModel,
+    resolve_path,
+)
+from vstream.uri import redact, register_credentials
+
+
+class RetryConfig(StrictModel):
+    """How a sink retries while its destination is unavailable."""
+
+    initial_delay_seconds: Seconds(0, 600) = Field(0.2, description="first wait after a failure")
+    max_delay_seconds: Seconds(0, 3600) = Field(10.0, description="longest wait between attempts")
+    max_attempts: Int(1, 1_000_000) | None = Field(
+        None, description="failed attempts before a batch is dropped; null: until shutdown"
+    )
+
+
+class SinkBase(StrictModel):
+    name: Name | None = Field(None, description="label in metrics and logs; default: the type")
+    events_only: Flag = Field(False, description="only frames that have detections or events")
+    buffer_records: Int(1, 1_000_000) = Field(
+        10_000, description="records held while the destination is slow or down"
+    )
+    batch_records: Int(1, 10_000) = Field(100, description="most records sent at once")
+    overflow: Literal["drop_oldest", "block"] = Field(
+        "drop_oldest",
+        description="when the buffer is full: drop the oldest records (counted), or make the "
+        "pipeline wait (nothing lost, but a dead destination stalls detection)",
+    )
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    flush_timeout_seconds: Seconds(0, 600, open_low=False) = Field(
+        10.0, description="at shutdown, how long to keep delivering what is buffered"
+    )
+
+
+def writable_file(value: str, info: ValidationInfo) -> str:
+    """``value`` resolved, if a file can be written there (the directory exists and is writable)."""
+    path = resolve_path(value, info)
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory, not a file")
+    if not path.parent.is_dir():
+        raise ValueError(f"directory not found: {path.parent}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"not writable: {path}")
+    if not path.exists() and not os.access(path.parent, os.W_OK):
+        raise ValueError(f"directory not writable: {path.parent}")
+    return str(path)
+
+
+class JsonlSinkConfig(SinkBase):
+    type: Literal["jsonl"]
+    path: str = Field(max_length=4096, description="JSON Lines file, relative to the config file")
+    overflow: Literal["drop_oldest", "block"] = Field(
+        "block", description="a local file keeps up: by default nothing is dropped"
+    )
+    rotate_bytes: Int(1024, 2**40) | None = Field(
+        None, description="start a new file past this size"
+    )
+    rotate_seconds: Seconds(1, 10_000_000) | None = Field(
+        None, description="start a new file this often"
+    )
+    keep: Int(1, 1000) = Field(5, description="rotated files kept as PATH.1 (newest) .. PATH.N")
+    append: Flag = Field(
+        True,
+        description="add to an existing file (a restarted daemon loses nothing); false "
+        "replaces it (vstream run --output)",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str, info: ValidationInfo) -> str:
+        return writable_file(value, info)
+
+
+class StdoutSinkConfig(SinkBase):
+    type: Literal["stdout"]
+    overflow: Literal["drop_oldest", "block"] = Field(
+        "block", description="the reader of stdout sets the pace: by default nothing is dropped"
+    )
+
+
+def _keyed_template(value: str, what: str) -> str:
+    unknown = set(re.findall(r"{([^}]*)}", value)) - {"stream", "pipeline"}
+    if unknown:
+        raise ValueError(
+            f"unknown placeholder {{{sorted(unknown)[0]}}} in the {what}; "
+            "use {stream} or {pipeline}"
+        )
+    return value
+
+
+def _topic_template(value: str) -> str:
+    if not value or any(c in value for c in "+#\0"):
+        raise ValueError("must be a non-empty MQTT topic without wildcards (+, #)")
+    return _keyed_template(value, "topic")
+
+
+Host = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9_.:\[\]-]+$")]
+Port = Int(1, 65535)
+
+
+class MqttSinkConfig(SinkBase):
+    type: Literal["mqtt"]
+    host: Host
+    port: Port = 1883
+    topic: str = Field(
+        "vstream/{stream}", max_length=1024, description="placeholders: {stream}, {pipeline}"
+    )
+    qos: Literal[0, 1, 2] = 1
+    username: Annotated[Annotated[str, Field(max_length=256)] | None, EmptyIsNone] = None
+    password: Annotated[SecretStr | None, EmptyIsNone] = None
+    client_id: Annotated[Annotated[str, Field(max_length=256)] | None, EmptyIsNone] = None
+    keepalive_seconds: Int(5, 3600) = 30
+    tls: Flag = False
+
+    _topic = field_validator("topic")(_topic_template)
+
+
+class RedisSinkConfig(SinkBase):
+    type: Literal["redis"]
+    url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        max_length=4096,
+        description="redis://[:password@]host:port/db",
+    )
+    stream: str = Field(
+        "vstream:{stream}", max_length=1024, description="stream key; {stream}, {pipeline}"
+    )
+    maxlen: Int(1, 10**9) | None = Field(
+        100_000, description="trim each stream to about this length"
+    )
+    approximate: Flag = Field(True, description="MAXLEN ~ (cheaper trimming)")
+    timeout_seconds: Seconds(0, 300) = Field(
+        5.0, description="how long one command may take before the sink retries"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        register_credentials(value)
+        parts = urlsplit(value)
+        if parts.scheme not in ("redis", "rediss", "unix") or not (parts.hostname or parts.path):
+            raise ValueError(f"must be a redis://, rediss:// or unix:// URL, got {redact(value)}")
+        return value
+
+    @field_validator("stream")
+    @classmethod
+    def _stream(cls, value: str) -> str:
+        if not value:
+            raise ValueError("must be a non-empty key; placeholders: {stream}, {pipeline}")
+        return _keyed_template(value, "stream key")
+
+
+class WebhookSinkConfig(SinkBase):
+    type: Literal["webhook"]
+    url: str = Field(max_length=4096, description="records are POSTed as a JSON array")
+    timeout_seconds: Seconds(0, 300) = Field(5.0, description="how long one request may take")
+    headers: dict[
+        Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,100}$")],
+        Annotated[str, Field(max_length=8192)],
+    ] = Field(default_factory=dict, max_length=50, description="e.g. Authorization")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        register_credentials(value)
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"must be an http:// or https:// URL, got {redact(value)}")
+        return value
+
+
+SinkConfig = Annotated[
+    JsonlSinkConfig | StdoutSinkConfig | MqttSinkConfig | RedisSinkConfig | WebhookSinkConfig,
+    Field(discriminator="type"),
+]
+
+SINK_TYPES = ("jsonl", "stdout", "mqtt", "redis", "webhook")
