@@ -90,7 +90,7 @@ def test_bench_prints_a_table_by_default(tiny: tuple[Path, Path]) -> None:
         (["--source", "/nonexistent/video.mp4"], "video file not found"),
         (["--model", "/nonexistent/model.onnx"], "model file not found"),
         (["--streams", "0"], "stream counts must be positive"),
-        (["--threads", "-1"], "--threads: must be between 0 and 64 (got -1)"),
+        (["--threads", "-1"], "--threads: must be in [0, 64], got -1"),
     ],
 )
 def test_bench_bad_input_is_one_line_and_status_2(args: list[str], fragment: str) -> None:

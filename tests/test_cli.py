@@ -141,8 +141,8 @@ def test_corrupt_model(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--conf", "2"], "--conf: must be between 0 and 1"),
-        (["--max-det", "0"], "--max-det: must be between 1 and 10000 (got 0)"),
+        (["--conf", "2"], "--conf: must be in [0, 1], got 2.0"),
+        (["--max-det", "0"], "--max-det: must be in [1, 10000], got 0"),
         (["--classes", "a,b"], "--classes: must be integers"),
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--imgsz", "640"], "fixed 320x320 input"),

@@ -96,8 +96,8 @@ def test_every_option_reaches_source_options(workdir: Path) -> None:
     [
         (
             GOOD.replace("clip.mp4", "clip.mp4\n        queue_size: many"),
-            "pipelines.yaml:7: pipelines[0].sources[0].queue_size: Input should be a valid "
-            "integer (got 'many')",
+            "pipelines.yaml:7: pipelines[0].sources[0].queue_size: must be an integer, "
+            "got 'many'",
         ),
         (
             GOOD.replace("{type: jsonl, path: out.jsonl}", "{type: mqtt, host: h, qos: 3}"),

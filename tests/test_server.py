@@ -131,7 +131,7 @@ def test_with_the_token_every_endpoint_answers(client: Client) -> None:
             "/streams",
             b'{"pipeline": "main", "id": "x", "uri": "clip.mp4", "stride": 0}',
             400,
-            "stride: must be between 1 and 10000 (got 0)",
+            "stride: must be in [1, 10000], got 0",
         ),
         (
             "post",

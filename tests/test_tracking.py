@@ -3,8 +3,8 @@ class flicker, frame rates, resets, and bounded memory."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -238,26 +238,12 @@ def test_tracking_config_is_strict_and_bounded() -> None:
 
 
 def test_modules_import_no_model_stack() -> None:
-    """The tracking and analytics code imports numpy, scipy, pydantic and the stdlib only."""
-    root = Path(__file__).resolve().parents[1] / "vstream"
-    allowed = {"numpy", "scipy", "pydantic", "vstream"}
-    for package in ("tracking", "analytics"):
-        for path in (root / package).glob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                    names = [node.module or ""]
-                else:
-                    continue
-                for name in names:
-                    top = name.split(".")[0]
-                    assert top in allowed or top in _stdlib(), f"{path.name} imports {name}"
-                    if top == "vstream":
-                        assert name.split(".")[1] in ("tracking", "analytics"), name
-
-
-def _stdlib() -> frozenset[str]:
-    import sys
-
-    return frozenset(sys.stdlib_module_names)
+    """Tracking and analytics run on host metadata: importing them loads no model stack."""
+    code = (
+        "import sys, vstream.tracking, vstream.analytics; "
+        "print(sorted(m for m in ('torch', 'torchvision', 'onnx', 'onnxruntime', 'av') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

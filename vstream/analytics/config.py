@@ -18,23 +18,14 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
-from vstream.tracking.config import (
-    MAX_TRACK_SECONDS,
-    Int,
-    Number,
-    StrictConfig,
-    TrackingConfig,
-)
-
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-"""Line and zone names: safe in metric labels, topics and URLs (as stream names are)."""
+from vstream.config.base import NAME_PATTERN, Int, Name, Number, StrictModel
+from vstream.tracking.config import MAX_TRACK_SECONDS, TrackingConfig
 
 MAX_COORDINATE = 100_000.0
 """Largest absolute coordinate, in pixels; points may lie outside the frame."""
 
 MAX_CLASS_ID = 100_000
 
-Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 Coordinate = Number(-MAX_COORDINATE, MAX_COORDINATE)
 Point = tuple[Coordinate, Coordinate]
 
@@ -65,7 +56,7 @@ class Anchor(str, enum.Enum):
     BOTTOM_RIGHT = "bottom_right"
 
 
-class LineConfig(StrictConfig):
+class LineConfig(StrictModel):
     """A counting line: the segment from ``start`` to ``end``.
 
     Direction (the one place it is defined): looking along the line from
@@ -105,7 +96,7 @@ def polygon_area(points: list[tuple[float, float]]) -> float:
     return abs(total) / 2.0
 
 
-class ZoneConfig(StrictConfig):
+class ZoneConfig(StrictModel):
     """A zone: a polygon objects enter, stay in, and leave."""
 
     name: Name = Field(description="name in events, occupancy and metrics")
@@ -128,7 +119,7 @@ class ZoneConfig(StrictConfig):
         return self
 
 
-class AnalyticsConfig(StrictConfig):
+class AnalyticsConfig(StrictModel):
     """Tracking plus the lines and zones of one pipeline's streams."""
 
     tracking: TrackingConfig | None = Field(

@@ -6,7 +6,7 @@ field's default, its bounds are checked by the model. ``vstream run
 --source X [flags]`` builds a one-pipeline, one-source config document from
 the flags given and validates it like a pipelines file, so a flag can never
 accept what YAML refuses, nor default to something else. Errors name the
-flag: ``--decoder-threads: must be between 0 and 64 (got 20000)``.
+flag: ``--decoder-threads: must be in [0, 64], got 20000``.
 """
 
 from __future__ import annotations

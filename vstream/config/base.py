@@ -13,6 +13,7 @@ Nothing here imports torch, ONNX Runtime or PyAV: ``vstream validate`` and
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -49,21 +50,39 @@ class Cli:
     metavar: str | None = None
 
 
+def _range_text(lo: float, hi: float, open_low: bool) -> str:
+    return f"({lo:g}, {hi:g}]" if open_low else f"[{lo:g}, {hi:g}]"
+
+
 def Int(lo: int, hi: int) -> Any:
-    """An integer in ``[lo, hi]``; booleans and strings are refused."""
-    return Annotated[int, Strict(), Field(ge=lo, le=hi)]
+    """An integer in ``[lo, hi]``; booleans, floats and strings are refused."""
 
+    def check(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be an integer, got {value!r}")
+        if not lo <= value <= hi:
+            raise ValueError(f"must be in {_range_text(lo, hi, False)}, got {value!r}")
+        return value
 
-def _no_bool_or_text(value: Any) -> Any:
-    if isinstance(value, bool | str):
-        raise ValueError(f"must be a number, got {value!r}")
-    return value
+    # The bounds come before the validator so that the JSON schema shows them as
+    # minimum/maximum; the validator still runs first, with a message naming the range.
+    return Annotated[int, Strict(), Field(ge=lo, le=hi), BeforeValidator(check)]
 
 
 def Number(lo: float, hi: float, *, open_low: bool = False) -> Any:
     """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``); integers are fine."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"must be a finite number, got {value!r}")
+        if value > hi or value < lo or (open_low and value == lo):
+            raise ValueError(f"must be in {_range_text(lo, hi, open_low)}, got {value!r}")
+        return value
+
     bound = Field(gt=lo, le=hi) if open_low else Field(ge=lo, le=hi)
-    return Annotated[float, BeforeValidator(_no_bool_or_text), bound]
+    return Annotated[float, bound, BeforeValidator(check)]
 
 
 def Seconds(lo: float = 0.0, hi: float = MAX_SECONDS, *, open_low: bool = True) -> Any:

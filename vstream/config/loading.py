@@ -205,67 +205,6 @@ def _model_in(annotation: Any, data: Any) -> Any:
     return None
 
 
-_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
-
-
-def _field_bounds(model: type[BaseModel], loc: Loc, data: Any) -> dict[str, Any]:
-    """The ``ge``/``gt``/``le``/``lt`` bounds declared for the value at ``loc``, if found."""
-    annotation: Any = model
-    field = None
-    for part in loc:
-        if isinstance(part, int):
-            data = data[part] if isinstance(data, list) and 0 <= part < len(data) else None
-            continue
-        current = _model_in(annotation, data)
-        field = current.model_fields.get(part) if current is not None else None
-        if field is None:
-            return {}
-        annotation = field.annotation
-        data = data.get(part) if isinstance(data, dict) else None
-    bounds: dict[str, Any] = {}
-    _collect_bounds(field, bounds, depth=0)
-    return bounds
-
-
-def _collect_bounds(item: Any, bounds: dict[str, Any], depth: int) -> None:
-    if depth > 6 or item is None:
-        return
-    for name in ("ge", "gt", "le", "lt"):
-        value = getattr(item, name, None)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            bounds.setdefault(name, value)
-    for child in (
-        *getattr(item, "metadata", ()),
-        getattr(item, "annotation", None),
-        *getattr(item, "__args__", ()),
-        *getattr(item, "__metadata__", ()),
-    ):
-        if child is not item:
-            _collect_bounds(child, bounds, depth + 1)
-
-
-def _range_message(bounds: Mapping[str, Any], ctx: Mapping[str, Any]) -> str:
-    """ "must be between 1 and 64", or the one side known, as "must be at least 1"."""
-    merged = {**bounds, **{k: v for k, v in ctx.items() if k in ("ge", "gt", "le", "lt")}}
-    low = (
-        f"at least {merged['ge']:g}"
-        if "ge" in merged
-        else f"more than {merged['gt']:g}"
-        if "gt" in merged
-        else None
-    )
-    high = (
-        f"at most {merged['le']:g}"
-        if "le" in merged
-        else f"less than {merged['lt']:g}"
-        if "lt" in merged
-        else None
-    )
-    if "ge" in merged and "le" in merged:
-        return f"must be between {merged['ge']:g} and {merged['le']:g}"
-    return "must be " + " and ".join(p for p in (low, high) if p)
-
-
 def _message(error: Mapping[str, Any], loc: Loc, model: type[BaseModel], data: Any) -> str:
     kind = error["type"]
     value = error.get("input")
@@ -280,8 +219,6 @@ def _message(error: Mapping[str, Any], loc: Loc, model: type[BaseModel], data: A
     if kind == "union_tag_not_found":
         return f"missing key 'type'; choose from {', '.join(SINK_TYPES)}"
     message = str(error["msg"]).removeprefix("Value error, ")
-    if kind in _BOUND_ERRORS:
-        message = _range_message(_field_bounds(model, loc, data), error.get("ctx", {}))
     if kind.endswith(("_type", "_parsing", "enum", "literal_error")) or kind in (
         "greater_than",
         "greater_than_equal",

@@ -1,66 +1,18 @@
-"""The tracker's options, and the strict, bounded field types the analytics options share.
-
-The types follow the rules of :mod:`vstream.config.base` (unknown keys are
-errors, ``true`` is not 1, ``"3"`` is not 3, numbers are finite and bounded),
-but live here so that the tracking and analytics packages stay leaves: they
-import numpy, scipy and pydantic only, never the model stack or the pipeline
-configuration. Every range error names the allowed range.
-"""
+"""The tracker's options, in the strict, bounded vocabulary of :mod:`vstream.config.base`."""
 
 from __future__ import annotations
 
-import math
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
+from pydantic import Field, model_validator
 
-
-class StrictConfig(BaseModel):
-    """Unknown keys are errors, numbers finite, instances immutable."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
-
-
-def _range_text(lo: float, hi: float, open_low: bool) -> str:
-    return f"({lo:g}, {hi:g}]" if open_low else f"[{lo:g}, {hi:g}]"
-
-
-def Number(lo: float, hi: float, *, open_low: bool = False) -> Any:
-    """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``); integers are fine."""
-
-    def check(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise ValueError(f"must be a finite number, got {value!r}")
-        if value > hi or value < lo or (open_low and value == lo):
-            raise ValueError(f"must be in {_range_text(lo, hi, open_low)}, got {value!r}")
-        return value
-
-    bound = Field(gt=lo, le=hi) if open_low else Field(ge=lo, le=hi)
-    # The bounds come before the validator so the JSON schema shows them as minimum/maximum;
-    # the validator still runs first, with the message that names the range.
-    return Annotated[float, bound, BeforeValidator(check)]
-
-
-def Int(lo: int, hi: int) -> Any:
-    """An integer in ``[lo, hi]``; booleans, floats and strings are refused."""
-
-    def check(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"must be an integer, got {value!r}")
-        if not lo <= value <= hi:
-            raise ValueError(f"must be in {_range_text(lo, hi, False)}, got {value!r}")
-        return value
-
-    return Annotated[int, Strict(), Field(ge=lo, le=hi), BeforeValidator(check)]
-
+from vstream.config.base import Int, Number, StrictModel
 
 MAX_TRACK_SECONDS = 3600.0
 """Longest time any tracking or analytics duration may be set to (one hour)."""
 
 
-class TrackingConfig(StrictConfig):
+class TrackingConfig(StrictModel):
     """ByteTrack-style multi-object tracking (:class:`vstream.tracking.ByteTracker`).
 
     Times are in seconds of stream time (presentation timestamps), never in
