@@ -29,8 +29,12 @@ system-deps:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			$(SYSTEM_PACKAGES) >/dev/null; }
 
+# The bundled model on the bundled video: tracking, a counting line, records and the
+# annotated video side by side in out/ (the summary line says where).
 demo: setup
-	$(VENV)/bin/vstream run
+	@mkdir -p out
+	$(VENV)/bin/vstream run --track --line gate=320,360,320,0 \
+		--output out/demo.jsonl --save-video out/demo.mp4
 
 test: setup system-deps
 	$(VENV)/bin/ruff check vstream tests tools examples benchmarks

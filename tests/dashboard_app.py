@@ -19,7 +19,8 @@ import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from vstream.server.dashboard import SessionStore, dashboard_router
+from vstream.server.auth import SessionStore
+from vstream.server.dashboard import dashboard_router
 from vstream.server.http import ApiServer
 from vstream.server.preview import PreviewHub
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from dashboard_app import FakeStreams, Feeder, moving_frame, serve, wait_for
 
-from vstream.server.dashboard import SESSION_COOKIE
+from vstream.server.auth import SESSION_COOKIE
 from vstream.server.preview import PreviewHub
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

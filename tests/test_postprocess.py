@@ -117,9 +117,9 @@ def test_only_the_frames_in_the_batch_are_decoded() -> None:
 
 
 def test_config_is_validated() -> None:
-    with pytest.raises(ValueError, match="less than or equal to 1"):
+    with pytest.raises(ValueError, match=r"must be in \[0, 1\], got 1.5"):
         PostprocessOptions(conf=1.5)
-    with pytest.raises(ValueError, match="greater than or equal to 1"):
+    with pytest.raises(ValueError, match=r"must be in \[1, 10000\], got 0"):
         PostprocessOptions(max_det=0)
 
 

@@ -14,7 +14,8 @@ import torch
 from dashboard_app import FakeStreams, Feeder, moving_frame, serve, wait_for
 from PIL import Image
 
-from vstream.server.dashboard import SESSION_COOKIE, SessionStore, page
+from vstream.server.auth import SESSION_COOKIE, SessionStore
+from vstream.server.dashboard import page
 from vstream.server.preview import PreviewHub, TooManyViewers
 
 TOKEN = "s3cret-token"

@@ -321,7 +321,7 @@ def test_cli_runs_on_rtsp_with_redacted_credentials(tmp_path: Path, model: Path)
     assert result.returncode == 0, result.stderr
     assert "hunter2" not in result.stderr
     assert "test: streaming" in result.stderr
-    assert f"rtsp://***@127.0.0.1:{server.port}/test:" in result.stderr_lines[-1]
+    assert f"rtsp://***@127.0.0.1:{server.port}/test:" in result.stderr_lines[-2]
     lines = out.read_text().splitlines()
     assert len(lines) >= 10
 

@@ -88,8 +88,8 @@ def test_close_from_another_thread_stops_a_paced_loop(small_video: Path) -> None
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"stride": 0}, "greater than or equal to 1"),
-        ({"start_seconds": -1}, "greater than or equal to 0"),
+        ({"stride": 0}, r"must be in \[1, 10000\], got 0"),
+        ({"start_seconds": -1}, r"must be in \[0, 1e\+07\], got -1"),
         ({"start_seconds": 2, "end_seconds": 1}, r"end_seconds \(1\.0\) must be after"),
     ],
 )

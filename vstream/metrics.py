@@ -13,14 +13,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from vstream.sources.base import SourceState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Counters' *_created series double what every scrape carries and tell nothing here.
+disable_created_metrics()
 
 
 @dataclass(frozen=True)
@@ -165,6 +176,18 @@ class Metrics:
             buckets=(0.01, 0.02, 0.04, 0.08, 0.12, 0.16, 0.25, 0.5, 1.0, 2.0, 5.0),
             registry=self.registry,
         )
+        self.line_crossings = Counter(
+            "vstream_line_crossings",
+            "Objects that crossed a counting line, by direction and class",
+            ["pipeline", "stream", "line", "direction", "class"],
+            registry=self.registry,
+        )
+        self.zone_occupancy = Gauge(
+            "vstream_zone_occupancy",
+            "Tracked objects inside a zone in the latest frame",
+            ["pipeline", "stream", "zone"],
+            registry=self.registry,
+        )
         self.inference_errors = Counter(
             "vstream_inference_errors",
             "Batches with frames that failed (those frames have no records)",
@@ -172,10 +195,24 @@ class Metrics:
             registry=self.registry,
         )
 
+    def observe_analytics(self, pipeline: str, stream: str, result: Any) -> None:
+        """Count a frame's line crossings and set its zones' occupancy."""
+        for event in result.events or ():
+            if event.get("type") == "line_crossing":
+                self.line_crossings.labels(
+                    pipeline, stream, event["line"], event["direction"], event["label"]
+                ).inc()
+        for zone, count in (result.zone_occupancy or {}).items():
+            self.zone_occupancy.labels(pipeline, stream, zone).set(count)
+
     def forget_stream(self, pipeline: str, stream: str) -> None:
         """Drop a removed stream's series, so that churn does not grow the registry."""
-        with contextlib.suppress(KeyError):
-            self.frame_age.remove(pipeline, stream)
+        for metric in (self.frame_age, self.line_crossings, self.zone_occupancy):
+            # prometheus-client lists a metric's label sets only through this attribute.
+            for labels in list(metric._metrics):
+                if labels[:2] == (pipeline, stream):
+                    with contextlib.suppress(KeyError):
+                        metric.remove(*labels)
 
     def watch(self, samples: Samples) -> None:
         """Report the stream and sink figures ``samples`` returns at each scrape."""

@@ -1,7 +1,7 @@
 """Analytics options: the tracker, counting lines, zones, and how objects are placed on them.
 
-These models are what the pipelines file's ``tracking:``, ``lines:`` and
-``zones:`` keys and the ``--track``, ``--line`` and ``--anchor`` flags are read
+These models are what a pipeline's ``analytics:`` section (``tracking``,
+``lines``, ``zones``) and the ``--track``, ``--line`` and ``--anchor`` flags are read
 through. Coordinates are pixels of the original frame, ``x`` to the right and
 ``y`` down, the same as the detections' ``bbox``.
 
@@ -18,7 +18,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
-from vstream.config.base import NAME_PATTERN, Int, Name, Number, StrictModel
+from vstream.config.base import NAME_PATTERN, Cli, Int, Name, Number, StrictModel
 from vstream.tracking.config import MAX_TRACK_SECONDS, TrackingConfig
 
 MAX_COORDINATE = 100_000.0
@@ -133,18 +133,20 @@ class AnalyticsConfig(StrictModel):
     zones: Annotated[list[ZoneConfig], Field(max_length=1000)] = Field(
         default_factory=list, description="zones"
     )
-    anchor: Anchor = Field(
+    anchor: Annotated[Anchor, Cli("--anchor")] = Field(
         Anchor.BOTTOM_CENTER, description="the point of each box placed on lines and in zones"
     )
-    dead_band_pixels: Number(0.0, 10_000.0) = Field(
+    dead_band_pixels: Annotated[Number(0.0, 10_000.0), Cli("--dead-band")] = Field(
         5.0,
         description="an anchor closer than this to a line or a zone border is on neither side, "
         "so jitter on the line never counts; narrowed where the frame edge is closer",
     )
-    min_seconds_on_side: Number(0.0, MAX_TRACK_SECONDS) = Field(
-        0.1,
-        description="an object must stay this long beyond the dead band on the new side of a "
-        "line (or of a zone border) before the crossing (or entry, exit) counts",
+    min_seconds_on_side: Annotated[Number(0.0, MAX_TRACK_SECONDS), Cli("--min-side-seconds")] = (
+        Field(
+            0.1,
+            description="an object must stay this long beyond the dead band on the new side of "
+            "a line (or of a zone border) before the crossing (or entry, exit) counts",
+        )
     )
 
     @field_validator("lines", "zones")

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from vstream.analytics.config import AnalyticsConfig
 from vstream.config.base import Cli
 from vstream.config.loading import ConfigError, ConfigIssue, format_path, parse_data
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
@@ -42,6 +43,7 @@ RUN_SECTIONS: tuple[tuple[Path_, type[BaseModel]], ...] = (
     ((*PIPELINE, "postprocess"), PostprocessOptions),
     ((*PIPELINE, "runtime"), RuntimeOptions),
     (SOURCE, SourceOptions),
+    ((*PIPELINE, "analytics"), AnalyticsConfig),
 )
 """Where the flags of ``vstream run`` land in a config document."""
 
@@ -202,23 +204,59 @@ def set_path(document: dict[str, Any], path: Path_, value: Any) -> None:
 
 
 def run_document(
-    values: dict[Path_, Any], *, source: str, output: Path | None, model: Path
+    values: dict[Path_, Any],
+    *,
+    source: str,
+    output: Path | None,
+    model: Path,
+    extras: RunExtras | None = None,
 ) -> dict[str, Any]:
     """The config document ``vstream run --source`` stands for."""
+    extras = extras or RunExtras()
     document: dict[str, Any] = {}
     set_path(document, (*PIPELINE, "name"), "run")
     set_path(document, (*PIPELINE, "model", "path"), str(model))
     set_path(document, (*SOURCE, "id"), stream_id_for(source))
     set_path(document, (*SOURCE, "uri"), source)
-    sink = (
+    # --output replaces its file, as a command's output should.
+    sinks: list[dict[str, Any]] = [
         {"type": "stdout"}
         if output is None
         else {"type": "jsonl", "path": str(output), "append": False}
-    )
-    set_path(document, (*PIPELINE, "sinks"), [sink])
+    ]
+    if extras.save_video is not None:
+        sinks.append({"type": "video", "path": str(extras.save_video)})
+    if extras.clips is not None:
+        sinks.append({"type": "clips", "directory": str(extras.clips)})
+    set_path(document, (*PIPELINE, "sinks"), sinks)
+    analytics = (*PIPELINE, "analytics")
+    if extras.track:
+        set_path(document, (*analytics, "tracking"), {})
+    if extras.lines:
+        set_path(document, (*analytics, "lines"), [line.model_dump() for line in extras.lines])
     for path, value in values.items():
         set_path(document, path, value)
     return document
+
+
+@dataclass(frozen=True)
+class RunExtras:
+    """Flags of ``vstream run`` that are not one config field each."""
+
+    track: bool = False
+    lines: tuple[Any, ...] = ()
+    save_video: Path | None = None
+    clips: Path | None = None
+
+
+def line_spec(text: str) -> Any:
+    """``--line NAME=X1,Y1,X2,Y2``."""
+    from vstream.analytics.config import parse_line_spec
+
+    try:
+        return parse_line_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def flag_issues(error: ConfigError, flags: dict[str, Option], fallback: str) -> ConfigError:
@@ -243,16 +281,21 @@ def build_run_config(
     source: str,
     output: Path | None,
     model: Path,
+    extras: RunExtras | None = None,
 ) -> VstreamConfig:
     """Validate the document of ``vstream run --source``; errors name the flags."""
     values = given(args)
-    document = run_document(values, source=source, output=output, model=model)
+    document = run_document(values, source=source, output=output, model=model, extras=extras)
     try:
         return parse_data(document, base_dir=Path.cwd())
     except ConfigError as exc:
-        flags = {
-            **flags,
-            "--source": Option((*SOURCE, "uri"), FieldInfo(), Cli("--source")),
-            "--output": Option((*PIPELINE, "sinks"), FieldInfo(), Cli("--output")),
+        sinks = (*PIPELINE, "sinks")
+        named = {
+            "--source": (*SOURCE, "uri"),
+            "--output": (*sinks, 0),
+            "--save-video": (*sinks, 1),
+            "--clips": (*sinks, len(document["pipelines"][0]["sinks"]) - 1),
+            "--line": (*PIPELINE, "analytics", "lines"),
         }
+        flags = {**flags, **{f: Option(p, FieldInfo(), Cli(f)) for f, p in named.items()}}
         raise flag_issues(exc, flags, "--source") from None

@@ -10,6 +10,7 @@ sink and prints the summary; a second one exits at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -20,7 +21,13 @@ from typing import Any
 
 from vstream import assets
 from vstream.cli.args import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNEXPECTED
-from vstream.cli.options import RUN_SECTIONS, add_flags, build_run_config
+from vstream.cli.options import (
+    RUN_SECTIONS,
+    RunExtras,
+    add_flags,
+    build_run_config,
+    line_spec,
+)
 from vstream.errors import VstreamError
 from vstream.uri import is_live, redact
 
@@ -58,13 +65,32 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=argparse.SUPPRESS,
         help="JSON Lines file, replaced if it exists (default: stdout)",
     )
+    run.add_argument(
+        "--save-video", type=Path, default=argparse.SUPPRESS, metavar="PATH.mp4",
+        help="also write the annotated video: every frame, boxes, labels, tracks, lines, counts",
+    )  # fmt: skip
+    run.add_argument(
+        "--clips", type=Path, default=argparse.SUPPRESS, metavar="DIR",
+        help="write an event clip (original video, pre- and post-roll) and a snapshot per event",
+    )  # fmt: skip
     run.add_argument("--quiet", "-q", action="store_true", help="no progress or summary")
     groups = {
         "model": run.add_argument_group("model"),
         "postprocess": run.add_argument_group("postprocessing"),
         "runtime": run.add_argument_group("runtime"),
         "sources": run.add_argument_group("source"),
+        "analytics": run.add_argument_group("tracking and counting"),
     }
+    groups["analytics"].add_argument(
+        "--track", action="store_true", default=argparse.SUPPRESS,
+        help="track objects: each detection on a confirmed track gets a track_id",
+    )  # fmt: skip
+    groups["analytics"].add_argument(
+        "--line", type=line_spec, action="append", default=argparse.SUPPRESS,
+        metavar="NAME=X1,Y1,X2,Y2",
+        help="count crossings of this segment (pixels; repeatable); 'in' is crossing from the "
+        "left of the segment, looking from its start to its end, to its right",
+    )  # fmt: skip
     for prefix, model in RUN_SECTIONS:
         _FLAGS.update(add_flags(groups[str(prefix[2])], ((prefix, model),)))
     run.set_defaults(handler=run_command)
@@ -110,9 +136,10 @@ def run_command(args: argparse.Namespace) -> int:
     from vstream.engine.signals import ShutdownSignals
     from vstream.logs import setup_logging
 
-    given = sorted(
-        flag for flag in ("--source", "--output") if hasattr(args, flag.removeprefix("--"))
-    ) + sorted(f for f, o in _FLAGS.items() if hasattr(args, o.dest))
+    own = ("--source", "--output", "--save-video", "--clips", "--track", "--line")
+    given = sorted(f for f in own if hasattr(args, f[2:].replace("-", "_"))) + sorted(
+        f for f, o in _FLAGS.items() if hasattr(args, o.dest)
+    )
     if args.config is not None:
         if given:
             raise VstreamError(
@@ -123,12 +150,19 @@ def run_command(args: argparse.Namespace) -> int:
         setup_logging(config.logging.format, "warning" if args.quiet else config.logging.level)
     else:
         source = getattr(args, "source", str(assets.SAMPLE_VIDEO))
+        extras = RunExtras(
+            track=getattr(args, "track", False),
+            lines=tuple(getattr(args, "line", ())),
+            save_video=getattr(args, "save_video", None),
+            clips=getattr(args, "clips", None),
+        )
         config = build_run_config(
             args,
             _FLAGS,
             source=source,
             output=getattr(args, "output", None),
             model=assets.DEMO_MODEL,
+            extras=extras,
         )
         base_dir = Path.cwd()
         setup_logging("text", "warning" if args.quiet else "info")
@@ -165,6 +199,19 @@ def _run(config: Any, base_dir: Path, signals: Any, *, quiet: bool, single: bool
     return _report(engine, config, signals.received, quiet=quiet, single=single)
 
 
+def _outputs(config: Any) -> list[str]:
+    """Where a one-source run put its files, for the summary."""
+    shown = {"jsonl": "records", "video": "annotated video", "clips": "event clips"}
+    places = []
+    for sink in config.pipelines[0].sinks:
+        if sink.type in shown:
+            path = Path(getattr(sink, "path", None) or sink.directory)
+            with contextlib.suppress(ValueError):
+                path = path.relative_to(Path.cwd())
+            places.append(f"{shown[sink.type]} {path}")
+    return places
+
+
 def _expected_frames(engine: Any) -> int | None:
     readers = engine.readers()
     return readers[0].expected_frames if readers else None
@@ -197,7 +244,16 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
             device,
             f" ({shown})" if shown else "",
         )
+    for reader in engine.readers() if not quiet else ():
+        totals = reader.analytics.line_totals() if reader.analytics is not None else {}
+        for line, directions in totals.items():
+            counted = {d: sum(by_class.values()) for d, by_class in directions.items()}
+            log.info("%s: line %s: %d in, %d out", reader.id, line, counted["in"], counted["out"])
     failures = engine.failures()
+    if single and not quiet and not failures:
+        written = _outputs(config)
+        if written:
+            log.info("written: %s", "; ".join(written))
     if any(isinstance(f, BrokenPipeError) for f in failures):
         # The reader of stdout went away (e.g. `| head`): stop quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -62,6 +62,7 @@ def serve_command(args: argparse.Namespace) -> int:
         engine.wait(signals.requested, until_files_done=False)
     finally:
         engine.stop()
+        server.app.state.preview.close()  # open previews end now, not at uvicorn's timeout
         server.stop()
         signals.restore()
     for stream in engine.summary():

@@ -10,43 +10,11 @@
 Nothing here imports torch, ONNX Runtime or PyAV.
 """
 
-from vstream.config.loading import (
-    ConfigError,
-    ConfigIssue,
-    config_schema,
-    load_config,
-    parse_config,
-    parse_data,
-    parse_source,
-)
-from vstream.config.model import ModelConfig, PostprocessOptions, ProviderConfig, RuntimeOptions
-from vstream.config.pipelines import (
-    LimitsConfig,
-    LoggingConfig,
-    PipelineConfig,
-    ServerConfig,
-    VstreamConfig,
-)
-from vstream.config.sinks import (
-    SINK_TYPES,
-    JsonlSinkConfig,
-    MqttSinkConfig,
-    RedisSinkConfig,
-    SinkBase,
-    SinkConfig,
-    StdoutSinkConfig,
-    WebhookSinkConfig,
-)
-from vstream.config.sources import (
-    DecoderKind,
-    FreshnessPolicy,
-    ReconnectPolicy,
-    SourceConfig,
-    SourceOptions,
-)
+from vstream.lazy import lazy_exports
 
 __all__ = [
     "SINK_TYPES",
+    "ClipsSinkConfig",
     "ConfigError",
     "ConfigIssue",
     "DecoderKind",
@@ -58,6 +26,7 @@ __all__ = [
     "MqttSinkConfig",
     "PipelineConfig",
     "PostprocessOptions",
+    "PreviewConfig",
     "ProviderConfig",
     "ReconnectPolicy",
     "RedisSinkConfig",
@@ -68,6 +37,7 @@ __all__ = [
     "SourceConfig",
     "SourceOptions",
     "StdoutSinkConfig",
+    "VideoSinkConfig",
     "VstreamConfig",
     "WebhookSinkConfig",
     "config_schema",
@@ -76,3 +46,41 @@ __all__ = [
     "parse_data",
     "parse_source",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ConfigError": "vstream.config.loading",
+        "ClipsSinkConfig": "vstream.config.sinks",
+        "VideoSinkConfig": "vstream.config.sinks",
+        "PreviewConfig": "vstream.config.pipelines",
+        "RuntimeOptions": "vstream.config.model",
+        "ProviderConfig": "vstream.config.model",
+        "PostprocessOptions": "vstream.config.model",
+        "ModelConfig": "vstream.config.model",
+        "ConfigIssue": "vstream.config.loading",
+        "DecoderKind": "vstream.config.sources",
+        "FreshnessPolicy": "vstream.config.sources",
+        "JsonlSinkConfig": "vstream.config.sinks",
+        "LimitsConfig": "vstream.config.pipelines",
+        "LoggingConfig": "vstream.config.pipelines",
+        "MqttSinkConfig": "vstream.config.sinks",
+        "PipelineConfig": "vstream.config.pipelines",
+        "ReconnectPolicy": "vstream.config.sources",
+        "RedisSinkConfig": "vstream.config.sinks",
+        "SINK_TYPES": "vstream.config.sinks",
+        "ServerConfig": "vstream.config.pipelines",
+        "SinkBase": "vstream.config.sinks",
+        "SinkConfig": "vstream.config.sinks",
+        "SourceConfig": "vstream.config.sources",
+        "SourceOptions": "vstream.config.sources",
+        "StdoutSinkConfig": "vstream.config.sinks",
+        "VstreamConfig": "vstream.config.pipelines",
+        "WebhookSinkConfig": "vstream.config.sinks",
+        "config_schema": "vstream.config.loading",
+        "load_config": "vstream.config.loading",
+        "parse_config": "vstream.config.loading",
+        "parse_data": "vstream.config.loading",
+        "parse_source": "vstream.config.loading",
+    },
+)

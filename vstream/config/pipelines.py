@@ -16,11 +16,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
+from vstream.analytics.config import AnalyticsConfig
 from vstream.config.base import (
     Cli,
     EmptyIsNone,
     Int,
     Name,
+    Number,
     StrictModel,
     base_dir,
     resolve_path,
@@ -42,6 +44,10 @@ class PipelineConfig(StrictModel):
         max_length=10_000,
         description="may be empty: streams can be added through the API",
     )
+    analytics: AnalyticsConfig = Field(
+        default_factory=AnalyticsConfig,
+        description="tracking, counting lines and zones; off unless asked for",
+    )
     sinks: list[SinkConfig] = Field(min_length=1, max_length=32)
 
     @field_validator("sinks")
@@ -57,6 +63,15 @@ class PipelineConfig(StrictModel):
                 )
             seen[name] = index
         return sinks
+
+
+class PreviewConfig(StrictModel):
+    """The dashboard's live previews: produced only while someone watches."""
+
+    max_fps: Number(0, 30, open_low=True) = Field(5.0, description="previews per second, at most")
+    max_width: Int(64, 3840) = Field(640, description="widest preview, in pixels")
+    quality: Int(10, 95) = Field(75, description="JPEG quality")
+    max_viewers: Int(1, 1000) = Field(16, description="concurrent preview connections")
 
 
 class ServerConfig(StrictModel):
@@ -78,6 +93,7 @@ class ServerConfig(StrictModel):
         64 * 1024, description="largest request body, enforced while it is read"
     )
     max_json_depth: Int(2, 256) = Field(32, description="deepest nesting of a JSON body")
+    preview: PreviewConfig = Field(default_factory=PreviewConfig)
     allowed_paths: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None,
         max_length=100,

@@ -186,9 +186,89 @@ class WebhookSinkConfig(SinkBase):
         return value
 
 
+def _stream_path(value: str, info: ValidationInfo) -> str:
+    """A path that may hold ``{stream}``: its directory must exist and be writable."""
+    _keyed_template(value, "path")
+    path = resolve_path(value.replace("{stream}", "x").replace("{pipeline}", "x"), info)
+    writable_file(str(path), info)
+    return str(resolve_path(value, info))
+
+
+class VideoSinkConfig(StrictModel):
+    """The annotated video of each stream: boxes, labels, tracks, lines, zones and counts."""
+
+    type: Literal["video"]
+    name: Name | None = Field(None, description="label in metrics and logs; default: video")
+    path: str = Field(
+        max_length=4096,
+        description="MP4 file; {stream} is replaced by the stream id (needed with several "
+        "streams); relative to the config file",
+    )
+    encoder: Literal["auto", "nvenc", "cpu"] = Field(
+        "auto", description="auto: NVENC where the GPU has it, else libx264 through PyAV"
+    )
+    overflow: Literal["block", "drop"] = Field(
+        "block",
+        description="when the encoder falls behind: block makes detection wait (every frame "
+        "kept), drop drops frames of the video (counted); detection records are never lost",
+    )
+    preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"] = Field(
+        "veryfast", description="libx264 speed/size trade-off"
+    )
+    crf: Int(0, 51) = Field(23, description="libx264 quality: lower is better and larger")
+    queue_frames: Int(1, 256) = Field(8, description="frames waiting for the encoder")
+
+    _path = field_validator("path")(_stream_path)
+
+
+class ClipsSinkConfig(StrictModel):
+    """Event clips: the original video around each event, remuxed (no re-encoding), and a JPEG."""
+
+    type: Literal["clips"]
+    name: Name | None = Field(None, description="label in metrics and logs; default: clips")
+    directory: str = Field(max_length=4096, description="where clips go; relative to the config")
+    pre_roll_seconds: Seconds(0, 300, open_low=False) = Field(
+        5.0, description="video kept before each event"
+    )
+    post_roll_seconds: Seconds(0, 300, open_low=False) = Field(
+        5.0, description="video after each event; later events extend the clip"
+    )
+    events: list[Literal["line_crossing", "zone_enter", "zone_exit", "loitering"]] = Field(
+        default_factory=lambda: ["line_crossing", "zone_enter", "loitering"],
+        max_length=4,
+        description="event types that start a clip",
+    )
+    classes: list[Int(0, 100_000)] | None = Field(
+        None, max_length=1000, description="also start a clip when one of these classes is seen"
+    )
+    max_count: Int(1, 1_000_000) = Field(200, description="clips kept; the oldest go first")
+    max_bytes: Int(1_000_000, 2**44) = Field(
+        2 * 1024**3, description="bytes of clips kept; the oldest go first"
+    )
+
+    @field_validator("directory")
+    @classmethod
+    def _directory(cls, value: str, info: ValidationInfo) -> str:
+        path = resolve_path(value, info)
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"{path} is not a directory")
+        parent = path if path.exists() else path.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise ValueError(f"cannot write clips under {parent}")
+        return str(path)
+
+
 SinkConfig = Annotated[
-    JsonlSinkConfig | StdoutSinkConfig | MqttSinkConfig | RedisSinkConfig | WebhookSinkConfig,
+    JsonlSinkConfig
+    | StdoutSinkConfig
+    | MqttSinkConfig
+    | RedisSinkConfig
+    | WebhookSinkConfig
+    | VideoSinkConfig
+    | ClipsSinkConfig,
     Field(discriminator="type"),
 ]
 
-SINK_TYPES = ("jsonl", "stdout", "mqtt", "redis", "webhook")
+SINK_TYPES = ("jsonl", "stdout", "mqtt", "redis", "webhook", "video", "clips")
+FRAME_SINK_TYPES = ("video", "clips")
+"""Sinks that take the frames themselves, not only the records."""

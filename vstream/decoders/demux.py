@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import av
 
@@ -61,6 +62,8 @@ class Demuxer:
     ) -> None:
         self.display_name = redact_uri(uri)
         self.stall_seconds = stall_seconds
+        self.tap: Any = None
+        """A :class:`~vstream.sources.base.PacketTap` given every packet, if set."""
         self.corrupt_packets = 0
         self._errors_in_a_row = 0
         self._last_progress = time.monotonic()
@@ -143,6 +146,8 @@ class Demuxer:
             try:
                 for packet in self.container.demux(self.stream):
                     self._check_stall()
+                    if self.tap is not None and packet.size:
+                        self.tap.add(packet)
                     yield packet
                 return
             except av.error.InvalidDataError as exc:

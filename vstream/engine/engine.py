@@ -108,6 +108,20 @@ class Engine:
         log.debug("stream %s: added to pipeline %s", source.id, pipeline.name)
         return reader
 
+    def attach_preview(self, hub: Any) -> None:
+        """Let every pipeline offer annotated frames to ``hub`` (only while someone watches)."""
+        for pipeline in self.pipelines.values():
+            if pipeline.outputs is not None:
+                pipeline.outputs.preview = hub
+
+    def clips(self) -> Any:
+        """Every clips sink's recordings, listed as one (the dashboard's clip list)."""
+        from vstream.clips.catalogue import Catalogue
+
+        return Catalogue(
+            [r for p in self.pipelines.values() if p.outputs for _, r in p.outputs.recorders]
+        )
+
     def decoder_threads(self) -> int:
         """FFmpeg threads asked for by the running streams (0 counts as the cores)."""
         cores = os.cpu_count() or 1

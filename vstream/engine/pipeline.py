@@ -21,11 +21,15 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from vstream.analytics.config import AnalyticsConfig
+from vstream.analytics.stream import StreamAnalytics
 from vstream.config.model import RuntimeOptions
 from vstream.config.pipelines import PipelineConfig
+from vstream.config.sinks import FRAME_SINK_TYPES
 from vstream.config.sources import SourceConfig
 from vstream.engine.errors import ShuttingDown, StreamNotFound
 from vstream.engine.intake import Intake
+from vstream.engine.outputs import FrameOutputs, analyze
 from vstream.engine.queue import FrameQueue
 from vstream.engine.reader import StreamReader
 from vstream.engine.stages import Batch, OverlappedStages
@@ -55,11 +59,17 @@ class Pipeline:
         sinks: Sequence[Any],
         metrics: Metrics | None = None,
         finish_when_idle: bool = False,
+        analytics: AnalyticsConfig | None = None,
+        outputs: FrameOutputs | None = None,
     ) -> None:
         self.name = name
         self.detector = detector
         self.metrics = metrics
         self.sinks = list(sinks)
+        self.analytics = analytics if analytics is not None and analytics.enabled else None
+        """Tracking, lines and zones, run per stream on the host-side boxes; None when off."""
+        self.outputs = outputs
+        """Annotated videos, previews and event clips; None when the pipeline has none."""
         self.intake = Intake()
         self.streams: dict[str, StreamReader] = {}
         self.failure: BaseException | None = None
@@ -91,12 +101,22 @@ class Pipeline:
         sinks: list[Any] = []
         try:
             for sink in config.sinks:
-                sinks.append(build_sink(sink, config.name))
+                if sink.type not in FRAME_SINK_TYPES:
+                    sinks.append(build_sink(sink, config.name))
+            outputs = FrameOutputs(config, detector.device, detector.class_names)
         except BaseException:
             for sink in sinks:
                 sink.close()
             raise
-        return cls(config.name, detector, runtime=config.runtime, sinks=sinks, metrics=metrics)
+        return cls(
+            config.name,
+            detector,
+            runtime=config.runtime,
+            sinks=sinks,
+            metrics=metrics,
+            analytics=config.analytics,
+            outputs=outputs,
+        )
 
     def start(self) -> None:
         self.stages.start()
@@ -112,6 +132,7 @@ class Pipeline:
                 pipeline=self.name,
                 cuda_stream=self.detector.cuda_stream,
                 on_end=self._reader_ended,
+                packet_tap=self.outputs.packet_tap(config.id) if self.outputs else None,
             )
         )
 
@@ -130,6 +151,8 @@ class Pipeline:
         )
 
     def _add(self, reader: StreamReader) -> StreamReader:
+        if self.analytics is not None:
+            reader.analytics = StreamAnalytics(self.analytics, self.detector.class_names)
         with self._lock:
             if not self._taking:
                 self.intake.unregister(reader.id)
@@ -153,6 +176,8 @@ class Pipeline:
             self._retired[stream_id] = reader
         reader.stop()
         reader.counters.discarded(self.intake.unregister(stream_id))
+        if self.outputs is not None:
+            self.outputs.remove_stream(stream_id)
         if self.metrics is not None:
             self.metrics.forget_stream(self.name, stream_id)
         self._reap()
@@ -191,10 +216,19 @@ class Pipeline:
             reader.counters.processed(1, 0, age)
             if self.metrics is not None:
                 self.metrics.frame_age.labels(self.name, arrival.stream).observe(age)
-        for arrival, result in zip(batch.arrivals, batch.results, strict=True):
+        for position, (arrival, result) in enumerate(
+            zip(batch.arrivals, batch.results, strict=True)
+        ):
             reader = self._reader(arrival.stream)
-            if reader is not None:
-                reader.counters.processed(0, len(result.detections), None)
+            if reader is None:
+                continue
+            reader.counters.processed(0, len(result.detections), None)
+            if reader.analytics is not None:
+                result = batch.results[position] = analyze(reader.analytics, result)
+                if self.metrics is not None:
+                    self.metrics.observe_analytics(self.name, arrival.stream, result)
+            if self.outputs is not None and self.outputs.wanted:
+                self.outputs.deliver(arrival.frame, result, reader.source_fps)
         for arrival, error in batch.failures:
             reader = self._reader(arrival.stream)
             if reader is not None:
@@ -250,6 +284,8 @@ class Pipeline:
         for stream_id in list(self.streams):
             reader = self.streams[stream_id]
             reader.counters.discarded(self.intake.queued(stream_id))
+        if self.outputs is not None:
+            self.outputs.close()
         self._close_sinks()
         self._reap()
 
@@ -326,6 +362,19 @@ class Pipeline:
             )
             for s in self.sinks
         ]
+        if self.outputs is not None and (self.outputs.videos or self.outputs.recorders):
+            stats = self.outputs.stats()
+            sinks.append(
+                SinkSample(
+                    pipeline=self.name,
+                    sink="video",
+                    delivered=stats["video_frames_written"],
+                    retries=0,
+                    failures=stats["video_failures"] + stats["clip_failures"],
+                    dropped=stats["video_frames_dropped"],
+                    buffered=0,
+                )
+            )
         return streams, sinks
 
 

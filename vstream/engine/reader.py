@@ -94,6 +94,7 @@ class StreamReader:
         pipeline: str = "",
         cuda_stream: Any = None,
         on_end: Any = None,
+        packet_tap: Any = None,
     ) -> None:
         if (config is None) == (frames is None):
             raise ValueError("give a source config or an iterable of frames, not both")
@@ -108,6 +109,9 @@ class StreamReader:
         self._device = device
         self._cuda_stream = cuda_stream
         self._on_end = on_end
+        self._packet_tap = packet_tap
+        self.analytics: Any = None
+        """The stream's tracker, lines and zones (a StreamAnalytics), when the pipeline has them."""
         self._stop = threading.Event()
         self._source: Any = frames
         self._state = SourceState.CONNECTING
@@ -135,6 +139,12 @@ class StreamReader:
     def source_stats(self) -> SourceStats:
         stats = getattr(self._source, "stats", None)
         return stats if isinstance(stats, SourceStats) else SourceStats()
+
+    @property
+    def source_fps(self) -> float | None:
+        """The frame rate the source declares (files), else None."""
+        fps = getattr(self._source, "fps", None)
+        return float(fps) if isinstance(fps, int | float) and fps > 0 else None
 
     @property
     def expected_frames(self) -> int | None:
@@ -165,6 +175,7 @@ class StreamReader:
                         stream_id=self.id,
                         device=self._device,
                         options=self.config.options(),
+                        packet_tap=self._packet_tap,
                     )
                     if self._stop.is_set():
                         return
@@ -244,4 +255,17 @@ class StreamReader:
             "corrupt_packets": stats.corrupt_packets,
             "fps": round(counters.fps(), 2),
             "frame_age_seconds": round(age, 4) if age is not None else None,
+            **self._analytics_state(),
         }
+
+    def _analytics_state(self) -> dict[str, Any]:
+        """Line counts (per direction, and per class) and zone occupancy, when analytics run."""
+        analytics = self.analytics
+        if analytics is None:
+            return {}
+        lines = {
+            name: {d: sum(by_class.values()) for d, by_class in directions.items()}
+            | {"by_class": directions}
+            for name, directions in analytics.line_totals().items()
+        }
+        return {"lines": lines, "zones": analytics.zone_totals()}

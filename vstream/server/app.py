@@ -9,7 +9,6 @@ JSON nesting before it is parsed; stream descriptions never show credentials.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -32,6 +31,9 @@ from vstream.engine.errors import (
 )
 from vstream.errors import LimitExceeded, VstreamError, describe
 from vstream.metrics import CONTENT_TYPE
+from vstream.server.auth import SessionStore, bearer_token  # noqa: F401 - part of the API module
+from vstream.server.dashboard import dashboard_router
+from vstream.server.preview import PreviewHub
 from vstream.uri import redact
 
 log = logging.getLogger("vstream.server")
@@ -58,12 +60,6 @@ _STATUS: tuple[tuple[type[VstreamError], int], ...] = (
 
 def _status_of(exc: VstreamError) -> int:
     return next((status for kind, status in _STATUS if isinstance(exc, kind)), 400)
-
-
-def bearer_token(header: str) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header; the scheme in any case."""
-    scheme, _, token = header.strip().partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
 def json_depth(body: bytes) -> int:
@@ -104,21 +100,32 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def create_app(engine: Engine, token: str | None = None) -> FastAPI:
-    """The API over ``engine``; with ``token``, requests without it get 401."""
+    """The API and the dashboard over ``engine``; with ``token``, requests without it get 401.
+
+    The live-preview hub is ``app.state.preview``: close it before stopping the
+    server, so that open MJPEG responses end at once.
+    """
     app = FastAPI(
         title="vstream", version=__version__, docs_url=None, redoc_url=None, openapi_url=None
     )
     server = engine.config.server
-    expected = token.encode() if token else None
+    sessions = SessionStore(token)
+    preview = server.preview
+    hub = PreviewHub(
+        max_fps=preview.max_fps,
+        max_width=preview.max_width,
+        quality=preview.quality,
+        max_viewers=preview.max_viewers,
+    )
+    engine.attach_preview(hub)
+    app.state.preview = hub
 
     @app.middleware("http")
     async def require_token(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
-        if expected is not None:
-            given = bearer_token(request.headers.get("authorization", "")) or ""
-            if not hmac.compare_digest(given.encode(), expected):
-                return error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+        if not sessions.allows(request):
+            return error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
         return await call_next(request)
 
     @app.exception_handler(StarletteHTTPException)
@@ -190,4 +197,5 @@ def create_app(engine: Engine, token: str | None = None) -> FastAPI:
     def remove_stream(stream_id: str) -> dict[str, Any]:
         return {"removed": engine.remove_stream(stream_id)}
 
+    app.include_router(dashboard_router(hub, engine.clips(), engine.streams, sessions=sessions))
     return app

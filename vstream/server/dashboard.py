@@ -16,19 +16,14 @@ the token itself: ``HttpOnly`` (no script can read it), ``SameSite=Strict``
 (no other site's page can make the browser send it), ``Secure`` over HTTPS.
 The cookie is accepted only for ``GET``/``HEAD`` of the media routes above
 (:data:`MEDIA_PATH`); every other request still needs the bearer token. The
-auth middleware makes one call: :meth:`SessionStore.allows`.
+auth middleware makes one call: :meth:`vstream.server.auth.SessionStore.allows`.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import re
-import secrets
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from importlib import resources
@@ -37,119 +32,11 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 
+from vstream.server.auth import SESSION_COOKIE, SessionStore
 from vstream.server.preview import MEDIA_TYPE, PreviewHub, TooManyViewers
-
-SESSION_COOKIE = "vstream_session"
-PUBLIC_PATHS = frozenset({"/"})
-"""Paths served without any credentials: the page itself, which holds no data."""
-MEDIA_PATH = re.compile(
-    r"^/(streams/[^/]+/(preview\.mjpg|snapshot\.jpg)|clips/[^/]+/(video|snapshot\.jpg))$"
-)
-"""Paths a session cookie may open (GET/HEAD only): what ``<img>``/``<video>`` load."""
 
 StreamsProvider = Callable[[], Iterable[Any]]
 """Returns the streams now: their ids, or dictionaries with an ``"id"`` (as ``GET /streams``)."""
-
-
-class SessionStore:
-    """Browser sessions for a daemon with a bearer ``token`` (no token: nothing to check).
-
-    Secrets are random (256 bits), kept only as SHA-256 digests, expire after
-    ``max_age`` seconds, and at most ``max_sessions`` live at once (the oldest
-    is dropped first).
-    """
-
-    def __init__(
-        self, token: str | None, *, max_age: float = 12 * 3600, max_sessions: int = 64
-    ) -> None:
-        self.token = token or None
-        self.max_age = float(max_age)
-        self.max_sessions = int(max_sessions)
-        self._expected = f"Bearer {token}".encode() if token else None
-        self._sessions: OrderedDict[bytes, float] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @property
-    def enabled(self) -> bool:
-        return self.token is not None
-
-    def bearer_ok(self, authorization: str | None) -> bool:
-        """Whether an ``Authorization`` header value carries the token (constant time)."""
-        if self._expected is None:
-            return True
-        return hmac.compare_digest((authorization or "").encode(), self._expected)
-
-    def create(self) -> str:
-        """A new session secret (for the cookie)."""
-        secret = secrets.token_urlsafe(32)
-        now = time.monotonic()
-        with self._lock:
-            self._expire(now)
-            self._sessions[_digest(secret)] = now + self.max_age
-            while len(self._sessions) > self.max_sessions:
-                self._sessions.popitem(last=False)
-        return secret
-
-    def valid(self, secret: str | None) -> bool:
-        """Whether ``secret`` is a live session."""
-        if not secret:
-            return False
-        now = time.monotonic()
-        with self._lock:
-            expires = self._sessions.get(_digest(secret))
-            if expires is None:
-                return False
-            if expires <= now:
-                del self._sessions[_digest(secret)]
-                return False
-            return True
-
-    def revoke(self, secret: str | None) -> None:
-        if secret:
-            with self._lock:
-                self._sessions.pop(_digest(secret), None)
-
-    def __len__(self) -> int:
-        return len(self._sessions)
-
-    def _expire(self, now: float) -> None:
-        for key in [k for k, expires in self._sessions.items() if expires <= now]:
-            del self._sessions[key]
-
-    def allows(self, request: Request) -> bool:
-        """Whether the auth middleware lets ``request`` through: the one call it needs.
-
-        True when no token is configured, when ``Authorization: Bearer <token>``
-        is right, for ``GET``/``HEAD /`` (the page, holding no data), and for
-        ``GET``/``HEAD`` of a media path (:data:`MEDIA_PATH`) with a live
-        session cookie. Works for Starlette's ``Request`` and anything with
-        ``method``, ``url.path``, ``headers`` and ``cookies``.
-        """
-        if self._expected is None:
-            return True
-        if self.bearer_ok(request.headers.get("authorization")):
-            return True
-        if request.method not in ("GET", "HEAD"):
-            return False
-        path = request.url.path
-        if path in PUBLIC_PATHS:
-            return True
-        return bool(MEDIA_PATH.match(path)) and self.valid(request.cookies.get(SESSION_COOKIE))
-
-    def set_cookie(self, response: Response, secret: str, secure: bool) -> None:
-        response.set_cookie(
-            SESSION_COOKIE,
-            secret,
-            max_age=int(self.max_age),
-            path="/",
-            httponly=True,
-            samesite="strict",
-            secure=secure,
-        )
-
-
-def _digest(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()
 
 
 @cache

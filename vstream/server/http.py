@@ -21,6 +21,7 @@ class ApiServer:
     """uvicorn serving ``app`` on ``host:port`` until :meth:`stop`."""
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 8080) -> None:
+        self.app = app
         self.host = host
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import torch
 
     from vstream.config.sources import SourceOptions
-    from vstream.sources.base import Source
+    from vstream.sources.base import PacketTap, Source
 
 
 def open_source(
@@ -25,19 +25,25 @@ def open_source(
     stream_id: str | None = None,
     device: str | torch.device = "cpu",
     options: SourceOptions | None = None,
+    packet_tap: PacketTap | None = None,
 ) -> Source:
     """Open the file, camera or URL ``uri`` as a :class:`Source` of device frames.
 
     ``options`` carry everything else (decoder, reconnection, file playback);
-    the defaults suit both files and live streams.
+    the defaults suit both files and live streams. ``packet_tap`` receives
+    every compressed packet (event clips keep them).
     """
     if is_live(uri):
         from vstream.sources.live import LiveSource
 
-        return LiveSource(uri, stream_id=stream_id, device=device, options=options)
+        return LiveSource(
+            uri, stream_id=stream_id, device=device, options=options, packet_tap=packet_tap
+        )
     from vstream.sources.file import VideoFileSource
 
-    return VideoFileSource(uri, stream_id=stream_id, device=device, options=options)
+    return VideoFileSource(
+        uri, stream_id=stream_id, device=device, options=options, packet_tap=packet_tap
+    )
 
 
 __all__ = [

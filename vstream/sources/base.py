@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from vstream.frame import Frame
 
@@ -35,6 +35,18 @@ class SourceStats:
     """Damaged packets skipped while decoding."""
     last_gap_seconds: float | None = None
     """Live sources: time without frames around the latest reconnection."""
+
+
+class PacketTap(Protocol):
+    """Receives every compressed packet of a source's video stream (event clips keep them).
+
+    ``offset`` is set by the source to the seconds it adds to the stream's own
+    time stamps (loops, reconnections), so packet and frame times agree.
+    """
+
+    offset: float
+
+    def add(self, packet: Any) -> None: ...
 
 
 @runtime_checkable

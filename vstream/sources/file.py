@@ -14,7 +14,7 @@ from vstream.config.sources import SourceOptions
 from vstream.decoders import Decoder, Picture, open_decoder
 from vstream.errors import SourceError
 from vstream.frame import Frame
-from vstream.sources.base import SourceState, SourceStats
+from vstream.sources.base import PacketTap, SourceState, SourceStats
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,10 @@ class VideoFileSource:
         stream_id: str | None = None,
         device: str | torch.device = "cpu",
         options: SourceOptions | None = None,
+        packet_tap: PacketTap | None = None,
     ) -> None:
         self.path = Path(path)
+        self.packet_tap = packet_tap
         self.stream_id = stream_id or self.path.stem
         self.device = torch.device(device)
         self.options = options or SourceOptions()
@@ -84,13 +86,15 @@ class VideoFileSource:
         self.stats = SourceStats()
 
     def _open(self) -> Decoder:
-        return open_decoder(
+        decoder = open_decoder(
             str(self.path),
             kind=self.options.decoder,
             device=self.device,
             pixel_format=self.options.pixel_format,
             threads=self.options.decoder_threads,
         )
+        decoder.demuxer.tap = self.packet_tap
+        return decoder
 
     @property
     def state(self) -> SourceState:
@@ -169,6 +173,8 @@ class VideoFileSource:
                 if first is None or last is None:
                     raise SourceError(f"{self.path}: no frames in the selected time range")
                 pts_offset += last - first + self._frame_period(in_pass, first, last)
+                if self.packet_tap is not None:
+                    self.packet_tap.offset = pts_offset
                 with self._decoding:
                     decoder.close()
                     self._decoder = (

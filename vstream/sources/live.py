@@ -29,7 +29,7 @@ from vstream.decoders import Decoder, open_decoder, resolve_decoder
 from vstream.errors import SourceError, TransientError, describe
 from vstream.frame import Frame
 from vstream.sources.backoff import Backoff
-from vstream.sources.base import SourceState, SourceStats
+from vstream.sources.base import PacketTap, SourceState, SourceStats
 from vstream.uri import redact_uri, stream_name
 
 log = logging.getLogger(__name__)
@@ -83,9 +83,11 @@ class LiveSource:
         stream_id: str | None = None,
         device: str | torch.device = "cpu",
         options: SourceOptions | None = None,
+        packet_tap: PacketTap | None = None,
     ) -> None:
         self.options = options or SourceOptions()
         check_live_options(self.options)
+        self.packet_tap = packet_tap
         self._uri = uri
         self.name = redact_uri(uri)
         """The address as it may be shown: credentials replaced by ``***``."""
@@ -116,7 +118,7 @@ class LiveSource:
     def _open(self) -> Decoder:
         ffmpeg, input_format = ffmpeg_input(self._uri, self.options)
         reconnect = self.options.reconnect
-        return open_decoder(
+        decoder = open_decoder(
             self._uri,
             kind=self.decoder_kind,
             device=self.device,
@@ -131,6 +133,8 @@ class LiveSource:
             threads=self.options.decoder_threads,
             low_delay=True,
         )
+        decoder.demuxer.tap = self.packet_tap
+        return decoder
 
     def __iter__(self) -> Iterator[Frame]:
         """Connect, yield frames, reconnect until closed, out of attempts or failed.
@@ -201,6 +205,8 @@ class LiveSource:
                     # Time stamps restart with every connection: continue them from the
                     # wall clock, so the gap of a reconnection shows in the records.
                     pts_offset = (now - started) - (picture.pts_seconds or 0.0)
+                    if self.packet_tap is not None:
+                        self.packet_tap.offset = pts_offset
                     self._streaming(backoff, now, last_frame)
                 pts = (
                     picture.pts_seconds + pts_offset

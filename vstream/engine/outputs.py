@@ -1,0 +1,241 @@
+"""What a pipeline does with a frame after its records are made: analytics and pictures.
+
+Two steps follow postprocessing, on the postprocessing thread:
+
+1. :func:`analyze` runs a stream's tracker, lines and zones on the host-side
+   boxes (nothing else crosses the device boundary) and returns the record
+   with track ids, events, line counts and zone occupancy.
+2. :class:`FrameOutputs` gives the frame to whatever wants pictures: the
+   annotated video of each stream, the live preview (only while someone
+   watches) and event clips (compressed packets from the demuxer, plus an
+   annotated snapshot). A frame is annotated at most once, and only when one
+   of them wants it; the drawing happens on the frame's own device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vstream.analytics.stream import StreamAnalytics
+from vstream.config.pipelines import PipelineConfig
+from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig
+from vstream.frame import Frame
+from vstream.results import Detection, FrameResult
+
+log = logging.getLogger("vstream.engine")
+
+DEFAULT_FPS = 25.0
+"""Frame rate given to a video writer when the source does not declare one (live streams)."""
+
+
+def analyze(analytics: StreamAnalytics, result: FrameResult) -> FrameResult:
+    """``result`` after the stream's tracker, lines and zones have seen it."""
+    detections = result.detections
+    boxes = np.array([d.bbox for d in detections], dtype=np.float64).reshape(-1, 4)
+    scores = np.array([d.score for d in detections], dtype=np.float64)
+    classes = np.array([d.class_id for d in detections], dtype=np.int64)
+    update = analytics.update(
+        boxes, scores, classes, result.pts_seconds, frame_size=(result.width, result.height)
+    )
+    tracked = tuple(
+        dataclasses.replace(d, track_id=int(t)) if t > 0 else d
+        for d, t in zip(detections, update.track_ids.tolist(), strict=True)
+    )
+    return dataclasses.replace(
+        result,
+        detections=tracked,
+        events=tuple(event.to_record() for event in update.events),
+        line_counts={k: dict(v) for k, v in update.line_counts.items()} or None,
+        zone_occupancy=dict(update.zone_occupancy) or None,
+    )
+
+
+class FrameOutputs:
+    """The annotated videos, previews and event clips of one pipeline."""
+
+    def __init__(self, config: PipelineConfig, device: Any, class_names: dict[int, str]) -> None:
+        from vstream.annotate import Annotator, LineOverlay, ZoneOverlay
+
+        self.device = device
+        self.annotator = Annotator(
+            lines=[LineOverlay(x.name, x.start, x.end) for x in config.analytics.lines],
+            zones=[ZoneOverlay(z.name, tuple(z.points)) for z in config.analytics.zones],
+            colour_by="track" if config.analytics.enabled else "class",
+        )
+        self.videos = [s for s in config.sinks if isinstance(s, VideoSinkConfig)]
+        self.recorders = [
+            (sink, _recorder(sink)) for sink in config.sinks if isinstance(sink, ClipsSinkConfig)
+        ]
+        self.preview: Any = None
+        """The server's preview hub, when there is one (set by the engine)."""
+        self._writers: dict[tuple[int, str], Any] = {}
+        self._lock = threading.Lock()
+        self._names = class_names
+
+    @property
+    def wanted(self) -> bool:
+        """Whether anything here may want frames (else the pipeline skips this step)."""
+        return bool(self.videos or self.recorders or self.preview is not None)
+
+    def packet_tap(self, stream_id: str) -> Any:
+        """Where the stream's demuxer puts its packets (event clips keep them), or None."""
+        if not self.recorders:
+            return None
+        if len(self.recorders) == 1:
+            return self.recorders[0][1].ring(stream_id)
+        return _Fanout([recorder.ring(stream_id) for _, recorder in self.recorders])
+
+    def deliver(self, frame: Frame, result: FrameResult, fps: float | None) -> None:
+        """Hand ``frame``, annotated with ``result``, to whatever wants it."""
+        stream = frame.stream_id
+        picture: list[Any] = []
+
+        def annotated() -> Any:
+            if not picture:
+                picture.append(self.annotator.annotate(frame, result, fps=fps))
+            return picture[0]
+
+        for index, sink in enumerate(self.videos):
+            writer = self._writer(index, sink, stream, frame, fps)
+            if writer is not None:
+                writer.write(annotated(), frame.pts_seconds)
+        if self.preview is not None and self.preview.watched(stream):
+            # The hub encodes on its own thread, at its own pace: it annotates a copy then.
+            self.preview.offer(stream, lambda: self.annotator.annotate(frame, result, fps=fps))
+        for sink, recorder in self.recorders:
+            for event in _triggers(sink, result):
+                recorder.trigger(stream, event, result.pts_seconds, snapshot=annotated)
+
+    def _writer(
+        self, index: int, sink: VideoSinkConfig, stream: str, frame: Frame, fps: float | None
+    ) -> Any:
+        """The stream's writer for ``sink``, opened at its first frame (size and rate known)."""
+        key = (index, stream)
+        with self._lock:
+            writer = self._writers.get(key)
+            if writer is not None:
+                return writer
+            from vstream.sinks.video import VideoWriter
+
+            path = Path(sink.path.replace("{stream}", stream))
+            try:
+                writer = VideoWriter(
+                    path, frame.width, frame.height, fps or DEFAULT_FPS,
+                    encoder=sink.encoder, policy=sink.overflow, queue_frames=sink.queue_frames,
+                    device=self.device, preset=sink.preset, crf=sink.crf,
+                )  # fmt: skip
+            except Exception as exc:  # a bad path fails this output, never the pipeline
+                log.error("annotated video %s: %s", path, exc)
+                writer = _NoWriter()
+            self._writers[key] = writer
+            return writer
+
+    def remove_stream(self, stream_id: str) -> None:
+        """Finish the stream's videos and forget its clip ring."""
+        with self._lock:
+            writers = [w for (_, s), w in self._writers.items() if s == stream_id]
+            self._writers = {k: w for k, w in self._writers.items() if k[1] != stream_id}
+        for writer in writers:
+            writer.close()
+        for _, recorder in self.recorders:
+            recorder.remove_stream(stream_id)
+        if self.preview is not None:
+            self.preview.remove(stream_id)
+
+    def close(self) -> None:
+        """Finish every video (flushing its encoder) and every clip being written."""
+        with self._lock:
+            writers, self._writers = list(self._writers.values()), {}
+        for writer in writers:
+            stats = writer.close()
+            if stats is not None and getattr(writer, "path", None) is not None:
+                log.info(
+                    "annotated video %s: %d frames written, %d dropped",
+                    writer.path, stats.frames_written, stats.frames_dropped,
+                )  # fmt: skip
+        for _, recorder in self.recorders:
+            recorder.close()
+
+    def video_paths(self) -> list[Path]:
+        with self._lock:
+            return [w.path for w in self._writers.values() if getattr(w, "path", None)]
+
+    def stats(self) -> dict[str, int]:
+        """Frames written and dropped by the videos; clips written and failed."""
+        with self._lock:
+            writers = list(self._writers.values())
+        totals = {"video_frames_written": 0, "video_frames_dropped": 0, "video_failures": 0}
+        for writer in writers:
+            stats = getattr(writer, "stats", None)
+            if stats is not None:
+                totals["video_frames_written"] += stats.frames_written
+                totals["video_frames_dropped"] += stats.frames_dropped
+                totals["video_failures"] += stats.failures
+        totals["clips"] = sum(r.stats.clips for _, r in self.recorders)
+        totals["clip_failures"] = sum(r.stats.failures for _, r in self.recorders)
+        return totals
+
+
+def _recorder(sink: ClipsSinkConfig) -> Any:
+    from vstream.clips.index import Retention
+    from vstream.clips.recorder import ClipRecorder
+
+    return ClipRecorder(
+        sink.directory,
+        pre_roll=sink.pre_roll_seconds,
+        post_roll=sink.post_roll_seconds,
+        retention=Retention(max_count=sink.max_count, max_bytes=sink.max_bytes),
+    )
+
+
+def _triggers(sink: ClipsSinkConfig, result: FrameResult) -> list[dict[str, Any]]:
+    """The events of ``result`` that start (or extend) a clip of this sink."""
+    events = [e for e in result.events or () if e.get("type") in sink.events]
+    if sink.classes:
+        seen = sorted({d.class_id for d in result.detections if d.class_id in sink.classes})
+        events += [_seen(result.detections, class_id) for class_id in seen]
+    return events
+
+
+def _seen(detections: tuple[Detection, ...], class_id: int) -> dict[str, Any]:
+    label = next(d.label for d in detections if d.class_id == class_id)
+    return {"type": "class_seen", "class_id": class_id, "label": label}
+
+
+class _Fanout:
+    """Several clip rings fed from one demuxer."""
+
+    def __init__(self, rings: list[Any]) -> None:
+        self.rings = rings
+
+    @property
+    def offset(self) -> float:
+        return self.rings[0].offset
+
+    @offset.setter
+    def offset(self, value: float) -> None:
+        for ring in self.rings:
+            ring.offset = value
+
+    def add(self, packet: Any) -> None:
+        for ring in self.rings:
+            ring.add(packet)
+
+
+class _NoWriter:
+    """Stands in for a video that could not be opened: frames for it are dropped."""
+
+    path = None
+    stats = None
+
+    def write(self, image: Any, pts_seconds: float | None = None) -> bool:
+        return False
+
+    def close(self) -> None:
+        return None
