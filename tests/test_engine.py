@@ -1,0 +1,314 @@
+"""The engine as a service: signals, joined threads, safe counters, one definition of options.
+
+Every entry point (``vstream run`` with flags or a file, ``vstream serve``,
+the Python API) runs the same engine; these tests hold it to the contract in
+the README's "Stop and failure semantics" table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import RtspServer, free_port, tiny_detector, write_video
+from onnx_models import brightness_model
+from pydantic import BaseModel
+
+from vstream.cli import build_parser
+from vstream.cli.options import RUN_SECTIONS, SERVE_SECTIONS, options
+from vstream.config import VstreamConfig, parse_data
+from vstream.config.base import Cli
+from vstream.engine import Engine
+from vstream.engine.reader import StreamCounters
+from vstream.sinks.base import DeliveryError
+from vstream.sinks.buffered import BufferedSink
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_detector(tmp_path_factory.mktemp("model") / "tiny.onnx")
+
+
+@pytest.fixture(scope="module")
+def batch_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return brightness_model(tmp_path_factory.mktemp("model") / "brightness.onnx")
+
+
+def run_process(*args: str | Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "vstream", "run", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_lines(path: Path, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {count} records in {timeout} s")
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_a_signal_stops_a_live_run_gracefully_with_every_record_intact(
+    tmp_path: Path, model: Path, sig: signal.Signals, status: int
+) -> None:
+    """``docker stop`` and Ctrl-C: intake stops, frames in flight finish, the output is whole."""
+    out = tmp_path / "live.jsonl"
+    with RtspServer() as server:
+        process = run_process("--source", server.url(), "--model", model, "-o", out)
+        try:
+            wait_for_lines(out, 20, 60)
+            process.send_signal(sig)
+            _, stderr = process.communicate(timeout=60)
+        finally:
+            process.kill()
+    assert process.returncode == status, stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]  # every line whole
+    frames = [r["frame"] for r in records]
+    assert len(frames) >= 20 and frames == sorted(set(frames)), "in order, never twice"
+    assert f"{len(frames)} frames" in stderr, "the summary counts what was written"
+    assert "Traceback" not in stderr
+
+
+def test_a_second_signal_exits_at_once(tmp_path: Path, model: Path) -> None:
+    """A flush that cannot finish (a webhook nobody answers) is cut short by a second signal."""
+    write_video(tmp_path / "clip.mp4", frames=20)
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(
+        f"""
+pipelines:
+  - name: main
+    model: {{path: {model}}}
+    sources: [{{id: cam, uri: clip.mp4, loop: true, realtime: true}}]
+    sinks:
+      - {{type: jsonl, path: out.jsonl}}
+      - type: webhook
+        url: http://127.0.0.1:{free_port()}/hook
+        timeout_seconds: 0.5
+        flush_timeout_seconds: 120
+"""
+    )
+    process = run_process(config)
+    try:
+        wait_for_lines(tmp_path / "out.jsonl", 10, 60)
+        process.send_signal(signal.SIGTERM)
+        time.sleep(1.0)  # the graceful stop is under way, waiting on the webhook's flush
+        assert process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM
+
+
+def engine_config(tmp_path: Path, model: Path, streams: int, frames: int) -> VstreamConfig:
+    for i in range(streams):
+        write_video(tmp_path / f"s{i}.mp4", frames=frames, width=160, height=120)
+    return parse_data(
+        {
+            "pipelines": [
+                {
+                    "name": "main",
+                    "model": {"path": str(model)},
+                    "runtime": {"device": "cpu", "batch_size": 2},
+                    "sources": [{"id": f"s{i}", "uri": f"s{i}.mp4"} for i in range(streams)],
+                    "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
+                }
+            ]
+        },
+        base_dir=tmp_path,
+    )
+
+
+def test_every_thread_the_engine_starts_is_joined_when_it_stops(
+    tmp_path: Path, batch_model: Path
+) -> None:
+    before = set(threading.enumerate())
+    config = engine_config(tmp_path, batch_model, streams=3, frames=15)
+    engine = Engine(config, base_dir=tmp_path)
+    engine.start()
+    deadline = time.monotonic() + 60
+    while not engine.files_done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    during = set(threading.enumerate()) - before
+    engine.stop(timeout=30)
+    left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert during, "the engine runs threads of its own"
+    assert left == [], f"threads still running after stop(): {left}"
+    records = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    for i in range(3):
+        assert [r["frame"] for r in records if r["stream"] == f"s{i}"] == list(range(15))
+
+
+def test_worker_threads_never_change_process_wide_torch_settings(
+    tmp_path: Path, batch_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    callers: list[str] = []
+    real = torch.set_num_threads
+
+    def recording(n: int) -> None:
+        callers.append(threading.current_thread().name)
+        real(n)
+
+    monkeypatch.setattr(torch, "set_num_threads", recording)
+    config = engine_config(tmp_path, batch_model, streams=2, frames=10)
+    with Engine(config, base_dir=tmp_path) as engine:
+        deadline = time.monotonic() + 60
+        while not engine.files_done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert callers == [threading.main_thread().name]
+
+
+def test_stream_counters_are_exact_under_concurrent_updates() -> None:
+    counters = StreamCounters()
+
+    def hammer() -> None:
+        for _ in range(20_000):
+            counters.processed(1, 2, 0.01)
+            counters.failed(1)
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counters.frames_processed == 80_000 and counters.detections == 160_000
+    assert counters.frames_failed == 80_000
+
+
+class BrokenTransport:
+    """A transport with a bug: it raises something that is not a delivery fault."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def send(self, records: list[dict]) -> None:
+        self.calls += 1
+        raise KeyError("a bug in the transport")
+
+    def close(self, timeout: float) -> int:
+        return 0
+
+
+class FlakyTransport(BrokenTransport):
+    def send(self, records: list[dict]) -> None:
+        self.calls += 1
+        if self.calls < 3:
+            raise DeliveryError("broker not reachable")
+
+
+def results(count: int) -> list:
+    from vstream.results import FrameResult
+
+    return [FrameResult("cam", i, i / 25, 64, 48, ()) for i in range(count)]
+
+
+def test_a_sink_with_a_bug_fails_once_and_is_never_retried() -> None:
+    transport = BrokenTransport()
+    sink = BufferedSink(transport, name="broken", batch_records=5)
+    sink.write(results(5))
+    deadline = time.monotonic() + 10
+    while sink.error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sink.write(results(7))
+    sink.close()
+    assert isinstance(sink.error, KeyError) and sink.state == "failed"
+    assert transport.calls == 1, "a bug is not retried"
+    assert sink.stats.dropped == 12 and sink.stats.delivered == 0, "every loss counted"
+
+
+def test_a_transient_sink_fault_is_retried_until_delivered() -> None:
+    transport = FlakyTransport()
+    sink = BufferedSink(transport, name="flaky", batch_records=5)
+    sink.write(results(5))
+    sink.close()
+    assert sink.error is None and transport.calls == 3
+    assert sink.stats.delivered == 5 and sink.stats.retries == 2
+
+
+# Options that a one-video `vstream run` has no use for, each with the reason.
+NOT_ON_THE_RUN_COMMAND_LINE = {
+    "model.dtype": "a check of the model's input type, for pipelines files",
+    "model.class_names": "a list or mapping: a pipelines file says it better",
+    "model.providers": "execution providers with their options: pipelines file or Python",
+    "postprocess.max_candidates": "a safety cap on NMS input, not a tuning knob",
+    "sources.input_format": "forcing an FFmpeg demuxer: pipelines file or Python",
+    "sources.reconnect.max_delay_seconds": "backoff shape: pipelines file or Python",
+    "sources.reconnect.jitter": "backoff shape: pipelines file or Python",
+    "analytics.tracking": "set by --track (defaults) or a pipelines file (thresholds)",
+    "analytics.lines": "set by --line NAME=X1,Y1,X2,Y2",
+    "analytics.zones": "polygons: a pipelines file says them better",
+}
+
+
+def _fields(prefix: str, model: type[BaseModel]) -> Iterator[tuple[str, object]]:
+    for name, field in model.model_fields.items():
+        inner = _model_of(field.annotation)
+        if inner is not None and inner.__name__ == "ReconnectPolicy":
+            yield from _fields(f"{prefix}.{name}", inner)  # a group of options, not one
+        else:
+            yield f"{prefix}.{name}", field
+
+
+def _model_of(annotation: object) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def test_every_option_is_defined_once_and_reachable_from_flags_yaml_and_python() -> None:
+    from vstream.analytics.config import AnalyticsConfig
+    from vstream.config import ModelConfig, PostprocessOptions, RuntimeOptions, SourceOptions
+    from vstream.detector import split_options
+
+    sections = {
+        "model": ModelConfig,
+        "postprocess": PostprocessOptions,
+        "runtime": RuntimeOptions,
+        "sources": SourceOptions,
+        "analytics": AnalyticsConfig,
+    }
+    flagged = {
+        ".".join(str(p) for p in o.path[2:] if not isinstance(p, int)): o
+        for o in options(RUN_SECTIONS)
+    }
+    parser = build_parser()
+    run = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "run")[1]
+    defaults = {a.dest: a.default for a in run._actions}
+    for section, model in sections.items():
+        for path, _field in _fields(section, model):
+            if path.endswith(("sources.id", "sources.uri")):
+                continue
+            option = flagged.get(path)
+            if option is None:
+                assert path in NOT_ON_THE_RUN_COMMAND_LINE, f"{path} has no flag and no reason"
+                continue
+            assert isinstance(option.cli, Cli)
+            # One default: the flag adds nothing unless given; the model's default applies.
+            assert defaults[option.dest] is argparse.SUPPRESS, path
+    # Python: the detector takes the model, postprocess and runtime options by name,
+    # and routes each to the model that defines it.
+    model_config, post, runtime = split_options(
+        "vstream/assets/demo.onnx", {"conf": 0.5, "in_flight": 2, "intra_op_threads": 1}
+    )
+    assert (post.conf, runtime.in_flight, model_config.intra_op_threads) == (0.5, 2, 1)
+    assert {o.cli.flag for o in options(SERVE_SECTIONS)} >= {"--host", "--port", "--log-level"}
