@@ -219,6 +219,11 @@ def _expected_frames(engine: Any) -> int | None:
 
 def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, single: bool) -> int:
     """The summary lines, and the exit status they amount to."""
+    failures = engine.failures()
+    if any(isinstance(f, BrokenPipeError) for f in failures):
+        # The reader of stdout went away (e.g. `| head`): stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     elapsed = engine.elapsed_seconds
     for stream in engine.summary():
         if quiet or stream.error is not None:
@@ -249,15 +254,10 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
         for line, directions in totals.items():
             counted = {d: sum(by_class.values()) for d, by_class in directions.items()}
             log.info("%s: line %s: %d in, %d out", reader.id, line, counted["in"], counted["out"])
-    failures = engine.failures()
     if single and not quiet and not failures:
         written = _outputs(config)
         if written:
             log.info("written: %s", "; ".join(written))
-    if any(isinstance(f, BrokenPipeError) for f in failures):
-        # The reader of stdout went away (e.g. `| head`): stop quietly.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
     if failures:  # each was logged once, as one line, where it happened
         return EXIT_BAD_INPUT if isinstance(failures[0], VstreamError) else EXIT_UNEXPECTED
     if received == signal.SIGINT:

@@ -133,6 +133,9 @@ class BufferedSink:
             return
         with self._cond:
             if self._closing or self.error is not None:
+                if isinstance(self.error, BrokenPipeError):
+                    self.stats.dropped += len(records)
+                    return
                 why = "the sink has failed" if self.error is not None else "after shutdown began"
                 self._drop(len(records), why)
                 return
@@ -191,6 +194,10 @@ class BufferedSink:
             left = len(self._buffer)
             self._buffer.clear()
             self._cond.notify_all()
+            if isinstance(exc, BrokenPipeError):
+                # The reader went away (`vstream run | head`): an ending, not a fault to report.
+                self.stats.dropped += in_hand + left
+                return
         log.error("%s: failed: %s; it delivers nothing more", self.label, redact(describe(exc)))
         self._drop(in_hand + left, "the sink has failed")
 
@@ -278,6 +285,8 @@ class BufferedSink:
             self._drop(unconfirmed, "sent but not acknowledged before shutdown")
         stats = self.stats
         level = logging.WARNING if stats.dropped or self.error else logging.INFO
+        if isinstance(self.error, BrokenPipeError):
+            level = logging.DEBUG
         log.log(
             level,
             "%s: %d records delivered, %d dropped%s",
