@@ -154,5 +154,13 @@ def test_bad_arguments(args: list[str], fragment: str) -> None:
 
 
 def test_unwritable_output(tmp_path: Path) -> None:
-    result = run_cli("run", "--output", tmp_path / "no" / "such" / "dir" / "out.jsonl")
-    assert_one_line_error(result, "--output: directory not found")
+    (tmp_path / "plain-file").write_text("not a directory")
+    result = run_cli("run", "--output", tmp_path / "plain-file" / "dir" / "out.jsonl")
+    assert_one_line_error(result, "--output: not a directory:", "plain-file")
+
+
+def test_missing_output_directories_are_created(tmp_path: Path) -> None:
+    output = tmp_path / "new" / "dir" / "out.jsonl"
+    result = run_cli("run", "--output", output, "--end", "0.2")
+    assert result.returncode == 0, result.stderr
+    assert len(output.read_text().splitlines()) == 5

@@ -96,8 +96,7 @@ def test_every_option_reaches_source_options(workdir: Path) -> None:
     [
         (
             GOOD.replace("clip.mp4", "clip.mp4\n        queue_size: many"),
-            "pipelines.yaml:7: pipelines[0].sources[0].queue_size: must be an integer, "
-            "got 'many'",
+            "pipelines.yaml:7: pipelines[0].sources[0].queue_size: must be an integer, got 'many'",
         ),
         (
             GOOD.replace("{type: jsonl, path: out.jsonl}", "{type: mqtt, host: h, qos: 3}"),
@@ -266,7 +265,7 @@ def test_schema_command_prints_the_json_schema() -> None:
         for definition in schema["$defs"].values()
         if "type" in definition.get("properties", {})
     }
-    assert sink_types == {"jsonl", "stdout", "mqtt", "redis", "webhook"}
+    assert sink_types == {"jsonl", "stdout", "mqtt", "redis", "webhook", "video", "clips"}
 
 
 def test_run_command_runs_every_pipeline_until_files_are_done(workdir: Path) -> None:

@@ -113,7 +113,7 @@ def check_streams(page: Any, streams: FakeStreams) -> None:
     sync_api.expect(cam2.locator('[data-field="reconnects"]')).to_have_text("4")
     sync_api.expect(cam2.locator(".error")).to_have_text("camera-2: connection refused")
     sync_api.expect(cam1.locator('tr[data-name="gate"] .count')).to_have_text("in 3 · out 1")
-    sync_api.expect(cam1.locator('tr[data-name="lawn"] .count')).to_have_text("2")
+    sync_api.expect(cam1.locator('tr[data-name="lawn"] .count')).to_have_text("inside 2")
     # Updated live: the page polls GET /streams.
     streams.streams[0]["frames_processed"] = 4321
     streams.streams[0]["lines"] = {"gate": {"in": 4, "out": 1}}

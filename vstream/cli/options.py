@@ -289,13 +289,14 @@ def build_run_config(
     try:
         return parse_data(document, base_dir=Path.cwd())
     except ConfigError as exc:
-        sinks = (*PIPELINE, "sinks")
+        extras = extras or RunExtras()
+        sink_flags = ["--output"]
+        sink_flags += ["--save-video"] if extras.save_video is not None else []
+        sink_flags += ["--clips"] if extras.clips is not None else []
         named = {
             "--source": (*SOURCE, "uri"),
-            "--output": (*sinks, 0),
-            "--save-video": (*sinks, 1),
-            "--clips": (*sinks, len(document["pipelines"][0]["sinks"]) - 1),
             "--line": (*PIPELINE, "analytics", "lines"),
+            **{flag: (*PIPELINE, "sinks", i) for i, flag in enumerate(sink_flags)},
         }
         flags = {**flags, **{f: Option(p, FieldInfo(), Cli(f)) for f, p in named.items()}}
         raise flag_issues(exc, flags, "--source") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -49,17 +50,28 @@ class SinkBase(StrictModel):
     )
 
 
+def _creatable(path: Path) -> None:
+    """Raise unless the nearest existing ancestor of ``path`` is a writable directory.
+
+    Missing directories are created by the sink when it opens (as ``mkdir -p``).
+    """
+    existing = next(p for p in path.parents if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"not a directory: {existing}")
+    if not os.access(existing, os.W_OK):
+        raise ValueError(f"directory not writable: {existing}")
+
+
 def writable_file(value: str, info: ValidationInfo) -> str:
-    """``value`` resolved, if a file can be written there (the directory exists and is writable)."""
+    """``value`` resolved, if a file can be written there (its directories may be missing)."""
     path = resolve_path(value, info)
     if path.is_dir():
         raise ValueError(f"{path} is a directory, not a file")
-    if not path.parent.is_dir():
-        raise ValueError(f"directory not found: {path.parent}")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"not writable: {path}")
-    if not path.exists() and not os.access(path.parent, os.W_OK):
-        raise ValueError(f"directory not writable: {path.parent}")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"not writable: {path}")
+    else:
+        _creatable(path)
     return str(path)
 
 
@@ -187,7 +199,7 @@ class WebhookSinkConfig(SinkBase):
 
 
 def _stream_path(value: str, info: ValidationInfo) -> str:
-    """A path that may hold ``{stream}``: its directory must exist and be writable."""
+    """A path that may hold ``{stream}``, checked as :func:`writable_file` checks."""
     _keyed_template(value, "path")
     path = resolve_path(value.replace("{stream}", "x").replace("{pipeline}", "x"), info)
     writable_file(str(path), info)
@@ -252,9 +264,11 @@ class ClipsSinkConfig(StrictModel):
         path = resolve_path(value, info)
         if path.exists() and not path.is_dir():
             raise ValueError(f"{path} is not a directory")
-        parent = path if path.exists() else path.parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise ValueError(f"cannot write clips under {parent}")
+        if path.exists():
+            if not os.access(path, os.W_OK):
+                raise ValueError(f"directory not writable: {path}")
+        else:
+            _creatable(path)
         return str(path)
 
 

@@ -17,12 +17,14 @@ Frames are gathered across streams from an :class:`~vstream.engine.intake.Intake
 ``batch_timeout`` seconds after its first frame arrived, so a slow stream
 never holds the others back for longer than that.
 
-Failures stay with the frames that caused them. A frame that cannot be
-preprocessed fails alone. When the model or postprocessing fails on a batch
-that holds several streams, the batch is run again stream by stream, so the
-other streams still get their records and only the offending stream's frames
-fail. Every batch leaves through ``deliver``, in the order batches were
-gathered, with its results and its failures: nothing is dropped silently.
+Failures stay with the streams whose frames caused them. A frame that cannot
+be preprocessed fails its stream. When the model or postprocessing fails on a
+batch that holds several streams, the batch is run again stream by stream, so
+the other streams still get their records and only the offending stream's
+frames fail. A failed stream's later frames fail without running (the stream
+is over: the pipeline marks it ``failed``). Every batch leaves through
+``deliver``, in the order batches were gathered, with its results and its
+failures: nothing is dropped silently.
 
 ONNX Runtime releases the GIL while it runs and torch does inside its
 kernels, so on a CPU the stages really run in parallel. On CUDA every stage
@@ -127,6 +129,9 @@ class OverlappedStages:
         self._aborted = threading.Event()
         self.failure: Exception | None = None
         """The bug that stopped a stage thread, if one did (it is logged as well)."""
+        self._failed_streams: dict[str, Exception] = {}
+        """Streams with a failed frame, and why: their later frames fail without running."""
+        self._failed_lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._run, args=(stage,), name=f"{stage}-{name}", daemon=True)
             for stage in ("preprocess", "inference", "postprocess")
@@ -215,12 +220,14 @@ class OverlappedStages:
                 deadline = time.monotonic() + self.batch_timeout
             started = time.perf_counter()
             for arrival in arrivals:
+                if self._already_failed(batch, arrival):
+                    continue
                 try:
                     geometry = self.model.preprocess(
                         batch.buffer, len(batch.arrivals), arrival.frame
                     )
                 except Exception as exc:  # this frame fails alone; its slot is reused
-                    batch.failures.append((arrival, exc))
+                    self._fail(batch, [arrival], exc)
                     continue
                 batch.arrivals.append(arrival)
                 batch.geometries.append(geometry)
@@ -232,6 +239,7 @@ class OverlappedStages:
     def _inference_loop(self) -> None:
         try:
             while (batch := self._to_infer.get()) is not None:
+                self._drop_failed_streams(batch)
                 if batch.arrivals:
                     started = time.perf_counter()
                     try:
@@ -271,7 +279,7 @@ class OverlappedStages:
         results: list[FrameResult] = []
         kept: list[Arrival] = []
         if len(groups) == 1:
-            batch.failures += [(a, error) for a in batch.arrivals]
+            self._fail(batch, batch.arrivals, error)
         else:
             for arrivals in groups.values():
                 try:
@@ -284,8 +292,44 @@ class OverlappedStages:
                     results += self.model.postprocess(raw, geometries, frames)
                     kept += arrivals
                 except Exception as exc:
-                    batch.failures += [(a, exc) for a in arrivals]
+                    self._fail(batch, arrivals, exc)
         batch.arrivals = kept
         batch.results = results
         batch.raw = None
         batch.done = True
+
+    def _fail(self, batch: Batch, arrivals: Sequence[Arrival], error: Exception) -> None:
+        """``arrivals`` fail with ``error``, and so do their streams' later frames."""
+        batch.failures += [(a, error) for a in arrivals]
+        with self._failed_lock:
+            for arrival in arrivals:
+                self._failed_streams.setdefault(arrival.stream, error)
+
+    def _already_failed(self, batch: Batch, arrival: Arrival) -> bool:
+        """Whether ``arrival``'s stream has failed; if so the frame fails too, counted."""
+        with self._failed_lock:
+            error = self._failed_streams.get(arrival.stream)
+        if error is not None:
+            batch.failures.append((arrival, error))
+        return error is not None
+
+    def _drop_failed_streams(self, batch: Batch) -> None:
+        """Take out of a gathered batch the frames of streams that failed since it was gathered.
+
+        Dropping a slot from the middle would leave a hole in the buffer, so
+        the survivors are letterboxed again into the first slots.
+        """
+        with self._failed_lock:
+            if not any(a.stream in self._failed_streams for a in batch.arrivals):
+                return
+        kept = [a for a in batch.arrivals if not self._already_failed(batch, a)]
+        batch.arrivals = []
+        batch.geometries = []
+        for arrival in kept:
+            try:
+                geometry = self.model.preprocess(batch.buffer, len(batch.arrivals), arrival.frame)
+            except Exception as exc:
+                self._fail(batch, [arrival], exc)
+                continue
+            batch.arrivals.append(arrival)
+            batch.geometries.append(geometry)

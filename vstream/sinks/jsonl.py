@@ -52,6 +52,7 @@ class JsonLinesSink:
     def _open(self, mode: str) -> IO[str]:
         assert self.path is not None
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             return self.path.open(mode, encoding="utf-8")
         except OSError as exc:
             raise VstreamError(f"cannot write output {self.path}: {exc.strerror}") from exc

@@ -129,11 +129,12 @@ def container_format(path: str | Path) -> str:
 def check_writable(path: str | Path) -> None:
     """Fail now, with one clear line, if ``path`` cannot be written (for a start-up check).
 
-    Creates and removes ``PATH.partial``; leaves nothing behind.
+    Creates missing directories, then creates and removes ``PATH.partial``.
     """
     container_format(path)
     partial = partial_path(path)
     try:
+        partial.parent.mkdir(parents=True, exist_ok=True)
         with open(partial, "wb"):
             pass
         partial.unlink()
@@ -557,6 +558,7 @@ class VideoWriter:
     def _open_backend(self) -> _Backend:
         # FFmpeg opens the file only when the first packet comes out of the encoder (after
         # its look-ahead): make it now, so that an unwritable directory shows at once.
+        self.partial_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.partial_path, "wb"):
             pass
         width, height = self.encoded_size
