@@ -1,7 +1,13 @@
-"""Decoder choice, and the NVDEC adapter against a fake PyNvVideoCodec (no GPU here)."""
+"""Decoder choice, and the NVDEC adapter against a fake PyNvVideoCodec (no GPU here).
+
+The fake reuses its output surfaces on every Decode call and frees them when
+the decoder goes, as the library does, so a frame that still pointed into the
+decoder's memory would show another frame's pixels or freed memory here.
+"""
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -14,13 +20,32 @@ from fakes import fake_pynvvideocodec as fake
 from helpers import write_video
 
 from vstream import decoders
-from vstream.decoders import DecoderKind, resolve_decoder
-from vstream.decoders.nvdec import NvdecDecoder, load_pynvvideocodec
+from vstream.decoders import DecoderKind, open_decoder, resolve_decoder
+from vstream.decoders import nvdec as nvdec_module
+from vstream.decoders.nvdec import (
+    PROBE_CLIP,
+    DecoderCache,
+    FrameRing,
+    NvdecDecoder,
+    NvdecUnsupported,
+    load_pynvvideocodec,
+    probe,
+)
 from vstream.errors import SourceError, TransientError
 from vstream.frame import PixelFormat
 
 STREAM_HANDLE = 0x7F00_1234
-"""A CUDA stream handle, as torch.cuda.current_stream().cuda_stream would give."""
+"""A CUDA stream handle, as the pipeline's stream would give."""
+
+
+@pytest.fixture(autouse=True)
+def clean_state() -> None:
+    fake.reset()
+    decoders.reset_probe()
+    nvdec_module._caps.clear()
+    yield
+    decoders.reset_probe()
+    nvdec_module._caps.clear()
 
 
 def reference(path: Path, fmt: str) -> list[tuple[float, np.ndarray]]:
@@ -31,43 +56,127 @@ def reference(path: Path, fmt: str) -> list[tuple[float, np.ndarray]]:
         ]
 
 
-def nvdec(path: Path, **kwargs: object) -> NvdecDecoder:
+def nvdec(path: Path, cache: DecoderCache | None = None, **kwargs: object) -> NvdecDecoder:
     return NvdecDecoder(
-        str(path), device=torch.device("cpu"), cuda_stream=STREAM_HANDLE, nvc=fake, **kwargs
+        str(path),
+        device=torch.device("cpu"),
+        cuda_stream=STREAM_HANDLE,
+        nvc=fake,
+        cache=cache,
+        **kwargs,
     )
 
 
-@pytest.fixture
-def no_host_copies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every way of copying a tensor (to the host or anywhere) fail loudly."""
+def write_10bit(path: Path, frames: int = 6, width: int = 160, height: int = 120) -> Path:
+    """A 10-bit HEVC clip (Main 10), which NVDEC would output as P016."""
+    yy, xx = np.mgrid[0:height, 0:width]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(
+            "libx265", rate=25, options={"x265-params": "log-level=error"}
+        )
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p10le"
+        for i in range(frames):
+            rgb = np.stack(
+                [(xx * 2 + 9 * i) % 256, (yy * 2) % 256, np.full_like(xx, 30 * i % 256)], -1
+            ).astype(np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
 
-    def forbidden(self: torch.Tensor, *args: object, **kwargs: object) -> None:
-        raise AssertionError("the NVDEC path copied a frame")
 
-    for name in ("cpu", "numpy", "to", "clone", "copy_", "tolist"):
-        monkeypatch.setattr(torch.Tensor, name, forbidden)
+def in_any(tensor: torch.Tensor, buffers: list[torch.Tensor]) -> bool:
+    start = tensor.untyped_storage().data_ptr()
+    return any(
+        b.untyped_storage().data_ptr() <= start < b.untyped_storage().data_ptr() + b.nbytes
+        for b in buffers
+    )
+
+
+def test_the_fake_reuses_and_frees_its_surfaces_like_the_library(tmp_path: Path) -> None:
+    """What made the old adapter wrong: a surface from one Decode call is the next call's."""
+    path = write_video(tmp_path / "clip.mp4", frames=12, width=64, height=48)
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        bsf = av.bitstream.BitStreamFilterContext("h264_mp4toannexb", stream)
+        packets = [bytes(p) for raw in container.demux(stream) for p in bsf.filter(raw)]
+    decoder = fake.CreateDecoder(codec=fake.cudaVideoCodec.H264)
+    adopted: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for data in packets:
+        holder = np.frombuffer(data, np.uint8)
+        packet = fake.PacketData()
+        packet.bsl, packet.bsl_data = len(data), holder.ctypes.data
+        for frame in decoder.Decode(packet):
+            surface = torch.from_dlpack(frame)
+            adopted.append((surface, surface.clone()))
+    assert len(adopted) >= 4
+    overwritten = [not torch.equal(s, snapshot) for s, snapshot in adopted[:-1]]
+    assert any(overwritten), "later Decode calls reused earlier frames' memory"
+    del decoder
+    gc.collect()
+    assert fake.sessions[-1].released
+    assert torch.all(adopted[-1][0] == fake.FREED), "freed with the decoder"
 
 
 @pytest.mark.parametrize(("name", "codec"), [("clip.mp4", "libx264"), ("clip.mkv", "libx265")])
-def test_frames_are_the_decoders_own_memory(
-    tmp_path: Path, name: str, codec: str, no_host_copies: None
+def test_frames_are_vstreams_own_and_survive_reuse_and_close(
+    tmp_path: Path, name: str, codec: str
 ) -> None:
     path = write_video(tmp_path / name, frames=24, width=192, height=108, codec=codec)
     decoder = nvdec(path)
-    pictures = list(decoder.pictures())
+    pictures = list(decoder.pictures())  # all held, as queues and batches hold frames
+    ring = decoder.ring
+    session = fake.sessions[-1]
     decoder.close()
-    made = fake.created[-1]
-    # Adopted through DLPack: the very memory the decoder handed out, in order, none missing.
-    assert len(pictures) == len(made.frames) == 24
-    for picture, surface in zip(pictures, made.frames, strict=True):
-        assert picture.data.data_ptr() == surface.tensor.data_ptr()
+    del decoder
+    gc.collect()
+    assert session.released, "not cached: the decoder and its surfaces are gone"
+    expected = reference(path, "nv12")
+    assert len(pictures) == len(expected) == session.frames == 24
+    for picture, (pts, pixels) in zip(pictures, expected, strict=True):
         assert picture.pixel_format is PixelFormat.NV12
         assert (picture.width, picture.height) == (192, 108)
+        assert picture.pts_seconds == pytest.approx(pts)
+        assert np.array_equal(picture.data.numpy(), pixels), "intact after reuse and free"
+        assert ring is not None and ring.owns(picture.data)
+        assert not in_any(picture.data, session.surfaces)
     # Packets reached NVDEC as Annex B, and the stream ended with an empty packet.
-    assert made.ended and len(made.packets) == 24
-    assert decoder.corrupt_packets == 0
-    monkeypatch_free = reference(path, "nv12")
-    assert [p.pts_seconds for p in pictures] == pytest.approx([pts for pts, _ in monkeypatch_free])
+    assert session.ends == 1 and len(session.packets) == 24
+    assert ring.grown == 24 - ring.depth, "every frame still referenced: none overwritten"
+
+
+def test_decoding_copies_device_to_device_only(tmp_path: Path, monkeypatch) -> None:
+    path = write_video(tmp_path / "clip.mp4", frames=8, width=160, height=120)
+    decoder = nvdec(path)
+
+    def forbidden(self: torch.Tensor, *args: object, **kwargs: object) -> None:
+        raise AssertionError("the NVDEC path moved a frame to the host")
+
+    for name in ("cpu", "numpy", "to", "tolist"):
+        monkeypatch.setattr(torch.Tensor, name, forbidden)
+    pictures = list(decoder.pictures())
+    monkeypatch.undo()
+    assert len(pictures) == 8
+    decoder.close()
+
+
+def test_the_ring_reuses_only_buffers_no_frame_refers_to() -> None:
+    ring = FrameRing((6, 4), torch.uint8, torch.device("cpu"), depth=2)
+    a, b = ring.take(), ring.take()
+    assert a.data_ptr() != b.data_ptr() and len(ring.buffers) == 2
+    a.fill_(1)
+    c = ring.take()  # a and b are alive: a third buffer, never an overwrite
+    assert len(ring.buffers) == 3 and ring.grown == 1
+    view_of_b = b[2:]  # a view keeps its buffer referenced as well
+    b_ptr = b.data_ptr()
+    del b
+    d = ring.take()
+    assert d.data_ptr() != b_ptr and len(ring.buffers) == 4
+    del view_of_b, c, d
+    e = ring.take()
+    assert len(ring.buffers) == 4, "a released buffer is reused"
+    assert e.data_ptr() != a.data_ptr() and torch.all(a == 1)
 
 
 def test_pixels_and_time_stamps_match_the_reference(tmp_path: Path) -> None:
@@ -79,9 +188,9 @@ def test_pixels_and_time_stamps_match_the_reference(tmp_path: Path) -> None:
         assert np.array_equal(picture.data.numpy(), pixels)
 
 
-def test_decoder_shares_torchs_stream_and_primary_context(tmp_path: Path) -> None:
+def test_decoder_shares_the_pipeline_stream_and_primary_context(tmp_path: Path) -> None:
     nvdec(write_video(tmp_path / "clip.mp4", frames=3)).close()
-    kwargs = fake.created[-1].kwargs
+    kwargs = fake.sessions[-1].kwargs
     assert kwargs["cudastream"] == STREAM_HANDLE
     assert kwargs["cudacontext"] == 0  # the device's primary context, torch's own
     assert kwargs["usedevicememory"] is True
@@ -90,33 +199,111 @@ def test_decoder_shares_torchs_stream_and_primary_context(tmp_path: Path) -> Non
     assert kwargs["outputColorType"] is fake.OutputColorType.NATIVE
 
 
-def test_rgb_output_when_asked(tmp_path: Path, no_host_copies: None) -> None:
+def test_rgb_output_when_asked(tmp_path: Path) -> None:
     path = write_video(tmp_path / "clip.mp4", frames=5, width=160, height=120)
     pictures = list(nvdec(path, pixel_format=PixelFormat.RGB24).pictures())
-    assert fake.created[-1].kwargs["outputColorType"] is fake.OutputColorType.RGB
+    assert fake.sessions[-1].kwargs["outputColorType"] is fake.OutputColorType.RGB
     assert [(p.pixel_format, p.width, p.height) for p in pictures] == [
         (PixelFormat.RGB24, 160, 120)
     ] * 5
+    expected = reference(path, "rgb24")
+    for picture, (_, pixels) in zip(pictures, expected, strict=True):
+        assert np.array_equal(picture.data.numpy(), pixels)
 
 
-def test_a_decoder_failure_fails_the_stream_once_and_is_never_retried(
+def test_a_decoder_is_reused_across_passes_and_reconfigured_for_a_new_size(
+    tmp_path: Path,
+) -> None:
+    cache = DecoderCache(capacity=2)
+    first = write_video(tmp_path / "a.mp4", frames=10, width=160, height=120)
+    smaller = write_video(tmp_path / "b.mp4", frames=6, width=96, height=64)
+    larger = write_video(tmp_path / "c.mp4", frames=4, width=320, height=240)
+    held = []
+    for path in (first, first, smaller):  # a loop, then a reconnect to a smaller stream
+        decoder = nvdec(path, cache=cache)
+        held.append((path, list(decoder.pictures())))
+        decoder.close()
+    assert len(fake.sessions) == 1 and cache.reused == 2
+    assert fake.sessions[0].reconfigured == [(96, 64)]
+    decoder = nvdec(larger, cache=cache)  # beyond what the parked decoder was made for
+    held.append((larger, list(decoder.pictures())))
+    decoder.close()
+    gc.collect()
+    assert len(fake.sessions) == 2 and fake.sessions[0].released
+    for path, pictures in held:  # every pass's frames intact, whatever came after
+        expected = reference(path, "nv12")
+        assert len(pictures) == len(expected)
+        for picture, (_, pixels) in zip(pictures, expected, strict=True):
+            assert np.array_equal(picture.data.numpy(), pixels)
+
+
+def test_a_pass_cut_short_is_flushed_before_its_decoder_is_reused(tmp_path: Path) -> None:
+    cache = DecoderCache()
+    path = write_video(tmp_path / "clip.mp4", frames=30, width=160, height=120)
+    decoder = nvdec(path, cache=cache)
+    cut = [p for _, p in zip(range(5), decoder.pictures(), strict=False)]
+    decoder.close()  # a reconnect: mid-stream
+    assert fake.sessions[-1].ends == 1, "flushed with an end-of-stream packet"
+    again = nvdec(path, cache=cache)
+    pictures = list(again.pictures())
+    again.close()
+    assert len(fake.sessions) == 1
+    expected = reference(path, "nv12")
+    assert len(pictures) == 30, "nothing left over from the pass that was cut"
+    for picture, (_, pixels) in zip(cut + pictures, expected[:5] + expected, strict=True):
+        assert np.array_equal(picture.data.numpy(), pixels)
+
+
+def test_a_decoder_failure_fails_the_stream_once_and_is_never_retried_or_reused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """NVDEC's parser conceals damaged data; an exception from Decode is a driver/CUDA failure."""
     monkeypatch.setattr(fake.Decoder, "fail_on_packets", frozenset({12}))
+    cache = DecoderCache()
     path = write_video(tmp_path / "clip.mp4", frames=30, width=160, height=120)
-    decoder = nvdec(path)
+    decoder = nvdec(path, cache=cache)
     pictures = []
     with pytest.raises(SourceError, match="NVDEC failed: RuntimeError") as failure:
         pictures.extend(decoder.pictures())
+    decoder.close()
     assert not isinstance(failure.value, TransientError)
     assert 0 < len(pictures) < 12
+    assert len(cache) == 0, "a failed decoder is dropped, not parked"
 
 
 def test_unsupported_codec_is_a_clear_error(tmp_path: Path) -> None:
     path = write_video(tmp_path / "clip.mkv", frames=3, codec="ffv1")
-    with pytest.raises(SourceError, match="NVDEC cannot decode ffv1"):
+    with pytest.raises(NvdecUnsupported, match="NVDEC cannot decode ffv1"):
         nvdec(path)
+
+
+def test_10bit_video_and_codecs_this_gpu_lacks_are_refused_before_any_frame(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(NvdecUnsupported, match="yuv420p10le video: NVDEC decodes 8-bit 4:2:0"):
+        nvdec(write_10bit(tmp_path / "ten.mkv"))
+    fake.unsupported.add(fake.cudaVideoCodec.HEVC)
+    hevc = write_video(tmp_path / "hevc.mkv", frames=3, codec="libx265")
+    with pytest.raises(NvdecUnsupported, match="this GPU's NVDEC has no hevc decoder"):
+        nvdec(hevc)
+    assert fake.sessions == [], "refused before a decoder was made"
+
+
+def test_p016_frames_that_arrive_anyway_are_cut_to_8_bits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nvdec_module, "NVDEC_PIXEL_FORMATS", frozenset({"yuv420p10le"}))
+    path = write_10bit(tmp_path / "ten.mkv")
+    pictures = list(nvdec(path).pictures())
+    assert len(pictures) == 6
+    with av.open(str(path)) as container:
+        tens = [f.to_ndarray(format="yuv420p10le") for f in container.decode(video=0)]
+    for picture, planar in zip(pictures, tens, strict=True):
+        assert picture.data.dtype == torch.uint8 and picture.pixel_format is PixelFormat.NV12
+        luma = picture.data[:120].numpy().astype(int)
+        assert np.array_equal(luma, planar[:120] >> 2), "the 8 high bits of each sample"
+        u = planar[120:150].reshape(60, 80) >> 2
+        assert np.array_equal(picture.data[120:].numpy().reshape(60, 80, 2)[..., 0], u)
 
 
 def test_missing_pynvvideocodec_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,30 +312,86 @@ def test_missing_pynvvideocodec_says_what_to_install(monkeypatch: pytest.MonkeyP
         load_pynvvideocodec()
 
 
+def test_the_bundled_probe_clip_is_tiny_h264() -> None:
+    assert PROBE_CLIP.stat().st_size < 8192
+    with av.open(str(PROBE_CLIP)) as container:
+        stream = container.streams.video[0]
+        assert (stream.codec_context.name, stream.codec_context.pix_fmt) == ("h264", "yuv420p")
+        assert (stream.codec_context.width, stream.codec_context.height) == (96, 64)
+        assert len(list(container.decode(video=0))) == 4
+
+
+def test_the_probe_decodes_the_clip_and_names_what_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    result = probe(torch.device("cpu"), nvc=fake)
+    assert result.available, result.reason
+    assert "4 frames" in result.reason
+
+    def no_video_capability(**kwargs: object) -> None:
+        raise RuntimeError(
+            "Could not dynamically load libnvcuvid.so.1\nIf using Docker please make sure ..."
+        )
+
+    monkeypatch.setattr(fake, "CreateDecoder", no_video_capability)
+    result = probe(torch.device("cpu"), nvc=fake)
+    assert not result.available
+    assert "libnvcuvid.so.1" in result.reason and "\n" not in result.reason
+
+
 def test_auto_is_cpu_without_cuda() -> None:
     assert resolve_decoder("auto", torch.device("cpu")) is DecoderKind.CPU
     with pytest.raises(SourceError, match="needs a CUDA device"):
         resolve_decoder("nvdec", torch.device("cpu"))
 
 
-@pytest.mark.parametrize(("installed", "expected"), [(True, "nvdec"), (False, "cpu")])
-def test_auto_on_cuda_picks_nvdec_when_installed_and_says_so_once(
+@pytest.mark.parametrize(("works", "expected"), [(True, "nvdec"), (False, "cpu")])
+def test_auto_on_cuda_follows_the_probe_and_says_so_once(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
-    installed: bool,
+    works: bool,
     expected: str,
 ) -> None:
     caplog.set_level(logging.INFO, logger="vstream.decoders")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", fake if installed else None)
-    monkeypatch.setattr(
-        decoders.importlib.util, "find_spec", lambda name: object() if installed else None
-    )
-    decoders._auto_choice.cache_clear()
-    try:
-        choices = {resolve_decoder("auto", torch.device("cuda:0")) for _ in range(3)}
-    finally:
-        decoders._auto_choice.cache_clear()
+    probes = []
+
+    def fake_probe(device: torch.device) -> tuple[bool, str]:
+        probes.append(device)
+        return works, "decoded the probe clip" if works else "libnvcuvid.so.1 not found"
+
+    monkeypatch.setattr(decoders, "_probe", fake_probe)
+    choices = {resolve_decoder("auto", torch.device("cuda:0")) for _ in range(3)}
     assert choices == {DecoderKind(expected)}
+    assert len(probes) == 1, "probed once"
     messages = [r.getMessage() for r in caplog.records if r.name == "vstream.decoders"]
     assert len(messages) == 1 and messages[0].startswith(f"decoder: {expected}")
+    if not works:
+        assert "libnvcuvid.so.1 not found" in messages[0]
+        with pytest.raises(SourceError, match="nvdec decoder does not work here: libnvcuvid"):
+            resolve_decoder("nvdec", torch.device("cuda:0"))
+
+
+def test_a_stream_nvdec_cannot_decode_falls_back_alone_with_one_notice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", fake)
+    monkeypatch.setattr(decoders, "resolve_decoder", lambda kind, device: DecoderKind.NVDEC)
+    monkeypatch.setattr(nvdec_module, "DECODERS", DecoderCache())
+    ten = write_10bit(tmp_path / "ten.mkv")
+    eight = write_video(tmp_path / "eight.mp4", frames=4, width=160, height=120)
+    caplog.set_level(logging.INFO, logger="vstream.decoders")
+    opened = []
+    for _ in range(3):  # a file looping, or a camera reconnecting
+        decoder = open_decoder(str(ten), device=torch.device("cpu"))
+        opened.append(decoder.name)
+        assert len(list(decoder.pictures())) == 6
+        decoder.close()
+    other = open_decoder(str(eight), device=torch.device("cpu"))
+    assert other.name == "nvdec"
+    other.close()
+    assert opened == ["cpu"] * 3
+    notices = [
+        r.getMessage()
+        for r in caplog.records
+        if "decoding this stream on the CPU" in r.getMessage()
+    ]
+    assert len(notices) == 1 and "yuv420p10le" in notices[0] and "ten.mkv" in notices[0]
+    assert len(fake.sessions) == 1, "only the 8-bit stream made an NVDEC decoder"

@@ -3,6 +3,8 @@
 No Docker engine runs here, so the files are read as text: every COPY source
 exists, every extra installed is declared in pyproject.toml, each image runs
 ``vstream serve`` on a config that exists, and the compose file's paths exist.
+The GPU image and service ask for the driver's ``video`` capability (NVDEC,
+NVENC) and the image checks its health with ``vstream doctor``.
 """
 
 from __future__ import annotations
@@ -93,3 +95,36 @@ def test_the_compose_example_refers_to_existing_files() -> None:
         assert f"${{{name}" in config.read_text(), f"{config.name} does not use {name}"
     for port in services["vstream"]["ports"]:
         assert port.startswith("127.0.0.1:"), "publish the API on the host's loopback only"
+
+
+def _env(dockerfile: Path) -> dict[str, str]:
+    pairs = [p for op, args in instructions(dockerfile) if op == "ENV" for p in shlex.split(args)]
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def test_the_gpu_image_grants_the_video_capability_nvdec_needs() -> None:
+    capabilities = _env(DOCKER / "Dockerfile.gpu")["NVIDIA_DRIVER_CAPABILITIES"].split(",")
+    assert {"compute", "utility", "video"} <= set(capabilities)
+
+
+def test_the_gpu_image_checks_its_health_with_vstream_doctor() -> None:
+    (healthcheck,) = [
+        args for op, args in instructions(DOCKER / "Dockerfile.gpu") if op == "HEALTHCHECK"
+    ]
+    options, command = healthcheck.split("CMD", 1)
+    argv = json.loads(command)
+    assert argv[:2] == ["vstream", "doctor"]
+    assert argv[argv.index("--device") + 1] == "cuda", "unhealthy without a working GPU"
+    assert "--interval=" in options and "--timeout=" in options
+
+
+def test_the_compose_gpu_service_reserves_the_gpu_with_video() -> None:
+    services = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]
+    gpu = services["vstream-gpu"]
+    assert gpu["profiles"] == ["gpu"], "not started unless asked for"
+    assert gpu["build"]["dockerfile"] == "docker/Dockerfile.gpu"
+    (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and {"gpu", "video"} <= set(device["capabilities"])
+    assert "video" in gpu["environment"]["NVIDIA_DRIVER_CAPABILITIES"].split(",")
+    assert all(port.startswith("127.0.0.1:") for port in gpu["ports"])
+    assert gpu["command"][:2] == ["vstream", "serve"] and (ROOT / gpu["command"][2]).is_file()

@@ -1,28 +1,50 @@
-"""A FAKE of PyNvVideoCodec 2.x, for contract tests of vstream's NVDEC adapter without a GPU.
+"""A FAKE of PyNvVideoCodec 2.x that reuses and frees its surfaces as the library does.
 
-It mimics the part of the documented API the adapter relies on:
-``cudaVideoCodec``, ``OutputColorType``, ``PacketData`` (``bsl_data`` is an
-address, ``bsl`` a size, ``pts``), ``CreateDecoder(gpuid=, codec=,
-cudacontext=, cudastream=, usedevicememory=, outputColorType=)`` and the
-decoder's ``Decode(packet)``, which returns DLPack-capable frames with
-``getPTS()``; an empty packet (``bsl == 0``) ends the stream and flushes.
+For contract tests of vstream's NVDEC adapter without a GPU. It mimics the
+part of the API the adapter relies on: ``cudaVideoCodec``, ``OutputColorType``,
+``Pixel_Format``, ``PacketData`` (``bsl_data`` is an address, ``bsl`` a size,
+``pts``), ``CreateDecoder(gpuid=, codec=, cudacontext=, cudastream=,
+usedevicememory=, outputColorType=)``, ``GetDecoderCaps(gpuid=, codec=)``, and
+the decoder's ``Decode(packet)``, ``setReconfigParams(width=, height=)`` and
+``GetPixelFormat()``. Frames are DLPack-capable with ``getPTS()`` and
+``format``. Behind it, FFmpeg's software decoder (through PyAV) decodes the
+bytes the adapter hands over, so the contract covers the bitstream too: like
+NVDEC's parser, it rejects anything that is not Annex B.
 
-Behind it, FFmpeg's software decoder (through PyAV) decodes the bytes the
-adapter hands over, so the contract covers the bitstream too: like NVDEC's
-parser, it rejects anything that is not Annex B. Frames are NV12 (or RGB)
-torch tensors on the CPU, standing in for CUDA memory; every frame handed out
-is remembered, so tests can check that the adapter adopted its memory rather
-than copying it.
+What it copies from the library's sources (``NvDecoder.cpp``,
+``PyNvDecoder.cpp``), because a fake without it hides real bugs:
+
+- **Surface reuse.** ``Decode`` fills the decoder's output buffers from
+  index 0 on every call (``m_nDecodedFrame = 0``); the frames a call returns
+  are overwritten by the next call. A frame kept past the next ``Decode``
+  shows the next frame's pixels, as on the GPU.
+- **Freed at destruction.** When the decoder object goes (``close()`` of a
+  source, every reconnect and loop pass in an adapter that does not reuse
+  decoders), its buffers are poisoned with :data:`FREED`, standing in for
+  memory returned to the driver. ``setReconfigParams`` with a new size frees
+  them too.
+- **End of stream, then more.** An empty packet flushes the parser; after it
+  the same decoder accepts a new stream (the library's own decoder cache and
+  seeking rely on this).
+- **10-bit.** 10-bit input comes out as P016 (``uint16``, samples in the high
+  bits), exported with the column stride of 2 elements the 2.x binding gives.
+
+Frames are torch tensors on the CPU, standing in for CUDA memory.
 """
 
 from __future__ import annotations
 
 import ctypes
 import enum
+from dataclasses import dataclass, field
 from typing import Any
 
 import av
+import numpy as np
 import torch
+
+FREED = 0xEE
+"""What a freed surface holds: a value no test video produces in every byte."""
 
 
 class cudaVideoCodec(enum.Enum):
@@ -44,7 +66,19 @@ class OutputColorType(enum.Enum):
     RGBP = 2
 
 
+class Pixel_Format(enum.Enum):
+    NV12 = 0
+    YUV444 = 1
+    P016 = 2
+    RGB = 6
+
+
 _FFMPEG_NAMES = {cudaVideoCodec.H264: "h264", cudaVideoCodec.HEVC: "hevc"}
+
+unsupported: set[cudaVideoCodec] = set()
+"""Codecs ``GetDecoderCaps`` reports unsupported (tests set it; :func:`reset` clears it)."""
+max_size = (4096, 4096)
+"""``width_max`` and ``height_max`` ``GetDecoderCaps`` reports."""
 
 
 class PacketData:
@@ -54,15 +88,42 @@ class PacketData:
         self.pts = 0
 
 
-class DecodedFrame:
-    """A decoded surface: DLPack-capable, with a time stamp."""
+@dataclass
+class Session:
+    """What one decoder object went through; kept after the decoder is gone."""
 
-    def __init__(self, tensor: torch.Tensor, pts: int) -> None:
+    kwargs: dict[str, Any]
+    packets: list[bytes] = field(default_factory=list)
+    frames: int = 0
+    """Frames returned by Decode."""
+    ends: int = 0
+    """Empty (end of stream) packets received."""
+    reconfigured: list[tuple[int, int]] = field(default_factory=list)
+    released: bool = False
+    """The decoder object was destroyed and its surfaces freed."""
+    surfaces: list[torch.Tensor] = field(default_factory=list)
+    """Its output buffers, by allocation (for tests that inspect addresses)."""
+
+
+sessions: list[Session] = []
+"""Every decoder made, newest last."""
+
+
+def reset() -> None:
+    sessions.clear()
+    unsupported.clear()
+
+
+class DecodedFrame:
+    """A decoded surface: DLPack-capable, with a time stamp, valid until the next Decode."""
+
+    def __init__(self, tensor: torch.Tensor, pts: int, fmt: Pixel_Format) -> None:
         self.tensor = tensor
+        self.format = fmt
         self._pts = pts
 
     def __dlpack__(self, **kwargs: Any) -> object:
-        return self.tensor.__dlpack__(**kwargs)
+        return self.tensor.__dlpack__()
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self.tensor.__dlpack_device__()
@@ -71,47 +132,130 @@ class DecodedFrame:
         return self._pts
 
 
+def _p016(frame: av.VideoFrame) -> np.ndarray:
+    """A 10-bit 4:2:0 frame as P016: Y rows then interleaved UV rows, samples << 6."""
+    planar = frame.to_ndarray(format="yuv420p10le")
+    h, w = frame.height, frame.width
+    quarter = h // 4
+    u = planar[h : h + quarter].reshape(h // 2, w // 2)
+    v = planar[h + quarter : h + 2 * quarter].reshape(h // 2, w // 2)
+    out = np.empty((h * 3 // 2, w), np.uint16)
+    out[:h] = planar[:h]
+    out[h:].reshape(h // 2, w // 2, 2)[..., 0] = u
+    out[h:].reshape(h // 2, w // 2, 2)[..., 1] = v
+    return out << 6
+
+
 class Decoder:
     fail_on_packets: frozenset[int] = frozenset()
-    """1-based numbers of the packets whose Decode raises, as NVDEC does on damaged data."""
+    """1-based numbers of the packets whose Decode raises, as a driver failure does."""
 
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
-        self._codec = av.CodecContext.create(_FFMPEG_NAMES[kwargs["codec"]], "r")
+        self.session = Session(kwargs)
+        sessions.append(self.session)
+        self._codec_name = _FFMPEG_NAMES[kwargs["codec"]]
+        self._codec = av.CodecContext.create(self._codec_name, "r")
         self._rgb = kwargs.get("outputColorType") is OutputColorType.RGB
-        self.packets: list[bytes] = []
-        self.frames: list[DecodedFrame] = []
-        self.ended = False
+        self._surfaces: list[torch.Tensor] = []
+        self._max: tuple[int, int] | None = None
+        self._size: tuple[int, int] | None = None
+        self._format = Pixel_Format.RGB if self._rgb else Pixel_Format.NV12
+
+    # What the adapter never sees in the real library, but tests may.
+    @property
+    def surfaces(self) -> list[torch.Tensor]:
+        return self._surfaces
+
+    def GetPixelFormat(self) -> Pixel_Format:
+        return self._format
+
+    def _surface(self, index: int, array: np.ndarray) -> torch.Tensor:
+        """Output buffer ``index``, reused from call to call, holding ``array`` now."""
+        raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+        # P016 gets a row of slack, as the binding's strides reach past the frame.
+        nbytes = raw.size + (array.shape[1] * 2 if array.dtype == np.uint16 else 0)
+        if index < len(self._surfaces) and self._surfaces[index].numel() != nbytes:
+            self._free()
+        while index >= len(self._surfaces):
+            buffer = torch.empty(nbytes, dtype=torch.uint8)
+            self._surfaces.append(buffer)
+            self.session.surfaces.append(buffer)
+        buffer = self._surfaces[index]
+        buffer[: raw.size].copy_(torch.from_numpy(raw))
+        if array.dtype == np.uint16:  # the binding's P016 strides: (width, 2) elements
+            rows, width = array.shape
+            return buffer.view(torch.uint16).as_strided((rows, width), (width, 2))
+        return buffer[: raw.size].view(array.shape)
+
+    def _free(self) -> None:
+        for buffer in self._surfaces:
+            buffer.fill_(FREED)
+        self._surfaces = []
 
     def Decode(self, packet: PacketData) -> list[DecodedFrame]:
-        if self.ended:
-            raise RuntimeError("Decode called after the end of the stream")
         if packet.bsl == 0:
-            self.ended = True
-            decoded = self._codec.decode(None)
+            self.session.ends += 1
+            decoded = list(self._codec.decode(None))
+            self._codec = av.CodecContext.create(self._codec_name, "r")  # ready for more
         else:
             data = ctypes.string_at(packet.bsl_data, packet.bsl)
-            self.packets.append(data)
-            if len(self.packets) in self.fail_on_packets:
+            self.session.packets.append(data)
+            if len(self.session.packets) in self.fail_on_packets:
                 raise RuntimeError("CUVID error: CUDA_ERROR_LAUNCH_FAILED")
             if not (data.startswith(b"\x00\x00\x00\x01") or data.startswith(b"\x00\x00\x01")):
                 raise RuntimeError("not an Annex B bitstream")
             fed = av.Packet(data)
             fed.pts = packet.pts
-            decoded = self._codec.decode(fed)
+            decoded = list(self._codec.decode(fed))
         frames = []
-        for frame in decoded:
-            array = frame.to_ndarray(format="rgb24" if self._rgb else "nv12")
-            frames.append(DecodedFrame(torch.from_numpy(array), frame.pts))
-        self.frames.extend(frames)
+        for index, frame in enumerate(decoded):  # from index 0 again: last call's frames go
+            size = (frame.width, frame.height)
+            if self._max is None:
+                self._max = (-(-frame.width // 32) * 32, -(-frame.height // 32) * 32)
+            if self._size is not None and size != self._size:
+                raise RuntimeError("Reconfigure Not supported without setReconfigParams")
+            self._size = size
+            if self._rgb:
+                array, fmt = frame.to_ndarray(format="rgb24"), Pixel_Format.RGB
+            elif "p10" in frame.format.name:
+                array, fmt = _p016(frame), Pixel_Format.P016
+            else:
+                array, fmt = frame.to_ndarray(format="nv12"), Pixel_Format.NV12
+            self._format = fmt
+            frames.append(DecodedFrame(self._surface(index, array), frame.pts, fmt))
+        self.session.frames += len(frames)
         return frames
 
+    def setReconfigParams(self, width: int = 0, height: int = 0) -> int:
+        if (width, height) == (0, 0):
+            return 0
+        if self._max is not None and (width > self._max[0] or height > self._max[1]):
+            raise RuntimeError(
+                "Resize dimensions must be lower than max width and height, "
+                "please recreate decoder instance"
+            )
+        self.session.reconfigured.append((width, height))
+        if self._size != (width, height):
+            self._free()  # the library frees output buffers of the old size
+        self._size = None
+        return 1
 
-created: list[Decoder] = []
-"""Every decoder made, newest last."""
+    def __del__(self) -> None:
+        self._free()
+        self.session.released = True
 
 
 def CreateDecoder(**kwargs: Any) -> Decoder:
-    decoder = Decoder(**kwargs)
-    created.append(decoder)
-    return decoder
+    return Decoder(**kwargs)
+
+
+def GetDecoderCaps(
+    gpuid: int = 0, codec: cudaVideoCodec = cudaVideoCodec.H264, **kwargs: Any
+) -> dict[str, int]:
+    return {
+        "codec_id": codec.value,
+        "supported": int(codec not in unsupported),
+        "width_max": max_size[0],
+        "height_max": max_size[1],
+    }

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vstream.cli import bench, evaluate, info, run, schema, serve, validate
+from vstream.cli import bench, doctor, evaluate, info, run, schema, serve, validate
 from vstream.cli.args import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNEXPECTED, Parser
 from vstream.errors import VstreamError
 from vstream.logs import setup_logging
@@ -20,7 +20,7 @@ from vstream.uri import redact
 
 log = logging.getLogger("vstream")
 
-COMMANDS = (run, info, evaluate, bench, serve, validate, schema)
+COMMANDS = (run, info, evaluate, bench, serve, validate, schema, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

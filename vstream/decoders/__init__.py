@@ -1,15 +1,20 @@
 """Decoders: compressed video in, device tensors out.
 
 ``cpu`` is PyAV (FFmpeg) with frame threading; ``nvdec`` is PyNvVideoCodec,
-which decodes straight into CUDA memory; ``auto`` picks ``nvdec`` where CUDA
-and PyNvVideoCodec are both present and says so once in the log.
+which decodes straight into CUDA memory. Whether NVDEC works is found once per
+device by decoding a tiny bundled clip (an import proves nothing: a container
+without the ``video`` driver capability imports PyNvVideoCodec fine and fails
+at the first frame). ``auto`` picks ``nvdec`` where that probe passed and says
+so once in the log. A stream NVDEC cannot decode (a codec it lacks, 10-bit
+video, a size beyond the GPU) is decoded on the CPU instead, that stream
+alone, with one notice line.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import logging
+import threading
 from collections.abc import Mapping
 
 import torch
@@ -18,38 +23,103 @@ from vstream.config.sources import DecoderKind
 from vstream.decoders.base import Decoder, Picture, StreamInfo
 from vstream.errors import SourceError
 from vstream.frame import PixelFormat
+from vstream.uri import redact_uri
 
 log = logging.getLogger(__name__)
 
+_lock = threading.Lock()
+_probed: dict[tuple[str, int], tuple[bool, str]] = {}
+_choices: dict[tuple[str, int], DecoderKind] = {}
+_cpu_streams: dict[str, str] = {}
+"""Streams (by address without credentials) that NVDEC could not decode, and why."""
+_MAX_REMEMBERED = 10_000
 
-def nvdec_available() -> bool:
-    """Whether PyNvVideoCodec is installed and torch sees a CUDA device."""
-    return importlib.util.find_spec("PyNvVideoCodec") is not None and torch.cuda.is_available()
+
+def _key(device: torch.device) -> tuple[str, int]:
+    return device.type, device.index or 0
 
 
-@functools.cache
-def _auto_choice(device_type: str) -> DecoderKind:
-    """The decoder ``auto`` means on this machine for a ``device_type`` pipeline, logged once."""
-    if device_type != "cuda":
-        log.debug("decoder: cpu (the pipeline runs on %s)", device_type)
-        return DecoderKind.CPU
-    if nvdec_available():
-        log.info("decoder: nvdec (PyNvVideoCodec, frames stay in CUDA memory)")
-        return DecoderKind.NVDEC
-    log.info("decoder: cpu (PyNvVideoCodec is not installed; frames are copied to the GPU)")
-    return DecoderKind.CPU
+def _probe(device: torch.device) -> tuple[bool, str]:
+    if device.type != "cuda":
+        return False, f"the pipeline runs on {device}"
+    if importlib.util.find_spec("PyNvVideoCodec") is None:
+        return False, "PyNvVideoCodec is not installed (pip install 'vstream[gpu]')"
+    if not torch.cuda.is_available():
+        return False, "torch sees no CUDA device"
+    from vstream.decoders.nvdec import probe
+
+    result = probe(device)
+    return result.available, result.reason
+
+
+def nvdec_status(device: torch.device | str | None = None) -> tuple[bool, str]:
+    """``(works, why)`` for NVDEC on ``device`` (default ``cuda``), probed once per device."""
+    device = torch.device("cuda" if device is None else device)
+    with _lock:
+        key = _key(device)
+        if key not in _probed:
+            _probed[key] = _probe(device)
+        return _probed[key]
+
+
+def nvdec_available(device: torch.device | str | None = None) -> bool:
+    """Whether NVDEC decoded the bundled probe clip correctly on ``device`` (default ``cuda``)."""
+    return nvdec_status(device)[0]
+
+
+def reset_probe() -> None:
+    """Forget what was probed and chosen (tests; a process normally probes once)."""
+    with _lock:
+        _probed.clear()
+        _choices.clear()
+        _cpu_streams.clear()
+
+
+def _auto_choice(device: torch.device) -> DecoderKind:
+    """The decoder ``auto`` means on this machine for a pipeline on ``device``, logged once."""
+    if device.type != "cuda":
+        with _lock:
+            if _key(device) not in _choices:
+                _choices[_key(device)] = DecoderKind.CPU
+                log.debug("decoder: cpu (the pipeline runs on %s)", device.type)
+            return DecoderKind.CPU
+    works, why = nvdec_status(device)
+    with _lock:
+        if _key(device) not in _choices:
+            if works:
+                log.info("decoder: nvdec (%s; frames stay in CUDA memory)", why)
+            else:
+                log.info("decoder: cpu (NVDEC unavailable: %s; frames are copied to the GPU)", why)
+            _choices[_key(device)] = DecoderKind.NVDEC if works else DecoderKind.CPU
+        return _choices[_key(device)]
 
 
 def resolve_decoder(kind: DecoderKind | str, device: torch.device) -> DecoderKind:
     """The concrete decoder for ``kind`` when frames must end up on ``device``."""
     kind = DecoderKind(kind)
     if kind is DecoderKind.AUTO:
-        return _auto_choice(device.type)
-    if kind is DecoderKind.NVDEC and device.type != "cuda":
-        raise SourceError(
-            f"the nvdec decoder needs a CUDA device, but the pipeline runs on {device}"
-        )
+        return _auto_choice(torch.device(device))
+    if kind is DecoderKind.NVDEC:
+        if device.type != "cuda":
+            raise SourceError(
+                f"the nvdec decoder needs a CUDA device, but the pipeline runs on {device}"
+            )
+        works, why = nvdec_status(device)
+        if not works:
+            raise SourceError(f"the nvdec decoder does not work here: {why}")
     return kind
+
+
+def _fall_back(uri: str, reason: str) -> None:
+    """Remember that ``uri`` decodes on the CPU; say so once per stream."""
+    name = redact_uri(uri)
+    with _lock:
+        if name in _cpu_streams:
+            return
+        if len(_cpu_streams) >= _MAX_REMEMBERED:
+            _cpu_streams.clear()
+        _cpu_streams[name] = reason
+    log.warning("%s; decoding this stream on the CPU", reason)
 
 
 def open_decoder(
@@ -72,24 +142,32 @@ def open_decoder(
     demuxer (PyAV's on the CPU path, PyAV's as well for network input to
     NVDEC, so both honour the same transport options and time limits);
     ``cuda_stream`` is the CUDA stream NVDEC works on, by default torch's
-    current stream of the calling thread; ``threads`` caps the CPU decoder's
-    threads (0: FFmpeg's choice; NVDEC needs none); ``low_delay`` asks the
-    CPU decoder to hand out each picture as soon as it is decoded (live input).
+    current stream of the calling thread (the reader's: the pipeline's
+    stream); ``threads`` caps the CPU decoder's threads (0: FFmpeg's choice;
+    NVDEC needs none); ``low_delay`` asks the CPU decoder to hand out each
+    picture as soon as it is decoded (live input).
+
+    When NVDEC is chosen but cannot decode this stream (its codec, bit depth,
+    chroma format or size), the stream is decoded on the CPU, with one notice
+    line, now and at every later reconnection or loop pass.
     """
     chosen = resolve_decoder(kind, device)
-    if chosen is DecoderKind.NVDEC:
-        from vstream.decoders.nvdec import NvdecDecoder
+    if chosen is DecoderKind.NVDEC and redact_uri(uri) not in _cpu_streams:
+        from vstream.decoders.nvdec import NvdecDecoder, NvdecUnsupported
 
-        return NvdecDecoder(
-            uri,
-            device=device,
-            pixel_format=pixel_format or PixelFormat.NV12,
-            options=ffmpeg_options,
-            input_format=input_format,
-            timeout=timeout,
-            stall_seconds=stall_seconds,
-            cuda_stream=cuda_stream,
-        )
+        try:
+            return NvdecDecoder(
+                uri,
+                device=device,
+                pixel_format=pixel_format or PixelFormat.NV12,
+                options=ffmpeg_options,
+                input_format=input_format,
+                timeout=timeout,
+                stall_seconds=stall_seconds,
+                cuda_stream=cuda_stream,
+            )
+        except NvdecUnsupported as exc:
+            _fall_back(uri, str(exc))
     from vstream.decoders.cpu import PyAVDecoder
 
     return PyAVDecoder(
@@ -111,6 +189,7 @@ __all__ = [
     "Picture",
     "StreamInfo",
     "nvdec_available",
+    "nvdec_status",
     "open_decoder",
     "resolve_decoder",
 ]

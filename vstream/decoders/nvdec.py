@@ -1,25 +1,59 @@
-"""The NVDEC decoder: PyNvVideoCodec decodes straight into CUDA memory.
+"""The NVDEC decoder: PyNvVideoCodec decodes into CUDA memory; every frame is then vstream's own.
 
 Packets come from the shared PyAV demuxer rather than PyNvVideoCodec's own
 ``CreateDemuxer``, because that one takes no open/read timeout or RTSP
 transport option, and a dead camera would hang the reader thread. H.264 and
 HEVC packets are rewritten to Annex B (what NVDEC parses) by FFmpeg's
-bitstream filter, handed to ``Decoder.Decode`` as ``PacketData`` by address,
-and the decoded surfaces are adopted with ``torch.from_dlpack``: the pixels
-never leave the GPU. Decoding runs on the CUDA stream the pipeline uses, in
-the device's primary context, the one torch uses, so no synchronisation or
-context switch is needed between decoding and preprocessing.
+bitstream filter and handed to ``Decoder.Decode`` as ``PacketData`` by address.
 
-Written against the documented PyNvVideoCodec 2.x API (``CreateDecoder``,
-``PacketData``, ``cudaVideoCodec``, ``OutputColorType``, DLPack frames with
-``getPTS``); covered by contract tests against a fake of that module.
+**Frame ownership.** ``Decode`` returns the decoder's own output buffers, and
+PyNvVideoCodec reuses them on its next ``Decode`` call (it fills them from
+index 0 again; only frames taken with ``GetLockedFrame`` are spared) and
+frees them when the decoder object goes away. A frame handed to the pipeline
+waits in the intake, in a batch and in the outputs long after that, so it
+must not point there. Each surface is therefore adopted with
+``torch.from_dlpack`` (no copy) and immediately copied, device to device and
+on the decoder's own CUDA stream, into a buffer of a :class:`FrameRing` that
+vstream owns: the copy is queued before the next ``Decode`` call can queue
+its write into the same surface, so stream order alone makes it safe, with no
+host synchronisation. The pixels never leave the GPU.
+
+**One stream.** The decoder is created with ``cudastream`` set to the
+pipeline's CUDA stream (the reader thread's current stream), in the device's
+primary context (the one torch uses), so decoding, the copy and the
+preprocessing that reads the frame are ordered on one stream.
+
+**Reuse.** Creating an NVDEC session costs tens of milliseconds and a
+reconnecting camera or a looping file would pay it on every pass. When a
+pass ends the decoder is flushed and parked in a :class:`DecoderCache`; the
+next pass of a stream with the same codec and output on the same stream takes
+it back (``setReconfigParams`` when the size changed), as PyNvVideoCodec's own
+decoder cache does.
+
+**What NVDEC does not take.** Streams NVDEC cannot decode here (a codec it
+lacks, 10-bit or 4:2:2/4:4:4 video, a size beyond the GPU's limits) raise
+:class:`NvdecUnsupported` before any frame, so :func:`vstream.decoders.open_decoder`
+can decode that one stream on the CPU instead. A 10-bit frame that arrives
+anyway (P016 output, the container did not say) is cut to 8 bits on the
+device rather than failing the stream.
+
+Written against PyNvVideoCodec 2.x (``CreateDecoder``, ``PacketData``,
+``cudaVideoCodec``, ``OutputColorType``, ``GetDecoderCaps``,
+``setReconfigParams``, DLPack frames with ``getPTS``); covered by contract
+tests against a fake that reuses and frees its surfaces as the library does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
+import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import av
 import torch
@@ -28,6 +62,8 @@ from vstream.decoders.base import Picture
 from vstream.decoders.demux import Demuxer
 from vstream.errors import SourceError
 from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
+
+log = logging.getLogger(__name__)
 
 # FFmpeg codec name -> member of PyNvVideoCodec.cudaVideoCodec.
 CODECS = {
@@ -45,8 +81,33 @@ CODECS = {
 # Codecs whose MP4/MKV packets (length-prefixed) must become Annex B for NVDEC's parser.
 ANNEX_B_FILTERS = {"h264": "h264_mp4toannexb", "hevc": "hevc_mp4toannexb"}
 
+NVDEC_PIXEL_FORMATS = frozenset({"yuv420p", "yuvj420p", "nv12"})
+"""Source layouts decoded on NVDEC: 8-bit 4:2:0. Others (10-bit, 4:2:2, 4:4:4) go to the CPU.
+
+PyNvVideoCodec 2.x exports 10-bit (P016) frames through DLPack with strides
+in mixed units, and its reconfiguration cannot change bit depth, so 10-bit
+streams are decoded by FFmpeg, which converts them exactly.
+"""
+
+DEFAULT_RING_DEPTH = 8
+"""Frame buffers a decoder starts with: a stream's queue, a batch being gathered and one in flight.
+
+The ring grows past this when more of a stream's frames are alive at once
+(larger batches, more buffers in flight, outputs holding frames); it never
+overwrites a frame that is still referenced.
+"""
+
+PROBE_CLIP = Path(__file__).resolve().parents[1] / "assets" / "probe.mp4"
+"""A 4-frame 96x64 H.264 clip (2 KB, :func:`write_probe_clip`) decoded once to prove NVDEC works."""
+PROBE_FRAMES = 4
+PROBE_SIZE = (96, 64)
+
 _AVCOL_SPC_BT709 = 1
 _AVCOL_RANGE_JPEG = 2
+
+
+class NvdecUnsupported(SourceError):
+    """NVDEC cannot decode this stream here; the CPU decoder can (the caller may fall back)."""
 
 
 def load_pynvvideocodec() -> ModuleType:
@@ -59,12 +120,177 @@ def load_pynvvideocodec() -> ModuleType:
         ) from exc
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+try:
+    _storage_use_count = torch._C._storage_Use_Count
+except AttributeError:  # a torch without it: every frame gets a fresh buffer (still owned)
+    _storage_use_count = None
+
+
+def _use_count(tensor: torch.Tensor) -> int:
+    return _storage_use_count(tensor.untyped_storage()._cdata)
+
+
+class FrameRing:
+    """Device buffers of one frame shape that decoded surfaces are copied into, reused safely.
+
+    :meth:`take` hands out a new view of a buffer that no tensor refers to
+    any more (its storage's use count is back to the ring's own reference), so
+    a frame still waiting in a queue, a batch or an output is never written
+    over; when every buffer is still referenced, the ring grows by one
+    (counted in :attr:`grown`). Reuse needs no host synchronisation: the
+    frames are read on the same CUDA stream the next copy is queued on.
+    """
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        device: torch.device,
+        depth: int = DEFAULT_RING_DEPTH,
+    ) -> None:
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.device = device
+        self.depth = max(1, depth)
+        self.buffers: list[torch.Tensor] = []
+        self.grown = 0
+        """Buffers added beyond :attr:`depth` because that many frames were alive at once."""
+        self._baseline: list[int] = []
+        self._next = 0
+
+    def _allocate(self) -> torch.Tensor:
+        buffer = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        self.buffers.append(buffer)
+        self._baseline.append(_use_count(buffer) if _storage_use_count else 0)
+        if len(self.buffers) > self.depth:
+            self.grown += 1
+        return buffer
+
+    def _free(self, index: int) -> bool:
+        return _use_count(self.buffers[index]) == self._baseline[index]
+
+    def take(self) -> torch.Tensor:
+        """A buffer for the next frame, as a view the frame alone holds."""
+        if _storage_use_count is None:
+            return torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        count = len(self.buffers)
+        for step in range(count):
+            index = (self._next + step) % count
+            if self._free(index):
+                self._next = index + 1
+                return self.buffers[index].view(self.shape)
+        self._next = 0
+        return self._allocate().view(self.shape)
+
+    def owns(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lies in one of this ring's buffers."""
+        pointer = tensor.untyped_storage().data_ptr()
+        return any(b.untyped_storage().data_ptr() == pointer for b in self.buffers)
+
+
+@dataclass(eq=False)
+class _Session:
+    """One PyNvVideoCodec decoder, the size it is set up for, and the ring its frames go to."""
+
+    decoder: Any
+    key: tuple[Any, ...]
+    size: tuple[int, int]
+    ring: FrameRing | None = None
+    done: Any = None
+    """A CUDA event recorded after the last copy out of the decoder's surfaces (None on CPU)."""
+
+
+def _release(session: _Session) -> None:
+    """Drop a decoder for good: its surfaces are freed, so wait until nothing reads them."""
+    if session.done is not None:
+        session.done.synchronize()  # not per frame: once, when a decoder is destroyed
+    session.decoder = None
+    session.ring = None
+
+
+class DecoderCache:
+    """Idle NVDEC decoders, kept for the next connection or loop pass of a stream like theirs.
+
+    A decoder is reused only for the same GPU, CUDA stream, codec and output
+    colour type; at most ``capacity`` idle decoders are kept (least recently
+    parked dropped first), since each holds its surfaces in GPU memory.
+    """
+
+    def __init__(self, capacity: int = 4) -> None:
+        self.capacity = capacity
+        self.reused = 0
+        """Decoders handed out again instead of created."""
+        self._idle: list[_Session] = []
+        self._lock = threading.Lock()
+
+    def take(self, key: tuple[Any, ...]) -> _Session | None:
+        with self._lock:
+            for position in range(len(self._idle) - 1, -1, -1):
+                if self._idle[position].key == key:
+                    self.reused += 1
+                    return self._idle.pop(position)
+        return None
+
+    def give(self, session: _Session) -> None:
+        with self._lock:
+            self._idle.append(session)
+            dropped = self._idle[: max(0, len(self._idle) - self.capacity)]
+            del self._idle[: len(dropped)]
+        for old in dropped:
+            _release(old)
+
+    def clear(self) -> None:
+        with self._lock:
+            dropped, self._idle = self._idle, []
+        for old in dropped:
+            _release(old)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+
+DECODERS = DecoderCache()
+"""The process's idle NVDEC decoders."""
+
+_caps_lock = threading.Lock()
+_caps: dict[tuple[int, int, str], Mapping[str, Any] | None] = {}
+
+
+def decoder_caps(nvc: ModuleType, gpu: int, codec: str) -> Mapping[str, Any] | None:
+    """NVDEC's capabilities for 8-bit 4:2:0 ``codec`` on ``gpu`` (None when unknown), asked once.
+
+    ``GetDecoderCaps`` creates a CUDA context of its own, so the answer is
+    kept for the life of the process.
+    """
+    key = (id(nvc), gpu, codec)
+    with _caps_lock:
+        if key not in _caps:
+            query = getattr(nvc, "GetDecoderCaps", None)
+            try:
+                found = (
+                    query(gpuid=gpu, codec=getattr(nvc.cudaVideoCodec, codec)) if query else None
+                )
+            except Exception as exc:  # the binding raises several types
+                log.debug("GetDecoderCaps(%s) failed: %s", codec, _first_line(exc))
+                found = None
+            _caps[key] = dict(found) if found else None
+        return _caps[key]
+
+
 class NvdecDecoder:
-    """Decodes with NVDEC into device memory; frames are NV12 (or RGB) CUDA tensors.
+    """Decodes with NVDEC; frames are NV12 (or RGB) CUDA tensors in buffers vstream owns.
 
     ``cuda_stream`` is the raw handle of the stream decoding is ordered on
     (torch's current stream when None); ``nvc`` is the PyNvVideoCodec module,
-    injectable for tests. See :class:`Demuxer` for the input arguments.
+    injectable for tests; ``ring_depth`` is how many frame buffers the
+    decoder starts with; ``cache`` is where decoders are parked between
+    passes (None: never reused). See :class:`Demuxer` for the input arguments.
     """
 
     name = "nvdec"
@@ -81,12 +307,20 @@ class NvdecDecoder:
         stall_seconds: float | None = None,
         cuda_stream: int | None = None,
         nvc: ModuleType | None = None,
+        ring_depth: int = DEFAULT_RING_DEPTH,
+        cache: DecoderCache | None = DECODERS,
     ) -> None:
         if pixel_format is PixelFormat.YUV420P:
             raise SourceError("the nvdec decoder produces nv12 or rgb24, not yuv420p")
         self._nvc = nvc or load_pynvvideocodec()
         self.device = device
         self.pixel_format = pixel_format
+        self.ring_depth = ring_depth
+        self._cache = cache
+        self._healthy = True
+        self._ended = False
+        self._warned_10bit = False
+        self._stream, self._stream_handle = self._decoding_stream(cuda_stream)
         self.demuxer = Demuxer(
             uri,
             options=options,
@@ -96,41 +330,103 @@ class NvdecDecoder:
         )
         try:
             self.info = self.demuxer.info
+            self._codec = self._supported_codec()
             self._time_base = self.demuxer.stream.time_base
             self._colour = self._stream_colour()
             self._bsf = self._annex_b_filter()
-            self._decoder = self._create_decoder(cuda_stream)
+            self._session: _Session | None = self._acquire()
         except BaseException:
             self.demuxer.close()
             raise
 
-    def _create_decoder(self, cuda_stream: int | None) -> object:
-        nvc = self._nvc
+    # -- setting up --------------------------------------------------------------------------
+
+    def _decoding_stream(self, handle: int | None) -> tuple[Any, int]:
+        """The torch stream decoding is ordered on (None off CUDA) and its raw handle."""
+        if self.device.type != "cuda":
+            return None, handle or 0
+        if handle is None:
+            stream = torch.cuda.current_stream(self.device)
+        else:
+            stream = torch.cuda.ExternalStream(handle, device=self.device)
+        return stream, stream.cuda_stream
+
+    def _supported_codec(self) -> str:
+        """The cudaVideoCodec member for this stream; :class:`NvdecUnsupported` if NVDEC can't."""
+        name = self.demuxer.display_name
         codec = CODECS.get(self.info.codec)
         if codec is None:
-            raise SourceError(
-                f"{self.demuxer.display_name}: NVDEC cannot decode {self.info.codec} "
-                "(use the cpu decoder)"
+            raise NvdecUnsupported(
+                f"{name}: NVDEC cannot decode {self.info.codec} (use the cpu decoder)"
             )
-        if cuda_stream is None:
-            cuda_stream = torch.cuda.current_stream(self.device).cuda_stream
-        colour_type = (
-            nvc.OutputColorType.RGB
-            if self.pixel_format is PixelFormat.RGB24
-            else nvc.OutputColorType.NATIVE
+        pix_fmt = self.demuxer.stream.codec_context.pix_fmt
+        if pix_fmt is not None and pix_fmt not in NVDEC_PIXEL_FORMATS:
+            raise NvdecUnsupported(
+                f"{name}: {self.info.codec} {pix_fmt} video: NVDEC decodes 8-bit 4:2:0 here"
+            )
+        caps = decoder_caps(self._nvc, self.device.index or 0, codec)
+        if caps is not None:
+            if not caps.get("supported", 1):
+                raise NvdecUnsupported(f"{name}: this GPU's NVDEC has no {self.info.codec} decoder")
+            width_max, height_max = caps.get("width_max", 0), caps.get("height_max", 0)
+            if (
+                width_max
+                and height_max
+                and (self.info.width > width_max or self.info.height > height_max)
+            ):
+                raise NvdecUnsupported(
+                    f"{name}: {self.info.width}x{self.info.height} is beyond this GPU's NVDEC "
+                    f"({width_max}x{height_max})"
+                )
+        return codec
+
+    @property
+    def _colour_type(self) -> Any:
+        types = self._nvc.OutputColorType
+        return types.RGB if self.pixel_format is PixelFormat.RGB24 else types.NATIVE
+
+    def _key(self) -> tuple[Any, ...]:
+        return (
+            id(self._nvc),
+            self.device.index or 0,
+            self._stream_handle,
+            self._codec,
+            self.pixel_format,
         )
+
+    def _acquire(self) -> _Session:
+        """A parked decoder of the same kind, set up for this stream's size, else a new one."""
+        key = self._key()
+        size = (self.info.width, self.info.height)
+        session = self._cache.take(key) if self._cache is not None else None
+        if session is not None:
+            if session.size == size:
+                return session
+            try:
+                if session.done is not None:
+                    session.done.synchronize()  # reconfiguring frees the old output buffers
+                session.decoder.setReconfigParams(width=size[0], height=size[1])
+                session.size = size
+                return session
+            except Exception as exc:  # larger than the decoder was made for: make a new one
+                log.debug("%s: NVDEC decoder not reusable (%s)", self.demuxer.display_name, exc)
+                _release(session)
+        return _Session(self._create_decoder(), key, size)
+
+    def _create_decoder(self) -> Any:
+        nvc = self._nvc
         try:
             return nvc.CreateDecoder(
                 gpuid=self.device.index or 0,
-                codec=getattr(nvc.cudaVideoCodec, codec),
+                codec=getattr(nvc.cudaVideoCodec, self._codec),
                 cudacontext=0,  # 0: the device's primary context, which torch uses too
-                cudastream=cuda_stream,
+                cudastream=self._stream_handle,
                 usedevicememory=True,
-                outputColorType=colour_type,
+                outputColorType=self._colour_type,
             )
         except Exception as exc:
             raise SourceError(
-                f"{self.demuxer.display_name}: cannot create the NVDEC decoder: {exc}"
+                f"{self.demuxer.display_name}: cannot create the NVDEC decoder: {_first_line(exc)}"
             ) from exc
 
     def _annex_b_filter(self) -> av.bitstream.BitStreamFilterContext | None:
@@ -144,9 +440,16 @@ class NvdecDecoder:
         matrix = ColourMatrix.BT709 if codec.colorspace == _AVCOL_SPC_BT709 else ColourMatrix.BT601
         return ColourSpace(matrix=matrix, full_range=codec.color_range == _AVCOL_RANGE_JPEG)
 
+    # -- decoding ----------------------------------------------------------------------------
+
     @property
     def corrupt_packets(self) -> int:
         return self.demuxer.corrupt_packets
+
+    @property
+    def ring(self) -> FrameRing | None:
+        """The buffers this decoder's frames live in (None before the first frame)."""
+        return self._session.ring if self._session is not None else None
 
     def seek(self, seconds: float) -> None:
         self.demuxer.seek(seconds)
@@ -162,37 +465,105 @@ class NvdecDecoder:
             data.pts = packet.pts
         return data
 
-    def _picture(self, decoded: object) -> Picture:
-        tensor = torch.from_dlpack(decoded)
-        if tensor.device != self.device:
-            raise SourceError(f"NVDEC returned a frame on {tensor.device}, expected {self.device}")
+    def _on_decoder_stream(self) -> contextlib.AbstractContextManager[Any]:
+        """Queue work on the decoder's stream (a no-op when it is already the current one)."""
+        if self._stream is None or torch.cuda.current_stream(self.device) == self._stream:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self._stream)
+
+    def _hand_over(self) -> None:
+        """Order the consumer's stream after the copies when it is not the decoder's stream."""
+        if self._stream is None:
+            return
+        current = torch.cuda.current_stream(self.device)
+        if current != self._stream:
+            copied = torch.cuda.Event()
+            copied.record(self._stream)
+            current.wait_event(copied)
+
+    def _eight_bit(self, surface: torch.Tensor) -> torch.Tensor:
+        """``surface`` as 8-bit samples; P016 (10-bit in the high bits) keeps its high byte."""
+        if surface.dtype == torch.uint8:
+            return surface
+        if surface.dtype != torch.uint16 or surface.dim() != 2:
+            raise SourceError(
+                f"{self.demuxer.display_name}: NVDEC returned {surface.dtype} frames of shape "
+                f"{tuple(surface.shape)}"
+            )
+        if not self._warned_10bit:
+            self._warned_10bit = True
+            log.info("%s: 10-bit frames, cut to 8 bits on the GPU", self.demuxer.display_name)
+        rows, width = surface.shape
+        # PyNvVideoCodec 2.x gives P016 a column stride of 2 elements; the rows are `width` apart.
+        rows_of_samples = surface.as_strided((rows, width), (width, 1), surface.storage_offset())
+        return rows_of_samples.view(torch.uint8)[:, 1::2]  # little endian: the high byte
+
+    def _ring_for(self, surface: torch.Tensor) -> FrameRing:
+        session = self._session
+        assert session is not None
+        shape = tuple(surface.shape)
+        if session.ring is None or session.ring.shape != shape:
+            session.ring = FrameRing(shape, torch.uint8, self.device, self.ring_depth)
+        return session.ring
+
+    def _own(self, decoded: object) -> torch.Tensor:
+        """Copy one decoded surface into a buffer of the ring, before the decoder reuses it."""
+        with self._on_decoder_stream():
+            surface = torch.from_dlpack(decoded)
+            if surface.device != self.device:
+                raise SourceError(
+                    f"NVDEC returned a frame on {surface.device}, expected {self.device}"
+                )
+            surface = self._eight_bit(surface)
+            data = self._ring_for(surface).take()
+            data.copy_(surface)  # device to device, on the stream the next Decode writes on
+        return data
+
+    def _picture(self, data: torch.Tensor, pts: int | None) -> Picture:
         if self.pixel_format is PixelFormat.RGB24:
-            height, width = tensor.shape[0], tensor.shape[1]
+            height, width = data.shape[0], data.shape[1]
         else:
-            height, width = tensor.shape[0] * 2 // 3, tensor.shape[1]
-        pts = decoded.getPTS()
+            height, width = data.shape[0] * 2 // 3, data.shape[1]
         return Picture(
-            data=tensor,
+            data=data,
             pixel_format=self.pixel_format,
             width=width,
             height=height,
-            pts_seconds=float(pts * self._time_base) if self._time_base is not None else None,
+            pts_seconds=(
+                float(pts * self._time_base)
+                if pts is not None and self._time_base is not None
+                else None
+            ),
             colour=self._colour,
         )
 
-    def _decode(self, packet: av.Packet | None) -> list[object]:
-        """Decode one packet (None: end of stream).
+    def _decode(self, packet: av.Packet | None) -> list[Picture]:
+        """Decode one packet (None: end of stream) into owned pictures.
 
         NVDEC's parser conceals damaged data itself; an exception from
         ``Decode`` is a driver, CUDA or binding failure, which no reconnection
         fixes, so it fails the stream once instead of counting as damage.
         """
+        session = self._session
+        if session is None:
+            raise SourceError(f"{self.demuxer.display_name}: the NVDEC decoder is closed")
         try:
-            return list(self._decoder.Decode(self._packet_data(packet)))
+            decoded = list(session.decoder.Decode(self._packet_data(packet)))
+            pictures = [self._picture(self._own(d), d.getPTS()) for d in decoded]
+        except SourceError:
+            self._healthy = False
+            raise
         except Exception as exc:
+            self._healthy = False
             raise SourceError(
-                f"{self.demuxer.display_name}: NVDEC failed: {type(exc).__name__}: {exc}"
+                f"{self.demuxer.display_name}: NVDEC failed: {type(exc).__name__}: "
+                f"{_first_line(exc)}"
             ) from exc
+        if pictures:
+            self._hand_over()
+        if packet is None:
+            self._ended = True
+        return pictures
 
     def _annex_b(self, packet: av.Packet | None) -> list[av.Packet | None]:
         """``packet`` as Annex B; at the end of stream, what the filter held back, then None."""
@@ -201,16 +572,110 @@ class NvdecDecoder:
         return [*self._bsf.filter(packet), *([None] if packet is None else [])]
 
     def pictures(self) -> Iterator[Picture]:
-        """Every picture of the stream in presentation order, as device tensors."""
+        """Every picture of the stream in presentation order, in buffers vstream owns."""
         for packet in self.demuxer.packets():
             flush = packet.size == 0
             if packet.is_corrupt:
                 self.demuxer.damaged("flagged by the demuxer")
             for annex_b in self._annex_b(None if flush else packet):
-                for decoded in self._decode(annex_b):
+                for picture in self._decode(annex_b):
                     self.demuxer.progress()
-                    yield self._picture(decoded)
+                    yield picture
 
     def close(self) -> None:
-        self._decoder = None
-        self.demuxer.close()
+        """Park the decoder for the next pass (flushed), or drop it; release the input.
+
+        Frames already handed out stay valid: they live in the ring, not in
+        the decoder's surfaces.
+        """
+        session, self._session = self._session, None
+        try:
+            if session is not None:
+                self._park(session)
+        finally:
+            self.demuxer.close()
+
+    def _park(self, session: _Session) -> None:
+        if self._cache is not None and self._healthy and not self._ended:
+            try:  # a pass cut short (reconnect, stop): flush the parser before reuse
+                with self._on_decoder_stream():
+                    session.decoder.Decode(self._packet_data(None))
+            except Exception as exc:
+                log.debug("%s: NVDEC flush failed (%s)", self.demuxer.display_name, exc)
+                self._healthy = False
+        if self._stream is not None:
+            session.done = torch.cuda.Event()
+            session.done.record(self._stream)
+        if self._cache is not None and self._healthy:
+            self._cache.give(session)
+        else:
+            _release(session)
+
+
+def write_probe_clip(path: Path) -> Path:
+    """Encode the probe clip: :data:`PROBE_FRAMES` frames of a moving gradient, H.264, no B."""
+    import numpy as np
+
+    width, height = PROBE_SIZE
+    yy, xx = np.mgrid[0:height, 0:width]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(
+            "libx264", rate=25, options={"preset": "veryfast", "crf": "18", "bf": "0"}
+        )
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for i in range(PROBE_FRAMES):
+            rgb = np.stack(
+                [
+                    (xx * 255 // width + 40 * i) % 256,
+                    (yy * 255 // height) % 256,
+                    np.full_like(xx, 60 * i % 256),
+                ],
+                axis=-1,
+            ).astype(np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Whether NVDEC decoded the probe clip correctly here, and one line saying why (not)."""
+
+    available: bool
+    reason: str
+
+
+def probe(device: torch.device, nvc: ModuleType | None = None) -> ProbeResult:
+    """Decode the bundled probe clip through :class:`NvdecDecoder` and check it against FFmpeg.
+
+    Catches what an import cannot: no ``libnvcuvid`` (a container started
+    without the ``video`` driver capability), a GPU without NVDEC, a broken
+    binding. The result is meant to be cached by the caller.
+    """
+    try:
+        decoder = NvdecDecoder(str(PROBE_CLIP), device=device, nvc=nvc, cache=None)
+    except SourceError as exc:
+        return ProbeResult(False, _first_line(exc))
+    try:
+        frames = [p.data for p in decoder.pictures()]
+        with av.open(str(PROBE_CLIP)) as container:
+            expected = [f.to_ndarray(format="nv12") for f in container.decode(video=0)]
+        if len(frames) != len(expected):
+            return ProbeResult(False, f"NVDEC decoded {len(frames)} of {len(expected)} frames")
+        worst = 0.0
+        for got, want in zip(frames, expected, strict=True):
+            reference = torch.from_numpy(want).to(got.device)  # once per process, 9 KB
+            if tuple(got.shape) != tuple(reference.shape):
+                return ProbeResult(False, f"NVDEC frames have shape {tuple(got.shape)}")
+            worst = max(worst, float((got.float() - reference.float()).abs().mean()))
+        if worst > 2.0:
+            return ProbeResult(False, f"NVDEC frames differ from FFmpeg's by {worst:.1f} levels")
+        return ProbeResult(
+            True, f"decoded the probe clip: {len(frames)} frames, {worst:.2f} levels from FFmpeg"
+        )
+    except Exception as exc:  # the binding raises several types
+        return ProbeResult(False, _first_line(exc))
+    finally:
+        decoder.close()

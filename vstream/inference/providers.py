@@ -7,9 +7,12 @@ decides, together with torch, which device the pipeline runs on.
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -70,12 +73,15 @@ def session_providers(
     device: torch.device,
     choices: Sequence[ProviderChoice] | None,
     available_providers: Sequence[str],
+    stream: int | None = None,
 ) -> list[tuple[str, dict[str, str]]]:
     """The ``providers`` argument for ``InferenceSession`` on ``device``.
 
     On CUDA the default is CUDA then CPU. The CUDA and TensorRT providers get the
-    device index and, when torch runs on a non-default stream, that stream, so
-    ONNX Runtime and the preprocessing are ordered on one stream without a sync.
+    device index and ``stream`` (the pipeline's stream, see :func:`pipeline_stream`;
+    when None, torch's current stream if it is not the default one) as
+    ``user_compute_stream``, so ONNX Runtime and the preprocessing are ordered
+    on one stream without a sync. A stream the user gave is kept.
     """
     if device.type == "cpu":
         wanted = [c for c in choices or [] if c.name == "cpu"] or [ProviderChoice("cpu")]
@@ -89,9 +95,9 @@ def session_providers(
         options = dict(choice.options)
         if choice.name in _GPU_PROVIDERS:
             options.setdefault("device_id", str(device.index or 0))
-            stream = torch.cuda.current_stream(device).cuda_stream
-            if stream:  # ONNX Runtime treats stream 0 (torch's default) as "none given"
-                options.setdefault("user_compute_stream", str(stream))
+            handle = stream if stream is not None else torch.cuda.current_stream(device).cuda_stream
+            if handle:  # ONNX Runtime treats stream 0 (torch's default) as "none given"
+                options.setdefault("user_compute_stream", str(handle))
         providers.append((choice.ort_name, options))
     if not providers:
         raise VstreamError(f"none of the requested execution providers is available on {device}")
@@ -110,3 +116,35 @@ def cuda_graphs_enabled(device: torch.device, choices: Sequence[ProviderChoice] 
         c.name == "cuda" and str(c.options.get("enable_cuda_graph", "0")).lower() in ("1", "true")
         for c in choices or ()
     )
+
+
+def _driver() -> Any:
+    """The CUDA driver library (always installed with the driver), or None."""
+    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
+def pipeline_stream(device: torch.device, handle: int | None = None) -> Any:
+    """The CUDA stream a pipeline queues all its GPU work on, made by vstream (or ``handle``).
+
+    A *blocking* stream (``cuStreamCreate`` with default flags), unlike the
+    streams of torch's pool: it stays ordered with the legacy default stream,
+    so frames a caller produced there (or a library that knows no streams)
+    are complete before the pipeline reads them, without a host wait. Falls
+    back to a stream of torch's pool where the driver library cannot be
+    called. ``handle`` adopts a stream the user gave ONNX Runtime instead.
+    """
+    if handle is not None:
+        return torch.cuda.ExternalStream(handle, device=device)
+    driver = _driver()
+    if driver is not None:
+        with torch.cuda.device(device):
+            torch.cuda.current_stream(device).query()  # the primary context, current here
+            created = ctypes.c_void_p()
+            if driver.cuStreamCreate(ctypes.byref(created), 0) == 0 and created.value:
+                return torch.cuda.ExternalStream(created.value, device=device)
+    log.debug("cuStreamCreate unavailable: the pipeline uses a stream of torch's pool")
+    return torch.cuda.Stream(device=device)

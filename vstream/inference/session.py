@@ -1,4 +1,4 @@
-"""ONNX Runtime inference with IO binding: bind once, run many times.
+"""ONNX Runtime inference with IO binding: bind once, run many times, on the pipeline's stream.
 
 A :class:`ModelSession` owns the model's input tensors and its output tensors. All are
 allocated once on the pipeline's device and bound to ONNX Runtime by address,
@@ -6,14 +6,60 @@ so a run reads the preprocessed frames where preprocessing wrote them and
 writes detections where postprocessing reads them: nothing is copied, and
 the addresses never change between runs (what CUDA graphs require). Each
 batch size the engine runs (its buckets, see :mod:`vstream.inference.buckets`)
-has its own binding, and with the CUDA provider's ``enable_cuda_graph`` each
-bucket is replayed as its own graph, selected by the ``gpu_graph_id`` run
-option.
+has its own binding.
+
+The stream model (CUDA)
+-----------------------
+
+vstream creates one CUDA stream per pipeline (:attr:`ModelSession.cuda_stream`)
+and every piece of GPU work of the pipeline is queued on it, in the order the
+data flows, so the GPU itself keeps the order and no thread waits for it::
+
+    reader thread     NVDEC Decode ──> copy surface into a FrameRing buffer ─┐   (cudastream=S)
+    preprocess thread                 letterbox frame into input slot ───────┤
+    inference thread                  ORT run (user_compute_stream=S,        ├─ one stream S,
+                                           no sync at the end of the run) ───┤  in queue order
+    postprocess thread                decode boxes, NMS, copy (M, 7) rows    │
+                                      into pinned host memory ───────────────┘
+                                      record event E on S
+                                      host waits on E  <── the only host wait of a batch
+                                      rows -> records -> sinks
+
+- NVDEC writes a surface and vstream copies it out on S, so the decoder's
+  next write into that surface is queued after the copy
+  (:mod:`vstream.decoders.nvdec`); a frame then lives in a buffer vstream owns.
+- The letterbox writes the model input on S before the batch is handed to
+  the inference thread, which queues the model after it on S.
+- ONNX Runtime runs on S (``user_compute_stream``) and returns without
+  synchronising (the ``disable_synchronize_execution_providers`` run
+  option): postprocessing is queued behind it on S.
+- :func:`vstream.transfer.to_host` copies only the detections tensor into a
+  pinned buffer and waits on an event recorded right after that copy: the
+  host waits for this batch's work, never for the whole device or stream.
+- A caller on another stream (``Detector.detect`` from a user's thread)
+  is ordered by events too: S waits for the caller's stream before the run,
+  the caller's stream waits for S after it.
+
+CUDA graphs
+-----------
+
+With the CUDA provider's ``enable_cuda_graph``, every bucket of every buffer
+is its own graph (``gpu_graph_id``). ONNX Runtime keeps captured graphs per
+host thread and captures in global mode, where a CUDA call from any other
+thread breaks the capture; so each session with graphs gets one model thread
+that does all its runs, and every graph is captured there when the session is
+built, before any stage or reader thread of the pipeline exists. Afterwards
+runs only replay. A model that cannot be captured is refused with one line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +77,7 @@ from vstream.inference.model import (
 from vstream.inference.providers import (
     ProviderChoice,
     cuda_graphs_enabled,
+    pipeline_stream,
     resolve_device,
     session_providers,
 )
@@ -38,10 +85,54 @@ from vstream.inference.wheels import load_onnxruntime
 
 log = logging.getLogger("vstream")
 
+EAGER_GRAPH_ID = "-1"
+"""``gpu_graph_id`` that makes ONNX Runtime run without capturing or replaying a graph."""
+
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
+
+
+class ModelThread:
+    """The one host thread that runs every model run of a session with CUDA graphs.
+
+    ONNX Runtime's CUDA provider keeps captured graphs in a per-thread
+    context and captures on a run's own thread; runs from any other thread
+    would capture again, while other threads work. Calls are served in order;
+    a call's exception is raised in the caller.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name=f"model-{name}", daemon=True)
+        self.thread.start()
+
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        if threading.current_thread() is self.thread:
+            return function(*args)
+        done = threading.Event()
+        box: dict[str, Any] = {}
+        self._requests.put((function, args, done, box))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    def _serve(self) -> None:
+        while (request := self._requests.get()) is not None:
+            function, args, done, box = request
+            del request  # hold nothing between calls: the session must stay collectable
+            try:
+                box["value"] = function(*args)
+            except BaseException as exc:  # handed to the caller
+                box["error"] = exc
+            finally:
+                del function, args
+                done.set()
+
+    def close(self) -> None:
+        self._requests.put(None)
 
 
 class ModelSession:
@@ -66,37 +157,119 @@ class ModelSession:
             ProviderChoice(p.name, {k: str(v) for k, v in p.options.items()})
             for p in model.providers or ()
         ] or None
-        self.cuda_stream = (
-            torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-        )
-        """The torch stream ONNX Runtime was given (when not the default): stages use it too."""
+        self.cuda_graphs = cuda_graphs_enabled(self.device, providers)
+        """Whether every bucket runs as its own CUDA graph (``gpu_graph_id``)."""
+        self.cuda_stream = self._pipeline_stream(providers)
+        """The pipeline's CUDA stream (None on the CPU): ORT, the stages and NVDEC all use it."""
         options = ort.SessionOptions()
         options.intra_op_num_threads = model.intra_op_threads
         options.log_severity_level = 3
         if not model.spin_wait:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        stream = self.cuda_stream.cuda_stream if self.cuda_stream is not None else None
         try:
             self.session = ort.InferenceSession(
                 str(path),
                 sess_options=options,
-                providers=session_providers(self.device, providers, available),
+                providers=session_providers(self.device, providers, available, stream=stream),
             )
         except Exception as exc:  # ONNX Runtime raises several unrelated types
+            if self.cuda_graphs and "capture" in str(exc).lower():
+                raise ModelError(self._no_graphs(path, exc)) from exc
             raise ModelError(f"cannot load model {path}: {_first_line(exc)}") from exc
         self.spec = read_model_spec(self.session, path)
         height, width = input_size(self.spec, model.imgsz)
         sizes = bucket_sizes(batch_size(self.spec, runtime.batch_size), self.spec.fixed_batch)
-        self.cuda_graphs = cuda_graphs_enabled(self.device, providers)
-        """Whether every bucket runs as its own CUDA graph (``gpu_graph_id``)."""
         self._shapes = {size: self._output_shapes((size, 3, height, width)) for size in sizes}
         if self.cuda_graphs and any(None in s.values() for s in self._shapes.values()):
             raise ModelError(
                 f"{path.name}: CUDA graphs need outputs whose size is known before the run"
             )
+        self.bound: dict[int, dict[str, int]] = {}
+        """Per bucket (``id(bucket)``), the address bound to ONNX Runtime for each input/output."""
         self.buffers = tuple(
             self._buffer(i, sizes, (height, width)) for i in range(runtime.in_flight)
         )
         """Persistent inputs, outputs and bindings, created once; see :class:`BatchBuffer`."""
+        self._model_thread: ModelThread | None = None
+        if self.cuda_graphs:
+            self._model_thread = ModelThread(path.stem)
+            weakref.finalize(self, self._model_thread.close)
+            self._capture_graphs(path)
+
+    # -- the stream ----------------------------------------------------------------------------
+
+    def _pipeline_stream(self, providers: list[ProviderChoice] | None) -> Any:
+        """A CUDA stream of the pipeline's own, or the one the user gave ONNX Runtime."""
+        if self.device.type != "cuda":
+            return None
+        given = next(
+            (
+                c.options["user_compute_stream"]
+                for c in providers or ()
+                if c.name in ("cuda", "tensorrt") and c.options.get("user_compute_stream")
+            ),
+            None,
+        )
+        return pipeline_stream(self.device, int(given) if given else None)
+
+    @contextlib.contextmanager
+    def _ordered(self) -> Iterator[None]:
+        """Order a run after the caller's stream, and the caller's stream after the run.
+
+        Stage threads already run on :attr:`cuda_stream`: no event at all.
+        """
+        stream = self.cuda_stream
+        caller = torch.cuda.current_stream(self.device) if stream is not None else None
+        if caller is None or caller == stream:
+            yield
+            return
+        inputs_ready = torch.cuda.Event()
+        inputs_ready.record(caller)
+        stream.wait_event(inputs_ready)
+        yield
+        outputs_ready = torch.cuda.Event()
+        outputs_ready.record(stream)
+        caller.wait_event(outputs_ready)
+
+    # -- graphs --------------------------------------------------------------------------------
+
+    def _no_graphs(self, path: Path, exc: BaseException) -> str:
+        return (
+            f"{path.name}: CUDA graphs cannot capture this model ({_first_line(exc)}); "
+            "run it without enable_cuda_graph"
+        )
+
+    def _capture_graphs(self, path: Path) -> None:
+        """Capture every bucket of every buffer once, on the model thread, now.
+
+        ONNX Runtime's first run of a ``gpu_graph_id`` makes its regular
+        runs, captures and replays; the inputs hold the letterbox grey so
+        the warm-up computes on sane numbers.
+        """
+        for buffer in self.buffers:
+            buffer.input.fill_(114 / 255)
+        try:
+            for buffer in self.buffers:
+                for bucket in buffer.buckets:
+                    self._call(self._run_bound, bucket, bucket.run_options)
+            if self.cuda_stream is not None:
+                self.cuda_stream.synchronize()  # once, at build time: surface capture errors
+        except Exception as exc:
+            raise ModelError(self._no_graphs(path, exc)) from exc
+        log.debug(
+            "%s: %d CUDA graphs captured", path.name, sum(len(b.buckets) for b in self.buffers)
+        )
+
+    def _call(self, function: Callable[..., Any], *args: Any) -> Any:
+        if self._model_thread is None:
+            return function(*args)
+        return self._model_thread.call(function, *args)
+
+    def _run_bound(self, bucket: Bucket, run_options: Any) -> None:
+        self.session.run_with_iobinding(bucket.binding, run_options)
+
+    # -- buffers -------------------------------------------------------------------------------
 
     @property
     def input(self) -> torch.Tensor:
@@ -126,6 +299,11 @@ class ModelSession:
         """``(height, width)`` of the model input."""
         return self.input.shape[2], self.input.shape[3]
 
+    @property
+    def providers(self) -> list[str]:
+        """The execution providers ONNX Runtime really uses, in order (``get_providers()``)."""
+        return list(self.session.get_providers())
+
     def _buffer(self, index: int, sizes: tuple[int, ...], size: tuple[int, int]) -> BatchBuffer:
         """One buffer: the input of the largest batch, then its buckets, largest first.
 
@@ -152,8 +330,11 @@ class ModelSession:
     ) -> Bucket:
         ort = load_onnxruntime()
         binding = self.session.io_binding()
+        bound: dict[str, int] = {}
         view = full_input[:size]
-        self._bind(binding, self.spec.input.name, view, self.spec.input.numpy_dtype)
+        bound[self.spec.input.name] = self._bind(
+            binding, self.spec.input.name, view, self.spec.input.numpy_dtype
+        )
         outputs: list[torch.Tensor | None] = []
         for position, out in enumerate(self.spec.outputs):
             shape = self._shapes[size][out.name]
@@ -166,14 +347,20 @@ class ModelSession:
                 tensor = full[:size]
             else:
                 tensor = torch.empty(shape, dtype=out.torch_dtype, device=self.device)
-            self._bind(binding, out.name, tensor, out.numpy_dtype)
+            bound[out.name] = self._bind(binding, out.name, tensor, out.numpy_dtype)
             outputs.append(tensor)
         run_options = ort.RunOptions()
+        if self.device.type == "cuda":
+            # Return as soon as the run is queued on the pipeline's stream: everything that
+            # reads its outputs is queued behind it on the same stream.
+            run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
         if graph_id is not None:
             run_options.add_run_config_entry("gpu_graph_id", str(graph_id))
-        return Bucket(size, view, outputs, binding, run_options, graph_id)
+        bucket = Bucket(size, view, outputs, binding, run_options, graph_id)
+        self.bound[id(bucket)] = bound
+        return bucket
 
-    def _bind(self, binding: Any, name: str, tensor: torch.Tensor, dtype: Any) -> None:
+    def _bind(self, binding: Any, name: str, tensor: torch.Tensor, dtype: Any) -> int:
         bind = binding.bind_input if name == self.spec.input.name else binding.bind_output
         bind(
             name,
@@ -183,6 +370,7 @@ class ModelSession:
             tuple(tensor.shape),
             tensor.data_ptr(),
         )
+        return tensor.data_ptr()
 
     def _output_shapes(self, input_shape: tuple[int, ...]) -> dict[str, tuple[int, ...] | None]:
         """Static output shapes: from the model, its symbolic input dims, or shape inference.
@@ -218,20 +406,27 @@ class ModelSession:
             shapes[out.name] = dims if all(isinstance(d, int) and d > 0 for d in dims) else None
         return shapes
 
-    def run(self, bucket: Bucket | None = None) -> list[torch.Tensor]:
+    # -- running -------------------------------------------------------------------------------
+
+    def run(self, bucket: Bucket | None = None, *, eager: bool = False) -> list[torch.Tensor]:
         """Run ``bucket`` (default: the first buffer's full batch) on its input's current content.
 
-        Preallocated outputs are returned as the same tensors every time; outputs
-        whose size is only known per run are adopted from ONNX Runtime through
-        DLPack, without a copy.
+        On CUDA the run is queued on :attr:`cuda_stream` and returns without
+        waiting for it; whatever reads the outputs on that stream (or on the
+        caller's stream, which is made to wait by an event) sees them done.
+        Preallocated outputs are returned as the same tensors every time;
+        outputs whose size is only known per run are adopted from ONNX Runtime
+        through DLPack, without a copy. ``eager`` runs without the bucket's CUDA
+        graph (a reference for the replay; same outputs, same addresses).
         """
         if bucket is None:
             bucket = self.buffers[0].largest
-        if self.device.type == "cuda" and not torch.cuda.current_stream(self.device).cuda_stream:
-            # ONNX Runtime runs on its own stream: make the preprocessing visible to it.
-            torch.cuda.current_stream(self.device).synchronize()
+        run_options = bucket.run_options
+        if eager and bucket.graph_id is not None:
+            run_options = self._eager_options()
         try:
-            self.session.run_with_iobinding(bucket.binding, bucket.run_options)
+            with self._ordered():
+                self._call(self._run_bound, bucket, run_options)
         except Exception as exc:
             raise ModelError(f"inference failed: {_first_line(exc)}") from exc
         if all(t is not None for t in bucket.outputs):
@@ -241,3 +436,13 @@ class ModelSession:
             t if t is not None else torch.from_dlpack(produced[i])
             for i, t in enumerate(bucket.outputs)
         ]
+
+    def _eager_options(self) -> Any:
+        options = load_onnxruntime().RunOptions()
+        if self.device.type == "cuda":
+            options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        options.add_run_config_entry("gpu_graph_id", EAGER_GRAPH_ID)
+        return options
+
+
+__all__ = ["EAGER_GRAPH_ID", "ModelSession", "ModelThread"]

@@ -1,0 +1,139 @@
+"""``vstream doctor``, the real command: without a GPU the GPU checks skip, the CPU ones pass."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import run_cli
+
+from vstream import doctor as doctor_module
+from vstream.assets import SAMPLE_VIDEO
+from vstream.cli import main
+from vstream.detector import Detector
+from vstream.doctor import CHECKS, Failed, match_records
+
+CPU_CHECKS = {"runtime-wheels", "provider-cpu", "zero-copy-cpu", "demo-cpu", "fps-cpu"}
+GPU_CHECKS = {name for name, _, needs_gpu in CHECKS if needs_gpu}
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+
+
+@no_gpu
+def test_without_a_gpu_the_gpu_checks_skip_and_the_cpu_checks_pass(tmp_path: Path) -> None:
+    report = tmp_path / "doctor.json"
+    done = run_cli("doctor", "--json", "--report", report, "--frames", "40", timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads(done.stdout)
+    assert json.loads(report.read_text()) == document, "the report file is what was printed"
+    status = {c["name"]: c for c in document["checks"]}
+    assert set(status) == CPU_CHECKS | GPU_CHECKS
+    for name in CPU_CHECKS:
+        assert status[name]["status"] == "pass", status[name]
+    for name in GPU_CHECKS:
+        assert status[name]["status"] == "skip", status[name]
+        assert status[name]["detail"].startswith("no usable GPU: torch sees no CUDA device")
+    zero_copy = status["zero-copy-cpu"]["data"]
+    assert zero_copy["bytes_to_host_per_frame"] == pytest.approx(
+        28 * zero_copy["detections_per_frame"], abs=0.1
+    )
+    assert zero_copy["host_waits"] == 0 and zero_copy["model_runs"] == zero_copy["batches"]
+    assert status["demo-cpu"]["data"]["map50"] >= 0.9
+    assert set(status["fps-cpu"]["data"]) == {
+        "decode",
+        "preprocess",
+        "inference",
+        "postprocess",
+        "end_to_end",
+    }
+    env = document["environment"]
+    assert env["torch"]["cuda_available"] is False
+    assert env["onnxruntime"]["cpu_and_gpu_wheels_both_installed"] is False
+    assert env["codecs"] == {"skipped": "torch sees no CUDA device"}
+    assert document["summary"] == {"passed": 5, "failed": 0, "skipped": 7}
+    assert document["exit_code"] == 0
+
+
+@no_gpu
+def test_the_table_says_what_ran_and_what_was_skipped_and_why() -> None:
+    done = run_cli("doctor", "--quick", "--frames", "8", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("vstream doctor ")
+    assert "environment" in lines and "checks" in lines
+    assert any(line.split()[:2] == ["PASS", "zero-copy-cpu"] for line in lines)
+    assert any(
+        line.split()[:2] == ["SKIP", "provider-gpu"] and "no usable GPU" in line for line in lines
+    )
+    assert any(line.split()[:3] == ["SKIP", "demo-cpu", "skipped"] for line in lines)
+    assert lines[-1] == "3 passed, 0 failed, 9 skipped (every check that ran passed)"
+    assert "vstream doctor: zero-copy-cpu" in done.stderr, "progress goes to stderr"
+
+
+@no_gpu
+def test_asking_for_cuda_without_a_gpu_fails_the_gpu_checks() -> None:
+    done = run_cli("doctor", "--quick", "--device", "cuda", "--json", "--frames", "8")
+    assert done.returncode == 1
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["provider-gpu"]["status"] == "fail"
+    assert checks["provider-gpu"]["detail"].startswith("CUDA was asked for, but torch sees no")
+    assert checks["zero-copy-cpu"]["status"] == "pass"
+
+
+def test_one_failed_check_makes_the_exit_status_1(monkeypatch, capsys) -> None:
+    def broken(self: object) -> None:
+        raise Failed("both wheels are installed")
+
+    def crashing(self: object) -> None:
+        raise RuntimeError("something unexpected\nwith a second line")
+
+    monkeypatch.setattr(doctor_module.Doctor, "check_runtime_wheels", broken)
+    monkeypatch.setattr(doctor_module.Doctor, "check_provider_cpu", crashing)
+    assert main(["doctor", "--quick", "--device", "cpu", "--json", "--frames", "4"]) == 1
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["runtime-wheels"] == checks["runtime-wheels"] | {
+        "status": "fail",
+        "detail": "both wheels are installed",
+    }
+    assert checks["provider-cpu"]["status"] == "fail"
+    assert checks["provider-cpu"]["detail"] == "RuntimeError: something unexpected"
+    assert checks["zero-copy-cpu"]["status"] == "pass", "the other checks still ran"
+    assert checks["provider-gpu"]["detail"] == "no usable GPU: --device cpu"
+
+
+def test_the_zero_copy_check_catches_a_buffer_that_is_not_the_bound_one() -> None:
+    """A negative control: the check is not vacuous."""
+    detector = Detector(doctor_module.DEMO_MODEL, device="cpu", batch_size=4)
+    doctor_module._zero_copy(detector, SAMPLE_VIDEO, 8)  # as built: passes
+    detector.letterboxers[1].input = detector.letterboxers[1].input.clone()
+    with pytest.raises(Failed, match="buffer 1: the letterbox writes elsewhere"):
+        doctor_module._zero_copy(detector, SAMPLE_VIDEO, 8)
+
+
+def test_boxes_are_matched_per_frame_and_class_at_the_iou_asked() -> None:
+    def record(frame: int, *boxes: tuple[float, float, float, float, int]) -> dict:
+        detections = [{"bbox": list(b[:4]), "class_id": b[4]} for b in boxes]
+        return {"stream": "s", "frame": frame, "detections": detections}
+
+    cpu = [record(0, (0, 0, 100, 100, 1), (200, 200, 300, 300, 2)), record(1, (0, 0, 50, 50, 0))]
+    assert match_records(cpu, cpu) == (3, 3)
+    shifted = [record(0, (2, 0, 102, 100, 1), (200, 200, 300, 300, 2)), record(1)]
+    assert match_records(cpu, shifted) == (2, 3), "IoU 0.96 matches; a missing box does not"
+    moved = [record(0, (20, 0, 120, 100, 1), (200, 200, 300, 300, 3)), record(1, (0, 0, 50, 50, 0))]
+    assert match_records(cpu, moved) == (1, 3), "IoU 0.67 and another class do not match"
+    extra = [*cpu[:1], record(1, (0, 0, 50, 50, 0), (60, 60, 90, 90, 0))]
+    assert match_records(cpu, extra) == (3, 4), "an extra box counts against the match"
+
+
+def test_the_command_module_imports_nothing_heavy() -> None:
+    source = Path(__file__).resolve().parents[1] / "vstream" / "cli" / "doctor.py"
+    tree = ast.parse(source.read_text())
+    top_level = {
+        alias.name.split(".")[0] if isinstance(node, ast.Import) else (node.module or "")
+        for node in tree.body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert top_level <= {"__future__", "argparse", "json", "sys", "pathlib", "vstream.cli.args"}

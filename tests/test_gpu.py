@@ -1,0 +1,307 @@
+"""The GPU path on a real GPU: ``pytest -m gpu``. Every test skips cleanly without CUDA.
+
+NVDEC tests also skip (with the probe's reason) where NVDEC does not work,
+e.g. a container started without the ``video`` driver capability.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+from helpers import model_session, run_cli, write_video
+from onnx_models import scale_model
+
+from vstream.assets import DEMO_MODEL, SAMPLE_VIDEO
+from vstream.config.sources import SourceOptions
+from vstream.decoders import nvdec_status, open_decoder
+from vstream.decoders.nvdec import NvdecDecoder
+from vstream.detector import Detector
+from vstream.doctor import _copies, match_records
+from vstream.frame import Frame, PixelFormat
+from vstream.inference.providers import pipeline_stream
+from vstream.preprocess.colour import to_rgb_planar
+from vstream.preprocess.letterbox import Letterboxer
+from vstream.sources.file import VideoFileSource
+from vstream.transfer import HostStaging, to_host, transfers
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch sees none)"),
+]
+
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture
+def ort_cuda() -> None:
+    from vstream.inference.wheels import load_onnxruntime
+
+    if "CUDAExecutionProvider" not in load_onnxruntime().get_available_providers():
+        pytest.skip("the installed ONNX Runtime has no CUDA provider (onnxruntime-gpu)")
+
+
+@pytest.fixture
+def nvdec() -> None:
+    works, why = nvdec_status(CUDA)
+    if not works:
+        pytest.skip(f"NVDEC unavailable: {why}")
+
+
+@pytest.fixture
+def stream() -> torch.cuda.Stream:
+    """A pipeline stream, made current: what a reader or stage thread runs on."""
+    made = pipeline_stream(CUDA)
+    with torch.cuda.stream(made):
+        yield made
+    torch.cuda.synchronize()
+
+
+def nv12_reference(path: Path) -> list[tuple[float, np.ndarray]]:
+    with av.open(str(path)) as container:
+        return [
+            (float(f.pts * f.time_base), f.to_ndarray(format="nv12"))
+            for f in container.decode(video=0)
+        ]
+
+
+def write_10bit(path: Path, frames: int = 6, width: int = 160, height: int = 120) -> Path:
+    yy, xx = np.mgrid[0:height, 0:width]
+    with av.open(str(path), "w") as container:
+        codec = container.add_stream("libx265", rate=25, options={"x265-params": "log-level=error"})
+        codec.width, codec.height, codec.pix_fmt = width, height, "yuv420p10le"
+        for i in range(frames):
+            rgb = np.stack(
+                [(xx * 2 + 9 * i) % 256, (yy * 2) % 256, np.full_like(xx, 30 * i % 256)], -1
+            ).astype(np.uint8)
+            for packet in codec.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in codec.encode():
+            container.mux(packet)
+    return path
+
+
+def assert_frames_equal(pictures: list, expected: list[tuple[float, np.ndarray]]) -> None:
+    torch.cuda.synchronize()
+    assert len(pictures) == len(expected)
+    for picture, (pts, pixels) in zip(pictures, expected, strict=True):
+        got = picture.data.cpu().numpy().astype(int)
+        difference = np.abs(got - pixels.astype(int))
+        assert difference.mean() < 0.5 and difference.max() <= 4, "NVDEC matches FFmpeg"
+        assert picture.pts_seconds == pytest.approx(pts)
+
+
+def test_nvdec_frames_equal_pyavs_decode(tmp_path: Path, nvdec: None, stream) -> None:
+    path = write_video(tmp_path / "clip.mp4", frames=30, width=320, height=240)
+    decoder = NvdecDecoder(str(path), device=CUDA)
+    pictures = list(decoder.pictures())
+    ring = decoder.ring
+    decoder.close()
+    assert all(p.data.is_cuda and p.pixel_format is PixelFormat.NV12 for p in pictures)
+    assert ring is not None and all(ring.owns(p.data) for p in pictures), "vstream's memory"
+    assert_frames_equal(pictures, nv12_reference(path))
+
+
+def test_device_nv12_to_rgb_and_letterbox_equal_the_cpu_path(tmp_path: Path) -> None:
+    path = write_video(tmp_path / "clip.mp4", frames=3, width=320, height=180)
+    _, nv12 = nv12_reference(path)[1]
+    on_cpu = Frame(torch.from_numpy(nv12), PixelFormat.NV12, 320, 180)
+    on_gpu = Frame(torch.from_numpy(nv12).to(CUDA), PixelFormat.NV12, 320, 180)
+    torch.testing.assert_close(
+        to_rgb_planar(on_gpu).cpu(), to_rgb_planar(on_cpu), atol=1e-2, rtol=0
+    )
+    boxes = [Letterboxer(torch.zeros((2, 3, 256, 256), device=d)) for d in ("cpu", CUDA)]
+    geometries = [box.load(1, frame) for box, frame in zip(boxes, (on_cpu, on_gpu), strict=True)]
+    assert geometries[0] == geometries[1]
+    torch.testing.assert_close(boxes[1].input.cpu(), boxes[0].input, atol=1e-3, rtol=0)
+
+
+def test_bound_device_pointers_and_preallocated_device_outputs(tmp_path: Path, ort_cuda) -> None:
+    engine = model_session(
+        scale_model(tmp_path / "s.onnx"), device="cuda", batch_size=4, imgsz=64, in_flight=2
+    )
+    assert engine.device.type == "cuda" and engine.providers[0] == "CUDAExecutionProvider"
+    options = engine.session.get_provider_options()["CUDAExecutionProvider"]
+    assert int(options["user_compute_stream"], 0) == engine.cuda_stream.cuda_stream
+    name = engine.spec.input.name
+    for buffer in engine.buffers:
+        for bucket in buffer.buckets:
+            assert engine.bound[id(bucket)][name] == buffer.input.data_ptr()
+            assert all(t.is_cuda for t in bucket.outputs)
+            addresses = tuple(t.data_ptr() for t in bucket.outputs)
+            for round_ in range(25):
+                buffer.input.fill_(round_ / 10)  # on this thread's stream: run() orders itself
+                (out,) = engine.run(bucket)
+                assert out is bucket.outputs[0]
+                produced = tuple(v.data_ptr() for v in bucket.binding.get_outputs())
+                assert produced == addresses, "ORT wrote where we preallocated, every run"
+                assert torch.allclose(out, torch.full_like(out, 2 * round_ / 10))
+
+
+def test_to_host_copies_into_pinned_memory_and_waits_only_on_its_event() -> None:
+    staging = HostStaging(pinned=True)
+    before_bytes, _ = transfers.snapshot()
+    before_waits = transfers.host_waits
+    first = torch.rand((37, 7), device=CUDA)
+    host = to_host(first, staging)
+    assert staging.buffer.is_pinned()
+    np.testing.assert_array_equal(host, first.cpu().numpy())
+    address = staging.buffer.data_ptr()
+    second = torch.rand((20, 7), device=CUDA)
+    np.testing.assert_array_equal(to_host(second, staging), second.cpu().numpy())
+    assert staging.buffer.data_ptr() == address, "the pinned buffer is reused"
+    assert transfers.snapshot()[0] - before_bytes == (37 + 20) * 28
+    assert transfers.host_waits - before_waits == 2
+
+
+def test_four_streams_of_500_frames_give_the_cpu_paths_records(ort_cuda) -> None:
+    frames = 500
+
+    def run(detector: Detector, streams: int) -> dict[str, list[dict]]:
+        with contextlib.ExitStack() as stack:
+            sources = [
+                stack.enter_context(
+                    VideoFileSource(
+                        SAMPLE_VIDEO,
+                        stream_id=f"s{i}",
+                        device=detector.device,
+                        options=SourceOptions(loop=True),
+                    )
+                )
+                for i in range(streams)
+            ]
+            results = list(detector.streams([itertools.islice(s, frames) for s in sources]))
+        by_stream: dict[str, list[dict]] = {}
+        for result in results:
+            by_stream.setdefault(str(result.stream_id), []).append(result.to_record())
+        return by_stream
+
+    gpu = run(Detector(DEMO_MODEL, device="cuda", batch_size=4), 4)
+    (cpu,) = run(Detector(DEMO_MODEL, device="cpu", batch_size=4), 1).values()
+    assert len(gpu) == 4
+    for records in gpu.values():
+        assert [r["frame"] for r in records] == list(range(frames)), "every frame once, in order"
+        same_frames = [r | {"stream": "s"} for r in records]
+        matched, total = match_records([r | {"stream": "s"} for r in cpu], same_frames)
+        assert matched >= 0.98 * total, f"{matched} of {total} boxes match the CPU path"
+        first = [r | {"stream": "s"} for r in next(iter(gpu.values()))]
+        matched, total = match_records(first, same_frames)
+        assert matched >= 0.999 * total, "the four GPU streams agree box for box: no race"
+
+
+def test_cuda_graph_replay_equals_eager_and_detections_do_not_change(ort_cuda) -> None:
+    graphs = [{"name": "cuda", "options": {"enable_cuda_graph": "1"}}, {"name": "cpu"}]
+    detector = Detector(DEMO_MODEL, device="cuda", batch_size=4, providers=graphs)
+    model = detector.model
+    assert model.cuda_graphs and model._model_thread is not None
+    generator = torch.Generator().manual_seed(1)
+    for buffer in model.buffers:
+        buffer.input.copy_(torch.rand(buffer.input.shape, generator=generator).to(CUDA))
+        for bucket in buffer.buckets:
+            replayed = [t.clone() for t in model.run(bucket)]
+            eager = [t.clone() for t in model.run(bucket, eager=True)]
+            torch.testing.assert_close(replayed, eager, atol=1e-3, rtol=1e-3)
+    plain = Detector(DEMO_MODEL, device="cuda", batch_size=4)
+
+    def records(d: Detector) -> list[dict]:
+        with VideoFileSource(SAMPLE_VIDEO, device=d.device) as source:
+            return [r.to_record() for r in d.stream(itertools.islice(source, 120))]
+
+    with_graphs, without = records(detector), records(plain)
+    matched, total = match_records(without, with_graphs)
+    assert matched == total and len(with_graphs) == 120
+
+
+def test_closing_and_reconnecting_decoders_with_frames_in_flight_corrupts_nothing(
+    tmp_path: Path, nvdec: None, stream
+) -> None:
+    first = write_video(tmp_path / "a.mp4", frames=40, width=320, height=240)
+    other = write_video(tmp_path / "b.mp4", frames=40, width=320, height=240, fps=30)
+    held = []
+    for path in (first, first, other):  # a loop pass, then a reconnect to another stream
+        decoder = NvdecDecoder(str(path), device=CUDA)
+        pictures = decoder.pictures()
+        held.append((path, [p for _, p in zip(range(25), pictures, strict=False)]))
+        decoder.close()  # mid-stream, while 25 frames are still "queued"
+    dropped = NvdecDecoder(str(other), device=CUDA, cache=None)
+    list(dropped.pictures())
+    dropped.close()  # destroyed: its surfaces are freed and reused by the allocator
+    junk = torch.full((64, 1024, 1024), 0xEE, dtype=torch.uint8, device=CUDA)  # reuse freed memory
+    del junk
+    for path, pictures in held:
+        assert_frames_equal(pictures, nv12_reference(path)[:25])
+
+
+def test_a_10bit_clip_falls_back_to_the_cpu_decoder_for_that_stream_alone(
+    tmp_path: Path, nvdec: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="vstream.decoders")
+    ten = write_10bit(tmp_path / "ten.mkv")
+    eight = write_video(tmp_path / "eight.mp4", frames=6, width=160, height=120)
+    for _ in range(2):
+        decoder = open_decoder(str(ten), device=CUDA)
+        pictures = list(decoder.pictures())
+        decoder.close()
+        assert decoder.name == "cpu" and len(pictures) == 6
+        assert all(p.data.is_cuda for p in pictures)
+    other = open_decoder(str(eight), device=CUDA)
+    assert other.name == "nvdec"
+    other.close()
+    notices = [r.getMessage() for r in caplog.records if "on the CPU" in r.getMessage()]
+    assert len(notices) == 1 and "yuv420p10le" in notices[0]
+
+
+def test_no_frame_sized_copy_crosses_and_one_host_wait_per_batch(ort_cuda, nvdec: None) -> None:
+    detector = Detector(DEMO_MODEL, device="cuda", batch_size=4)
+    detail, data = _copies(detector, SAMPLE_VIDEO, 40)
+    assert data["htod_bytes_per_frame"] < data["frame_bytes"], detail
+    assert data["dtoh_bytes_per_frame"] < 64 + data["metadata_bytes_per_frame"], detail
+    assert data["host_waits"] == data["batches"], detail
+
+
+def test_decoding_the_stages_and_ort_share_the_pipelines_stream(ort_cuda, nvdec: None) -> None:
+    detector = Detector(DEMO_MODEL, device="cuda", batch_size=4)
+    handle = detector.cuda_stream.cuda_stream
+    options = detector.model.session.get_provider_options()["CUDAExecutionProvider"]
+    assert int(options["user_compute_stream"], 0) == handle
+    seen: set[int] = set()
+    preprocess, postprocess = detector.preprocess, detector.postprocess
+
+    def on_preprocess(*args):
+        seen.add(torch.cuda.current_stream().cuda_stream)
+        return preprocess(*args)
+
+    def on_postprocess(*args):
+        seen.add(torch.cuda.current_stream().cuda_stream)
+        return postprocess(*args)
+
+    detector.preprocess, detector.postprocess = on_preprocess, on_postprocess
+    with torch.cuda.stream(detector.cuda_stream):  # where the engine's readers open sources
+        source = VideoFileSource(SAMPLE_VIDEO, device=CUDA, options=SourceOptions(decoder="nvdec"))
+    with source:
+        assert source._decoder._stream_handle == handle, "NVDEC decodes on the pipeline's stream"
+
+        def frames():
+            for frame in source:
+                seen.add(torch.cuda.current_stream().cuda_stream)  # the reader thread
+                yield frame
+
+        assert len(list(detector.stream(itertools.islice(frames(), 24)))) == 24
+    assert seen == {handle}
+
+
+def test_vstream_doctor_passes_on_this_gpu(tmp_path: Path, ort_cuda) -> None:
+    report = tmp_path / "doctor.json"
+    done = run_cli("doctor", "--device", "cuda", "--json", "--report", report, timeout=900)
+    checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
+    failed = {name: c["detail"] for name, c in checks.items() if c["status"] == "fail"}
+    assert done.returncode == 0 and not failed, failed
+    for name in ("provider-gpu", "zero-copy-gpu", "demo-gpu", "graphs-gpu", "fps-gpu"):
+        assert checks[name]["status"] == "pass", checks[name]
