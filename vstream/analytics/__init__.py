@@ -12,16 +12,7 @@ its right, looking from ``start`` to ``end``).
 Everything here is numpy, scipy and pydantic: importing it loads no model stack.
 """
 
-from vstream.analytics.config import (
-    AnalyticsConfig,
-    Anchor,
-    LineConfig,
-    TrackingConfig,
-    ZoneConfig,
-    parse_line_spec,
-)
-from vstream.analytics.events import Event
-from vstream.analytics.stream import AnalyticsUpdate, StreamAnalytics
+from vstream.lazy import lazy_exports
 
 __all__ = [
     "AnalyticsConfig",
@@ -34,3 +25,19 @@ __all__ = [
     "ZoneConfig",
     "parse_line_spec",
 ]
+
+# Lazy: configs read the options; only a running pipeline needs the tracker (scipy).
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "AnalyticsConfig": "vstream.analytics.config",
+        "Anchor": "vstream.analytics.config",
+        "LineConfig": "vstream.analytics.config",
+        "TrackingConfig": "vstream.analytics.config",
+        "ZoneConfig": "vstream.analytics.config",
+        "parse_line_spec": "vstream.analytics.config",
+        "Event": "vstream.analytics.events",
+        "AnalyticsUpdate": "vstream.analytics.stream",
+        "StreamAnalytics": "vstream.analytics.stream",
+    },
+)

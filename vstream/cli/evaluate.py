@@ -16,13 +16,6 @@ from typing import Any
 from vstream import assets
 from vstream.cli.args import EXIT_OK, fraction
 from vstream.errors import VstreamError
-from vstream.evaluation import evaluate
-from vstream.evaluation_tracks import (
-    evaluate_line_counts,
-    evaluate_tracks,
-    has_identities,
-    has_tracks,
-)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -50,6 +43,14 @@ def _load(records_path: Path, ground_truth_path: Path) -> tuple[list[dict[str, A
 
 
 def eval_command(args: argparse.Namespace) -> int:
+    from vstream.evaluation import evaluate
+    from vstream.evaluation_tracks import (
+        evaluate_line_counts,
+        evaluate_tracks,
+        has_identities,
+        has_tracks,
+    )
+
     for path in (args.records, args.ground_truth):
         if not path.is_file():
             raise VstreamError(f"file not found: {path}")

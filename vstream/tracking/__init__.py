@@ -10,8 +10,18 @@ Everything here is numpy and scipy: importing it loads no model stack.
   :class:`TrackingConfig`.
 """
 
-from vstream.tracking.base import NO_TRACK, Tracker, iou_matrix
-from vstream.tracking.bytetrack import ByteTracker
-from vstream.tracking.config import TrackingConfig
+from vstream.lazy import lazy_exports
 
 __all__ = ["NO_TRACK", "ByteTracker", "Tracker", "TrackingConfig", "iou_matrix"]
+
+# Lazy: the options (config.py) are read by every config, the tracker needs scipy.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "NO_TRACK": "vstream.tracking.base",
+        "Tracker": "vstream.tracking.base",
+        "iou_matrix": "vstream.tracking.base",
+        "ByteTracker": "vstream.tracking.bytetrack",
+        "TrackingConfig": "vstream.tracking.config",
+    },
+)
