@@ -44,8 +44,11 @@ class BodyTooLarge(VstreamError):
 
 
 def error(status: int, message: str, **extra: Any) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"error": redact(message), **extra}, status, headers=headers)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    if status == 413:
+        # The rest of the body is never read: close the connection instead of draining it.
+        headers["Connection"] = "close"
+    return JSONResponse({"error": redact(message), **extra}, status, headers=headers or None)
 
 
 _STATUS: tuple[tuple[type[VstreamError], int], ...] = (
