@@ -8,6 +8,12 @@ and the ground truth's counting line. The resulting records (detections with
 ``track_id``, crossing events) are scored by :mod:`vstream.evaluation_tracks`
 against the ground truth's identities and crossings, as ``vstream eval`` does.
 
+``ultralytics``: the same ONNX model, video, score threshold and NMS IoU through
+Ultralytics (``pip install -e '.[bench]'``, offline): ``model.track(...,
+tracker="bytetrack.yaml")`` scored the same way, and its ``ObjectCounter``
+on the same line, beside vstream's figures. Ultralytics is AGPL-3.0: it is
+only ever run here, as a separate measurement, never imported by vstream.
+
 ``cost``: 50 synthetic objects drift across a 1920x1080 frame, leaving and
 being replaced, with box noise, a few misses and low scores. The time of
 :meth:`ByteTracker.update` alone, and of :meth:`StreamAnalytics.update` with
@@ -16,7 +22,7 @@ other jobs on the machine matter less; wall time is printed too).
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/tracking.py [accuracy|cost|all] [--frames 5000] [--output x.jsonl]
+    .venv/bin/python benchmarks/tracking.py [accuracy|ultralytics|cost|all] [--frames 5000]
 """
 
 from __future__ import annotations
@@ -38,6 +44,16 @@ from vstream.analytics import (
 from vstream.evaluation_tracks import evaluate_line_counts, evaluate_tracks
 from vstream.tracking import ByteTracker
 
+NMS_IOU = 0.45
+"""NMS IoU on both sides (vstream's default; Ultralytics' own is 0.7)."""
+
+
+def ground_truth_lines(ground_truth: dict) -> list[LineConfig]:
+    return [
+        LineConfig(name=line["name"], start=tuple(line["start"]), end=tuple(line["end"]))
+        for line in ground_truth.get("lines", [])
+    ]
+
 
 def accuracy(
     video: Path, ground_truth_path: Path, conf: float, threads: int, output: Path | None
@@ -45,12 +61,9 @@ def accuracy(
     from vstream import Detector, VideoFileSource, assets, evaluate
 
     ground_truth = json.loads(ground_truth_path.read_text())
-    lines = [
-        LineConfig(name=line["name"], start=tuple(line["start"]), end=tuple(line["end"]))
-        for line in ground_truth.get("lines", [])
-    ]
+    lines = ground_truth_lines(ground_truth)
     detector = Detector(
-        assets.DEMO_MODEL, device="cpu", conf=conf, iou=0.45, intra_op_threads=threads
+        assets.DEMO_MODEL, device="cpu", conf=conf, iou=NMS_IOU, intra_op_threads=threads
     )
     analytics = StreamAnalytics(AnalyticsConfig(tracking=TrackingConfig(), lines=lines), [])
     records = []
@@ -76,6 +89,70 @@ def accuracy(
     if output is not None:
         output.write_text("".join(json.dumps(record) + "\n" for record in records))
         print(f"wrote {output} (score it with: vstream eval {output} {ground_truth_path})")
+
+
+def ultralytics_tracking(video: Path, ground_truth_path: Path, conf: float) -> None:
+    """Ultralytics' ByteTrack and ObjectCounter on the same model, video and thresholds."""
+    import os
+
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    import av
+    from ultralytics import YOLO, settings, solutions
+
+    from vstream import assets, evaluate
+
+    settings.update({"sync": False})
+    ground_truth = json.loads(ground_truth_path.read_text())
+    imgsz = 320
+    # rect=False: square inputs, as vstream feeds the model (and what its fixed input takes).
+    common = {"conf": conf, "iou": NMS_IOU, "imgsz": imgsz, "device": "cpu"}
+    model = YOLO(str(assets.DEMO_MODEL), task="detect")
+    records = []
+    started = time.perf_counter()
+    tracked = model.track(
+        source=str(video), tracker="bytetrack.yaml", stream=True, rect=False, verbose=False,
+        **common,
+    )  # fmt: skip
+    for index, result in enumerate(tracked):
+        boxes = result.boxes
+        ids = boxes.id.int().tolist() if boxes.id is not None else [None] * len(boxes)
+        detections = []
+        for xyxy, score, cls, track_id in zip(
+            boxes.xyxy.tolist(), boxes.conf.tolist(), boxes.cls.int().tolist(), ids, strict=True
+        ):
+            detection = {"bbox": xyxy, "score": score, "class_id": cls}
+            if track_id is not None:
+                detection["track_id"] = track_id
+            detections.append(detection)
+        records.append({"frame": index, "detections": detections})
+    seconds = time.perf_counter() - started
+    print(f"ultralytics {video.name}: {len(records)} frames in {seconds:.1f} s, conf {conf}")
+    print(f"detection   {evaluate(records, ground_truth)}")
+    print(f"tracking    {evaluate_tracks(records, ground_truth)}")
+    for line in ground_truth.get("lines", []):
+        counter = solutions.ObjectCounter(
+            model=str(assets.DEMO_MODEL), region=[tuple(line["start"]), tuple(line["end"])],
+            tracker="bytetrack.yaml", show=False, verbose=False, **common,
+        )  # fmt: skip
+        counter.track_add_args["rect"] = False
+        with av.open(str(video)) as container:
+            for frame in container.decode(video=0):
+                counter(frame.to_ndarray(format="bgr24"))
+        truth = {"in": 0, "out": 0}
+        for crossing in line["crossings"]:
+            truth[crossing["direction"]] += 1
+        counted = {"in": counter.in_count, "out": counter.out_count}
+        # Its IN/OUT follow the movement's axis, not our line's sides: compare both ways
+        # and keep the kinder one.
+        error = min(
+            abs(counted["in"] - truth["in"]) + abs(counted["out"] - truth["out"]),
+            abs(counted["out"] - truth["in"]) + abs(counted["in"] - truth["out"]),
+        )
+        print(
+            f"counting    ObjectCounter line {line['name']}: in {counted['in']}, "
+            f"out {counted['out']} (truth in {truth['in']}, out {truth['out']}); "
+            f"error {error} crossings"
+        )
 
 
 def synthetic_frames(frames: int, objects: int, seed: int = 0) -> list[tuple]:
@@ -139,7 +216,9 @@ def cost(frames: int, objects: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", nargs="?", choices=["accuracy", "cost", "all"], default="all")
+    parser.add_argument(
+        "what", nargs="?", choices=["accuracy", "ultralytics", "cost", "all"], default="all"
+    )
     parser.add_argument("--video", type=Path, help="default: the sample video")
     parser.add_argument("--ground-truth", type=Path, help="default: the sample's")
     parser.add_argument("--conf", type=float, default=0.1, help="detector score threshold")
@@ -157,6 +236,14 @@ def main() -> None:
             args.conf,
             args.threads,
             args.output,
+        )
+    if args.what == "ultralytics":
+        from vstream import assets
+
+        ultralytics_tracking(
+            args.video or assets.SAMPLE_VIDEO,
+            args.ground_truth or assets.SAMPLE_GROUND_TRUTH,
+            args.conf,
         )
     if args.what in ("cost", "all"):
         cost(args.frames, args.objects)
