@@ -7,11 +7,25 @@ thread with a bounded buffer, retries and counters.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 Record = dict[str, Any]
 """One frame's record, as :meth:`vstream.results.FrameResult.to_record` makes it."""
+
+
+def make_parents(path: Path) -> None:
+    """Create the missing directories above ``path``, as ``mkdir -p`` does.
+
+    An ancestor that is a file is reported as "Not a directory" (what the
+    open would have said), not as ``FileExistsError``.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(path.parent)) from None
 
 
 class DeliveryError(Exception):

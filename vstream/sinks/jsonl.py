@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO
 
 from vstream.errors import VstreamError
-from vstream.sinks.base import Record
+from vstream.sinks.base import Record, make_parents
 
 
 def encode(record: Record) -> str:
@@ -52,7 +52,7 @@ class JsonLinesSink:
     def _open(self, mode: str) -> IO[str]:
         assert self.path is not None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_parents(self.path)
             return self.path.open(mode, encoding="utf-8")
         except OSError as exc:
             raise VstreamError(f"cannot write output {self.path}: {exc.strerror}") from exc

@@ -52,6 +52,7 @@ from typing import Any, Literal
 import torch
 
 from vstream.errors import VstreamError, describe
+from vstream.sinks.base import make_parents
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ def check_writable(path: str | Path) -> None:
     container_format(path)
     partial = partial_path(path)
     try:
-        partial.parent.mkdir(parents=True, exist_ok=True)
+        make_parents(partial)
         with open(partial, "wb"):
             pass
         partial.unlink()
@@ -558,7 +559,7 @@ class VideoWriter:
     def _open_backend(self) -> _Backend:
         # FFmpeg opens the file only when the first packet comes out of the encoder (after
         # its look-ahead): make it now, so that an unwritable directory shows at once.
-        self.partial_path.parent.mkdir(parents=True, exist_ok=True)
+        make_parents(self.partial_path)
         with open(self.partial_path, "wb"):
             pass
         width, height = self.encoded_size
