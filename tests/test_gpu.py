@@ -109,6 +109,43 @@ def test_nvdec_frames_equal_pyavs_decode(tmp_path: Path, nvdec: None, stream) ->
     assert_frames_equal(pictures, nv12_reference(path))
 
 
+def test_nvdec_taken_on_the_default_stream_decodes_on_a_stream_of_its_own(
+    tmp_path: Path, nvdec: None
+) -> None:
+    """On stream 0 PyNvVideoCodec would synchronise the host after every frame."""
+    assert torch.cuda.current_stream().cuda_stream == 0
+    path = write_video(tmp_path / "clip.mp4", frames=12, width=320, height=240)
+    decoder = NvdecDecoder(str(path), device=CUDA, cache=None)
+    assert decoder._stream_handle != 0
+    pictures = list(decoder.pictures())  # read on stream 0, after the copies by an event
+    decoder.close()
+    assert_frames_equal(pictures, nv12_reference(path))
+
+
+def test_postprocessing_on_the_gpu_waits_only_where_it_counts(ort_cuda) -> None:
+    """torch's sync debug mode sees exactly the host waits vstream names and counts."""
+    import warnings
+
+    detector = Detector(DEMO_MODEL, device="cuda", batch_size=4)
+    with VideoFileSource(SAMPLE_VIDEO, device=CUDA) as source:
+        frames = list(itertools.islice(source, 4))
+    geometries = [detector.preprocess(0, slot, f) for slot, f in enumerate(frames)]
+    raw = detector.infer(0, 4)
+    detector.postprocessor(raw, geometries)  # warm: tables and geometry made once
+    torch.cuda.synchronize()
+    before = transfers.implicit_sync_total()
+    with warnings.catch_warnings(record=True) as syncs:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            detections = detector.postprocessor(raw, geometries)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    counted = transfers.implicit_sync_total() - before
+    assert 1 <= counted <= 3 and len(detections) > 0
+    assert len(syncs) == counted, [str(w.message) for w in syncs]
+
+
 def test_device_nv12_to_rgb_and_letterbox_equal_the_cpu_path(tmp_path: Path) -> None:
     path = write_video(tmp_path / "clip.mp4", frames=3, width=320, height=180)
     _, nv12 = nv12_reference(path)[1]

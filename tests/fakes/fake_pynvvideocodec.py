@@ -121,8 +121,18 @@ class DecodedFrame:
         self.tensor = tensor
         self.format = fmt
         self._pts = pts
+        self.streams_asked: list[int | None] = []
 
-    def __dlpack__(self, **kwargs: Any) -> object:
+    def __dlpack__(self, stream: int | None = None) -> object:
+        """Like the binding's: only ``stream`` (torch retries without newer keywords), never 0.
+
+        On CUDA the real one makes ``stream`` wait on the frame's event when it
+        is not the decoder's stream (``ExternalBuffer::dlpack``); a CPU tensor
+        has no stream, and torch passes none for it.
+        """
+        if stream == 0:
+            raise RuntimeError("Invalid value for stream parameter. Passed value of 0")
+        self.streams_asked.append(stream)
         return self.tensor.__dlpack__()
 
     def __dlpack_device__(self) -> tuple[int, int]:
