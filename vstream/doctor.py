@@ -332,14 +332,6 @@ def gpu_problem() -> str | None:
     return None
 
 
-def _sync(device: Any) -> None:
-    """Wait for the device: only to stop a clock or end a measurement, never in the pipeline."""
-    if getattr(device, "type", "cpu") == "cuda":
-        import torch
-
-        torch.cuda.synchronize(device)
-
-
 def _source(
     video: Path, device: Any, *, loop: bool = False, decoder: str = "auto", stream: Any = None
 ) -> Any:
@@ -362,6 +354,8 @@ def _detect(detector: Any, video: Path, frames: int | None, *, decoder: str = "a
     ``frames`` frames of the video looped, or (None) the whole video once;
     each record says which decoder read it.
     """
+    from vstream.transfer import settle
+
     names: list[str] = []
     with _source(
         video,
@@ -379,7 +373,7 @@ def _detect(detector: Any, video: Path, frames: int | None, *, decoder: str = "a
 
         frames_in: Iterable[Any] = feed() if frames is None else itertools.islice(feed(), frames)
         results = list(detector.stream(frames_in))
-    _sync(detector.device)
+    settle(detector.device)
     name = names[0] if names else None
     return [r.to_record() | {"decoder": name} for r in results]
 
@@ -699,6 +693,8 @@ class Doctor:
         self._quick_skip()
         import torch
 
+        from vstream.transfer import settle
+
         graphs = _detector(self.options.model, "cuda", graphs=True)
         model = graphs.model
         if not model.cuda_graphs:
@@ -713,7 +709,7 @@ class Doctor:
                 eager = model.run(bucket, eager=True)
                 for a, b in zip(replayed, eager, strict=True):
                     worst = max(worst, float((a.float() - b.float()).abs().max()))
-        _sync(model.device)
+        settle(model.device)
         graph_count = len(model.buffers) * len(model.bucket_sizes)
         data = {"graphs": graph_count, "max_abs_difference": worst}
         if worst > 1e-3:
@@ -849,15 +845,17 @@ def _video_size(video: Path) -> tuple[int, int]:
 
 def _throughput(detector: Any, video: Path, frames: int) -> dict[str, float]:
     """Frames per second of each stage alone and of the whole engine, device synchronised."""
+    from vstream.transfer import settle
+
     device = detector.device
     batch = detector.batch_size
     figures: dict[str, float] = {}
 
     def timed(work: Callable[[], int]) -> float:
-        _sync(device)
+        settle(device)
         started = time.perf_counter()
         done = work()
-        _sync(device)
+        settle(device)
         return round(done / max(time.perf_counter() - started, 1e-9), 1)
 
     with _source(video, device, loop=True, stream=detector.cuda_stream) as source:

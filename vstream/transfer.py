@@ -156,3 +156,14 @@ def upload(host: torch.Tensor, device: torch.device) -> torch.Tensor:
         return host
     transfers.uploaded(host.numel() * host.element_size())
     return host.pin_memory().to(device, non_blocking=True)
+
+
+def settle(device: torch.device) -> None:
+    """Wait until ``device`` has done all the work queued on it; nothing on the CPU.
+
+    Only to stop a clock in a measurement (``vstream doctor``, ``vstream
+    bench``), so a GPU stage is timed by its work, not its kernel launches;
+    never in the pipeline, where the host waits only at :func:`to_host`.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
