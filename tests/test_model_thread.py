@@ -114,6 +114,27 @@ def test_a_model_that_cannot_be_captured_is_refused_in_one_line(
     )
 
 
+def test_a_model_ort_will_not_graph_is_refused_at_load_in_one_line(
+    tmp_path: Path, graphs_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ORT's own refusal at session creation (its text, from inference_session.cc)."""
+    text = (
+        "[ONNXRuntimeError] : 1 : FAIL : This session cannot use the CUDA Graph feature as "
+        "requested by the user as the model has control flow nodes which can't be supported "
+        "by CUDA Graphs."
+    )
+
+    def refuses(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(text)
+
+    monkeypatch.setattr(ort.InferenceSession, "__init__", refuses)
+    with pytest.raises(ModelError) as refused:
+        model_session(scale_model(tmp_path / "s.onnx"), device="cpu", imgsz=32)
+    assert str(refused.value) == (
+        f"s.onnx: CUDA graphs cannot capture this model ({text}); run it without enable_cuda_graph"
+    )
+
+
 def test_without_graphs_runs_stay_on_the_calling_thread(tmp_path: Path, runs: list) -> None:
     engine = model_session(scale_model(tmp_path / "s.onnx"), device="cpu", imgsz=32)
     assert engine._model_thread is None and runs == [], "nothing runs at build"

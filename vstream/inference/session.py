@@ -201,7 +201,9 @@ class ModelSession:
                 providers=session_providers(self.device, providers, available, stream=stream),
             )
         except Exception as exc:  # ONNX Runtime raises several unrelated types
-            if self.cuda_graphs and "capture" in str(exc).lower():
+            # ORT refuses graphs at load ("This session cannot use the CUDA Graph feature as
+            # requested by the user as ..."): control flow, nodes left on the CPU.
+            if self.cuda_graphs and ("cuda graph" in str(exc).lower() or "capture" in str(exc)):
                 raise ModelError(self._no_graphs(path, exc)) from exc
             raise ModelError(f"cannot load model {path}: {_first_line(exc)}") from exc
         self.spec = read_model_spec(self.session, path)
