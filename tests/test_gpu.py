@@ -16,7 +16,7 @@ import av
 import numpy as np
 import pytest
 import torch
-from helpers import model_session, run_cli, write_video
+from helpers import model_session, run_cli, write_10bit, write_video
 from onnx_models import scale_model
 
 from vstream.assets import DEMO_MODEL, SAMPLE_VIDEO
@@ -70,22 +70,6 @@ def nv12_reference(path: Path) -> list[tuple[float, np.ndarray]]:
             (float(f.pts * f.time_base), f.to_ndarray(format="nv12"))
             for f in container.decode(video=0)
         ]
-
-
-def write_10bit(path: Path, frames: int = 6, width: int = 160, height: int = 120) -> Path:
-    yy, xx = np.mgrid[0:height, 0:width]
-    with av.open(str(path), "w") as container:
-        codec = container.add_stream("libx265", rate=25, options={"x265-params": "log-level=error"})
-        codec.width, codec.height, codec.pix_fmt = width, height, "yuv420p10le"
-        for i in range(frames):
-            rgb = np.stack(
-                [(xx * 2 + 9 * i) % 256, (yy * 2) % 256, np.full_like(xx, 30 * i % 256)], -1
-            ).astype(np.uint8)
-            for packet in codec.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                container.mux(packet)
-        for packet in codec.encode():
-            container.mux(packet)
-    return path
 
 
 def assert_frames_equal(pictures: list, expected: list[tuple[float, np.ndarray]]) -> None:

@@ -105,9 +105,10 @@ overwrites a frame that is still referenced.
 """
 
 PROBE_CLIP = Path(__file__).resolve().parents[1] / "assets" / "probe.mp4"
-"""A 4-frame 96x64 H.264 clip (2 KB, :func:`write_probe_clip`) decoded once to prove NVDEC works."""
-PROBE_FRAMES = 4
-PROBE_SIZE = (96, 64)
+"""A 4-frame 96x64 H.264 clip (2 KB) decoded once to prove NVDEC works.
+
+Made by ``tools/demo_assets/probe_clip.py``.
+"""
 
 _AVCOL_SPC_BT709 = 1
 _AVCOL_RANGE_JPEG = 2
@@ -290,7 +291,9 @@ def decoder_caps(nvc: ModuleType, gpu: int, codec: str) -> Mapping[str, Any] | N
     """NVDEC's capabilities for 8-bit 4:2:0 ``codec`` on ``gpu`` (None when unknown), asked once.
 
     ``GetDecoderCaps`` creates a CUDA context of its own, so the answer is
-    kept for the life of the process.
+    kept for the life of the process. PyNvVideoCodec 2.x asks device 0
+    whatever ``gpuid`` says (``PyNvDecoderCaps``), so on a machine with
+    different GPUs the answer for another index is GPU 0's.
     """
     key = (id(nvc), gpu, codec)
     with _caps_lock:
@@ -648,33 +651,6 @@ class NvdecDecoder:
             self._cache.give(session)
         else:
             _release(session)
-
-
-def write_probe_clip(path: Path) -> Path:
-    """Encode the probe clip: :data:`PROBE_FRAMES` frames of a moving gradient, H.264, no B."""
-    import numpy as np
-
-    width, height = PROBE_SIZE
-    yy, xx = np.mgrid[0:height, 0:width]
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream(
-            "libx264", rate=25, options={"preset": "veryfast", "crf": "18", "bf": "0"}
-        )
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        for i in range(PROBE_FRAMES):
-            rgb = np.stack(
-                [
-                    (xx * 255 // width + 40 * i) % 256,
-                    (yy * 255 // height) % 256,
-                    np.full_like(xx, 60 * i % 256),
-                ],
-                axis=-1,
-            ).astype(np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
 
 
 @dataclass(frozen=True)
