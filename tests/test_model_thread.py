@@ -66,6 +66,7 @@ def test_runs_from_any_thread_replay_on_the_model_thread(
 ) -> None:
     detector = Detector(brightness_model(tmp_path / "b.onnx"), device="cpu", batch_size=2)
     built = len(runs)
+    replays_before = transfers.implicit_syncs.get("graph_replay", 0)
     frames = [
         Frame(torch.full((48, 64, 3), 40 * i, dtype=torch.uint8), PixelFormat.RGB24, 64, 48)
         for i in range(7)
@@ -76,6 +77,8 @@ def test_runs_from_any_thread_replay_on_the_model_thread(
     after_build = runs[built:]
     assert after_build and {thread for thread, _ in after_build} == {"model-b"}
     assert all(graph_id is not None for _, graph_id in after_build)
+    replays = transfers.implicit_syncs.get("graph_replay", 0) - replays_before
+    assert replays == len(after_build), "ORT's wait after each replay is counted"
 
 
 def test_eager_runs_skip_the_graph_and_match_the_replay(tmp_path: Path, graphs_on: None) -> None:

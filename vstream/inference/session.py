@@ -29,7 +29,8 @@ itself keeps the order and no thread waits for it::
     host waits per batch, all on the postprocess thread: the number of candidates
     (nonzero), NMS's kept count, rarely the max_det cap (each counted in
     vstream.transfer.transfers.implicit_syncs), and E (transfers.host_waits).
-    Nowhere else: no stream or device synchronisation, no .item() in the loop.
+    Nowhere else (with CUDA graphs, ORT's own wait after each replay, below):
+    no stream or device synchronisation, no .item() in the loop.
 
 - The reader thread, the three stage threads and ORT all queue on S; queue
   order on one stream is execution order, so no event is needed between them.
@@ -74,6 +75,15 @@ that does all its runs, and every graph is captured there when the session is
 built, before any stage or reader thread of the pipeline exists (the first
 run of a graph id makes ORT's warm-up runs and the capture). Afterwards runs
 only replay. A model that cannot be captured is refused with one line.
+
+One host wait comes with graphs and cannot be turned off from here: ORT's
+CUDA provider synchronises the stream after every replay
+(``CUDAGraphManager::Replay`` in ``cuda_graph.cc``: ``cudaGraphLaunch``, then
+``cudaStreamSynchronize``; the replay short-cuts ``Run`` before the
+``disable_synchronize_execution_providers`` option is read). So with graphs
+the model thread waits for each run; each such wait is counted as
+``graph_replay``. Graphs pay where launching kernels, not the GPU, limits a
+run (small models, small batches); ``vstream doctor`` times both.
 """
 
 from __future__ import annotations
@@ -106,6 +116,7 @@ from vstream.inference.providers import (
     session_providers,
 )
 from vstream.inference.wheels import load_onnxruntime
+from vstream.transfer import transfers
 
 log = logging.getLogger("vstream")
 
@@ -477,6 +488,8 @@ class ModelSession:
         run_options = bucket.run_options
         if eager and bucket.graph_id is not None:
             run_options = self._eager_options()
+        elif bucket.graph_id is not None:
+            transfers.implicit_sync("graph_replay")  # ORT synchronises the stream after a replay
         try:
             with self._ordered(), self._gpu_lock or contextlib.nullcontext():
                 self._call(self._run_bound, bucket, run_options)
