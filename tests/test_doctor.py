@@ -137,3 +137,26 @@ def test_the_command_module_imports_nothing_heavy() -> None:
         for alias in node.names
     }
     assert top_level <= {"__future__", "argparse", "json", "sys", "pathlib", "vstream.cli.args"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--frames", "0"], "argument --frames: must be a positive integer, got 0"),
+        (["--frames", "10001"], "argument --frames: must be between 1 and 10000, got 10001"),
+        (["--model", "missing.onnx"], "--model missing.onnx: no such file"),
+        (["--video", "missing.mp4"], "--video missing.mp4: no such file"),
+        (["--report", "no/such/folder/r.json"], "--report no/such/folder/r.json: its folder"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2_before_anything_runs(
+    argv: list[str], message: str, capsys
+) -> None:
+    try:
+        status = main(["doctor", *argv])
+    except SystemExit as exit_:  # argparse's own errors
+        status = exit_.code
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    (line,) = err.splitlines()
+    assert message in line and line.startswith("vstream: error: ")
