@@ -320,7 +320,7 @@ def test_decoding_the_stages_and_ort_share_the_pipelines_stream(ort_cuda, nvdec:
 
 def test_vstream_doctor_passes_on_this_gpu(tmp_path: Path, ort_cuda) -> None:
     report = tmp_path / "doctor.json"
-    done = run_cli("doctor", "--device", "cuda", "--json", "--report", report, timeout=900)
+    done = run_cli("doctor", "--device", "cuda", "--json", "--report", report, timeout=280)
     checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
     failed = {name: c["detail"] for name, c in checks.items() if c["status"] == "fail"}
     assert done.returncode == 0 and not failed, failed
