@@ -63,6 +63,25 @@ def write_video(
     return path
 
 
+def write_10bit(path: Path, frames: int = 6, width: int = 160, height: int = 120) -> Path:
+    """A 10-bit HEVC clip (Main 10, yuv420p10le), which NVDEC would output as P016."""
+    yy, xx = np.mgrid[0:height, 0:width]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(
+            "libx265", rate=25, options={"x265-params": "log-level=error"}
+        )
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p10le"
+        for i in range(frames):
+            rgb = np.stack(
+                [(xx * 2 + 9 * i) % 256, (yy * 2) % 256, np.full_like(xx, 30 * i % 256)], -1
+            ).astype(np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
 def write_timed_video(
     path: Path,
     pts_ms: list[int],

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 from fakes import fake_pynvvideocodec as fake
-from helpers import write_video
+from helpers import write_10bit, write_video
 
 from vstream import decoders
 from vstream.decoders import DecoderKind, open_decoder, resolve_decoder
@@ -65,25 +65,6 @@ def nvdec(path: Path, cache: DecoderCache | None = None, **kwargs: object) -> Nv
         cache=cache,
         **kwargs,
     )
-
-
-def write_10bit(path: Path, frames: int = 6, width: int = 160, height: int = 120) -> Path:
-    """A 10-bit HEVC clip (Main 10), which NVDEC would output as P016."""
-    yy, xx = np.mgrid[0:height, 0:width]
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream(
-            "libx265", rate=25, options={"x265-params": "log-level=error"}
-        )
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p10le"
-        for i in range(frames):
-            rgb = np.stack(
-                [(xx * 2 + 9 * i) % 256, (yy * 2) % 256, np.full_like(xx, 30 * i % 256)], -1
-            ).astype(np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
 
 
 def in_any(tensor: torch.Tensor, buffers: list[torch.Tensor]) -> bool:

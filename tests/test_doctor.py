@@ -40,6 +40,7 @@ def test_without_a_gpu_the_gpu_checks_skip_and_the_cpu_checks_pass(tmp_path: Pat
         28 * zero_copy["detections_per_frame"], abs=0.1
     )
     assert zero_copy["host_waits"] == 0 and zero_copy["model_runs"] == zero_copy["batches"]
+    assert zero_copy["implicit_syncs_per_batch"] == 2.0, "candidates and NMS, nothing else"
     assert status["demo-cpu"]["data"]["map50"] >= 0.9
     assert set(status["fps-cpu"]["data"]) == {
         "decode",
@@ -57,10 +58,10 @@ def test_without_a_gpu_the_gpu_checks_skip_and_the_cpu_checks_pass(tmp_path: Pat
 
 
 @no_gpu
-def test_the_table_says_what_ran_and_what_was_skipped_and_why() -> None:
-    done = run_cli("doctor", "--quick", "--frames", "8", timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
+def test_the_table_says_what_ran_and_what_was_skipped_and_why(capsys) -> None:
+    assert main(["doctor", "--quick", "--frames", "8"]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
     assert lines[0].startswith("vstream doctor ")
     assert "environment" in lines and "checks" in lines
     assert any(line.split()[:2] == ["PASS", "zero-copy-cpu"] for line in lines)
@@ -69,14 +70,13 @@ def test_the_table_says_what_ran_and_what_was_skipped_and_why() -> None:
     )
     assert any(line.split()[:3] == ["SKIP", "demo-cpu", "skipped"] for line in lines)
     assert lines[-1] == "3 passed, 0 failed, 9 skipped (every check that ran passed)"
-    assert "vstream doctor: zero-copy-cpu" in done.stderr, "progress goes to stderr"
+    assert "vstream doctor: zero-copy-cpu" in err, "progress goes to stderr"
 
 
 @no_gpu
-def test_asking_for_cuda_without_a_gpu_fails_the_gpu_checks() -> None:
-    done = run_cli("doctor", "--quick", "--device", "cuda", "--json", "--frames", "8")
-    assert done.returncode == 1
-    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+def test_asking_for_cuda_without_a_gpu_fails_the_gpu_checks(capsys) -> None:
+    assert main(["doctor", "--quick", "--device", "cuda", "--json", "--frames", "8"]) == 1
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     assert checks["provider-gpu"]["status"] == "fail"
     assert checks["provider-gpu"]["detail"].startswith("CUDA was asked for, but torch sees no")
     assert checks["zero-copy-cpu"]["status"] == "pass"
@@ -137,3 +137,26 @@ def test_the_command_module_imports_nothing_heavy() -> None:
         for alias in node.names
     }
     assert top_level <= {"__future__", "argparse", "json", "sys", "pathlib", "vstream.cli.args"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--frames", "0"], "argument --frames: must be a positive integer, got 0"),
+        (["--frames", "10001"], "argument --frames: must be between 1 and 10000, got 10001"),
+        (["--model", "missing.onnx"], "--model missing.onnx: no such file"),
+        (["--video", "missing.mp4"], "--video missing.mp4: no such file"),
+        (["--report", "no/such/folder/r.json"], "--report no/such/folder/r.json: its folder"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2_before_anything_runs(
+    argv: list[str], message: str, capsys
+) -> None:
+    try:
+        status = main(["doctor", *argv])
+    except SystemExit as exit_:  # argparse's own errors
+        status = exit_.code
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    (line,) = err.splitlines()
+    assert message in line and line.startswith("vstream: error: ")

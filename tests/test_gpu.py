@@ -16,7 +16,7 @@ import av
 import numpy as np
 import pytest
 import torch
-from helpers import model_session, run_cli, write_video
+from helpers import model_session, run_cli, write_10bit, write_video
 from onnx_models import scale_model
 
 from vstream.assets import DEMO_MODEL, SAMPLE_VIDEO
@@ -72,22 +72,6 @@ def nv12_reference(path: Path) -> list[tuple[float, np.ndarray]]:
         ]
 
 
-def write_10bit(path: Path, frames: int = 6, width: int = 160, height: int = 120) -> Path:
-    yy, xx = np.mgrid[0:height, 0:width]
-    with av.open(str(path), "w") as container:
-        codec = container.add_stream("libx265", rate=25, options={"x265-params": "log-level=error"})
-        codec.width, codec.height, codec.pix_fmt = width, height, "yuv420p10le"
-        for i in range(frames):
-            rgb = np.stack(
-                [(xx * 2 + 9 * i) % 256, (yy * 2) % 256, np.full_like(xx, 30 * i % 256)], -1
-            ).astype(np.uint8)
-            for packet in codec.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                container.mux(packet)
-        for packet in codec.encode():
-            container.mux(packet)
-    return path
-
-
 def assert_frames_equal(pictures: list, expected: list[tuple[float, np.ndarray]]) -> None:
     torch.cuda.synchronize()
     assert len(pictures) == len(expected)
@@ -107,6 +91,43 @@ def test_nvdec_frames_equal_pyavs_decode(tmp_path: Path, nvdec: None, stream) ->
     assert all(p.data.is_cuda and p.pixel_format is PixelFormat.NV12 for p in pictures)
     assert ring is not None and all(ring.owns(p.data) for p in pictures), "vstream's memory"
     assert_frames_equal(pictures, nv12_reference(path))
+
+
+def test_nvdec_taken_on_the_default_stream_decodes_on_a_stream_of_its_own(
+    tmp_path: Path, nvdec: None
+) -> None:
+    """On stream 0 PyNvVideoCodec would synchronise the host after every frame."""
+    assert torch.cuda.current_stream().cuda_stream == 0
+    path = write_video(tmp_path / "clip.mp4", frames=12, width=320, height=240)
+    decoder = NvdecDecoder(str(path), device=CUDA, cache=None)
+    assert decoder._stream_handle != 0
+    pictures = list(decoder.pictures())  # read on stream 0, after the copies by an event
+    decoder.close()
+    assert_frames_equal(pictures, nv12_reference(path))
+
+
+def test_postprocessing_on_the_gpu_waits_only_where_it_counts(ort_cuda) -> None:
+    """torch's sync debug mode sees exactly the host waits vstream names and counts."""
+    import warnings
+
+    detector = Detector(DEMO_MODEL, device="cuda", batch_size=4)
+    with VideoFileSource(SAMPLE_VIDEO, device=CUDA) as source:
+        frames = list(itertools.islice(source, 4))
+    geometries = [detector.preprocess(0, slot, f) for slot, f in enumerate(frames)]
+    raw = detector.infer(0, 4)
+    detector.postprocessor(raw, geometries)  # warm: tables and geometry made once
+    torch.cuda.synchronize()
+    before = transfers.implicit_sync_total()
+    with warnings.catch_warnings(record=True) as syncs:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            detections = detector.postprocessor(raw, geometries)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    counted = transfers.implicit_sync_total() - before
+    assert 1 <= counted <= 3 and len(detections) > 0
+    assert len(syncs) == counted, [str(w.message) for w in syncs]
 
 
 def test_device_nv12_to_rgb_and_letterbox_equal_the_cpu_path(tmp_path: Path) -> None:
@@ -299,7 +320,7 @@ def test_decoding_the_stages_and_ort_share_the_pipelines_stream(ort_cuda, nvdec:
 
 def test_vstream_doctor_passes_on_this_gpu(tmp_path: Path, ort_cuda) -> None:
     report = tmp_path / "doctor.json"
-    done = run_cli("doctor", "--device", "cuda", "--json", "--report", report, timeout=900)
+    done = run_cli("doctor", "--device", "cuda", "--json", "--report", report, timeout=280)
     checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
     failed = {name: c["detail"] for name, c in checks.items() if c["status"] == "fail"}
     assert done.returncode == 0 and not failed, failed

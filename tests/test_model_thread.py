@@ -66,6 +66,7 @@ def test_runs_from_any_thread_replay_on_the_model_thread(
 ) -> None:
     detector = Detector(brightness_model(tmp_path / "b.onnx"), device="cpu", batch_size=2)
     built = len(runs)
+    replays_before = transfers.implicit_syncs.get("graph_replay", 0)
     frames = [
         Frame(torch.full((48, 64, 3), 40 * i, dtype=torch.uint8), PixelFormat.RGB24, 64, 48)
         for i in range(7)
@@ -76,6 +77,8 @@ def test_runs_from_any_thread_replay_on_the_model_thread(
     after_build = runs[built:]
     assert after_build and {thread for thread, _ in after_build} == {"model-b"}
     assert all(graph_id is not None for _, graph_id in after_build)
+    replays = transfers.implicit_syncs.get("graph_replay", 0) - replays_before
+    assert replays == len(after_build), "ORT's wait after each replay is counted"
 
 
 def test_eager_runs_skip_the_graph_and_match_the_replay(tmp_path: Path, graphs_on: None) -> None:
@@ -111,6 +114,27 @@ def test_a_model_that_cannot_be_captured_is_refused_in_one_line(
     assert message == (
         "s.onnx: CUDA graphs cannot capture this model (CUDA failure 900: operation not "
         "permitted when stream is capturing); run it without enable_cuda_graph"
+    )
+
+
+def test_a_model_ort_will_not_graph_is_refused_at_load_in_one_line(
+    tmp_path: Path, graphs_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ORT's own refusal at session creation (its text, from inference_session.cc)."""
+    text = (
+        "[ONNXRuntimeError] : 1 : FAIL : This session cannot use the CUDA Graph feature as "
+        "requested by the user as the model has control flow nodes which can't be supported "
+        "by CUDA Graphs."
+    )
+
+    def refuses(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(text)
+
+    monkeypatch.setattr(ort.InferenceSession, "__init__", refuses)
+    with pytest.raises(ModelError) as refused:
+        model_session(scale_model(tmp_path / "s.onnx"), device="cpu", imgsz=32)
+    assert str(refused.value) == (
+        f"s.onnx: CUDA graphs cannot capture this model ({text}); run it without enable_cuda_graph"
     )
 
 

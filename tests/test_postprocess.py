@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from onnx_models import constant_output_model
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from vstream import Detector, Frame, ModelError, PixelFormat
 from vstream.config import PostprocessOptions
 from vstream.postprocess import OutputFormat, Postprocessor, detect_output_format
 from vstream.preprocess import LetterboxGeometry
+from vstream.transfer import transfers
 
 CPU = torch.device("cpu")
 SQUARE = LetterboxGeometry.fit(320, 320, 320, 320)  # identity mapping: input pixels = frame pixels
@@ -114,6 +117,128 @@ def test_each_frame_of_a_batch_uses_its_own_geometry() -> None:
 def test_only_the_frames_in_the_batch_are_decoded() -> None:
     out = yolov8_output([(160, 160, 20, 20, 0, 0.9)], nc=1, n=4).repeat(4, 1, 1)
     assert post(OutputFormat.YOLOV8)(out, [SQUARE]).shape == (1, 7)
+
+
+def test_the_class_filter_matches_isin_for_every_class_id() -> None:
+    """The lookup table that replaced ``isin`` (no host wait) keeps exactly the listed ids."""
+    out = torch.zeros((1, 8, 6))
+    for row, class_id in enumerate([-1, 0, 1, 2, 3, 7, 99, 2]):
+        out[0, row] = torch.tensor([10.0 * row, 0, 10.0 * row + 5, 5, 0.9 - 0.01 * row, class_id])
+    dets = post(OutputFormat.END_TO_END, classes=[2, 7])(out, [SQUARE])
+    assert dets[:, 6].tolist() == [2, 7, 2], "ids outside the table (-1, 99) are dropped too"
+    v8 = yolov8_output([(50, 50, 10, 10, c, 0.9 - 0.1 * c) for c in range(4)], nc=4, n=8)
+    assert post(OutputFormat.YOLOV8, classes=[1, 3, 500])(v8, [SQUARE])[:, 6].tolist() == [1, 3]
+
+
+def test_the_best_max_candidates_per_frame_reach_nms() -> None:
+    """``max_candidates`` below the anchor count: a per-frame top-k, not a host-sized mask."""
+    boxes = [(20 + 40 * i, 50, 10, 10, 0, 0.3 + 0.05 * i) for i in range(6)]
+    out = yolov8_output(boxes, nc=1, n=16).repeat(2, 1, 1)
+    out[1, 4, :] = 0  # the second frame has nothing above conf
+    dets = post(OutputFormat.YOLOV8, max_candidates=3)(out, [SQUARE, SQUARE])
+    assert dets[:, 0].tolist() == [0, 0, 0]
+    assert dets[:, 5].tolist() == pytest.approx([0.55, 0.5, 0.45])
+
+
+SYNCING_OPS = {
+    "aten::nonzero",
+    "aten::masked_select",
+    "aten::_local_scalar_dense",
+    "aten::is_nonzero",
+    "aten::bincount",
+    "aten::isin",
+    "aten::_unique2",
+    "aten::unique_consecutive",
+    "aten::unique_dim",
+    "aten::repeat_interleave",
+    "aten::equal",
+    "torchvision::nms",
+}
+"""Ops whose output size or value the host must read on CUDA, i.e. an implicit host wait."""
+
+
+class HostWaitOps(TorchDispatchMode):
+    """Records every op that would make the host wait for a CUDA stream, on any device.
+
+    What torch's CUDA kernels do (``cuda.set_sync_debug_mode`` flags the same
+    ops): ``nonzero`` and boolean-mask indexing size their output on the host,
+    ``.item()`` is ``_local_scalar_dense``, CUDA ``bincount`` reads the maximum,
+    ``isin`` sorts and makes unique, and torchvision's CUDA NMS selects its
+    result with a mask. Here on the CPU the same ops are dispatched, so the
+    count is the count a GPU would see.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        boolean_index = name.startswith("aten::index") and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool
+            for i in (args[1] if len(args) > 1 and isinstance(args[1], list | tuple) else ())
+        )
+        if name in SYNCING_OPS or boolean_index:
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(
+    ("fmt", "max_det", "expected"),
+    [
+        (OutputFormat.YOLOV8, 300, {"candidates": 1, "nms": 1}),
+        (OutputFormat.YOLOV8, 2, {"candidates": 1, "nms": 1, "max_det": 1}),
+        (OutputFormat.END_TO_END, 300, {"candidates": 1}),
+    ],
+)
+def test_postprocessing_waits_for_the_device_only_where_it_says_and_counts_it(
+    fmt: OutputFormat, max_det: int, expected: dict[str, int]
+) -> None:
+    if fmt is OutputFormat.END_TO_END:
+        out = torch.zeros((2, 20, 6))
+        out[:, :4] = torch.tensor([[10, 10, 50, 50, 0.8, 1]] * 4)
+    else:
+        boxes = [(20 + 40 * i, 50, 10, 10, i % 2, 0.5 + 0.05 * i) for i in range(5)]
+        out = yolov8_output(boxes, nc=2, n=64).repeat(2, 1, 1)
+    postprocessor = post(fmt, max_det=max_det, classes=[0, 1], max_candidates=32)
+    geometries = [SQUARE, LetterboxGeometry.fit(640, 320, 320, 320)]
+    before = dict(transfers.implicit_syncs)
+    with HostWaitOps() as recorder:
+        dets = postprocessor(out, geometries)
+    counted = {
+        k: transfers.implicit_syncs[k] - before.get(k, 0)
+        for k in transfers.implicit_syncs
+        if transfers.implicit_syncs[k] != before.get(k, 0)
+    }
+    assert counted == expected
+    assert len(recorder.ops) == sum(expected.values()), recorder.ops
+    assert len(dets) > 0
+
+
+def test_postprocessing_from_several_threads_at_once_gives_each_its_own_boxes() -> None:
+    """Concurrent runs (several model runs in flight) postprocess at the same time."""
+    postprocessor = post(OutputFormat.YOLOV8)
+    wide = LetterboxGeometry.fit(640, 320, 320, 320)
+    jobs = [
+        (yolov8_output([(60 + 10 * i, 160, 20, 20, 0, 0.9)], nc=1, n=8), [SQUARE, wide][i % 2])
+        for i in range(8)
+    ]
+    expected = [postprocessor(out, [g]) for out, g in jobs]
+    got: list[list[torch.Tensor]] = [[] for _ in jobs]
+    start = threading.Barrier(len(jobs))
+
+    def work(i: int) -> None:
+        start.wait()
+        for _ in range(50):
+            got[i].append(postprocessor(jobs[i][0], [jobs[i][1]]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for mine, want in zip(got, expected, strict=True):
+        assert len(mine) == 50 and all(torch.equal(m, want) for m in mine)
 
 
 def test_config_is_validated() -> None:

@@ -6,13 +6,15 @@ part of the API the adapter relies on: ``cudaVideoCodec``, ``OutputColorType``,
 ``pts``), ``CreateDecoder(gpuid=, codec=, cudacontext=, cudastream=,
 usedevicememory=, outputColorType=)``, ``GetDecoderCaps(gpuid=, codec=)``, and
 the decoder's ``Decode(packet)``, ``setReconfigParams(width=, height=)`` and
-``GetPixelFormat()``. Frames are DLPack-capable with ``getPTS()`` and
-``format``. Behind it, FFmpeg's software decoder (through PyAV) decodes the
+``GetPixelFormat()``. Frames are DLPack-capable (``__dlpack__(stream)``
+only, as the binding's: torch then retries without its newer keywords) with
+``getPTS()`` and ``format``. Behind it, FFmpeg's software decoder (through PyAV) decodes the
 bytes the adapter hands over, so the contract covers the bitstream too: like
 NVDEC's parser, it rejects anything that is not Annex B.
 
 What it copies from the library's sources (``NvDecoder.cpp``,
-``PyNvDecoder.cpp``), because a fake without it hides real bugs:
+``PyNvDecoder.cpp``, ``PyNvVideoCodecUtils.hpp``, ``ExternalBuffer.cpp``),
+because a fake without it hides real bugs:
 
 - **Surface reuse.** ``Decode`` fills the decoder's output buffers from
   index 0 on every call (``m_nDecodedFrame = 0``); the frames a call returns
@@ -27,7 +29,8 @@ What it copies from the library's sources (``NvDecoder.cpp``,
   the same decoder accepts a new stream (the library's own decoder cache and
   seeking rely on this).
 - **10-bit.** 10-bit input comes out as P016 (``uint16``, samples in the high
-  bits), exported with the column stride of 2 elements the 2.x binding gives.
+  bits), exported with the column stride of 2 elements the 2.x binding gives
+  (``GetCAIMemoryViewAndDLPack``: strides ``{width, 2}`` for a ``|u2`` tensor).
 
 Frames are torch tensors on the CPU, standing in for CUDA memory.
 """
@@ -121,8 +124,18 @@ class DecodedFrame:
         self.tensor = tensor
         self.format = fmt
         self._pts = pts
+        self.streams_asked: list[int | None] = []
 
-    def __dlpack__(self, **kwargs: Any) -> object:
+    def __dlpack__(self, stream: int | None = None) -> object:
+        """Like the binding's: only ``stream`` (torch retries without newer keywords), never 0.
+
+        On CUDA the real one makes ``stream`` wait on the frame's event when it
+        is not the decoder's stream (``ExternalBuffer::dlpack``); a CPU tensor
+        has no stream, and torch passes none for it.
+        """
+        if stream == 0:
+            raise RuntimeError("Invalid value for stream parameter. Passed value of 0")
+        self.streams_asked.append(stream)
         return self.tensor.__dlpack__()
 
     def __dlpack_device__(self) -> tuple[int, int]:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from vstream import transfer
 from vstream.annotate import draw
 from vstream.annotate.convert import frame_to_rgb
 from vstream.annotate.font import GlyphAtlas, glyph_atlas
@@ -424,7 +425,7 @@ class Annotator:
             columns.extend([blank] * pad + cols + [blank] * pad)
             rows.extend([label.colour] * (len(columns) - start))
             spans.append((start, len(columns) - start))
-        index = torch.tensor([columns, rows], dtype=torch.int64).to(image.device)
+        index = transfer.upload(torch.tensor([columns, rows], dtype=torch.int64), image.device)
         # Each pixel of each label: its coverage by the text, blended through a lookup table.
         lookup = scene.glyphs[index[0]].to(torch.int64).add_(index[1].unsqueeze(1) * 256)
         patches = scene.blends[lookup].transpose(0, 1)  # (h, columns, 3)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from vstream import transfer
+
 FIRST_CHAR = 32
 LAST_CHAR = 126
 REPLACEMENT = "?"
@@ -92,7 +94,9 @@ class GlyphAtlas:
     def render(self, text: str, device: torch.device | str = "cpu") -> torch.Tensor:
         """The coverage mask of ``text``: ``(height, width)`` ``uint8`` on ``device``."""
         table = self.columns(device)
-        index = torch.tensor(self.column_indices(text), dtype=torch.int64).to(table.device)
+        index = transfer.upload(
+            torch.tensor(self.column_indices(text), dtype=torch.int64), table.device
+        )
         return table[index].t().contiguous()
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from vstream.cli.args import positive
 
+MAX_FRAMES = 10_000
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     doctor = commands.add_parser(
@@ -40,7 +42,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     doctor.add_argument("--model", type=Path, help="ONNX detector (default: the bundled demo)")
     doctor.add_argument("--video", type=Path, help="video file (default: the bundled sample)")
     doctor.add_argument(
-        "--frames", type=positive, default=120, help="frames per measurement (default: 120)"
+        "--frames",
+        type=frames,
+        default=120,
+        help=f"frames per measurement, 1 to {MAX_FRAMES} (default: 120)",
     )
     doctor.add_argument(
         "--quick",
@@ -50,7 +55,26 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     doctor.set_defaults(handler=doctor_command)
 
 
+def frames(text: str) -> int:
+    value = positive(text)
+    if value > MAX_FRAMES:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_FRAMES}, got {text}")
+    return value
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Bad paths are one line before anything runs, not a failed check or a lost report."""
+    from vstream.errors import VstreamError
+
+    for flag, path in (("--model", args.model), ("--video", args.video)):
+        if path is not None and not path.is_file():
+            raise VstreamError(f"{flag} {path}: no such file")
+    if args.report is not None and not args.report.resolve().parent.is_dir():
+        raise VstreamError(f"--report {args.report}: its folder does not exist")
+
+
 def doctor_command(args: argparse.Namespace) -> int:
+    _check_paths(args)
     from vstream.doctor import DoctorOptions, quiet_logs, run_doctor
 
     options = DoctorOptions(device=args.device, frames=args.frames, quick=args.quick)
@@ -67,5 +91,10 @@ def doctor_command(args: argparse.Namespace) -> int:
     document = json.dumps(report.to_dict(), indent=2)
     print(document if args.json else report.table())
     if args.report is not None:
-        args.report.write_text(document + "\n")
+        try:
+            args.report.write_text(document + "\n")
+        except OSError as exc:  # printed above already: nothing is lost
+            from vstream.errors import VstreamError
+
+            raise VstreamError(f"--report {args.report}: cannot write: {exc.strerror}") from exc
     return report.exit_code

@@ -16,6 +16,7 @@ import torch
 from vstream.decoders.base import Picture
 from vstream.decoders.demux import Demuxer
 from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
+from vstream.transfer import upload
 
 # FFmpeg's AVColorSpace / AVColorRange values that change the conversion.
 _AVCOL_SPC_BT709 = 1
@@ -94,7 +95,7 @@ class PyAVDecoder:
         if decoded.pts is not None and decoded.time_base is not None:
             pts = float(decoded.pts * decoded.time_base)
         return Picture(
-            data=torch.from_numpy(array).to(self.device),
+            data=upload(torch.from_numpy(array), self.device),
             pixel_format=pixel_format,
             width=decoded.width,
             height=decoded.height,

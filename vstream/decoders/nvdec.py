@@ -21,7 +21,14 @@ host synchronisation. The pixels never leave the GPU.
 **One stream.** The decoder is created with ``cudastream`` set to the
 pipeline's CUDA stream (the reader thread's current stream), in the device's
 primary context (the one torch uses), so decoding, the copy and the
-preprocessing that reads the frame are ordered on one stream.
+preprocessing that reads the frame are ordered on one stream. A caller on
+the legacy default stream (stream 0: a script iterating a source on its main
+thread) gets a stream vstream made instead, because PyNvVideoCodec
+synchronises the host with stream 0 after every frame (``NvDecoder.cpp``,
+``HandlePictureDisplay``); the caller's stream then waits for the copies by
+an event, and the decoding stream waits for the caller's stream before each
+``Decode``, so a ring buffer is never written while a read of its last frame
+is still queued there.
 
 **Reuse.** Creating an NVDEC session costs tens of milliseconds and a
 reconnecting camera or a looping file would pay it on every pass. When a
@@ -98,9 +105,10 @@ overwrites a frame that is still referenced.
 """
 
 PROBE_CLIP = Path(__file__).resolve().parents[1] / "assets" / "probe.mp4"
-"""A 4-frame 96x64 H.264 clip (2 KB, :func:`write_probe_clip`) decoded once to prove NVDEC works."""
-PROBE_FRAMES = 4
-PROBE_SIZE = (96, 64)
+"""A 4-frame 96x64 H.264 clip (2 KB) decoded once to prove NVDEC works.
+
+Made by ``tools/demo_assets/probe_clip.py``.
+"""
 
 _AVCOL_SPC_BT709 = 1
 _AVCOL_RANGE_JPEG = 2
@@ -142,8 +150,10 @@ class FrameRing:
     any more (its storage's use count is back to the ring's own reference), so
     a frame still waiting in a queue, a batch or an output is never written
     over; when every buffer is still referenced, the ring grows by one
-    (counted in :attr:`grown`). Reuse needs no host synchronisation: the
-    frames are read on the same CUDA stream the next copy is queued on.
+    (counted in :attr:`grown`). Reuse needs no host synchronisation: every
+    read of a frame was queued before its last reference went, on the
+    decoder's stream or on one the decoder's stream waits for before the next
+    copy (see :class:`NvdecDecoder`).
     """
 
     def __init__(
@@ -258,6 +268,21 @@ class DecoderCache:
 DECODERS = DecoderCache()
 """The process's idle NVDEC decoders."""
 
+_own_streams: dict[int, Any] = {}
+_own_streams_lock = threading.Lock()
+
+
+def _own_decoding_stream(device: torch.device) -> Any:
+    """One stream per device for decoders whose caller is on the legacy default stream."""
+    from vstream.inference.providers import pipeline_stream
+
+    with _own_streams_lock:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index not in _own_streams:
+            _own_streams[index] = pipeline_stream(torch.device("cuda", index))
+        return _own_streams[index]
+
+
 _caps_lock = threading.Lock()
 _caps: dict[tuple[int, int, str], Mapping[str, Any] | None] = {}
 
@@ -266,7 +291,9 @@ def decoder_caps(nvc: ModuleType, gpu: int, codec: str) -> Mapping[str, Any] | N
     """NVDEC's capabilities for 8-bit 4:2:0 ``codec`` on ``gpu`` (None when unknown), asked once.
 
     ``GetDecoderCaps`` creates a CUDA context of its own, so the answer is
-    kept for the life of the process.
+    kept for the life of the process. PyNvVideoCodec 2.x asks device 0
+    whatever ``gpuid`` says (``PyNvDecoderCaps``), so on a machine with
+    different GPUs the answer for another index is GPU 0's.
     """
     key = (id(nvc), gpu, codec)
     with _caps_lock:
@@ -342,13 +369,18 @@ class NvdecDecoder:
     # -- setting up --------------------------------------------------------------------------
 
     def _decoding_stream(self, handle: int | None) -> tuple[Any, int]:
-        """The torch stream decoding is ordered on (None off CUDA) and its raw handle."""
+        """The torch stream decoding is ordered on (None off CUDA) and its raw handle.
+
+        Never stream 0: on it PyNvVideoCodec synchronises after every frame.
+        """
         if self.device.type != "cuda":
             return None, handle or 0
-        if handle is None:
-            stream = torch.cuda.current_stream(self.device)
-        else:
+        if handle is not None:
             stream = torch.cuda.ExternalStream(handle, device=self.device)
+        else:
+            stream = torch.cuda.current_stream(self.device)
+        if stream.cuda_stream == 0:
+            stream = _own_decoding_stream(self.device)
         return stream, stream.cuda_stream
 
     def _supported_codec(self) -> str:
@@ -471,6 +503,14 @@ class NvdecDecoder:
             return contextlib.nullcontext()
         return torch.cuda.stream(self._stream)
 
+    def _wait_for_readers(self) -> None:
+        """Order the next writes into the ring after the reads the taking stream has queued."""
+        if self._stream is None:
+            return
+        current = torch.cuda.current_stream(self.device)
+        if current != self._stream:
+            self._stream.wait_stream(current)
+
     def _hand_over(self) -> None:
         """Order the consumer's stream after the copies when it is not the decoder's stream."""
         if self._stream is None:
@@ -548,6 +588,7 @@ class NvdecDecoder:
         if session is None:
             raise SourceError(f"{self.demuxer.display_name}: the NVDEC decoder is closed")
         try:
+            self._wait_for_readers()
             decoded = list(session.decoder.Decode(self._packet_data(packet)))
             pictures = [self._picture(self._own(d), d.getPTS()) for d in decoded]
         except SourceError:
@@ -610,33 +651,6 @@ class NvdecDecoder:
             self._cache.give(session)
         else:
             _release(session)
-
-
-def write_probe_clip(path: Path) -> Path:
-    """Encode the probe clip: :data:`PROBE_FRAMES` frames of a moving gradient, H.264, no B."""
-    import numpy as np
-
-    width, height = PROBE_SIZE
-    yy, xx = np.mgrid[0:height, 0:width]
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream(
-            "libx264", rate=25, options={"preset": "veryfast", "crf": "18", "bf": "0"}
-        )
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        for i in range(PROBE_FRAMES):
-            rgb = np.stack(
-                [
-                    (xx * 255 // width + 40 * i) % 256,
-                    (yy * 255 // height) % 256,
-                    np.full_like(xx, 60 * i % 256),
-                ],
-                axis=-1,
-            ).astype(np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
 
 
 @dataclass(frozen=True)

@@ -11,34 +11,58 @@ has its own binding.
 The stream model (CUDA)
 -----------------------
 
-vstream creates one CUDA stream per pipeline (:attr:`ModelSession.cuda_stream`)
-and every piece of GPU work of the pipeline is queued on it, in the order the
-data flows, so the GPU itself keeps the order and no thread waits for it::
+This is the one place the GPU ordering of vstream is written down. vstream
+creates one CUDA stream per pipeline (:attr:`ModelSession.cuda_stream`, see
+:func:`vstream.inference.providers.pipeline_stream`) and every piece of GPU
+work of the pipeline is queued on it, in the order the data flows, so the GPU
+itself keeps the order and no thread waits for it::
 
-    reader thread     NVDEC Decode ──> copy surface into a FrameRing buffer ─┐   (cudastream=S)
-    preprocess thread                 letterbox frame into input slot ───────┤
-    inference thread                  ORT run (user_compute_stream=S,        ├─ one stream S,
-                                           no sync at the end of the run) ───┤  in queue order
-    postprocess thread                decode boxes, NMS, copy (M, 7) rows    │
-                                      into pinned host memory ───────────────┘
-                                      record event E on S
-                                      host waits on E  <── the only host wait of a batch
-                                      rows -> records -> sinks
+    reader thread      NVDEC Decode (cudastream=S) -> copy into a FrameRing buffer  -.
+                       or: CPU decode -> pinned host buffer -> async upload          |
+    preprocess thread  letterbox each frame into its slot of the batch input         |  one
+    inference thread   ORT run on S (user_compute_stream=S; the run returns at       |  stream S,
+                       once: disable_synchronize_execution_providers)                |  in queue
+    postprocess thread threshold -> NMS -> cap -> map back -> copy (M, 7) rows       |  order
+                       into pinned host memory, record event E on S                 -'
+                       host waits on E, then rows -> records -> sinks
 
+    host waits per batch, all on the postprocess thread: the number of candidates
+    (nonzero), NMS's kept count, rarely the max_det cap (each counted in
+    vstream.transfer.transfers.implicit_syncs), and E (transfers.host_waits).
+    Nowhere else (with CUDA graphs, ORT's own wait after each replay, below):
+    no stream or device synchronisation, no .item() in the loop.
+
+- The reader thread, the three stage threads and ORT all queue on S; queue
+  order on one stream is execution order, so no event is needed between them.
 - NVDEC writes a surface and vstream copies it out on S, so the decoder's
-  next write into that surface is queued after the copy
-  (:mod:`vstream.decoders.nvdec`); a frame then lives in a buffer vstream owns.
+  next write into that surface is queued after the copy, and a ring buffer is
+  reused only once no frame refers to it, i.e. after every read of it was
+  queued (:mod:`vstream.decoders.nvdec`).
 - The letterbox writes the model input on S before the batch is handed to
   the inference thread, which queues the model after it on S.
-- ONNX Runtime runs on S (``user_compute_stream``) and returns without
-  synchronising (the ``disable_synchronize_execution_providers`` run
-  option): postprocessing is queued behind it on S.
+- ONNX Runtime runs on S and returns without synchronising (the
+  ``disable_synchronize_execution_providers`` run option makes its
+  ``Run`` skip the stream synchronisation at the end): postprocessing is
+  queued behind it on S.
 - :func:`vstream.transfer.to_host` copies only the detections tensor into a
   pinned buffer and waits on an event recorded right after that copy: the
-  host waits for this batch's work, never for the whole device or stream.
-- A caller on another stream (``Detector.detect`` from a user's thread)
-  is ordered by events too: S waits for the caller's stream before the run,
-  the caller's stream waits for S after it.
+  host waits for this batch's work, never for the whole device.
+- A caller on another stream (``Detector.detect`` from a user's thread) is
+  ordered by events: S waits for the caller's stream before the run, the
+  caller's stream waits for S after it (:meth:`ModelSession._ordered`).
+- S is a *blocking* stream, so work a thread queues on the legacy default
+  stream (a library that knows no streams, a preview drawn on another
+  thread) stays ordered with it too.
+- Stage clocks on the host measure launches for the preprocess and
+  inference stages; the postprocess stage includes the wait for the batch,
+  so their sum is the batch's real latency. What each stage costs on the GPU
+  alone is measured with the device synchronised (``vstream doctor``).
+
+Concurrent runs (several batches in the model at once) are for the CPU,
+where each run takes its own cores. ONNX Runtime's CUDA provider has one
+compute stream per session (``user_compute_stream``, or its own), so runs of
+one session on CUDA cannot overlap on the GPU: :attr:`ModelSession.concurrent_runs`
+is 1 there, runs are serialised, and asking for more logs one notice line.
 
 CUDA graphs
 -----------
@@ -48,8 +72,18 @@ is its own graph (``gpu_graph_id``). ONNX Runtime keeps captured graphs per
 host thread and captures in global mode, where a CUDA call from any other
 thread breaks the capture; so each session with graphs gets one model thread
 that does all its runs, and every graph is captured there when the session is
-built, before any stage or reader thread of the pipeline exists. Afterwards
-runs only replay. A model that cannot be captured is refused with one line.
+built, before any stage or reader thread of the pipeline exists (the first
+run of a graph id makes ORT's warm-up runs and the capture). Afterwards runs
+only replay. A model that cannot be captured is refused with one line.
+
+One host wait comes with graphs and cannot be turned off from here: ORT's
+CUDA provider synchronises the stream after every replay
+(``CUDAGraphManager::Replay`` in ``cuda_graph.cc``: ``cudaGraphLaunch``, then
+``cudaStreamSynchronize``; the replay short-cuts ``Run`` before the
+``disable_synchronize_execution_providers`` option is read). So with graphs
+the model thread waits for each run; each such wait is counted as
+``graph_replay``. Graphs pay where launching kernels, not the GPU, limits a
+run (small models, small batches); ``vstream doctor`` times both.
 """
 
 from __future__ import annotations
@@ -82,6 +116,7 @@ from vstream.inference.providers import (
     session_providers,
 )
 from vstream.inference.wheels import load_onnxruntime
+from vstream.transfer import transfers
 
 log = logging.getLogger("vstream")
 
@@ -144,6 +179,9 @@ class ModelSession:
     and IO binding. ``model.spin_wait`` lets ONNX Runtime's threads spin
     between parallel sections: fastest when the model has the CPU to itself,
     wasteful when decoding and preprocessing run beside it on the same cores.
+
+    :meth:`run` may be called from several threads at once, each on its own
+    buffer (up to :attr:`concurrent_runs` overlap; on CUDA they are serialised).
     """
 
     def __init__(self, model: ModelConfig, runtime: RuntimeOptions) -> None:
@@ -174,7 +212,9 @@ class ModelSession:
                 providers=session_providers(self.device, providers, available, stream=stream),
             )
         except Exception as exc:  # ONNX Runtime raises several unrelated types
-            if self.cuda_graphs and "capture" in str(exc).lower():
+            # ORT refuses graphs at load ("This session cannot use the CUDA Graph feature as
+            # requested by the user as ..."): control flow, nodes left on the CPU.
+            if self.cuda_graphs and ("cuda graph" in str(exc).lower() or "capture" in str(exc)):
                 raise ModelError(self._no_graphs(path, exc)) from exc
             raise ModelError(f"cannot load model {path}: {_first_line(exc)}") from exc
         self.spec = read_model_spec(self.session, path)
@@ -191,11 +231,31 @@ class ModelSession:
             self._buffer(i, sizes, (height, width)) for i in range(runtime.in_flight)
         )
         """Persistent inputs, outputs and bindings, created once; see :class:`BatchBuffer`."""
+        self.concurrent_runs = self._concurrent_runs(runtime)
+        """Model runs that may be in flight at once (on different buffers); 1 on CUDA."""
+        self._gpu_lock = threading.Lock() if self.device.type == "cuda" else None
         self._model_thread: ModelThread | None = None
         if self.cuda_graphs:
             self._model_thread = ModelThread(path.stem)
             weakref.finalize(self, self._model_thread.close)
             self._capture_graphs(path)
+
+    def _concurrent_runs(self, runtime: RuntimeOptions) -> int:
+        """How many runs may overlap: as asked on the CPU, one on CUDA (said once, here).
+
+        ``runtime.concurrent_runs`` is read if the config has it (the
+        throughput options); without it, runs are one at a time as before.
+        """
+        asked = int(getattr(runtime, "concurrent_runs", 1) or 1)
+        if self.device.type != "cuda" or asked <= 1:
+            return max(1, asked)
+        log.warning(
+            "runtime.concurrent_runs=%d: on CUDA the model runs one batch at a time (ONNX "
+            "Runtime's CUDA provider has one compute stream per session, so runs cannot "
+            "overlap on the GPU); running 1",
+            asked,
+        )
+        return 1
 
     # -- the stream ----------------------------------------------------------------------------
 
@@ -247,8 +307,12 @@ class ModelSession:
         runs, captures and replays; the inputs hold the letterbox grey so
         the warm-up computes on sane numbers.
         """
-        for buffer in self.buffers:
-            buffer.input.fill_(114 / 255)
+        stream = self.cuda_stream
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            for buffer in self.buffers:
+                buffer.input.fill_(114 / 255)
+        if stream is not None:
+            stream.synchronize()  # once, at build: nothing of ours is pending when capture begins
         try:
             for buffer in self.buffers:
                 for bucket in buffer.buckets:
@@ -424,8 +488,10 @@ class ModelSession:
         run_options = bucket.run_options
         if eager and bucket.graph_id is not None:
             run_options = self._eager_options()
+        elif bucket.graph_id is not None:
+            transfers.implicit_sync("graph_replay")  # ORT synchronises the stream after a replay
         try:
-            with self._ordered():
+            with self._ordered(), self._gpu_lock or contextlib.nullcontext():
                 self._call(self._run_bound, bucket, run_options)
         except Exception as exc:
             raise ModelError(f"inference failed: {_first_line(exc)}") from exc

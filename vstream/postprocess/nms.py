@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from vstream.transfer import transfers
+
 
 @functools.cache
 def _kernel() -> object:
@@ -42,6 +44,8 @@ def batched_nms(
     if boxes.numel() == 0:
         return torch.empty((0,), dtype=torch.int64, device=boxes.device)
     offsets = groups.to(boxes) * (boxes.max() + 1)
+    # On CUDA the kernel selects the kept boxes with a boolean mask: the host learns how many.
+    transfers.implicit_sync("nms")
     return _kernel()(boxes + offsets[:, None], scores, iou)
 
 
