@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,7 +23,6 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import run_cli
 
 from vstream import assets
 from vstream.cluster.connect import RayConnection
@@ -122,8 +123,15 @@ def assert_same_records(cluster: list[dict], single: list[dict]) -> None:
             assert a["score"] == pytest.approx(b["score"], abs=1e-3)
 
 
-def test_vstream_run_with_cluster_gives_the_records_of_a_single_process(tmp_path: Path) -> None:
-    """As a user runs it: its own local Ray instance, stopped at the end, no process left."""
+def test_vstream_run_with_cluster_gives_a_single_process_s_records_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    """As a user runs it: its own local Ray instance, stopped at the end, no process left.
+
+    A file stream (compared, frame by frame, with a single process's records,
+    tracks and line counts) and an endless one, until SIGTERM: intake stops,
+    what is in flight is delivered, the summary is printed, exit status 0.
+    """
     pipeline = {
         "name": "p",
         "model": {"path": str(MODEL)},
@@ -132,35 +140,64 @@ def test_vstream_run_with_cluster_gives_the_records_of_a_single_process(tmp_path
             "tracking": {},
             "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}],
         },
-        "sources": [{"id": f"s{i}", "uri": str(VIDEO), "end_seconds": 2.0} for i in range(2)],
+        "sources": [{"id": "file", "uri": str(VIDEO), "end_seconds": 2.0}],
     }
-    cluster = {"engine": "ray", "workers": 2}
+    endless = {"id": "endless", "uri": str(VIDEO), "loop": True, "realtime": True}
     config = tmp_path / "cluster.yaml"
     config.write_text(
         json.dumps(
             {
-                "cluster": cluster,
-                "pipelines": [{**pipeline, "sinks": [{"type": "jsonl", "path": "cluster.jsonl"}]}],
+                "cluster": {"engine": "ray", "workers": 2},
+                "pipelines": [
+                    {
+                        **pipeline,
+                        "sources": [*pipeline["sources"], endless],
+                        "sinks": [{"type": "jsonl", "path": "cluster.jsonl"}],
+                    }
+                ],
             }
         )
     )
-    done = run_cli("run", config, timeout=240)
-    assert done.returncode == 0, done.stderr
-    assert "on 2 Ray workers (cpu)" in done.stderr
+    out = tmp_path / "cluster.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vstream", "run", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(
+            lambda: (
+                out.exists()
+                and (got := frames_by_stream(out)).get("file", []) == list(range(2 * FPS))
+                and len(got.get("endless", [])) >= 10
+            ),
+            240,
+            "the file's records and some of the endless stream's",
+        )
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert "file: 50 frames" in stderr and "on 2 Ray workers (cpu)" in stderr
     # The module's own instance is this process's; anything else is the run's, left behind.
     wait_for(
         lambda: not [p for p in ray_processes() if not descends_from(p, os.getpid())],
         30,
         "the run's Ray processes to end",
     )
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    endless_frames = [r["frame"] for r in records if r["stream"] == "endless"]
+    assert endless_frames == list(range(len(endless_frames)))  # nothing lost in the stop
     single = parse_config(
         json.dumps(
             {"pipelines": [{**pipeline, "sinks": [{"type": "jsonl", "path": "single.jsonl"}]}]}
         ),
         base_dir=tmp_path,
     )
-    records = [json.loads(line) for line in (tmp_path / "cluster.jsonl").read_text().splitlines()]
-    assert_same_records(records, single_process_records(single, tmp_path))
+    file_records = [r for r in records if r["stream"] == "file"]
+    assert_same_records(file_records, single_process_records(single, tmp_path))
 
 
 @pytest.fixture(scope="module")
