@@ -99,7 +99,19 @@ class WorkerSlot:
 class ClusterEngine:
     """Every pipeline of a config, its streams placed on the workers of a Ray cluster."""
 
-    def __init__(self, config: VstreamConfig, *, base_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        config: VstreamConfig,
+        *,
+        base_dir: Path | None = None,
+        worker_class: type = ClusterWorker,
+    ) -> None:
+        """Connect to Ray, start the workers and wait until they have loaded their models.
+
+        ``worker_class`` is what each worker runs: :class:`ClusterWorker`,
+        or a stand-in with its methods (benchmarks/cluster.py measures the
+        driver with workers that make records without a model).
+        """
         if config.cluster is None:
             raise ValueError("ClusterEngine needs a config with a cluster: section")
         self.config = config
@@ -127,7 +139,7 @@ class ClusterEngine:
         self._ray = self._connection.ray
         try:
             self._build_sinks()
-            self._actor_class = self._ray.remote(ClusterWorker)
+            self._actor_class = self._ray.remote(worker_class)
             self._gpus = self._gpus_per_worker()
             self._specs = [
                 WorkerPipeline(p.name, p.model, p.postprocess, p.runtime) for p in config.pipelines
@@ -334,10 +346,10 @@ class ClusterEngine:
                 stream.fail(lost)
 
     def _fatal(self, error: BaseException) -> None:
-        """A bug in a worker: the run fails with it, once."""
+        """A bug (in a worker, or in the driver's collector): the run fails with it, once."""
         if self.failure is None:
             self.failure = error
-            log.error("a cluster worker failed: %s", describe(error))
+            log.error("the cluster failed: %s", describe(error))
         for stream in self._streams.values():
             if not stream.terminal:
                 stream.fail(error)
@@ -370,6 +382,13 @@ class ClusterEngine:
         return calls
 
     def _collect(self) -> None:
+        try:
+            self._collect_until_halted()
+        except Exception as exc:  # a bug here would stall every stream: fail them, loudly
+            with self._lock:
+                self._fatal(exc)
+
+    def _collect_until_halted(self) -> None:
         ray = self._ray
         while not self._halt.is_set():
             with self._lock:
@@ -651,8 +670,9 @@ class ClusterEngine:
                     slot.actor.stop_taking_frames.remote()
                     slot.finishing = slot.actor.finish.remote(timeout)
         deadline = time.monotonic() + timeout
-        if self._collector is not None:
-            while time.monotonic() < deadline and not self._drained():
+        collector = self._collector
+        if collector is not None:
+            while time.monotonic() < deadline and collector.is_alive() and not self._drained():
                 time.sleep(0.05)
             if not self._drained():
                 log.error("the workers did not finish within %.0f s", timeout)
