@@ -48,7 +48,13 @@ from vstream.cluster.stream import ClusterStream, StreamLost, analytics_for
 from vstream.cluster.worker import ClusterWorker, WorkerInfo, WorkerPipeline, WorkerReport
 from vstream.config.pipelines import VstreamConfig
 from vstream.config.sinks import FRAME_SINK_TYPES
-from vstream.engine.engine import StreamSummary, check_limits, limit_samples, stream_request
+from vstream.engine.engine import (
+    Running,
+    StreamSummary,
+    check_limits,
+    limit_samples,
+    stream_request,
+)
 from vstream.engine.errors import ShuttingDown, StreamConflict, StreamNotFound
 from vstream.engine.outputs import analyze
 from vstream.engine.pipeline import sink_samples
@@ -96,7 +102,7 @@ class WorkerSlot:
         return f"worker {self.slot}{where}"
 
 
-class ClusterEngine:
+class ClusterEngine(Running):
     """Every pipeline of a config, its streams placed on the workers of a Ray cluster."""
 
     def __init__(
@@ -151,13 +157,6 @@ class ClusterEngine:
             raise
         self.metrics.watch(self._samples)
         self.metrics.watch_cluster(self._cluster_sample)
-
-    def __enter__(self) -> ClusterEngine:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- workers ---------------------------------------------------------------------------
 
@@ -650,12 +649,6 @@ class ClusterEngine:
             if not failed and not all(s.terminal for s in streams if s.pipeline == name):
                 return False
         return True
-
-    def wait(self, stop: threading.Event, *, until_files_done: bool) -> None:
-        """Block until ``stop`` is set (or, with ``until_files_done``, every stream has ended)."""
-        while not stop.wait(_POLL_SECONDS):
-            if until_files_done and self.files_done():
-                return
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop intake everywhere, take every record in flight, flush the sinks, let Ray go."""

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from vstream.config.loading import parse_source
 from vstream.config.pipelines import LimitsConfig, VstreamConfig
@@ -92,7 +92,45 @@ class StreamSummary:
     error: str | None
 
 
-class Engine:
+_Engine = TypeVar("_Engine", bound="Running")
+
+
+class Running:
+    """What every engine shares: it is a context manager, and it can be waited on.
+
+    :class:`Engine` runs the pipelines in this process;
+    :class:`vstream.cluster.driver.ClusterEngine` places their streams on a
+    cluster. Both define ``start``, ``stop`` and ``files_done``.
+    """
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 30.0) -> None:
+        raise NotImplementedError
+
+    def files_done(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self: _Engine) -> _Engine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def wait(self, stop: threading.Event, *, until_files_done: bool) -> None:
+        """Block until ``stop`` is set (or, with ``until_files_done``, every stream has ended).
+
+        Waits in short steps: Python runs a signal handler only when the main
+        thread is back in the interpreter, which an untimed wait never does.
+        """
+        while not stop.wait(_POLL_SECONDS):
+            if until_files_done and self.files_done():
+                return
+
+
+class Engine(Running):
     """All pipelines of a config, with one metrics registry, started and stopped together.
 
     Stream ids are unique across pipelines, so the API addresses a stream by
@@ -117,13 +155,6 @@ class Engine:
             self._finish(timeout=5.0)
             raise
         self.metrics.watch(self._samples)
-
-    def __enter__(self) -> Engine:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Start every pipeline and every source of the config."""
@@ -233,16 +264,6 @@ class Engine:
     def files_done(self) -> bool:
         """Every stream has ended and its frames are through (or every sink has failed)."""
         return all(p.files_done or p.sinks_failed for p in self.pipelines.values())
-
-    def wait(self, stop: threading.Event, *, until_files_done: bool) -> None:
-        """Block until ``stop`` is set (or, with ``until_files_done``, every stream has ended).
-
-        Waits in short steps: Python runs a signal handler only when the main
-        thread is back in the interpreter, which an untimed wait never does.
-        """
-        while not stop.wait(_POLL_SECONDS):
-            if until_files_done and self.files_done():
-                return
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop taking frames, finish what is in flight, flush every sink, join every thread."""
