@@ -220,25 +220,21 @@ def local_ray() -> Iterator[RayConnection]:
         )
 
 
-def cluster_config(
-    tmp_path: Path, sources: list[dict[str, Any]], *, workers: int = 2, **cluster: Any
-) -> Any:
-    text = json.dumps(
-        {
-            "server": {"allowed_paths": [str(tmp_path), str(VIDEO.parent)]},
-            "cluster": {"engine": "ray", "workers": workers, **cluster},
-            "pipelines": [
-                {
-                    "name": "p",
-                    "model": {"path": str(MODEL)},
-                    "runtime": {"device": "cpu", "batch_size": 4},
-                    "sources": sources,
-                    "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")}],
-                }
-            ],
-        }
-    )
-    return parse_config(text, base_dir=tmp_path)
+def daemon_config(tmp_path: Path) -> Any:
+    """Two workers, no streams yet; one replacement at most, a stream moved once at most."""
+    pipeline = {
+        "name": "p",
+        "model": {"path": str(MODEL)},
+        "runtime": {"device": "cpu", "batch_size": 4},
+        "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")}],
+    }
+    cluster = {"engine": "ray", "workers": 2, "max_worker_restarts": 1, "max_stream_moves": 1}
+    document = {
+        "server": {"allowed_paths": [str(tmp_path), str(VIDEO.parent)]},
+        "cluster": cluster,
+        "pipelines": [pipeline],
+    }
+    return parse_config(json.dumps(document), base_dir=tmp_path)
 
 
 def frames_by_stream(path: Path) -> dict[str, list[int]]:
@@ -271,7 +267,7 @@ def daemon(local_ray: RayConnection, tmp_path_factory: pytest.TempPathFactory) -
     from vstream.server import ApiServer, create_app
 
     tmp_path = tmp_path_factory.mktemp("daemon")
-    engine = ClusterEngine(cluster_config(tmp_path, []), base_dir=tmp_path)
+    engine = ClusterEngine(daemon_config(tmp_path), base_dir=tmp_path)
     server = ApiServer(create_app(engine), host="127.0.0.1", port=0)
     server.start()
     engine.start()
@@ -346,14 +342,16 @@ def test_streams_are_added_and_removed_through_the_api_while_running(daemon: Dae
 def test_a_killed_worker_s_streams_finish_on_the_other_without_loss_or_duplicates(
     daemon: Daemon,
 ) -> None:
-    """The last test on the daemon: it loses a worker, and gets a replacement."""
+    """A worker dies: files go on after their last delivered frame, a live stream after a gap."""
     engine, client = daemon.engine, daemon.client
-    streams = [f"k{i}" for i in range(4)]
-    for stream in streams:  # paced at the file's rate, so that the worker dies mid-stream
+    live = {"id": "live", "uri": str(VIDEO), "loop": True, "realtime": True}
+    assert client.post("/streams", json=live).status_code == 201
+    files = [f"k{i}" for i in range(4)]
+    for stream in files:  # paced at the file's rate, so that the worker dies mid-stream
         body = {"id": stream, "uri": str(VIDEO), "end_seconds": 4.0, "realtime": True}
         assert client.post("/streams", json=body).status_code == 201
-    victim = next(w for w in engine.workers() if set(w["streams"]) & set(streams))
-    moved = sorted(set(victim["streams"]) & set(streams))
+    victim = next(w for w in engine.workers() if "live" in w["streams"])
+    moved = sorted(set(victim["streams"]) & {*files, "live"})
     wait_for(
         lambda: all(engine.stream(s)["frames_processed"] >= 10 for s in moved),
         60,
@@ -366,11 +364,15 @@ def test_a_killed_worker_s_streams_finish_on_the_other_without_loss_or_duplicate
         "/ready to show the loss",
     )
     assert f"worker {victim['worker']} is starting" in lost  # its replacement
-    wait_for_records(daemon.records, {s: list(range(4 * FPS)) for s in streams})
+    wait_for_records(daemon.records, {s: list(range(4 * FPS)) for s in files})
     wait_for(lambda: client.get("/ready").status_code == 200, 120, "the replacement worker")
-    described = {s: client.get(f"/streams/{s}").json() for s in streams}
+    described = {s: client.get(f"/streams/{s}").json() for s in [*files, "live"]}
     assert {s for s, d in described.items() if d["moves"]} == set(moved)
-    assert all(d["state"] == "finished" for d in described.values())
+    assert all(described[s]["state"] == "finished" for s in files)
+    assert described["live"]["gap_seconds"] > 0  # the live stream's gap, counted
+    removed = client.delete("/streams/live").json()["removed"]
+    frames = frames_by_stream(daemon.records)["live"]
+    assert frames == list(range(len(frames))) and len(frames) == removed["frames_processed"]
     metrics = client.get("/metrics").text
     assert "vstream_cluster_worker_failures_total 1.0" in metrics
     assert "vstream_cluster_worker_restarts_total 1.0" in metrics
@@ -378,3 +380,27 @@ def test_a_killed_worker_s_streams_finish_on_the_other_without_loss_or_duplicate
     assert 'vstream_cluster_workers{state="ready"} 2.0' in metrics
     assert 'reason="duplicate"' not in metrics
     assert not engine.failures()
+
+
+def test_losses_past_the_bounds_fail_once_and_loudly(daemon: Daemon) -> None:
+    """The daemon's last test: no replacement past max_worker_restarts, no move past max moves."""
+    engine, client = daemon.engine, daemon.client
+    endless = {"id": "z", "uri": str(VIDEO), "loop": True, "realtime": True}
+    assert client.post("/streams", json=endless).status_code == 201
+    for kills in (1, 2):  # its worker, then the one it moved to
+        wait_for(lambda: engine.stream("z")["worker"] is not None, 60, "z on a worker")
+        before = engine.stream("z")["frames_processed"]
+        wait_for(lambda b=before: engine.stream("z")["frames_processed"] > b, 60, "z's records")
+        os.kill(engine.worker_pid(engine.stream("z")["worker"]), signal.SIGKILL)
+        wait_for(lambda k=kills: engine.stream("z")["moves"] >= k, 30, "the loss")
+    z = wait_for(lambda: (d := engine.stream("z"))["state"] == "failed" and d, 30, "z to fail")
+    assert "cluster.max_stream_moves (1)" in z["error"]
+    assert [w["state"] for w in engine.workers()] == ["failed", "failed"]
+    failures = [str(f) for f in engine.failures()]
+    assert "every cluster worker was lost" in failures[0]
+    ready = client.get("/ready")
+    assert ready.status_code == 503 and "worker 0 is failed" in ready.json()["reasons"]
+    metrics = client.get("/metrics").text
+    assert 'vstream_cluster_workers{state="failed"} 2.0' in metrics
+    assert "vstream_cluster_worker_restarts_total 1.0" in metrics  # none past the bound
+    assert "vstream_cluster_worker_failures_total 3.0" in metrics

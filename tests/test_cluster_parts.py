@@ -155,10 +155,17 @@ def test_a_full_relay_makes_the_pipeline_wait_until_the_driver_takes() -> None:
     writer.join(0.3)
     assert writer.is_alive(), "a write past the capacity must wait"
     assert relay.buffered == 2
-    frames = []
-    while len(frames) < 5:
-        frames += [r.frame_index for r in relay.take(limit=10, wait=5.0).records]
-    writer.join(5)
+    frames: list[int] = []
+
+    def drain() -> None:  # a take waits for records as long as it is told: here, for ever
+        while len(frames) < 5:
+            frames.extend(r.frame_index for r in relay.take(limit=2, wait=3600).records)
+
+    taker = threading.Thread(target=drain, daemon=True)
+    taker.start()
+    taker.join(60)
+    writer.join(60)
+    assert not taker.is_alive(), "records waited in the relay while the taker slept"
     assert frames == [0, 1, 2, 3, 4] and relay.stats.dropped == 0
 
 

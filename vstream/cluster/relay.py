@@ -62,6 +62,7 @@ class Relay:
         with self._cond:
             for result in results:
                 while len(self._records) >= self.capacity and not self._closed:
+                    self._cond.notify_all()  # a taker waiting for records must see these first
                     self._cond.wait()
                 if self._closed:  # the pipeline outlived its finish: nobody takes these
                     self.stats.dropped += 1
