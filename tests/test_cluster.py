@@ -29,6 +29,7 @@ from vstream.cluster.connect import RayConnection
 from vstream.cluster.driver import ClusterEngine
 from vstream.config import parse_config
 from vstream.config.cluster import ClusterConfig
+from vstream.errors import ModelError
 
 MODEL = assets.DEMO_MODEL
 VIDEO = assets.SAMPLE_VIDEO
@@ -251,6 +252,29 @@ def test_the_local_instance_listens_on_loopback_only(local_ray: RayConnection) -
     assert mine, "the instance's processes are children of this one"
     addresses = listening_addresses(mine)
     assert addresses and addresses <= LOOPBACK, addresses
+
+
+def test_a_model_that_does_not_load_on_a_worker_fails_at_start_in_one_line(
+    local_ray: RayConnection, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model" * 100)
+    document = {
+        "cluster": {"engine": "ray", "workers": 1},
+        "pipelines": [
+            {
+                "name": "p",
+                "model": {"path": str(broken)},
+                "runtime": {"device": "cpu"},
+                "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")}],
+            }
+        ],
+    }
+    with pytest.raises(ModelError) as raised:
+        ClusterEngine(parse_config(json.dumps(document)), base_dir=tmp_path)
+    assert str(raised.value).startswith(f"cannot load model {broken}")
+    ray = local_ray.ray
+    wait_for(lambda: ray.available_resources().get("CPU") == 2.0, 30, "the worker to be gone")
 
 
 @dataclass
