@@ -245,11 +245,11 @@ def driver(args: argparse.Namespace) -> list[dict[str, Any]]:
         )
         try:
             engine.start()
-            wait(lambda e=engine: e._received > 0, 60)  # the driver's own count
-            before, cpu = engine._received, time.process_time()
+            wait(lambda e=engine: e.records_received > 0, 60)
+            before, cpu = engine.records_received, time.process_time()
             with Load() as load:
                 time.sleep(args.seconds)
-            records = engine._received - before
+            records = engine.records_received - before
             cpu = time.process_time() - cpu
         finally:
             engine.stop()

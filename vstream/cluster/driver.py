@@ -514,6 +514,12 @@ class ClusterEngine(Running):
             devices = sorted({s.info.device for s in self._slots if s.info is not None})
             return f"{len(self._slots)} Ray workers ({', '.join(devices) or 'none ready'})"
 
+    @property
+    def records_received(self) -> int:
+        """Records taken from the workers so far (delivered, or dropped and counted)."""
+        with self._lock:
+            return self._received
+
     def readers(self) -> list[ClusterStream]:
         """Every stream (the summary reads their line counts)."""
         with self._lock:
