@@ -29,7 +29,7 @@ from vstream.cluster.connect import RayConnection
 from vstream.cluster.driver import ClusterEngine
 from vstream.config import parse_config
 from vstream.config.cluster import ClusterConfig
-from vstream.errors import ModelError
+from vstream.errors import ModelError, VstreamError
 
 MODEL = assets.DEMO_MODEL
 VIDEO = assets.SAMPLE_VIDEO
@@ -275,6 +275,42 @@ def test_a_model_that_does_not_load_on_a_worker_fails_at_start_in_one_line(
     assert str(raised.value).startswith(f"cannot load model {broken}")
     ray = local_ray.ray
     wait_for(lambda: ray.available_resources().get("CPU") == 2.0, 30, "the worker to be gone")
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        (
+            {"gpus_per_worker": 1},
+            "cluster.workers (1) x cluster.gpus_per_worker (1) needs more GPUs than this "
+            "machine's 0",
+        ),
+        (
+            {"address": "auto", "gpus_per_worker": 1, "start_timeout_seconds": 2},
+            "1 of 1 Ray workers did not start within cluster.start_timeout_seconds (2 s): "
+            "each asks for 1 CPU and 1 GPU",
+        ),
+    ],
+    ids=["local-without-gpus", "cluster-without-room"],
+)
+def test_workers_that_cannot_be_placed_fail_the_start_in_one_line(
+    local_ray: RayConnection, tmp_path: Path, cluster: dict, message: str
+) -> None:
+    document = {
+        "cluster": {"engine": "ray", "workers": 1, **cluster},
+        "pipelines": [
+            {
+                "name": "p",
+                "model": {"path": str(MODEL)},
+                "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")}],
+            }
+        ],
+    }
+    with pytest.raises(VstreamError) as raised:
+        ClusterEngine(parse_config(json.dumps(document)), base_dir=tmp_path)
+    assert str(raised.value).startswith(message)
+    ray = local_ray.ray
+    wait_for(lambda: ray.available_resources().get("CPU") == 2.0, 30, "nothing left placed")
 
 
 @dataclass
