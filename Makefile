@@ -18,7 +18,7 @@ SYSTEM_PACKAGES := ffmpeg mosquitto redis-server python3-gi gir1.2-gst-rtsp-serv
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(TORCH)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[cpu,test]'
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[cpu,test,ray]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -17,7 +17,7 @@ import pytest
 
 from vstream import assets
 
-HEAVY = ("torch", "torchvision", "onnx", "av", "cv2", "scipy")
+HEAVY = ("torch", "torchvision", "onnx", "av", "cv2", "scipy", "ray")
 
 PROBE = """
 import contextlib, io, json, sys
@@ -65,6 +65,15 @@ def test_validate_loads_the_model_with_onnx_runtime_alone(pipelines: Path) -> No
     status, modules = imported_by("validate", str(pipelines))
     assert status == 0
     assert "onnxruntime" in modules, "validate must really load the model"
+    assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
+
+
+def test_validate_of_a_cluster_config_imports_no_ray(pipelines: Path) -> None:
+    """Ray is looked for (an optional extra), not loaded: validate stays quick."""
+    cluster = pipelines.with_name("cluster.yaml")
+    cluster.write_text("cluster: {engine: ray, workers: 2}\n" + pipelines.read_text())
+    status, modules = imported_by("validate", str(cluster))
+    assert status == 0
     assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
 
 

@@ -73,6 +73,25 @@ class LimitSample:
     used: int
 
 
+@dataclass(frozen=True)
+class ClusterSample:
+    """A cluster driver's figures at scrape time: its workers, their losses, the moves."""
+
+    workers: dict[str, int]
+    """Worker slots by state: starting (loading, or waiting for resources), ready, failed."""
+    worker_failures: int
+    worker_restarts: int
+    stream_moves: int
+    streams_waiting: int
+    records_received: int
+    records_dropped: dict[str, int]
+    """Records from workers not delivered, by reason: removed (the stream was), duplicate."""
+    gap_seconds: list[tuple[str, str, float]]
+    """Per (pipeline, stream): seconds of live video lost to worker losses."""
+
+
+WORKER_STATES = ("starting", "ready", "failed")
+
 Samples = Callable[[], tuple[Iterable[StreamSample], Iterable[SinkSample], Iterable[LimitSample]]]
 
 
@@ -150,6 +169,54 @@ class _RuntimeCollector(Collector):
         yield from (limit, used)
 
 
+class _ClusterCollector(Collector):
+    def __init__(self, sample: Callable[[], ClusterSample]) -> None:
+        self._sample = sample
+
+    def collect(self) -> Iterator[Metric]:
+        sample = self._sample()
+        workers = GaugeMetricFamily(
+            "vstream_cluster_workers", "Cluster worker slots by state", labels=["state"]
+        )
+        for state in WORKER_STATES:
+            workers.add_metric([state], sample.workers.get(state, 0))
+        yield workers
+        totals = {
+            "worker_failures": ("Workers lost (process killed, node lost)", sample.worker_failures),
+            "worker_restarts": ("Workers started in place of lost ones", sample.worker_restarts),
+            "stream_moves": ("Streams moved to another worker after a loss", sample.stream_moves),
+            "records_received": (
+                "Records the driver received from workers",
+                sample.records_received,
+            ),
+        }
+        for name, (doc, value) in totals.items():
+            family = CounterMetricFamily(f"vstream_cluster_{name}", doc)
+            family.add_metric([], value)
+            yield family
+        waiting = GaugeMetricFamily(
+            "vstream_cluster_streams_waiting", "Streams waiting for a worker with room"
+        )
+        waiting.add_metric([], sample.streams_waiting)
+        yield waiting
+        dropped = CounterMetricFamily(
+            "vstream_cluster_records_dropped",
+            "Records from workers not delivered: the stream was removed, or a duplicate",
+            labels=["reason"],
+        )
+        for reason, count in sorted(sample.records_dropped.items()):
+            dropped.add_metric([reason], count)
+        yield dropped
+        gaps = CounterMetricFamily(
+            "vstream_cluster_stream_gap_seconds",
+            "Seconds of a live stream not seen because its worker was lost",
+            labels=["pipeline", "stream"],
+        )
+        for pipeline, stream, seconds in sample.gap_seconds:
+            gaps.add_metric([pipeline, stream], seconds)
+        yield gaps
+
+
 class Metrics:
     """The registry of one process and the metrics observed directly by inference loops."""
 
@@ -217,6 +284,10 @@ class Metrics:
     def watch(self, samples: Samples) -> None:
         """Report the stream and sink figures ``samples`` returns at each scrape."""
         self.registry.register(_RuntimeCollector(samples))
+
+    def watch_cluster(self, sample: Callable[[], ClusterSample]) -> None:
+        """Report a cluster driver's workers, losses and moves at each scrape."""
+        self.registry.register(_ClusterCollector(sample))
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -167,7 +167,7 @@ def run_command(args: argparse.Namespace) -> int:
         base_dir = Path.cwd()
         setup_logging("text", "warning" if args.quiet else "info")
     # One summary line per stream: the engine's and sinks' progress notes are for daemons.
-    for name in ("vstream.engine", "vstream.sinks"):
+    for name in ("vstream.engine", "vstream.sinks", "vstream.cluster"):
         logging.getLogger(name).setLevel(logging.WARNING)
     signals = ShutdownSignals().install()
     try:
@@ -177,9 +177,9 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _run(config: Any, base_dir: Path, signals: Any, *, quiet: bool, single: bool) -> int:
-    from vstream.engine import Engine
+    from vstream.cluster import open_engine
 
-    engine = Engine(config, base_dir=base_dir)
+    engine = open_engine(config, base_dir=base_dir)
     progress: Progress | None = None
     try:
         engine.start()
@@ -238,7 +238,6 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
             f"{stream.failed_frames} failed" if stream.failed_frames else "",
         ]
         shown = ", ".join(e for e in extra if e)
-        device = next(iter(engine.pipelines.values())).detector.device
         log.info(
             "%s: %d frames, %d detections, %.1f s, %.1f fps on %s%s",
             name,
@@ -246,7 +245,7 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
             stream.detections,
             elapsed,
             fps,
-            device,
+            engine.device,
             f" ({shown})" if shown else "",
         )
     for reader in engine.readers() if not quiet else ():

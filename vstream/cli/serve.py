@@ -35,8 +35,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    from vstream.cluster import open_engine
     from vstream.config import load_config
-    from vstream.engine import Engine
     from vstream.engine.signals import ShutdownSignals
     from vstream.logs import setup_logging
     from vstream.server import ApiServer, create_app
@@ -44,7 +44,7 @@ def serve_command(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides=given(args))
     setup_logging(config.logging.format, config.logging.level, timestamps=True)
     signals = ShutdownSignals().install()
-    engine = Engine(config, base_dir=args.config.resolve().parent)
+    engine = open_engine(config, base_dir=args.config.resolve().parent)
     token = config.server.token.get_secret_value() if config.server.token else None
     try:
         server = ApiServer(

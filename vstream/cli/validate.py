@@ -3,7 +3,8 @@
 Checked here: the YAML, every key and value against the config models
 (types, bounds, unknown keys), that model and video files exist, that sink
 files can be written, that every model loads in ONNX Runtime and fits its
-``imgsz`` and batch size. Left to run time, because they need the network
+``imgsz`` and batch size, and that Ray is installed when the config asks for
+a cluster (found, not imported). Left to run time, because they need the network
 or the device: reaching cameras and brokers, and CUDA itself.
 
 Imports neither torch nor PyAV: it answers in a fraction of a second.
@@ -12,10 +13,12 @@ Imports neither torch nor PyAV: it answers in a fraction of a second.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
 from vstream.cli.args import EXIT_BAD_INPUT, EXIT_OK
+from vstream.cluster.connect import ray_missing
 from vstream.config import ConfigError, load_config
 from vstream.errors import VstreamError
 
@@ -43,6 +46,8 @@ def validate_command(args: argparse.Namespace) -> int:
             print(f"vstream: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
     problems = []
+    if config.cluster is not None and importlib.util.find_spec("ray") is None:
+        problems.append(f"{args.config}: cluster: {ray_missing()}")
     for i, pipeline in enumerate(config.pipelines):
         try:
             check_model(pipeline.model.path, pipeline.model.imgsz, pipeline.runtime.batch_size)

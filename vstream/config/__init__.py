@@ -4,7 +4,8 @@
 - :mod:`~vstream.config.sources`: decoder, freshness, reconnection, file playback;
 - :mod:`~vstream.config.model`: the model, postprocessing, runtime (device, batching);
 - :mod:`~vstream.config.sinks`: where records go;
-- :mod:`~vstream.config.pipelines`: the whole file (server, limits, logging, pipelines);
+- :mod:`~vstream.config.cluster`: streams placed on the workers of a Ray cluster;
+- :mod:`~vstream.config.pipelines`: the whole file (server, limits, logging, cluster, pipelines);
 - :mod:`~vstream.config.loading`: YAML with line numbers and ``${ENV}`` interpolation.
 
 Nothing here imports torch, ONNX Runtime or PyAV.
@@ -15,6 +16,7 @@ from vstream.lazy import lazy_exports
 __all__ = [
     "SINK_TYPES",
     "ClipsSinkConfig",
+    "ClusterConfig",
     "ConfigError",
     "ConfigIssue",
     "DecoderKind",
@@ -52,6 +54,7 @@ __getattr__, __dir__ = lazy_exports(
     {
         "ConfigError": "vstream.config.loading",
         "ClipsSinkConfig": "vstream.config.sinks",
+        "ClusterConfig": "vstream.config.cluster",
         "VideoSinkConfig": "vstream.config.sinks",
         "PreviewConfig": "vstream.config.pipelines",
         "RuntimeOptions": "vstream.config.model",

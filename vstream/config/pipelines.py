@@ -27,8 +27,9 @@ from vstream.config.base import (
     base_dir,
     resolve_path,
 )
+from vstream.config.cluster import ClusterConfig
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
-from vstream.config.sinks import SinkConfig
+from vstream.config.sinks import FRAME_SINK_TYPES, SinkConfig
 from vstream.config.sources import SourceConfig
 
 
@@ -141,6 +142,11 @@ class VstreamConfig(StrictModel):
     server: ServerConfig = Field(default_factory=ServerConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    cluster: ClusterConfig | None = Field(
+        None,
+        description="place the streams on the workers of a Ray cluster; default: run every "
+        "pipeline in this process",
+    )
     pipelines: list[PipelineConfig] = Field(min_length=1, max_length=64)
 
     @field_validator("pipelines")
@@ -177,6 +183,21 @@ class VstreamConfig(StrictModel):
                     f"pipeline {pipeline.name} has {len(pipeline.sources)} sources, more than "
                     f"limits.max_streams_per_pipeline ({limits.max_streams_per_pipeline})"
                 )
+        if self.cluster is not None:
+            for pipeline in self.pipelines:
+                frames = [s.type for s in pipeline.sinks if s.type in FRAME_SINK_TYPES]
+                if frames:
+                    raise ValueError(
+                        f"pipeline {pipeline.name} has a {frames[0]} sink, which needs the "
+                        "frames; with cluster: the frames stay on the workers and only records "
+                        "reach the driver's sinks"
+                    )
+                device = pipeline.runtime.device
+                if device.startswith("cuda:") and device != "cuda:0":
+                    raise ValueError(
+                        f"pipeline {pipeline.name} asks for device {device}; with cluster: use "
+                        "cuda or auto: each worker sees only the GPUs Ray gives it, from cuda:0"
+                    )
         threads = sum(s.decoder_threads for p in self.pipelines for s in p.sources)
         if threads > limits.max_decoder_threads:
             raise ValueError(

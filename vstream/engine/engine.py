@@ -16,10 +16,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from vstream.config.loading import parse_source
-from vstream.config.pipelines import VstreamConfig
+from vstream.config.pipelines import LimitsConfig, VstreamConfig
 from vstream.config.sources import SourceConfig
 from vstream.engine.errors import PipelineNotFound, ShuttingDown, StreamConflict, StreamNotFound
 from vstream.engine.pipeline import Pipeline
@@ -30,6 +30,52 @@ from vstream.metrics import LimitSample, Metrics, SinkSample, StreamSample
 log = logging.getLogger("vstream.engine")
 
 _POLL_SECONDS = 0.2
+
+
+def stream_request(body: Any, config: VstreamConfig, base_dir: Path) -> tuple[str, SourceConfig]:
+    """The pipeline name and the validated source of a ``POST /streams`` body.
+
+    The body is a source as in the config, plus ``pipeline`` when there are
+    several; file sources must lie under ``server.allowed_paths``.
+    """
+    if not isinstance(body, dict):
+        raise VstreamError("the body must be a JSON object describing a source")
+    body = dict(body)
+    names = [p.name for p in config.pipelines]
+    name = body.pop("pipeline", None)
+    if name is None:
+        if len(names) != 1:
+            raise VstreamError("say which pipeline: 'pipeline' is one of " + ", ".join(names))
+        name = names[0]
+    if not isinstance(name, str) or name not in names:
+        raise PipelineNotFound(f"no pipeline {name!r}; choose from " + ", ".join(names))
+    source = parse_source(body, base_dir=base_dir, allowed_paths=config.server.allowed_paths)
+    return name, source
+
+
+def check_limits(
+    limits: LimitsConfig,
+    source: SourceConfig,
+    *,
+    pipeline: str,
+    streams: int,
+    in_pipeline: int,
+    decoder_threads: int,
+) -> None:
+    """Refuse ``source`` with :class:`LimitExceeded` if starting it would pass a limit."""
+    if streams >= limits.max_streams:
+        raise LimitExceeded(f"limits.max_streams reached ({limits.max_streams} streams)")
+    if in_pipeline >= limits.max_streams_per_pipeline:
+        raise LimitExceeded(
+            f"limits.max_streams_per_pipeline reached in pipeline {pipeline} "
+            f"({limits.max_streams_per_pipeline} streams)"
+        )
+    threads = decoder_threads + (source.decoder_threads or os.cpu_count() or 1)
+    if threads > limits.max_decoder_threads:
+        raise LimitExceeded(
+            f"limits.max_decoder_threads would be exceeded ({threads} of "
+            f"{limits.max_decoder_threads})"
+        )
 
 
 @dataclass(frozen=True)
@@ -46,7 +92,45 @@ class StreamSummary:
     error: str | None
 
 
-class Engine:
+_Engine = TypeVar("_Engine", bound="Running")
+
+
+class Running:
+    """What every engine shares: it is a context manager, and it can be waited on.
+
+    :class:`Engine` runs the pipelines in this process;
+    :class:`vstream.cluster.driver.ClusterEngine` places their streams on a
+    cluster. Both define ``start``, ``stop`` and ``files_done``.
+    """
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 30.0) -> None:
+        raise NotImplementedError
+
+    def files_done(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self: _Engine) -> _Engine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def wait(self, stop: threading.Event, *, until_files_done: bool) -> None:
+        """Block until ``stop`` is set (or, with ``until_files_done``, every stream has ended).
+
+        Waits in short steps: Python runs a signal handler only when the main
+        thread is back in the interpreter, which an untimed wait never does.
+        """
+        while not stop.wait(_POLL_SECONDS):
+            if until_files_done and self.files_done():
+                return
+
+
+class Engine(Running):
     """All pipelines of a config, with one metrics registry, started and stopped together.
 
     Stream ids are unique across pipelines, so the API addresses a stream by
@@ -72,13 +156,6 @@ class Engine:
             raise
         self.metrics.watch(self._samples)
 
-    def __enter__(self) -> Engine:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self) -> None:
         """Start every pipeline and every source of the config."""
         import torch
@@ -92,6 +169,11 @@ class Engine:
         for pipeline_config in self.config.pipelines:
             for source in pipeline_config.sources:
                 self._start_stream(self.pipelines[pipeline_config.name], source)
+
+    @property
+    def device(self) -> str:
+        """Where the models run, for the summary line."""
+        return str(next(iter(self.pipelines.values())).detector.device)
 
     @property
     def elapsed_seconds(self) -> float:
@@ -147,50 +229,24 @@ class Engine:
         :class:`~vstream.config.LimitsConfig`, nothing starts and
         :class:`LimitExceeded` says which.
         """
-        if not isinstance(body, dict):
-            raise VstreamError("the body must be a JSON object describing a source")
-        body = dict(body)
-        name = body.pop("pipeline", None)
-        if name is None:
-            if len(self.pipelines) != 1:
-                raise VstreamError(
-                    "say which pipeline: 'pipeline' is one of " + ", ".join(self.pipelines)
-                )
-            name = next(iter(self.pipelines))
-        pipeline = self.pipelines.get(name) if isinstance(name, str) else None
-        if pipeline is None:
-            raise PipelineNotFound(
-                f"no pipeline {name!r}; choose from " + ", ".join(self.pipelines)
-            )
-        source = parse_source(
-            body, base_dir=self.base_dir, allowed_paths=self.config.server.allowed_paths
-        )
+        name, source = stream_request(body, self.config, self.base_dir)
+        pipeline = self.pipelines[name]
         with self._lock:
             if self.stopping.is_set():
                 raise ShuttingDown("shutting down: no new streams")
             if self._owner(source.id) is not None:
                 raise StreamConflict(f"a stream with id {source.id!r} is already running")
-            self._check_limits(pipeline, source)
+            check_limits(
+                self.config.limits,
+                source,
+                pipeline=name,
+                streams=len(self.readers()),
+                in_pipeline=len(pipeline.streams),
+                decoder_threads=self.decoder_threads(),
+            )
             reader = self._start_stream(pipeline, source)
         log.info("stream %s: added to pipeline %s", source.id, pipeline.name)
         return reader.describe()
-
-    def _check_limits(self, pipeline: Pipeline, source: SourceConfig) -> None:
-        limits = self.config.limits
-        total = len(self.readers())
-        if total >= limits.max_streams:
-            raise LimitExceeded(f"limits.max_streams reached ({limits.max_streams} streams)")
-        if len(pipeline.streams) >= limits.max_streams_per_pipeline:
-            raise LimitExceeded(
-                f"limits.max_streams_per_pipeline reached in pipeline {pipeline.name} "
-                f"({limits.max_streams_per_pipeline} streams)"
-            )
-        threads = self.decoder_threads() + (source.decoder_threads or os.cpu_count() or 1)
-        if threads > limits.max_decoder_threads:
-            raise LimitExceeded(
-                f"limits.max_decoder_threads would be exceeded ({threads} of "
-                f"{limits.max_decoder_threads})"
-            )
 
     def remove_stream(self, stream_id: str) -> dict[str, Any]:
         """Stop a stream at once; exactly one caller wins, the others get StreamNotFound."""
@@ -208,16 +264,6 @@ class Engine:
     def files_done(self) -> bool:
         """Every stream has ended and its frames are through (or every sink has failed)."""
         return all(p.files_done or p.sinks_failed for p in self.pipelines.values())
-
-    def wait(self, stop: threading.Event, *, until_files_done: bool) -> None:
-        """Block until ``stop`` is set (or, with ``until_files_done``, every stream has ended).
-
-        Waits in short steps: Python runs a signal handler only when the main
-        thread is back in the interpreter, which an untimed wait never does.
-        """
-        while not stop.wait(_POLL_SECONDS):
-            if until_files_done and self.files_done():
-                return
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop taking frames, finish what is in flight, flush every sink, join every thread."""
@@ -269,17 +315,25 @@ class Engine:
             s, k = pipeline.samples()
             streams += s
             sinks += k
-        limits = self.config.limits
-        used = [
-            LimitSample("max_streams", limits.max_streams, len(self.readers())),
-            LimitSample("max_decoder_threads", limits.max_decoder_threads, self.decoder_threads()),
-        ]
-        used += [
-            LimitSample(
-                f"max_streams_per_pipeline:{p.name}",
-                limits.max_streams_per_pipeline,
-                len(p.streams),
-            )
-            for p in self.pipelines.values()
-        ]
+        used = limit_samples(
+            self.config.limits,
+            streams=len(self.readers()),
+            decoder_threads=self.decoder_threads(),
+            per_pipeline={p.name: len(p.streams) for p in self.pipelines.values()},
+        )
         return streams, sinks, used
+
+
+def limit_samples(
+    limits: LimitsConfig, *, streams: int, decoder_threads: int, per_pipeline: dict[str, int]
+) -> list[LimitSample]:
+    """Each limit and how much of it is in use, for the metrics."""
+    used = [
+        LimitSample("max_streams", limits.max_streams, streams),
+        LimitSample("max_decoder_threads", limits.max_decoder_threads, decoder_threads),
+    ]
+    used += [
+        LimitSample(f"max_streams_per_pipeline:{name}", limits.max_streams_per_pipeline, count)
+        for name, count in per_pipeline.items()
+    ]
+    return used

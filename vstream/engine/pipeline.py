@@ -37,7 +37,7 @@ from vstream.frame import Frame
 from vstream.metrics import Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
 from vstream.sinks.buffered import SinkStats
-from vstream.sources.base import SourceState
+from vstream.sources.base import ResumePoint, SourceState
 
 log = logging.getLogger("vstream.engine")
 
@@ -121,8 +121,12 @@ class Pipeline:
     def start(self) -> None:
         self.stages.start()
 
-    def add_stream(self, config: SourceConfig) -> StreamReader:
-        """Start reading ``config``'s source; the caller checks that its id is free."""
+    def add_stream(self, config: SourceConfig, resume: ResumePoint | None = None) -> StreamReader:
+        """Start reading ``config``'s source; the caller checks that its id is free.
+
+        ``resume`` starts after a frame already delivered (a stream moved
+        from a lost cluster worker).
+        """
         return self._add(
             StreamReader(
                 config.id,
@@ -133,6 +137,7 @@ class Pipeline:
                 cuda_stream=self.detector.cuda_stream,
                 on_end=self._reader_ended,
                 packet_tap=self.outputs.packet_tap(config.id) if self.outputs else None,
+                resume=resume,
             )
         )
 
@@ -349,19 +354,7 @@ class Pipeline:
                     frame_age_seconds=counters.frame_age_seconds,
                 )
             )
-        sinks = [
-            SinkSample(
-                pipeline=self.name,
-                sink=s.name,
-                delivered=s.stats.delivered,
-                retries=s.stats.retries,
-                failures=s.stats.failures,
-                dropped=s.stats.dropped,
-                buffered=s.buffered,
-                failed=s.error is not None,
-            )
-            for s in self.sinks
-        ]
+        sinks = sink_samples(self.name, self.sinks)
         if self.outputs is not None and (self.outputs.videos or self.outputs.recorders):
             stats = self.outputs.stats()
             sinks.append(
@@ -376,6 +369,23 @@ class Pipeline:
                 )
             )
         return streams, sinks
+
+
+def sink_samples(pipeline: str, sinks: Sequence[Any]) -> list[SinkSample]:
+    """The metrics figures of a pipeline's record sinks."""
+    return [
+        SinkSample(
+            pipeline=pipeline,
+            sink=s.name,
+            delivered=s.stats.delivered,
+            retries=s.stats.retries,
+            failures=s.stats.failures,
+            dropped=s.stats.dropped,
+            buffered=s.buffered,
+            failed=s.error is not None,
+        )
+        for s in sinks
+    ]
 
 
 class ResultQueue:

@@ -22,7 +22,7 @@ from vstream.config.sources import FreshnessPolicy, SourceConfig
 from vstream.engine.intake import Intake
 from vstream.errors import describe
 from vstream.frame import Frame
-from vstream.sources.base import SourceState, SourceStats
+from vstream.sources.base import ResumePoint, SourceState, SourceStats
 from vstream.uri import is_live, redact
 
 log = logging.getLogger("vstream.engine")
@@ -95,6 +95,7 @@ class StreamReader:
         cuda_stream: Any = None,
         on_end: Any = None,
         packet_tap: Any = None,
+        resume: ResumePoint | None = None,
     ) -> None:
         if (config is None) == (frames is None):
             raise ValueError("give a source config or an iterable of frames, not both")
@@ -110,6 +111,7 @@ class StreamReader:
         self._cuda_stream = cuda_stream
         self._on_end = on_end
         self._packet_tap = packet_tap
+        self._resume = resume
         self.analytics: Any = None
         """The stream's tracker, lines and zones (a StreamAnalytics), when the pipeline has them."""
         self._stop = threading.Event()
@@ -176,6 +178,7 @@ class StreamReader:
                         device=self._device,
                         options=self.config.options(),
                         packet_tap=self._packet_tap,
+                        resume=self._resume,
                     )
                     if self._stop.is_set():
                         return
@@ -255,17 +258,17 @@ class StreamReader:
             "corrupt_packets": stats.corrupt_packets,
             "fps": round(counters.fps(), 2),
             "frame_age_seconds": round(age, 4) if age is not None else None,
-            **self._analytics_state(),
+            **analytics_state(self.analytics),
         }
 
-    def _analytics_state(self) -> dict[str, Any]:
-        """Line counts (per direction, and per class) and zone occupancy, when analytics run."""
-        analytics = self.analytics
-        if analytics is None:
-            return {}
-        lines = {
-            name: {d: sum(by_class.values()) for d, by_class in directions.items()}
-            | {"by_class": directions}
-            for name, directions in analytics.line_totals().items()
-        }
-        return {"lines": lines, "zones": analytics.zone_totals()}
+
+def analytics_state(analytics: Any) -> dict[str, Any]:
+    """Line counts (per direction, and per class) and zone occupancy, when analytics run."""
+    if analytics is None:
+        return {}
+    lines = {
+        name: {d: sum(by_class.values()) for d, by_class in directions.items()}
+        | {"by_class": directions}
+        for name, directions in analytics.line_totals().items()
+    }
+    return {"lines": lines, "zones": analytics.zone_totals()}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -35,6 +35,9 @@ from vstream.server.auth import SessionStore, bearer_token  # noqa: F401 - part 
 from vstream.server.dashboard import dashboard_router
 from vstream.server.preview import PreviewHub
 from vstream.uri import redact
+
+if TYPE_CHECKING:
+    from vstream.cluster.driver import ClusterEngine
 
 log = logging.getLogger("vstream.server")
 
@@ -102,8 +105,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def create_app(engine: Engine, token: str | None = None) -> FastAPI:
+def create_app(engine: Engine | ClusterEngine, token: str | None = None) -> FastAPI:
     """The API and the dashboard over ``engine``; with ``token``, requests without it get 401.
+
+    ``engine`` runs the pipelines in this process, or places their streams on
+    the workers of a cluster (:class:`~vstream.cluster.driver.ClusterEngine`,
+    the same interface).
 
     The live-preview hub is ``app.state.preview``: close it before stopping the
     server, so that open MJPEG responses end at once.

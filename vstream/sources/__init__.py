@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import torch
 
     from vstream.config.sources import SourceOptions
-    from vstream.sources.base import PacketTap, Source
+    from vstream.sources.base import PacketTap, ResumePoint, Source
 
 
 def open_source(
@@ -26,24 +26,28 @@ def open_source(
     device: str | torch.device = "cpu",
     options: SourceOptions | None = None,
     packet_tap: PacketTap | None = None,
+    resume: ResumePoint | None = None,
 ) -> Source:
     """Open the file, camera or URL ``uri`` as a :class:`Source` of device frames.
 
     ``options`` carry everything else (decoder, reconnection, file playback);
     the defaults suit both files and live streams. ``packet_tap`` receives
-    every compressed packet (event clips keep them).
+    every compressed packet (event clips keep them). ``resume`` continues a
+    stream after a frame delivered elsewhere (:class:`ResumePoint`).
     """
     if is_live(uri):
         from vstream.sources.live import LiveSource
 
         return LiveSource(
-            uri, stream_id=stream_id, device=device, options=options, packet_tap=packet_tap
-        )
+            uri, stream_id=stream_id, device=device, options=options, packet_tap=packet_tap,
+            resume=resume,
+        )  # fmt: skip
     from vstream.sources.file import VideoFileSource
 
     return VideoFileSource(
-        uri, stream_id=stream_id, device=device, options=options, packet_tap=packet_tap
-    )
+        uri, stream_id=stream_id, device=device, options=options, packet_tap=packet_tap,
+        resume=resume,
+    )  # fmt: skip
 
 
 __all__ = [
@@ -51,6 +55,7 @@ __all__ = [
     "FreshnessPolicy",
     "LiveSource",
     "ReconnectPolicy",
+    "ResumePoint",
     "Source",
     "SourceOptions",
     "SourceState",
@@ -69,6 +74,7 @@ __getattr__, __dir__ = lazy_exports(
         "LiveSource": "vstream.sources.live",
         "VideoFileSource": "vstream.sources.file",
         "Source": "vstream.sources.base",
+        "ResumePoint": "vstream.sources.base",
         "SourceState": "vstream.sources.base",
         "SourceStats": "vstream.sources.base",
     },

@@ -37,6 +37,23 @@ class SourceStats:
     """Live sources: time without frames around the latest reconnection."""
 
 
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a stream picks up again on another worker: after the last frame delivered.
+
+    A cluster driver knows which records reached its sinks; when the worker
+    reading a stream is lost, the stream is opened again elsewhere and starts
+    after this frame, with indices (and, for files, time stamps) continuing
+    those of the original stream. ``wall_time`` (``time.time()``) is when that
+    frame's record was delivered: live streams continue their time stamps by
+    the wall clock from there, so the gap shows.
+    """
+
+    index: int
+    pts_seconds: float
+    wall_time: float
+
+
 class PacketTap(Protocol):
     """Receives every compressed packet of a source's video stream (event clips keep them).
 

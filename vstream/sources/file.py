@@ -14,7 +14,7 @@ from vstream.config.sources import SourceOptions
 from vstream.decoders import Decoder, Picture, open_decoder
 from vstream.errors import SourceError
 from vstream.frame import Frame
-from vstream.sources.base import PacketTap, SourceState, SourceStats
+from vstream.sources.base import PacketTap, ResumePoint, SourceState, SourceStats
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,13 @@ class VideoFileSource:
     Damaged packets are skipped and counted in :attr:`stats`; a pass that ends
     before the frame count its container declares is reported as truncated
     after the frames that could be decoded were delivered.
+
+    ``resume`` starts after a frame already delivered elsewhere (a cluster
+    worker was lost): the file is sought to that frame's time stamp, the
+    frames up to it are skipped, and indices continue from it, so every frame
+    is still delivered once with its original index and time stamp. A looped
+    file is endless, like a camera: it continues at the start of a new pass,
+    its indices and time stamps continuing after the gap.
     """
 
     def __init__(
@@ -68,8 +75,10 @@ class VideoFileSource:
         device: str | torch.device = "cpu",
         options: SourceOptions | None = None,
         packet_tap: PacketTap | None = None,
+        resume: ResumePoint | None = None,
     ) -> None:
         self.path = Path(path)
+        self.resume = resume
         self.packet_tap = packet_tap
         self.stream_id = stream_id or self.path.stem
         self.device = torch.device(device)
@@ -140,6 +149,17 @@ class VideoFileSource:
         end = options.end_seconds
         next_index = 0
         pts_offset = 0.0
+        # After a resume, the first pass skips the frames up to this time stamp.
+        skip_through: float | None = None
+        if self.resume is not None:
+            next_index = self.resume.index + 1
+            if options.loop:
+                gap = max(time.time() - self.resume.wall_time, self._frame_period(1, 0.0, 0.0))
+                pts_offset = self.resume.pts_seconds + gap - start
+                if self.packet_tap is not None:
+                    self.packet_tap.offset = pts_offset
+            else:
+                skip_through = self.resume.pts_seconds
         pace = Pacer(self._stop) if options.realtime else None
         try:
             while True:
@@ -147,14 +167,16 @@ class VideoFileSource:
                     decoder = self._decoder
                     if decoder is None or self._stop.is_set():
                         break
-                    decoder.seek(start)
-                first = last = None
-                in_pass = 0
+                    decoder.seek(start if skip_through is None else max(start, skip_through))
+                first = last = skip_through
+                in_pass = next_index if skip_through is not None else 0
                 for picture in self._pictures(decoder):
                     pts = picture.pts_seconds
                     if pts is None:
                         pts = start + in_pass / (self.fps or 1.0)
                     if pts < start - _PTS_TOLERANCE:
+                        continue
+                    if skip_through is not None and pts <= skip_through + _PTS_TOLERANCE:
                         continue
                     if end is not None and pts >= end - _PTS_TOLERANCE:
                         break
@@ -173,6 +195,7 @@ class VideoFileSource:
                 if first is None or last is None:
                     raise SourceError(f"{self.path}: no frames in the selected time range")
                 pts_offset += last - first + self._frame_period(in_pass, first, last)
+                skip_through = None
                 if self.packet_tap is not None:
                     self.packet_tap.offset = pts_offset
                 with self._decoding:

@@ -29,7 +29,7 @@ from vstream.decoders import Decoder, open_decoder, resolve_decoder
 from vstream.errors import SourceError, TransientError, describe
 from vstream.frame import Frame
 from vstream.sources.backoff import Backoff
-from vstream.sources.base import PacketTap, SourceState, SourceStats
+from vstream.sources.base import PacketTap, ResumePoint, SourceState, SourceStats
 from vstream.uri import redact_uri, stream_name
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,10 @@ class LiveSource:
 
     Time stamps count seconds since the iteration started, across
     reconnections, so a gap shows in the records; ``options.end_seconds`` ends
-    the stream at that time. ``state`` and ``stats`` may be read from any
+    the stream at that time. ``resume`` continues a stream read elsewhere
+    before (a cluster worker was lost): indices go on after its last frame,
+    time stamps by the wall clock since it, and the gap is reported as after
+    a reconnection. ``state`` and ``stats`` may be read from any
     thread at any time, and :meth:`close` (from any thread) ends the iteration
     at the next frame, or when a blocked read returns (at the latest after
     ``read_timeout_seconds``).
@@ -84,8 +87,10 @@ class LiveSource:
         device: str | torch.device = "cpu",
         options: SourceOptions | None = None,
         packet_tap: PacketTap | None = None,
+        resume: ResumePoint | None = None,
     ) -> None:
         self.options = options or SourceOptions()
+        self.resume = resume
         check_live_options(self.options)
         self.packet_tap = packet_tap
         self._uri = uri
@@ -146,6 +151,10 @@ class LiveSource:
         backoff = Backoff(self.options.reconnect)
         started = time.time()
         last_frame: float | None = None
+        if self.resume is not None:
+            # Another host's clock may be ahead: time stamps must still go forward.
+            last_frame = min(self.resume.wall_time, started)
+            started = last_frame - self.resume.pts_seconds
         try:
             while not self._stop.is_set():
                 reason, last_frame = yield from self._connection(backoff, started, last_frame)
@@ -218,7 +227,10 @@ class LiveSource:
                     return None, last_frame
                 last_frame = now
                 self.stats.frames_delivered += 1
-                yield picture.to_frame(self.stream_id, self.stats.frames_decoded - 1, pts, now)
+                index = self.stats.frames_decoded - 1
+                if self.resume is not None:
+                    index += self.resume.index + 1
+                yield picture.to_frame(self.stream_id, index, pts, now)
             return None, last_frame
         except TransientError as exc:
             return str(exc), last_frame

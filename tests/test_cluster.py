@@ -1,0 +1,466 @@
+"""Streams on a real local Ray instance on 127.0.0.1: placement, exactly once, a lost worker.
+
+One Ray instance (started by vstream's own connection code, loopback only)
+serves the in-process tests of this module; each test starts its engine's
+workers on it and stops them. ``vstream run`` with ``cluster:`` runs as a
+user runs it, in a process of its own with a Ray instance of its own, and
+must leave no Ray process behind. Nothing here waits on a clock: every wait
+is for an event, with a generous bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from vstream import assets
+from vstream.cluster.connect import RayConnection
+from vstream.cluster.driver import ClusterEngine
+from vstream.config import parse_config
+from vstream.config.cluster import ClusterConfig
+from vstream.errors import ModelError, VstreamError
+
+MODEL = assets.DEMO_MODEL
+VIDEO = assets.SAMPLE_VIDEO
+FPS = 25
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+    return value
+
+
+def ray_processes() -> dict[int, str]:
+    """Every Ray process on this machine (Ray's servers, agents and workers), by pid."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "ray::" in command or "/site-packages/ray/" in command:
+            found[int(entry.name)] = command[:120]
+    return found
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
+def listening_addresses(pids: set[int]) -> set[str]:
+    """The local addresses TCP sockets of ``pids`` listen on (from /proc/net)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue
+        inodes |= {link[8:-1] for link in links if link.startswith("socket:[")}
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.add(fields[1].split(":")[0])
+    return found
+
+
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F"}
+"""127.0.0.1 as /proc/net/tcp and tcp6 write it."""
+
+
+def single_process_records(config: Any, tmp_path: Path) -> list[dict[str, Any]]:
+    from vstream.engine import Engine
+
+    with Engine(config, base_dir=tmp_path) as engine:
+        wait_for(engine.files_done, 120, "the single-process run")
+    return [json.loads(line) for line in (tmp_path / "single.jsonl").read_text().splitlines()]
+
+
+def assert_same_records(cluster: list[dict], single: list[dict]) -> None:
+    """The same frames with the same detections, tracks and counts (floats to 1e-3)."""
+
+    def key(record: dict) -> tuple[str, int]:
+        return record["stream"], record["frame"]
+
+    for stream in {r["stream"] for r in cluster}:  # each stream's records in frame order
+        frames = [r["frame"] for r in cluster if r["stream"] == stream]
+        assert frames == sorted(frames), stream
+    cluster, single = sorted(cluster, key=key), sorted(single, key=key)
+    assert [key(r) for r in cluster] == [key(r) for r in single]
+    for ours, theirs in zip(cluster, single, strict=True):
+        assert ours.keys() == theirs.keys()
+        assert ours["pts"] == pytest.approx(theirs["pts"])
+        assert ours["lines"] == theirs["lines"] and ours["events"] == theirs["events"]
+        assert len(ours["detections"]) == len(theirs["detections"]), key(ours)
+        for a, b in zip(ours["detections"], theirs["detections"], strict=True):
+            assert (a["class_id"], a.get("track_id")) == (b["class_id"], b.get("track_id"))
+            assert a["bbox"] == pytest.approx(b["bbox"], abs=1e-2)
+            assert a["score"] == pytest.approx(b["score"], abs=1e-3)
+
+
+def test_vstream_run_with_cluster_gives_a_single_process_s_records_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    """As a user runs it: its own local Ray instance, stopped at the end, no process left.
+
+    A file stream (compared, frame by frame, with a single process's records,
+    tracks and line counts) and an endless one, until SIGTERM: intake stops,
+    what is in flight is delivered, the summary is printed, exit status 0.
+    """
+    pipeline = {
+        "name": "p",
+        "model": {"path": str(MODEL)},
+        "runtime": {"device": "cpu", "batch_size": 4},
+        "analytics": {
+            "tracking": {},
+            "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}],
+        },
+        "sources": [{"id": "file", "uri": str(VIDEO), "end_seconds": 2.0}],
+    }
+    endless = {"id": "endless", "uri": str(VIDEO), "loop": True, "realtime": True}
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "cluster": {"engine": "ray", "workers": 2},
+                "pipelines": [
+                    {
+                        **pipeline,
+                        "sources": [*pipeline["sources"], endless],
+                        "sinks": [{"type": "jsonl", "path": "cluster.jsonl"}],
+                    }
+                ],
+            }
+        )
+    )
+    out = tmp_path / "cluster.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vstream", "run", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(
+            lambda: (
+                out.exists()
+                and (got := frames_by_stream(out)).get("file", []) == list(range(2 * FPS))
+                and len(got.get("endless", [])) >= 10
+            ),
+            240,
+            "the file's records and some of the endless stream's",
+        )
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert "file: 50 frames" in stderr and "on 2 Ray workers (cpu)" in stderr
+    # The module's own instance is this process's; anything else is the run's, left behind.
+    wait_for(
+        lambda: not [p for p in ray_processes() if not descends_from(p, os.getpid())],
+        30,
+        "the run's Ray processes to end",
+    )
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    endless_frames = [r["frame"] for r in records if r["stream"] == "endless"]
+    assert endless_frames == list(range(len(endless_frames)))  # nothing lost in the stop
+    single = parse_config(
+        json.dumps(
+            {"pipelines": [{**pipeline, "sinks": [{"type": "jsonl", "path": "single.jsonl"}]}]}
+        ),
+        base_dir=tmp_path,
+    )
+    file_records = [r for r in records if r["stream"] == "file"]
+    assert_same_records(file_records, single_process_records(single, tmp_path))
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[RayConnection]:
+    """One local Ray instance for the module's in-process tests, started as vstream starts it.
+
+    Ray is imported here, by vstream, not at the module's import: a local
+    instance stays on 127.0.0.1 only when vstream sets that up before Ray loads.
+    """
+    connection = RayConnection(ClusterConfig(engine="ray", workers=2))
+    assert connection.owned
+    try:
+        yield connection
+    finally:
+        connection.close()
+        wait_for(
+            lambda: not [p for p in ray_processes() if descends_from(p, os.getpid())],
+            30,
+            "every Ray process of the module's instance to end",
+        )
+
+
+def daemon_config(tmp_path: Path) -> Any:
+    """Two workers, no streams yet; one replacement at most, a stream moved once at most."""
+    pipeline = {
+        "name": "p",
+        "model": {"path": str(MODEL)},
+        "runtime": {"device": "cpu", "batch_size": 4},
+        "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")}],
+    }
+    cluster = {"engine": "ray", "workers": 2, "max_worker_restarts": 1, "max_stream_moves": 1}
+    document = {
+        "server": {"allowed_paths": [str(tmp_path), str(VIDEO.parent)]},
+        "cluster": cluster,
+        "pipelines": [pipeline],
+    }
+    return parse_config(json.dumps(document), base_dir=tmp_path)
+
+
+def frames_by_stream(path: Path) -> dict[str, list[int]]:
+    found: dict[str, list[int]] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        found.setdefault(record["stream"], []).append(record["frame"])
+    return found
+
+
+def test_the_local_instance_listens_on_loopback_only(local_ray: RayConnection) -> None:
+    assert local_ray.ray.util.get_node_ip_address() == "127.0.0.1"
+    mine = {p for p in ray_processes() if descends_from(p, os.getpid())}
+    assert mine, "the instance's processes are children of this one"
+    addresses = listening_addresses(mine)
+    assert addresses and addresses <= LOOPBACK, addresses
+
+
+def test_a_model_that_does_not_load_on_a_worker_fails_at_start_in_one_line(
+    local_ray: RayConnection, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model" * 100)
+    document = {
+        "cluster": {"engine": "ray", "workers": 1},
+        "pipelines": [
+            {
+                "name": "p",
+                "model": {"path": str(broken)},
+                "runtime": {"device": "cpu"},
+                "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")}],
+            }
+        ],
+    }
+    with pytest.raises(ModelError) as raised:
+        ClusterEngine(parse_config(json.dumps(document)), base_dir=tmp_path)
+    assert str(raised.value).startswith(f"cannot load model {broken}")
+    ray = local_ray.ray
+    wait_for(lambda: ray.available_resources().get("CPU") == 2.0, 30, "the worker to be gone")
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        (
+            {"gpus_per_worker": 1},
+            "cluster.workers (1) x cluster.gpus_per_worker (1) needs more GPUs than this "
+            "machine's 0",
+        ),
+        (
+            {"address": "auto", "gpus_per_worker": 1, "start_timeout_seconds": 2},
+            "1 of 1 Ray workers did not start within cluster.start_timeout_seconds (2 s): "
+            "each asks for 1 CPU and 1 GPU",
+        ),
+    ],
+    ids=["local-without-gpus", "cluster-without-room"],
+)
+def test_workers_that_cannot_be_placed_fail_the_start_in_one_line(
+    local_ray: RayConnection, tmp_path: Path, cluster: dict, message: str
+) -> None:
+    document = {
+        "cluster": {"engine": "ray", "workers": 1, **cluster},
+        "pipelines": [
+            {
+                "name": "p",
+                "model": {"path": str(MODEL)},
+                "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")}],
+            }
+        ],
+    }
+    with pytest.raises(VstreamError) as raised:
+        ClusterEngine(parse_config(json.dumps(document)), base_dir=tmp_path)
+    assert str(raised.value).startswith(message)
+    ray = local_ray.ray
+    wait_for(lambda: ray.available_resources().get("CPU") == 2.0, 30, "nothing left placed")
+
+
+@dataclass
+class Daemon:
+    """A cluster engine with two workers behind the real HTTP API, as ``vstream serve`` runs it."""
+
+    engine: ClusterEngine
+    client: httpx.Client
+    records: Path
+
+
+@pytest.fixture(scope="module")
+def daemon(local_ray: RayConnection, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    from vstream.server import ApiServer, create_app
+
+    tmp_path = tmp_path_factory.mktemp("daemon")
+    engine = ClusterEngine(daemon_config(tmp_path), base_dir=tmp_path)
+    server = ApiServer(create_app(engine), host="127.0.0.1", port=0)
+    server.start()
+    engine.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            yield Daemon(engine, client, tmp_path / "out.jsonl")
+    finally:
+        engine.stop()
+        server.stop()
+
+
+def wait_for_records(path: Path, expected: dict[str, list[int]], timeout: float = 120) -> None:
+    """Wait until the sink has written ``expected``'s streams in full; then compare exactly."""
+    wait_for(
+        lambda: (
+            path.exists()
+            and all(len(frames_by_stream(path).get(s, [])) >= len(f) for s, f in expected.items())
+        ),
+        timeout,
+        "the records of " + ", ".join(expected),
+    )
+    got = frames_by_stream(path)
+    assert {s: got[s] for s in expected} == expected
+
+
+def test_four_files_on_two_workers_give_every_frame_once_in_order(daemon: Daemon) -> None:
+    for i in range(4):
+        body = {"id": f"f{i}", "uri": str(VIDEO), "end_seconds": 2.0}
+        assert daemon.client.post("/streams", json=body).status_code == 201
+    wait_for_records(daemon.records, {f"f{i}": list(range(2 * FPS)) for i in range(4)})
+    held = [w["streams"] for w in daemon.engine.workers()]
+    assert all(held), f"both workers take streams: {held}"
+    assert sorted(s for streams in held for s in streams) == ["f0", "f1", "f2", "f3"]
+    wait_for(
+        lambda: all(daemon.engine.stream(f"f{i}")["state"] == "finished" for i in range(4)),
+        30,
+        "the streams to be reported finished",
+    )
+    assert not daemon.engine.failures()
+
+
+def test_streams_are_added_and_removed_through_the_api_while_running(daemon: Daemon) -> None:
+    client = daemon.client
+    endless = {"id": "b", "uri": str(VIDEO), "loop": True, "realtime": True}
+    assert client.post("/streams", json=endless).status_code == 201
+    added = client.post("/streams", json={"id": "a", "uri": str(VIDEO), "end_seconds": 2})
+    assert added.status_code == 201, added.text
+    assert client.post("/streams", json=endless).status_code == 409
+    outside = client.post("/streams", json={"id": "c", "uri": "/etc/hostname"})
+    assert outside.status_code == 400 and "allowed_paths" in outside.json()["error"]
+    assert client.get("/streams/c").status_code == 404
+    wait_for_records(daemon.records, {"a": list(range(2 * FPS))})
+    wait_for(
+        lambda: client.get("/streams/b").json()["frames_processed"] >= 5,
+        60,
+        "stream b to deliver records",
+    )
+    removed = client.delete("/streams/b")
+    assert removed.status_code == 200, removed.text
+    assert removed.json()["removed"]["frames_processed"] >= 5
+    assert client.delete("/streams/b").status_code == 404
+    assert "b" not in {s["id"] for s in client.get("/streams").json()["streams"]}
+    got = frames_by_stream(daemon.records)["b"]
+    assert got == list(range(len(got)))  # in order, each once, up to the removal
+    wait_for(lambda: client.get("/ready").status_code == 200, 30, "/ready once a is finished")
+    metrics = client.get("/metrics").text
+    assert 'vstream_cluster_workers{state="ready"} 2.0' in metrics
+    assert 'vstream_stream_frames_processed_total{pipeline="p",stream="a"} 50.0' in metrics
+    assert 'stream="b"' not in metrics
+
+
+def test_a_killed_worker_s_streams_finish_on_the_other_without_loss_or_duplicates(
+    daemon: Daemon,
+) -> None:
+    """A worker dies: files go on after their last delivered frame, a live stream after a gap."""
+    engine, client = daemon.engine, daemon.client
+    live = {"id": "live", "uri": str(VIDEO), "loop": True, "realtime": True}
+    assert client.post("/streams", json=live).status_code == 201
+    files = [f"k{i}" for i in range(4)]
+    for stream in files:  # paced at the file's rate, so that the worker dies mid-stream
+        body = {"id": stream, "uri": str(VIDEO), "end_seconds": 4.0, "realtime": True}
+        assert client.post("/streams", json=body).status_code == 201
+    victim = next(w for w in engine.workers() if "live" in w["streams"])
+    moved = sorted(set(victim["streams"]) & {*files, "live"})
+    wait_for(
+        lambda: all(engine.stream(s)["frames_processed"] >= 10 for s in moved),
+        60,
+        "the victim's streams to deliver records",
+    )
+    os.kill(engine.worker_pid(victim["worker"]), signal.SIGKILL)
+    lost = wait_for(
+        lambda: (r := client.get("/ready")).status_code == 503 and r.json()["reasons"],
+        30,
+        "/ready to show the loss",
+    )
+    assert f"worker {victim['worker']} is starting" in lost  # its replacement
+    wait_for_records(daemon.records, {s: list(range(4 * FPS)) for s in files})
+    wait_for(lambda: client.get("/ready").status_code == 200, 120, "the replacement worker")
+    described = {s: client.get(f"/streams/{s}").json() for s in [*files, "live"]}
+    assert {s for s, d in described.items() if d["moves"]} == set(moved)
+    assert all(described[s]["state"] == "finished" for s in files)
+    assert described["live"]["gap_seconds"] > 0  # the live stream's gap, counted
+    removed = client.delete("/streams/live").json()["removed"]
+    frames = frames_by_stream(daemon.records)["live"]
+    assert frames == list(range(len(frames))) and len(frames) == removed["frames_processed"]
+    metrics = client.get("/metrics").text
+    assert "vstream_cluster_worker_failures_total 1.0" in metrics
+    assert "vstream_cluster_worker_restarts_total 1.0" in metrics
+    assert f"vstream_cluster_stream_moves_total {float(len(moved))}" in metrics
+    assert 'vstream_cluster_workers{state="ready"} 2.0' in metrics
+    assert 'reason="duplicate"' not in metrics
+    assert not engine.failures()
+
+
+def test_losses_past_the_bounds_fail_once_and_loudly(daemon: Daemon) -> None:
+    """The daemon's last test: no replacement past max_worker_restarts, no move past max moves."""
+    engine, client = daemon.engine, daemon.client
+    endless = {"id": "z", "uri": str(VIDEO), "loop": True, "realtime": True}
+    assert client.post("/streams", json=endless).status_code == 201
+    for kills in (1, 2):  # its worker, then the one it moved to
+        wait_for(lambda: engine.stream("z")["worker"] is not None, 60, "z on a worker")
+        before = engine.stream("z")["frames_processed"]
+        wait_for(lambda b=before: engine.stream("z")["frames_processed"] > b, 60, "z's records")
+        os.kill(engine.worker_pid(engine.stream("z")["worker"]), signal.SIGKILL)
+        wait_for(lambda k=kills: engine.stream("z")["moves"] >= k, 30, "the loss")
+    z = wait_for(lambda: (d := engine.stream("z"))["state"] == "failed" and d, 30, "z to fail")
+    assert "cluster.max_stream_moves (1)" in z["error"]
+    assert [w["state"] for w in engine.workers()] == ["failed", "failed"]
+    failures = [str(f) for f in engine.failures()]
+    assert "every cluster worker was lost" in failures[0]
+    ready = client.get("/ready")
+    assert ready.status_code == 503 and "worker 0 is failed" in ready.json()["reasons"]
+    metrics = client.get("/metrics").text
+    assert 'vstream_cluster_workers{state="failed"} 2.0' in metrics
+    assert "vstream_cluster_worker_restarts_total 1.0" in metrics  # none past the bound
+    assert "vstream_cluster_worker_failures_total 3.0" in metrics

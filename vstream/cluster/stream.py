@@ -1,0 +1,184 @@
+"""One stream as the driver keeps it: where it runs, what reached the sinks, where it resumes.
+
+The driver is the one place that knows which records were delivered: each
+record handed to the sinks moves the stream's :class:`ResumePoint` to its
+frame. When the stream's worker is lost, the stream is opened again on
+another worker after that frame, so a file gives every frame once (same
+indices, same time stamps) and a live stream continues after a gap, which
+is counted. Tracking, lines and zones run here too, on the records in
+order, so tracks and counts carry on across a move as if nothing happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from vstream.analytics.config import AnalyticsConfig
+from vstream.config.sources import SourceConfig
+from vstream.engine.reader import StreamCounters, analytics_state
+from vstream.errors import VstreamError
+from vstream.results import FrameResult
+from vstream.sources.base import ResumePoint, SourceState
+from vstream.uri import is_live, redact
+
+log = logging.getLogger("vstream.cluster")
+
+_SUMMED = ("frames_decoded", "frames_failed", "frames_dropped", "reconnects", "corrupt_packets")
+"""Counters a worker reports that add up over the workers a stream ran on."""
+
+
+class RemoteStreamError(VstreamError):
+    """A stream failed on its worker because of its input (a bad file, a camera out of retries)."""
+
+
+class RemoteBug(Exception):
+    """A stream failed on its worker because of a bug; the text is the worker's one line."""
+
+
+class StreamLost(VstreamError):
+    """A stream's workers were lost more often than ``cluster.max_stream_moves`` allows."""
+
+
+class ClusterStream:
+    """A stream of a cluster run: its placement, its delivered records and its counters."""
+
+    def __init__(self, pipeline: str, config: SourceConfig) -> None:
+        self.id = config.id
+        self.pipeline = pipeline
+        self.config = config
+        self.counters = StreamCounters()
+        """Records delivered to the driver's sinks (frames processed), detections, rate."""
+        self.analytics: Any = None
+        """The stream's tracker, lines and zones (a StreamAnalytics), made at its first record."""
+        self.slot: int | None = None
+        """The worker it runs on; None while it waits for one."""
+        self.nvdec = False
+        """It decodes with NVDEC where it runs (counted against the worker's sessions)."""
+        self.resume: ResumePoint | None = None
+        """The last frame delivered: where the stream starts again after a move."""
+        self.moves = 0
+        self.gap_seconds = 0.0
+        """Live streams: seconds of video not seen because their worker was lost."""
+        self.done = False
+        """Every record of the stream has been delivered (it finished or failed)."""
+        self.error: BaseException | None = None
+        self.removed = False
+        self._moved_at: float | None = None
+        self._earlier = dict.fromkeys(_SUMMED, 0)
+        self._status: dict[str, Any] = {}
+
+    @property
+    def endless(self) -> bool:
+        """Live or looped: a move leaves a gap rather than resuming frame by frame."""
+        return is_live(self.config.uri) or self.config.loop
+
+    @property
+    def uri(self) -> str:
+        return redact(self.config.uri)
+
+    @property
+    def expected_frames(self) -> int | None:
+        """Unknown on the driver: the file is opened on a worker."""
+        return None
+
+    @property
+    def state(self) -> SourceState:
+        if self.error is not None:
+            return SourceState.FAILED
+        if self.done:
+            return SourceState.FINISHED
+        if self.slot is None:
+            return SourceState.RECONNECTING if self.moves else SourceState.CONNECTING
+        reported = self._status.get("state")
+        if reported == SourceState.FINISHED.value:  # its last records are on their way
+            return SourceState.STREAMING
+        return SourceState(reported) if reported else SourceState.CONNECTING
+
+    @property
+    def frame_age_seconds(self) -> float | None:
+        """Capture to record on the worker, latest frame (the hop to the driver not included)."""
+        return self._status.get("frame_age_seconds")
+
+    @property
+    def error_text(self) -> str | None:
+        return str(self.error) if self.error is not None else None
+
+    def placed(self, slot: int, nvdec: bool) -> None:
+        self.slot, self.nvdec = slot, nvdec
+
+    def lost_worker(self) -> None:
+        """Its worker is gone: keep what it counted there and wait for another."""
+        for key in _SUMMED:
+            self._earlier[key] += int(self._status.get(key, 0))
+        self._status = {}
+        self.slot, self.nvdec = None, False
+        self.moves += 1
+        self._moved_at = time.time()
+
+    def delivered(self, result: FrameResult, now: float) -> None:
+        """Its record of ``result`` is going to the sinks: count it and move the resume point."""
+        if self._moved_at is not None:
+            if self.endless and self.resume is not None:
+                self.gap_seconds += max(0.0, now - self.resume.wall_time)
+            self._moved_at = None
+        self.resume = ResumePoint(result.frame_index, result.pts_seconds, now)
+        self.counters.processed(1, len(result.detections), None)
+
+    def report(self, status: dict[str, Any]) -> None:
+        """The worker's latest description of the stream; a failure there ends it here."""
+        self._status = status
+        kind = status.get("error_kind")
+        if kind is not None and self.error is None:
+            text = status.get("error") or "failed"
+            self.error = RemoteStreamError(text) if kind == "input" else RemoteBug(text)
+            log.error("stream %s: failed: %s", self.id, text)
+        if status.get("done"):
+            self.done = True
+
+    def fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+            self.done = True
+            log.error("stream %s: failed: %s", self.id, error)
+
+    @property
+    def terminal(self) -> bool:
+        return self.done or self.removed
+
+    def total(self, key: str) -> int:
+        """A counter summed over every worker the stream ran on."""
+        return self._earlier[key] + int(self._status.get(key, 0))
+
+    def describe(self) -> dict[str, Any]:
+        """What the API shows, as a single process shows it, plus where it runs."""
+        return {
+            "id": self.id,
+            "pipeline": self.pipeline,
+            "uri": self.uri,
+            "state": self.state.value,
+            "error": self.error_text,
+            "frames_decoded": self.total("frames_decoded"),
+            "frames_processed": self.counters.frames_processed,
+            "frames_failed": self.total("frames_failed"),
+            "frames_dropped": self.total("frames_dropped"),
+            "detections": self.counters.detections,
+            "reconnects": self.total("reconnects"),
+            "corrupt_packets": self.total("corrupt_packets"),
+            "fps": round(self.counters.fps(), 2),
+            "frame_age_seconds": self.frame_age_seconds,
+            **analytics_state(self.analytics),
+            "worker": self.slot,
+            "moves": self.moves,
+            "gap_seconds": round(self.gap_seconds, 3),
+        }
+
+
+def analytics_for(config: AnalyticsConfig, class_names: dict[int, str]) -> Any:
+    """A stream's tracker, lines and zones, or None when the pipeline has none."""
+    if not config.enabled:
+        return None
+    from vstream.analytics.stream import StreamAnalytics
+
+    return StreamAnalytics(config, class_names)

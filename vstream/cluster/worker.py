@@ -1,0 +1,205 @@
+"""A cluster worker: the pipelines of a config in a Ray actor, reading the streams placed on it.
+
+Each worker runs the same :class:`~vstream.engine.pipeline.Pipeline` code as
+a single process (readers, intake, overlapped stages, one detector per
+pipeline on the worker's device), with one difference: its only sink is a
+:class:`~vstream.cluster.relay.Relay`, from which the driver pulls records.
+Frames never leave the worker; records (box metadata), counters and states
+do. A worker keeps no state the driver needs to recover it: when it is lost,
+the driver opens its streams elsewhere after the last record it delivered.
+
+The class is plain Python: the driver makes it an actor with ``ray.remote``,
+so that importing this module needs no Ray. Every method is called through
+Ray; they may run concurrently (the actor is threaded), which the pipelines
+allow: streams are added and removed while they run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from vstream.cluster.relay import Relay
+from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
+from vstream.config.sources import SourceConfig
+from vstream.errors import VstreamError
+from vstream.results import FrameResult
+from vstream.sources.base import ResumePoint
+from vstream.uri import register_credentials
+
+log = logging.getLogger("vstream.cluster")
+
+STATUS_SECONDS = 0.25
+"""How often a worker's reply carries its streams' states (and at once when a stream ends)."""
+
+_THROUGHPUT_SECONDS = 0.3
+"""About how long a worker times its model at start, for its throughput estimate."""
+
+
+@dataclass(frozen=True)
+class WorkerPipeline:
+    """What a worker needs of a pipeline: its name and model; never its sinks or their secrets."""
+
+    name: str
+    model: ModelConfig
+    postprocess: PostprocessOptions
+    runtime: RuntimeOptions
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """Who a worker is and what it can do, sent once when it has loaded its models."""
+
+    pid: int
+    host: str
+    node_ip: str
+    device: str
+    throughput: float
+    """Frames per second its model ran at, on a blank batch, when it started."""
+    class_names: dict[str, dict[int, str]]
+    """Per pipeline: the model's class names (the driver's tracking labels events with them)."""
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.startswith("cuda")
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """One reply to the driver's pull: records in order, and now and then the streams' states."""
+
+    records: list[FrameResult]
+    streams: dict[str, dict[str, Any]] | None
+    """Per stream placed here: its description, ``done`` and ``error_kind``; None between."""
+    ended: bool
+    """The worker has finished (after :meth:`ClusterWorker.finish`) and nothing is left."""
+
+
+class ClusterWorker:
+    """The pipelines of one worker; created empty (quick to place), loaded by :meth:`open`."""
+
+    def __init__(self, torch_threads: int) -> None:
+        import torch
+
+        # Process-wide, and only from the main thread (where Ray runs the constructor of
+        # a threaded actor); the methods run on Ray's threads.
+        torch.set_num_threads(torch_threads)
+        self.pipelines: dict[str, Any] = {}
+        self.relay: Relay | None = None
+        self._status_at = 0.0
+        self._running: dict[str, bool] = {}
+
+    def open(self, pipelines: list[WorkerPipeline], buffered_records: int) -> WorkerInfo:
+        """Load every pipeline's model on this worker's device and start its stages.
+
+        A model that cannot be loaded raises here, and the driver fails the
+        run with it, once: a worker that cannot load its model would fail
+        again anywhere.
+        """
+        from vstream.detector import Detector
+        from vstream.engine.pipeline import Pipeline
+
+        self.relay = Relay(buffered_records)
+        throughput = []
+        names = {}
+        for spec in pipelines:
+            detector = Detector.from_config(spec.model, spec.postprocess, spec.runtime)
+            throughput.append(_throughput(detector))
+            names[spec.name] = dict(detector.class_names)
+            pipeline = Pipeline(spec.name, detector, runtime=spec.runtime, sinks=[self.relay])
+            self.pipelines[spec.name] = pipeline
+            pipeline.start()
+        device = str(next(iter(self.pipelines.values())).detector.device)
+        return WorkerInfo(
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            node_ip=_node_ip(),
+            device=device,
+            throughput=sum(throughput) / len(throughput),
+            class_names=names,
+        )
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def add(self, pipeline: str, source: SourceConfig, resume: ResumePoint | None) -> None:
+        """Start reading ``source`` in ``pipeline``, after ``resume`` when it moved here."""
+        register_credentials(source.uri)  # masked in this process's logs too
+        self.pipelines[pipeline].add_stream(source, resume)
+
+    def remove(self, stream_id: str) -> dict[str, Any] | None:
+        """Stop a stream at once (queued frames discarded, counted); its final description."""
+        for pipeline in self.pipelines.values():
+            if stream_id in pipeline.streams:
+                return pipeline.remove_stream(stream_id).describe()
+        return None
+
+    def take(self, limit: int, wait: float) -> WorkerReport:
+        """Up to ``limit`` records (waiting up to ``wait`` seconds for one), and states when due."""
+        assert self.relay is not None, "open() first"
+        taken = self.relay.take(limit, wait)
+        now = time.monotonic()
+        readers = [r for p in self.pipelines.values() for r in list(p.streams.values())]
+        ended = any(self._running.get(r.id, True) and not r.running for r in readers)
+        statuses = None
+        if ended or taken.ended or now - self._status_at >= STATUS_SECONDS:
+            self._status_at = now
+            self._running = {r.id: r.running for r in readers}
+            statuses = {r.id: _status(r, taken.received, taken.waiting) for r in readers}
+        return WorkerReport(taken.records, statuses, taken.ended)
+
+    def stop_taking_frames(self) -> None:
+        """First step of a graceful stop: every reader stops; queued frames are still processed."""
+        for pipeline in self.pipelines.values():
+            pipeline.stop_taking_frames()
+
+    def finish(self, timeout: float) -> None:
+        """Process what is queued and join every thread; the driver then takes what is left."""
+        deadline = time.monotonic() + timeout
+        for pipeline in self.pipelines.values():
+            pipeline.finish(max(0.0, deadline - time.monotonic()))
+        if self.relay is not None:
+            self.relay.close()
+
+
+def _status(reader: Any, received: dict[str, int], waiting: frozenset[str]) -> dict[str, Any]:
+    """A stream's description, plus whether all its records have left (``done``).
+
+    ``received`` was counted before the reader's state was read, so a stream
+    is never reported done while one of its records has yet to enter the
+    relay: every frame the source gave either has a record the driver took,
+    or failed, or was discarded.
+    """
+    counters = reader.counters
+    accounted = received.get(reader.id, 0) + counters.frames_failed + counters.frames_discarded
+    through = accounted >= reader.source_stats.frames_delivered
+    idle = not reader.running and reader.id not in waiting
+    error = reader.error
+    kind = None if error is None else "input" if isinstance(error, VstreamError) else "bug"
+    return {**reader.describe(), "done": idle and (through or kind is not None), "error_kind": kind}
+
+
+def _throughput(detector: Any) -> float:
+    """Frames per second of ``detector`` on blank full batches: a relative capacity weight."""
+    import torch
+
+    from vstream.frame import Frame, PixelFormat
+
+    data = torch.zeros((360, 640, 3), dtype=torch.uint8, device=detector.device)
+    batch = [Frame(data, PixelFormat.RGB24, 640, 360)] * detector.batch_size
+    detector.detect(batch)  # the first run pays for allocation and warm-up
+    runs, started = 0, time.perf_counter()
+    while runs < 3 or (time.perf_counter() - started < _THROUGHPUT_SECONDS and runs < 50):
+        detector.detect(batch)
+        runs += 1
+    return runs * len(batch) / (time.perf_counter() - started)
+
+
+def _node_ip() -> str:
+    import ray
+
+    return ray.util.get_node_ip_address()
