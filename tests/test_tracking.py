@@ -200,12 +200,54 @@ def test_kalman_uncertainty_is_independent_of_the_step_size() -> None:
     assert coarse_mean[0, :2].tolist() == pytest.approx([130.0, 80.0])
 
 
+def full_covariance(cov: np.ndarray) -> np.ndarray:
+    """The ``(N, 8, 8)`` matrices that kalman's ``(N, 4, 3)`` per-coordinate blocks stand for."""
+    full = np.zeros((len(cov), 8, 8))
+    k = np.arange(4)
+    full[:, k, k] = cov[:, :, kalman.PP]
+    full[:, k, k + 4] = full[:, k + 4, k] = cov[:, :, kalman.PV]
+    full[:, k + 4, k + 4] = cov[:, :, kalman.VV]
+    return full
+
+
 def test_kalman_update_moves_towards_the_measurement() -> None:
     mean, cov = kalman.initiate(np.array([[100.0, 100.0, 40.0, 60.0]]))
     kalman.predict(mean, cov, 0.1)
     kalman.update(mean, cov, np.array([[110.0, 100.0, 40.0, 60.0]]))
     assert 100.0 < mean[0, 0] < 110.0 and mean[0, 4] > 0.0 and mean[0, 5] == 0.0
-    assert np.all(np.linalg.eigvalsh(cov[0]) > 0)
+    assert np.all(np.linalg.eigvalsh(full_covariance(cov)[0]) > 0)
+
+
+def test_kalman_equals_the_textbook_filter_on_full_matrices() -> None:
+    """The per-coordinate blocks give exactly what the 8x8 matrix equations give."""
+    rng = np.random.default_rng(4)
+    boxes = np.array([[100.0, 80.0, 40.0, 60.0], [300.0, 200.0, 25.0, 90.0]])
+    mean, cov = kalman.initiate(boxes)
+    ref_mean, ref_cov = mean.copy(), full_covariance(cov)
+    h = np.hstack([np.eye(4), np.zeros((4, 4))])
+    for step in range(30):
+        dt = rng.choice([0.02, 0.04, 0.1])
+        f = np.eye(8) + np.diag(np.full(4, dt), 4)
+        ref_mean = ref_mean @ f.T
+        q_std = kalman.ACCELERATION_STD * kalman._scales(ref_mean)  # noise of the predicted size
+        for i in range(len(boxes)):
+            q = np.zeros((8, 8))
+            for k in range(4):
+                block = q_std[i, k] ** 2 * np.array([[dt**3 / 3, dt**2 / 2], [dt**2 / 2, dt]])
+                q[np.ix_([k, k + 4], [k, k + 4])] = block
+            ref_cov[i] = f @ ref_cov[i] @ f.T + q
+        kalman.predict(mean, cov, dt)
+        if step % 3 != 2:  # some frames without a measurement
+            z = ref_mean[:, :4] + rng.normal(0, 2.0, (2, 4))
+            r_std = kalman.MEASUREMENT_STD * kalman._scales(z)
+            for i in range(len(boxes)):
+                s = h @ ref_cov[i] @ h.T + np.diag(r_std[i] ** 2)
+                gain = ref_cov[i] @ h.T @ np.linalg.inv(s)
+                ref_mean[i] = ref_mean[i] + gain @ (z[i] - h @ ref_mean[i])
+                ref_cov[i] = (np.eye(8) - gain @ h) @ ref_cov[i]
+            kalman.update(mean, cov, z)
+        np.testing.assert_allclose(mean, ref_mean, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(full_covariance(cov), ref_cov, rtol=1e-9, atol=1e-9)
 
 
 def test_iou_matrix() -> None:

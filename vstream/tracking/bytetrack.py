@@ -103,7 +103,7 @@ class ByteTracker:
     def reset(self) -> None:
         """Forget every track; the next confirmed track still gets a new id."""
         self._mean = np.zeros((0, 8))
-        self._cov = np.zeros((0, 8, 8))
+        self._cov = np.zeros((0, 4, 3))  # per-coordinate blocks (kalman)
         self._ids = np.zeros(0, dtype=np.int64)  # 0 while tentative
         self._state = np.zeros(0, dtype=np.int8)
         self._hits = np.zeros(0, dtype=np.int64)
