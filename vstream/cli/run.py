@@ -238,15 +238,16 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
             f"{stream.failed_frames} failed" if stream.failed_frames else "",
         ]
         shown = ", ".join(e for e in extra if e)
-        device = next(iter(engine.pipelines.values())).detector.device
+        detector = engine.pipelines[stream.pipeline].detector
         log.info(
-            "%s: %d frames, %d detections, %.1f s, %.1f fps on %s%s",
+            "%s: %d frames, %d detections, %.1f s, %.1f fps on %s, %s%s",
             name,
             stream.frames,
             stream.detections,
             elapsed,
             fps,
-            device,
+            detector.device,
+            detector.plan.runs_text,
             f" ({shown})" if shown else "",
         )
     for reader in engine.readers() if not quiet else ():
