@@ -3,9 +3,9 @@
 Each side is a fresh Python process on the same video and model, timed from
 its start to its exit, so imports, model loading and warm-up count as much
 as the frames do: what a user waits for. Each process's own peak resident
-memory and CPU time come from the kernel when it exits (``wait4``), and the
-CPU other processes used meanwhile is reported beside it, so a run disturbed
-by a busy neighbour shows.
+memory is read from ``/proc`` while it runs and its CPU time from the kernel
+when it exits (``wait4``); the CPU other processes used meanwhile is
+reported beside it, so a run disturbed by a busy neighbour shows.
 """
 
 from __future__ import annotations
@@ -25,6 +25,22 @@ from vstream.errors import VstreamError
 TIMEOUT_SECONDS = 1800
 
 
+def _peak_rss_kib(pid: int) -> int:
+    """The high-water mark of a running process's resident memory (``VmHWM``), 0 if unknown.
+
+    Read from ``/proc`` while the process runs, because what ``wait4``
+    reports at its exit (``ru_maxrss``) keeps the parent's resident memory
+    from before ``exec``: the bench's own hundreds of megabytes.
+    """
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def _timed(command: list[str], workdir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``command`` to its end: wall seconds, CPU, peak RSS, others' CPU and its stdout."""
     out_path, err_path = workdir / "stdout.txt", workdir / "stderr.txt"
@@ -33,7 +49,9 @@ def _timed(command: list[str], workdir: Path, env: dict[str, str] | None = None)
         started = time.perf_counter()
         process = subprocess.Popen(command, stdout=out, stderr=err, env=env)
         deadline = started + TIMEOUT_SECONDS
+        peak_kib = 0
         while True:
+            peak_kib = max(peak_kib, _peak_rss_kib(process.pid))
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
             if pid:
                 break
@@ -56,7 +74,7 @@ def _timed(command: list[str], workdir: Path, env: dict[str, str] | None = None)
     return {
         "seconds": seconds,
         "cpu_seconds": round(cpu, 2),
-        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),  # KiB on Linux
+        "peak_rss_mb": round(peak_kib / 1024, 1) if peak_kib else None,
         "other_processes_cores": others,
         "stdout": stdout,
     }

@@ -244,7 +244,7 @@ def render(results: BenchResults) -> str:
             lines.append(
                 f"  {name:<12}{row['frames']:>6} frames {row['seconds']:>8.2f} s "
                 f"{row['fps']:>8.1f} fps  CPU {row['cpu_seconds']:>7.1f} s  "
-                f"peak RSS {row['peak_rss_mb']:>7.1f} MB"
+                f"peak RSS {row['peak_rss_mb'] or 0:>7.1f} MB"
                 + (f"  (others used {others:.2f} cores)" if others is not None else "")
             )
     if results.startup is not None:

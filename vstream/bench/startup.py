@@ -35,6 +35,7 @@ def _seconds(command: list[str]) -> float:
 def startup_times(model: Path, video: Path, repeats: int = REPEATS) -> dict[str, Any]:
     """Median seconds of each command and of ``import torch``, and their ratios."""
     python = sys.executable
+    model, video = model.resolve(), video.resolve()  # the config file's folder is elsewhere
     with tempfile.TemporaryDirectory(prefix="vstream-bench-") as tmp:
         config = Path(tmp) / "pipelines.yaml"
         config.write_text(
