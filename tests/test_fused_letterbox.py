@@ -19,6 +19,7 @@ import torch
 from helpers import write_video
 from torch.profiler import ProfilerActivity, profile
 
+from vstream.decoders import cpu as cpu_decoder
 from vstream.decoders.cpu import PyAVDecoder, PyAVPicture, auto_threads
 from vstream.frame import Frame, PixelFormat
 from vstream.preprocess import PAD_VALUE, Letterboxer
@@ -179,15 +180,19 @@ def test_a_frame_converts_to_a_full_tensor_only_when_asked(tmp_path: Path) -> No
         frame.index = 3  # type: ignore[misc]
 
 
-def test_decoder_threads_are_shared_out_among_the_streams(tmp_path: Path) -> None:
-    assert [auto_threads(n, cores=2) for n in (1, 2, 4)] == [2, 1, 1]
-    assert [auto_threads(n, cores=64) for n in (1, 16, 32, 100)] == [4, 4, 2, 1]
+def test_decoder_threads_are_shared_out_among_the_streams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert [auto_threads(n, cores=2) for n in (1, 2, 4)] == [1, 1, 1]
+    assert [auto_threads(n, cores=8) for n in (1, 2, 4)] == [4, 2, 1]
+    assert [auto_threads(n, cores=64) for n in (1, 8, 16, 32, 100)] == [4, 4, 2, 1, 1]
+    monkeypatch.setattr(cpu_decoder, "available_cores", lambda: 8)
     video = write_video(tmp_path / "clip.mp4", frames=2, width=64, height=48)
     cpu = torch.device("cpu")
     decoders = [PyAVDecoder(str(video), device=cpu) for _ in range(3)]
     try:
-        # The n-th stream opened shares the cores with the n-1 open before it.
-        assert [d.threads for d in decoders] == [auto_threads(n) for n in (1, 2, 3)]
+        # The n-th stream opened shares half the cores with the n-1 open before it.
+        assert [d.threads for d in decoders] == [4, 2, 1]
         decoders.append(PyAVDecoder(str(video), device=cpu, threads=3))
         assert decoders[-1].threads == 3, "the user's number"
     finally:
@@ -195,4 +200,4 @@ def test_decoder_threads_are_shared_out_among_the_streams(tmp_path: Path) -> Non
             decoder.close()
     again = PyAVDecoder(str(video), device=cpu)
     again.close()
-    assert again.threads == auto_threads(1), "closed decoders no longer count"
+    assert again.threads == 4, "closed decoders no longer count"
