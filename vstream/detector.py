@@ -118,7 +118,13 @@ class Detector:
         log.info("%s on %s: model runs: %s", Path(model.path).name, device, self.plan.describe())
         self.model = ModelSession(
             model.model_copy(update={"intra_op_threads": self.plan.threads_per_run}),
-            runtime.model_copy(update={"device": str(device), "in_flight": self.plan.buffers}),
+            runtime.model_copy(
+                update={
+                    "device": str(device),
+                    "concurrent_runs": self.plan.concurrent_runs,
+                    "in_flight": self.plan.buffers,
+                }
+            ),
         )
         if model.dtype != "auto" and self.model.spec.input.dtype_name != model.dtype:
             raise ModelError(
