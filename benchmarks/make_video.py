@@ -4,7 +4,7 @@ The same moving, noisy gradients as ``benchmarks/decode.py`` (libx264's
 default preset, a key frame every 2 s): detail and motion that keep the
 decoder honest. Run from the repository root::
 
-    .venv/bin/python benchmarks/make_video.py [--size 720p] [--frames 300]
+    .venv/bin/python benchmarks/make_video.py [--size 720p] [--frames 1200]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ OUTPUT_DIR = Path(__file__).resolve().parent / "generated"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="720p")
-    parser.add_argument("--frames", type=int, default=300)
+    parser.add_argument("--frames", type=int, default=1200)
     parser.add_argument("--output", type=Path, help="default: benchmarks/generated/SIZE.mp4")
     args = parser.parse_args()
     output = args.output or OUTPUT_DIR / f"{args.size}.mp4"

@@ -7,12 +7,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from helpers import run_cli, tiny_detector, write_video
 
+from vstream import assets
 from vstream.bench import naive
+from vstream.bench.measure import Measurement
 from vstream.bench.naive import decode_output, nms
-
-STAGES = {"decode", "preprocess", "inference", "postprocess"}
+from vstream.bench.processes import compare_processes
+from vstream.bench.report import STAGES, BenchResults, targets
+from vstream.bench.startup import startup_times
+from vstream.bench.tune import plausible_plans
+from vstream.config import RuntimeOptions
+from vstream.cores import available_cores
 
 
 @pytest.fixture(scope="module")
@@ -23,14 +30,14 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def test_bench_on_the_demo_assets_reports_every_figure() -> None:
-    result = run_cli("bench", "--frames", "24", "--streams", "1,2", "--batch", "2", "--json")
+    result = run_cli("bench", "--frames", "24", "--streams", "1,4", "--batch", "2", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert set(report["stages"]) == STAGES
+    assert set(report["stages"]) == set(STAGES)
     for name, stage in report["stages"].items():
         assert stage["frames"] == 24 and stage["fps"] > 0, name
         assert stage["latency_ms"]["p50"] <= stage["latency_ms"]["p99"]
-    assert set(report["end_to_end"]) == {"1", "2"}
+    assert set(report["end_to_end"]) == {"1", "4"}
     for streams, run in report["end_to_end"].items():
         assert run["frames"] == 24 * int(streams)
         assert len(run["per_stream_fps"]) == int(streams)
@@ -41,11 +48,17 @@ def test_bench_on_the_demo_assets_reports_every_figure() -> None:
     # The demo model finds shapes in the sample: boxes (7 float32 each) reach the host.
     assert report["end_to_end"]["1"]["device_bytes_per_frame"] > 0
     assert report["config"]["buckets"] == [1, 2]
-    assert {t["target"] for t in report["targets"]} >= {
-        "end to end >= 0.95x model-only",
-        "end to end >= 1.05x naive (in process)",
+    alone = report["model_alone"]
+    assert alone["frames"] == 24 and alone["fps"] > 0
+    verdicts = {t["target"]: t["met"] for t in report["targets"]}
+    measured = {
+        "in process, end to end, 1 stream: >= 1.0x the model alone",
+        "4 streams: aggregate >= 1.0x the model alone",
+        "4 streams: each within 20 % of the mean",
     }
-    assert all(isinstance(t["met"], bool) for t in report["targets"])
+    assert all(isinstance(verdicts.pop(name), bool) for name in measured)
+    # Not asked for in this run: reported as not measured, never guessed.
+    assert len(verdicts) == 7 and set(verdicts.values()) == {None}
     assert report["peak_rss_mb"] > 0 and report["machine"]["cpus"] >= 1
 
 
@@ -71,7 +84,8 @@ def test_bench_counts_the_bytes_that_reach_the_host(tiny: tuple[Path, Path]) -> 
     assert isinstance(soak["rss_growth_mb"], float)
     # The model fixes a batch of one: the bench runs it frame by frame.
     assert report["config"]["threads"] == 1 and report["config"]["batch"] == 1
-    assert any(t["target"].startswith("RSS growth after 50 frames") for t in report["targets"])
+    (rss,) = [t for t in report["targets"] if t["target"].startswith("RSS after 50 frames")]
+    assert rss["value"] == abs(soak["rss_growth_mb"]) and isinstance(rss["met"], bool)
 
 
 def test_bench_prints_a_table_by_default(tiny: tuple[Path, Path]) -> None:
@@ -119,3 +133,114 @@ def test_naive_loop_without_opencv_decodes_and_resizes_with_pyav(
     result = naive.run_naive(video, model, 320, 1, 12)
     assert result.extra["decoder"] == "pyav"
     assert result.frames == 12 and result.extra["detections"] == 12
+
+
+def test_tune_measures_the_plausible_plans_and_prints_settings_to_paste(
+    tiny: tuple[Path, Path],
+) -> None:
+    model, video = tiny
+    result = run_cli("bench", "--tune", "--tune-seconds", "5", "--model", model, "--source", video)
+    assert result.returncode == 0, result.stderr
+    settings = yaml.safe_load(result.stdout)  # comments and settings: pasteable as they are
+    # The tiny model fixes a batch of one: only the split of the cores is tuned.
+    assert set(settings) == {"runtime", "model"} and set(settings["runtime"]) == {"concurrent_runs"}
+    cores = available_cores()
+    plans = plausible_plans("cpu", cores, fixed_batch=1)
+    assert all(p.concurrent_runs * p.threads_per_run <= max(cores, 1) for p in plans)
+    best = (settings["runtime"]["concurrent_runs"], settings["model"]["intra_op_threads"])
+    assert best in {(p.concurrent_runs, p.threads_per_run) for p in plans}
+    measured = [
+        line for line in result.stdout.splitlines() if line.startswith("#   ") and "x" in line
+    ]
+    assert len(measured) == len(plans) + 1 and sum("<- best" in line for line in measured) == 1
+    # The settings work: a run with them is accepted as they were printed.
+    config = RuntimeOptions(**settings["runtime"])
+    assert config.concurrent_runs == best[0]
+
+
+def test_plausible_plans_split_the_cores_and_try_batches() -> None:
+    two = [
+        (p.concurrent_runs, p.threads_per_run, p.batch_size)
+        for p in plausible_plans("cpu", 2, None)
+    ]
+    assert two == [(1, 2, 1), (1, 2, 4), (2, 1, 1), (2, 1, 4)]
+    eight = {(p.concurrent_runs, p.threads_per_run) for p in plausible_plans("cpu", 8, None)}
+    assert eight == {(1, 8), (2, 4), (4, 2), (8, 1)}
+    assert {p.batch_size for p in plausible_plans("cuda", 8, None)} == {1, 4, 8}
+
+
+def test_whole_processes_report_time_cpu_and_their_own_peak_memory(
+    tiny: tuple[Path, Path],
+) -> None:
+    model, video = tiny
+    rows = compare_processes(video, model, 320, ["--threads=1"], ultralytics=False)
+    assert set(rows) == {"vstream", "naive"}
+    for row in rows.values():
+        assert row["frames"] == 40 and row["fps"] > 0 and row["cpu_seconds"] > 0
+        assert 20 < row["peak_rss_mb"] < 4096
+    # vstream loads torch; the naive loop does not: their own peaks show it.
+    assert rows["vstream"]["peak_rss_mb"] > rows["naive"]["peak_rss_mb"]
+
+
+def test_startup_is_timed_against_importing_torch() -> None:
+    found = startup_times(assets.DEMO_MODEL, assets.SAMPLE_VIDEO, repeats=1)
+    assert set(found["seconds"]) == {
+        "import torch", "vstream --help", "vstream schema", "vstream validate"
+    }  # fmt: skip
+    for name, ratio in found["over_import_torch"].items():
+        assert ratio == pytest.approx(
+            found["seconds"][name] / found["seconds"]["import torch"], 0.01
+        )
+
+
+def test_every_target_of_the_issue_gets_a_verdict_from_the_figures() -> None:
+    def run(fps: float, **extra: object) -> Measurement:
+        return Measurement(frames=100, seconds=100 / fps, cpu_seconds=1.0, extra=dict(extra))
+
+    streams = {"per_stream_fps": {}, "fairness_max_deviation": 0.25, "device_bytes_per_frame": 0}
+    processes = {
+        320: {"vstream": {"fps": 40.0}, "naive": {"fps": 30.0}, "ultralytics": {"fps": 20.0}},
+        640: {"vstream": {"fps": 12.0}, "naive": {"fps": 11.0}},
+    }
+    results = BenchResults(
+        config={},
+        stages={s: run(50.0) for s in STAGES},
+        model_alone=run(36.0),
+        end_to_end={1: run(45.0, **streams), 4: run(35.0, **streams)},
+        naive=run(30.0),
+        peak_rss_bytes=1,
+        soak=run(50.0, rss_growth_mb=-6.0),
+        processes=processes,
+        startup={"repeats": 1, "seconds": {}, "over_import_torch": {
+            "vstream --help": 0.1, "vstream schema": 0.2, "vstream validate": 0.4
+        }},
+    )  # fmt: skip
+    verdicts = [(t["value"], t["met"]) for t in targets(results)]
+    assert verdicts == [
+        (2.0, True),  # 40 / 20 >= 1.6
+        (1.333, True),  # 40 / 30 >= 1.25
+        (1.091, False),  # 12 / 11 < 1.2
+        (1.25, True),  # 45 / 36
+        (0.972, False),  # 35 / 36
+        (0.25, False),  # fairness
+        (0.1, True),
+        (0.2, True),
+        (0.4, False),
+        (6.0, True),  # |-6 MB|
+    ]
+
+
+def test_whole_processes_get_the_model_and_runtime_flags_the_bench_was_given() -> None:
+    from vstream.cli import build_parser
+    from vstream.cli.bench import _given_run_flags
+
+    args = build_parser().parse_args(
+        ["bench", "--threads", "1", "--batch", "2", "--spin-wait", "--classes", "0,2",
+         "--imgsz", "640", "--decoder-threads", "1"]
+    )  # fmt: skip
+    flags = _given_run_flags(args)
+    assert sorted(flags) == sorted(
+        ["--threads=1", "--batch=2", "--spin-wait", "--classes=0,2", "--decoder-threads=1"]
+    ), "each as vstream run takes it; --imgsz is the whole-process run's own"
+    run = build_parser().parse_args(["run", *flags])
+    assert run.handler.__name__ == "run_command"

@@ -70,7 +70,7 @@ def test_preprocessing_writes_into_the_bound_buffer(tmp_path: Path, bound_pointe
     detector = Detector(constant_output_model(tmp_path / "m.onnx", raw), device="cpu")
     assert detector.letterboxer.input is detector.model.input
     # One input per batch in flight, each letterboxed into where its binding points.
-    assert len(detector.letterboxers) == len(detector.model.buffers) == 3
+    assert len(detector.letterboxers) == len(detector.model.buffers) == detector.plan.buffers
     assert bound_pointers["input"] == [lb.input.data_ptr() for lb in detector.letterboxers]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -101,7 +102,7 @@ def test_batches_mix_streams_round_robin_up_to_the_batch_size(model: Path) -> No
         indices = [f.index for b in batches for f in b.frames if f.stream_id == stream]
         assert indices == list(range(8))
     assert all(not b.failures and len(b.results) == 4 for b in batches)
-    assert {b.buffer for b in batches} == {0, 1, 2}, "batches rotate through the buffers"
+    assert {b.buffer for b in batches} == set(range(detector.buffers)), "batches rotate"
 
 
 def test_a_slow_stream_does_not_hold_back_a_fast_one(model: Path) -> None:
@@ -151,7 +152,7 @@ def test_frames_before_a_source_error_are_delivered_then_it_is_raised(model: Pat
 def test_an_inference_error_fails_the_stream_once_and_every_stage_ends(
     model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    detector = Detector(model, device="cpu", batch_size=2)
+    detector = Detector(model, device="cpu", batch_size=2, concurrent_runs=1)
     calls = []
 
     def broken(buffer: int, frames: int) -> torch.Tensor:
@@ -285,3 +286,133 @@ pipelines:
         "vstream_inference_batch_size_count", {"pipeline": "main"}
     )
     assert sizes == 50 and batches < 50, "frames of both streams were batched together"
+
+
+def shade_of(detector: Detector, buffer: int) -> float:
+    """The grey level (0..255) of the frame letterboxed into slot 0 of ``buffer``."""
+    return round(detector.model.buffers[buffer].input[0, 0, 32, 32].item() * 255)
+
+
+def run_stages(detector: Detector, frames: list[Frame]) -> list[Batch]:
+    """Every frame through the stages, as queued by stream; the batches in delivery order."""
+    intake = Intake()
+    stop = threading.Event()
+    for stream in dict.fromkeys(f.stream_id for f in frames):
+        intake.register(stream, len(frames), BLOCK)
+    for frame in frames:
+        assert intake.put(frame.stream_id, frame, stop)
+    delivered: list[Batch] = []
+    stages = OverlappedStages(detector, intake, delivered.append, batch_timeout=0.01)
+    stages.start()
+    stages.finish()
+    assert stages.join(60)
+    return delivered
+
+
+def test_concurrent_runs_deliver_in_gathering_order_with_each_result_on_its_frame(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of random lengths finish out of order; results still leave in order, per stream."""
+    detector = Detector(model, device="cpu", batch_size=2, concurrent_runs=3)
+    assert detector.buffers == 5 and detector.plan.concurrent_runs == 3
+    real_infer = detector.infer
+    overlap = threading.Barrier(2, timeout=30)
+    calls = 0
+    in_flight = most_in_flight = 0
+    lock = threading.Lock()
+    rng = random.Random(7)
+
+    def slow_infer(buffer: int, frames: int) -> torch.Tensor:
+        nonlocal calls, in_flight, most_in_flight
+        with lock:
+            calls += 1
+            first_two = calls <= 2
+            in_flight += 1
+            most_in_flight = max(most_in_flight, in_flight)
+            delay = rng.uniform(0, 0.03)
+        try:
+            if first_two:
+                overlap.wait()  # returns only if two runs are in flight at once
+            time.sleep(delay)
+            return real_infer(buffer, frames)
+        finally:
+            with lock:
+                in_flight -= 1
+
+    monkeypatch.setattr(detector, "infer", slow_infer)
+    streams = [frames_of(f"s{n}", 12, 64, 48, shade=n * 5) for n in range(5)]
+    frames = [f for group in zip(*streams, strict=True) for f in group]
+    delivered = run_stages(detector, frames)
+
+    assert 2 <= most_in_flight <= 3
+    assert [b.sequence for b in delivered] == list(range(len(delivered))), "gathering order"
+    assert not any(b.failures for b in delivered)
+    results = [r for b in delivered for r in b.results]
+    monkeypatch.undo()
+    for group in streams:
+        mine = [r for r in results if r.stream_id == group[0].stream_id]
+        assert [r.frame_index for r in mine] == list(range(12)), "every frame once, in order"
+        for frame, result in zip(group, mine, strict=True):
+            (alone,) = detector.detect([frame])
+            assert result.detections[0].bbox == pytest.approx(alone.detections[0].bbox, abs=1e-3)
+
+
+def test_a_stream_failing_in_one_run_loses_its_frames_already_in_another(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Frame 3 fails only after frame 4 has run beside it: frame 4 is not delivered."""
+    detector = Detector(model, device="cpu", batch_size=1, concurrent_runs=2)
+    frames = frames_of("cam", 8, 64, 48, shade=1)
+    frames[3] = Frame(torch.full((48, 64, 3), 255, dtype=torch.uint8), PixelFormat.RGB24, 64, 48,
+                      "cam", 3)  # fmt: skip
+    real_infer = detector.infer
+    four = (37 * 4 + 1) % 256
+    four_ran = threading.Event()
+
+    def infer(buffer: int, count: int) -> torch.Tensor:
+        shade = shade_of(detector, buffer)
+        if shade == 255:
+            # Frame 4 is gathered only once this run has taken frame 3: it runs beside it.
+            if not four_ran.wait(30):
+                raise RuntimeError("frame 4 never ran while frame 3 was in the model")
+            raise ModelError("inference failed: white frame")
+        output = real_infer(buffer, count)
+        if shade == four:
+            four_ran.set()
+        return output
+
+    monkeypatch.setattr(detector, "infer", infer)
+    delivered = run_stages(detector, frames)
+    results = [r.frame_index for b in delivered for r in b.results]
+    failed = sorted(a.frame.index for b in delivered for a, _ in b.failures)
+    assert results == [0, 1, 2]
+    assert failed == [3, 4, 5, 6, 7], "every lost frame is counted, frame 4 (which ran) too"
+    assert four_ran.is_set()
+
+
+def test_a_failure_in_a_later_batch_spares_the_frames_before_it(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Frame 3 fails while frame 2 is still running: frame 2 came first and is delivered."""
+    detector = Detector(model, device="cpu", batch_size=1, concurrent_runs=2)
+    frames = frames_of("cam", 6, 64, 48, shade=1)
+    frames[2] = Frame(torch.zeros((48, 64, 3), dtype=torch.uint8), PixelFormat.RGB24, 64, 48,
+                      "cam", 2)  # fmt: skip
+    frames[3] = Frame(torch.full((48, 64, 3), 255, dtype=torch.uint8), PixelFormat.RGB24, 64, 48,
+                      "cam", 3)  # fmt: skip
+    real_infer = detector.infer
+    three_failed = threading.Event()
+
+    def infer(buffer: int, count: int) -> torch.Tensor:
+        shade = shade_of(detector, buffer)
+        if shade == 255:
+            three_failed.set()
+            raise ModelError("inference failed: white frame")
+        if shade == 0 and not three_failed.wait(30):
+            raise RuntimeError("frame 3 never ran beside frame 2")
+        return real_infer(buffer, count)
+
+    monkeypatch.setattr(detector, "infer", infer)
+    delivered = run_stages(detector, frames)
+    assert [r.frame_index for b in delivered for r in b.results] == [0, 1, 2]
+    assert sorted(a.frame.index for b in delivered for a, _ in b.failures) == [3, 4, 5]

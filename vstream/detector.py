@@ -13,7 +13,9 @@ needs to know of a detector.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,12 @@ from pydantic import ValidationError
 
 from vstream.config.loading import ConfigError, ConfigIssue, issues_from
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
+from vstream.engine.plan import plan_runs
 from vstream.errors import ModelError
 from vstream.frame import Frame
+from vstream.inference.providers import resolve_device
 from vstream.inference.session import ModelSession
+from vstream.inference.wheels import load_onnxruntime
 from vstream.postprocess.decode import Postprocessor
 from vstream.postprocess.formats import (
     OutputFormat,
@@ -35,6 +40,8 @@ from vstream.postprocess.formats import (
 from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
 from vstream.results import FrameResult, split_by_frame
 from vstream.transfer import HostStaging, to_host
+
+log = logging.getLogger("vstream.engine")
 
 _OPTION_MODELS = (ModelConfig, PostprocessOptions, RuntimeOptions)
 
@@ -106,7 +113,22 @@ class Detector:
     ) -> None:
         self.config = model
         self.runtime = runtime
-        self.model = ModelSession(model, runtime)
+        device = resolve_device(runtime.device, load_onnxruntime().get_available_providers())
+        plan = plan_runs(model, runtime, device.type)
+        self.model = ModelSession(
+            model.model_copy(update={"intra_op_threads": plan.threads_per_run}),
+            runtime.model_copy(
+                update={
+                    "device": str(device),
+                    "concurrent_runs": plan.concurrent_runs,
+                    "in_flight": plan.buffers,
+                }
+            ),
+        )
+        # The session may run fewer at once than planned (one on CUDA, said there).
+        self.plan = replace(plan, concurrent_runs=self.model.concurrent_runs)
+        """How many runs the engine keeps in flight, with how many threads and buffers."""
+        log.info("%s on %s: model runs: %s", Path(model.path).name, device, self.plan.describe())
         if model.dtype != "auto" and self.model.spec.input.dtype_name != model.dtype:
             raise ModelError(
                 f"{self.model.spec.path.name}: the model input is "
@@ -159,6 +181,11 @@ class Detector:
     def buffers(self) -> int:
         """Batches that can be in flight at once, each in a model buffer of its own."""
         return len(self.model.buffers)
+
+    @property
+    def concurrent_runs(self) -> int:
+        """Model runs the engine may have in flight at once, each on a buffer of its own."""
+        return self.plan.concurrent_runs
 
     @property
     def cuda_stream(self) -> torch.cuda.Stream | None:

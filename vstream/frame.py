@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -45,38 +45,121 @@ class ColourSpace:
     full_range: bool = False
 
 
-@dataclass(frozen=True)
-class Frame:
-    """One decoded video frame on a device.
+class DecodedPicture(Protocol):
+    """A decoded picture still in its decoder's memory, made a tensor only when asked.
 
-    ``data`` stays wherever the decoder put it (CPU or CUDA memory); nothing in
-    the pipeline copies it to the host.
+    The CPU decoder hands these out instead of converting every picture to a
+    full-size RGB tensor: preprocessing scales the picture straight to the
+    model's letterbox size (:mod:`vstream.preprocess.scale`), and only what
+    needs the whole picture (annotated video, previews, snapshots) pays for
+    :meth:`to_tensor`.
     """
 
-    data: torch.Tensor
+    @property
+    def device(self) -> torch.device: ...
+
+    def to_tensor(self, pixel_format: PixelFormat) -> torch.Tensor:
+        """The whole picture as a ``uint8`` tensor laid out as ``pixel_format`` says."""
+        ...
+
+
+_FIELDS = (
+    "pixel_format",
+    "width",
+    "height",
+    "stream_id",
+    "index",
+    "pts_seconds",
+    "colour",
+    "capture_time",
+    "picture",
+)
+
+
+class Frame:
+    """One decoded video frame on a device, immutable.
+
+    ``data`` stays wherever the decoder put it (CPU or CUDA memory); nothing in
+    the pipeline copies it to the host. A frame is made either from a tensor
+    (``data``) or from a :class:`DecodedPicture` (``picture``, with ``data``
+    None), in which case ``data`` is converted on first use and kept.
+    """
+
+    __slots__ = ("_data", *_FIELDS)
+
     pixel_format: PixelFormat
+    """Layout of :attr:`data`."""
     width: int
     height: int
-    stream_id: str = "0"
-    index: int = 0
+    stream_id: str
+    index: int
     """Position of the frame in its stream, counted from 0."""
-    pts_seconds: float = 0.0
+    pts_seconds: float
     """Presentation time stamp in seconds from the start of the stream."""
-    colour: ColourSpace = ColourSpace()
-    capture_time: float | None = None
+    colour: ColourSpace
+    capture_time: float | None
     """Wall-clock time (``time.time()``) the frame was received, for frame-age reporting."""
+    picture: DecodedPicture | None
+    """The decoder's own picture when the frame was made from one (the CPU decoder's)."""
 
-    def __post_init__(self) -> None:
-        if self.width <= 0 or self.height <= 0:
-            raise ValueError(f"frame size must be positive, got {self.width}x{self.height}")
-        if str(self.data.dtype) != "torch.uint8":
-            raise ValueError(f"frame data must be uint8, got {self.data.dtype}")
+    def __init__(
+        self,
+        data: torch.Tensor | None,
+        pixel_format: PixelFormat,
+        width: int,
+        height: int,
+        stream_id: str = "0",
+        index: int = 0,
+        pts_seconds: float = 0.0,
+        colour: ColourSpace = ColourSpace(),
+        capture_time: float | None = None,
+        *,
+        picture: DecodedPicture | None = None,
+    ) -> None:
+        if width <= 0 or height <= 0:
+            raise ValueError(f"frame size must be positive, got {width}x{height}")
+        if (data is None) == (picture is None):
+            raise ValueError("a frame is made from a tensor or from a decoded picture, not both")
+        values = (pixel_format, width, height, stream_id, index, pts_seconds, colour)
+        for name, value in zip(_FIELDS, (*values, capture_time, picture), strict=True):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_data", None)
+        if data is not None:
+            self._check(data)
+            object.__setattr__(self, "_data", data)
+        else:
+            self.expected_shape(pixel_format, width, height)  # odd-sized 4:2:0 fails now
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Frame is immutable: cannot set {name!r}")
+
+    def __repr__(self) -> str:
+        return (
+            f"Frame({self.pixel_format.value} {self.width}x{self.height}, "
+            f"stream {self.stream_id!r} #{self.index}, pts {self.pts_seconds:.3f} s)"
+        )
+
+    def _check(self, data: torch.Tensor) -> None:
+        if str(data.dtype) != "torch.uint8":
+            raise ValueError(f"frame data must be uint8, got {data.dtype}")
         expected = self.expected_shape(self.pixel_format, self.width, self.height)
-        if tuple(self.data.shape) != expected:
+        if tuple(data.shape) != expected:
             raise ValueError(
                 f"{self.pixel_format.value} frame of {self.width}x{self.height} needs data of "
-                f"shape {expected}, got {tuple(self.data.shape)}"
+                f"shape {expected}, got {tuple(data.shape)}"
             )
+
+    @property
+    def data(self) -> torch.Tensor:
+        """The whole picture, laid out as :attr:`pixel_format` says (converted once, on demand)."""
+        data = self._data
+        if data is None:
+            assert self.picture is not None
+            data = self.picture.to_tensor(self.pixel_format)
+            self._check(data)
+            # Two threads asking at once both convert; either result is the same picture.
+            object.__setattr__(self, "_data", data)
+        return data
 
     @staticmethod
     def expected_shape(pixel_format: PixelFormat, width: int, height: int) -> tuple[int, ...]:
@@ -91,4 +174,7 @@ class Frame:
 
     @property
     def device(self) -> torch.device:
-        return self.data.device
+        if self._data is not None:
+            return self._data.device
+        assert self.picture is not None
+        return self.picture.device

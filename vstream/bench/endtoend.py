@@ -18,6 +18,7 @@ from pathlib import Path
 from vstream.bench.measure import Measurement, Stopwatch, rss_bytes
 from vstream.bench.stages import looped_source
 from vstream.detector import Detector
+from vstream.errors import VstreamError
 from vstream.frame import Frame
 from vstream.results import FrameResult
 from vstream.sinks.jsonl import JsonLinesSink
@@ -53,34 +54,48 @@ def end_to_end(
     Reports aggregate fps, per-frame latency (decoded to result), per-stream
     fps and the fairness between streams, the bytes handed to the host per
     frame and, with ``rss_at``, resident memory after that many frames and at
-    the end.
+    the end. Every stream first runs enough frames to warm up every buffer;
+    those are processed, written out and not counted.
     """
     sources = [
         looped_source(video, detector.device, f"s{i}", decoder_threads) for i in range(streams)
     ]
+    # Timed from the moment every buffer has carried a batch (the model's first runs in each
+    # allocate and plan), as the model alone is timed after its warm-up runs.
+    warmup = -(-detector.buffers * detector.batch_size // streams)
     clock = DecodeClock()
-    limited = [clock.through(itertools.islice(s, frames_per_stream)) for s in sources]
+    limited = [clock.through(itertools.islice(s, warmup + frames_per_stream)) for s in sources]
     finished_at: dict[str, float] = {}
     done: dict[str, int] = {}
     latencies: list[float] = []
     pending: list[FrameResult] = []
     rss_early: int | None = None
-    bytes_before, _ = transfers.snapshot()
+    watch: Stopwatch | None = None
+    warmed = 0
+    bytes_before = 0
     try:
         with JsonLinesSink(os.devnull) as sink:
-            watch = Stopwatch().start()
             for result in detector.streams(limited):
                 now = time.perf_counter()
-                latencies.append(clock.latency(result, now))
-                done[result.stream_id] = done.get(result.stream_id, 0) + 1
-                finished_at[result.stream_id] = now
+                latency = clock.latency(result, now)
                 pending.append(result)
                 if len(pending) >= detector.batch_size:
                     sink.send([r.to_record() for r in pending])
                     pending.clear()
+                if watch is None:
+                    warmed += 1
+                    if warmed == warmup * streams:
+                        watch = Stopwatch().start()
+                        bytes_before, _ = transfers.snapshot()
+                    continue
+                latencies.append(latency)
+                done[result.stream_id] = done.get(result.stream_id, 0) + 1
+                finished_at[result.stream_id] = now
                 if rss_at is not None and len(latencies) == rss_at:
                     rss_early = rss_bytes()
             sink.send([r.to_record() for r in pending])
+            if watch is None:
+                raise VstreamError(f"{video}: the pipeline ended during its warm-up")
             watch.stop()
     finally:
         for source in sources:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from vstream.config.base import Cli, Flag, Int, Number, Seconds, StrictModel, existing_file
 from vstream.postprocess.formats import OutputFormat
@@ -13,6 +13,7 @@ from vstream.postprocess.formats import OutputFormat
 MAX_BATCH = 64
 MAX_IMGSZ = 4096
 MAX_THREADS = 64
+MAX_RUNS = 16
 
 
 def _image_size(value: Any) -> Any:
@@ -75,7 +76,9 @@ class ModelConfig(StrictModel):
         None, max_length=3, description="ONNX Runtime execution providers in order of preference"
     )
     intra_op_threads: Annotated[Int(0, MAX_THREADS), Cli("--threads")] = Field(
-        0, description="ONNX Runtime threads per model run; 0: chosen from the cores"
+        0,
+        description="ONNX Runtime threads per model run; 0: chosen with the concurrent runs "
+        "(on a CPU: the cores divided among the runs)",
     )
     spin_wait: Annotated[Flag, Cli("--spin-wait")] = Field(
         False,
@@ -136,13 +139,29 @@ class RuntimeOptions(StrictModel):
     batch_timeout_seconds: Annotated[Seconds(0, 10, open_low=False), Cli("--batch-timeout")] = (
         Field(0.04, description="how long a partly filled batch waits for more frames")
     )
-    in_flight: Annotated[Int(1, 8), Cli("--in-flight")] = Field(
-        3,
-        description="batches in flight at once (gathered, in the model, in postprocessing), "
-        "each in buffers of its own",
+    concurrent_runs: Annotated[Int(1, MAX_RUNS) | None, Cli("--concurrent-runs")] = Field(
+        None,
+        description="model runs in flight at once, each on a batch and buffers of its own; "
+        "default: on a CPU one per core (up to 8), each with one ONNX Runtime thread; on CUDA 1",
+    )
+    in_flight: Annotated[Int(1, MAX_RUNS + 2) | None, Cli("--in-flight")] = Field(
+        None,
+        description="batches in flight at once, each in buffers of its own; default: "
+        "concurrent runs + 2 (one being gathered, one per run, one in postprocessing)",
     )
     torch_threads: Annotated[Int(1, MAX_THREADS), Cli("--torch-threads")] = Field(
         1,
         description="torch's intra-op threads for preprocessing and postprocessing; set once, "
         "process-wide, when the engine starts",
     )
+
+    @model_validator(mode="after")
+    def _room_for_the_runs(self) -> RuntimeOptions:
+        runs, buffers = self.concurrent_runs, self.in_flight
+        if runs is not None and buffers is not None and buffers < runs + 2:
+            raise ValueError(
+                f"in_flight ({buffers}) must be at least concurrent_runs + 2 ({runs + 2}): one "
+                "batch being gathered, one per run, one in postprocessing; leave in_flight out "
+                "to have it derived"
+            )
+        return self

@@ -99,8 +99,8 @@ class SourceOptions(StrictModel):
     )
     decoder_threads: Annotated[Int(0, MAX_DECODER_THREADS), Cli("--decoder-threads")] = Field(
         0,
-        description="FFmpeg decoding threads for this stream; 0: chosen from the cores and "
-        "the number of streams",
+        description="FFmpeg decoding threads for this stream; 0: half the cores shared among "
+        "the streams being decoded when it opens, from 1 to 4",
     )
     pixel_format: Annotated[PixelFormat | None, Cli("--pixel-format")] = Field(
         None, description="what the decoder hands to preprocessing; default: its cheapest"

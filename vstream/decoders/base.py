@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from vstream.frame import ColourSpace, Frame, PixelFormat
+from vstream.frame import ColourSpace, DecodedPicture, Frame, PixelFormat
 
 if TYPE_CHECKING:
     import torch
@@ -21,13 +21,16 @@ if TYPE_CHECKING:
 class Picture:
     """One decoded picture, before a source gives it a place in its stream."""
 
-    data: torch.Tensor
+    data: torch.Tensor | None
+    """The picture as a tensor; None when it is left in the decoder's memory (``decoded``)."""
     pixel_format: PixelFormat
     width: int
     height: int
     pts_seconds: float | None
     """Presentation time in the stream's own clock, None when the stream has none."""
     colour: ColourSpace
+    decoded: DecodedPicture | None = None
+    """The decoder's own picture, converted to a tensor only when something asks."""
 
     def to_frame(
         self, stream_id: str, index: int, pts_seconds: float, capture_time: float
@@ -43,6 +46,7 @@ class Picture:
             pts_seconds=pts_seconds,
             colour=self.colour,
             capture_time=capture_time,
+            picture=self.decoded,
         )
 
 

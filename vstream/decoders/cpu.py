@@ -1,18 +1,28 @@
-"""The CPU decoder: PyAV (FFmpeg) decoding with frame threading.
+"""The CPU decoder: PyAV (FFmpeg) decoding, pictures left in FFmpeg's memory until used.
 
-FFmpeg's scaler converts each picture to the requested layout in the same
-pass that copies it out of the decoder, which is the cheapest way to get RGB
-on a CPU; ``nv12``/``yuv420p`` leave the colour conversion to the shared
-device preprocessing, as on the NVDEC path.
+A decoded picture is handed on as it came out of the decoder (a
+:class:`PyAVPicture`, YUV in FFmpeg's buffer pool): preprocessing converts
+and resizes it to the model's letterbox size in one pass of FFmpeg's scaler
+(:mod:`vstream.preprocess.scale`), and only what needs the whole picture
+(annotated video, previews, snapshots) converts it at full size, once,
+through :attr:`vstream.frame.Frame.data`, to the requested layout: packed
+RGB by default, or ``nv12``/``yuv420p`` for the shared device colour
+conversion. Frames meant for a GPU are converted and copied at once.
+
+Threads: ``threads=0`` shares half the cores among the streams being
+decoded when a decoder opens (:func:`auto_threads`), so N streams never each
+start a thread per core.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 
 import av
 import torch
 
+from vstream.cores import available_cores
 from vstream.decoders.base import Picture
 from vstream.decoders.demux import Demuxer
 from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
@@ -21,6 +31,42 @@ from vstream.transfer import upload
 # FFmpeg's AVColorSpace / AVColorRange values that change the conversion.
 _AVCOL_SPC_BT709 = 1
 _AVCOL_RANGE_JPEG = 2
+
+MAX_AUTO_THREADS = 4
+"""Most FFmpeg threads ``threads=0`` gives one stream: past a few, frame threads add only delay."""
+
+_open_lock = threading.Lock()
+_open_decoders = 0
+"""CPU decoders open in this process, for :func:`auto_threads`."""
+
+
+def auto_threads(streams: int, cores: int | None = None) -> int:
+    """FFmpeg threads for one of ``streams`` streams decoded at once: half the cores, shared.
+
+    Decoding gets at most half the cores (the model runs need the rest),
+    shared among the streams: ``cores // (2 * streams)``, at least 1 and at
+    most :data:`MAX_AUTO_THREADS`. One stream on 2 cores decodes on its reader
+    thread alone (frame threads would cost 5 % more CPU per picture, and one
+    thread decodes 720p H.264 several times faster than the model runs); one
+    stream on 16 cores gets 4 threads; 32 streams on 64 cores get 1 each.
+    """
+    cores = cores or available_cores()
+    return max(1, min(MAX_AUTO_THREADS, cores // (2 * max(1, streams))))
+
+
+class PyAVPicture:
+    """A picture PyAV decoded, still in FFmpeg's memory: nothing converted or copied yet."""
+
+    __slots__ = ("frame",)
+
+    device = torch.device("cpu")
+
+    def __init__(self, frame: av.VideoFrame) -> None:
+        self.frame = frame
+
+    def to_tensor(self, pixel_format: PixelFormat) -> torch.Tensor:
+        """The whole picture in ``pixel_format``, converted by FFmpeg on the calling thread."""
+        return torch.from_numpy(self.frame.to_ndarray(format=pixel_format.value, threads=1))
 
 
 def colour_of(frame: av.VideoFrame) -> ColourSpace:
@@ -36,8 +82,8 @@ class PyAVDecoder:
     Damaged packets (flagged by the demuxer or rejected by the decoder) are
     skipped and counted in :attr:`corrupt_packets`; see :class:`Demuxer` for
     ``options``, ``input_format``, ``timeout`` and ``stall_seconds``.
-    ``threads`` caps FFmpeg's decoding threads (0: FFmpeg's choice, about one
-    per core), which on a small CPU compete with the model's; ``low_delay``
+    ``threads`` sets FFmpeg's decoding threads (0: :func:`auto_threads` of the
+    streams open now, this one included); ``low_delay``
     (live input) decodes with slice threads and FFmpeg's low-delay flag, so no
     picture waits in the decoder for the ones after it.
     """
@@ -59,6 +105,7 @@ class PyAVDecoder:
     ) -> None:
         self.device = device
         self.pixel_format = pixel_format
+        self._counted = False
         self.demuxer = Demuxer(
             uri,
             options=options,
@@ -73,8 +120,13 @@ class PyAVDecoder:
             codec.flags |= av.codec.context.Flags.low_delay
         else:
             codec.thread_type = "AUTO"
-        if threads:
-            codec.thread_count = threads
+        global _open_decoders
+        with _open_lock:
+            _open_decoders += 1
+            self._counted = True
+            codec.thread_count = threads or auto_threads(_open_decoders)
+        self.threads = codec.thread_count
+        """FFmpeg threads this stream decodes with."""
         self.info = self.demuxer.info
 
     @property
@@ -85,22 +137,23 @@ class PyAVDecoder:
         self.demuxer.seek(seconds)
 
     def _picture(self, decoded: av.VideoFrame) -> Picture:
-        if self.pixel_format is PixelFormat.RGB24 or decoded.width % 2 or decoded.height % 2:
+        pixel_format = self.pixel_format
+        if decoded.width % 2 or decoded.height % 2:
             # Odd-sized 4:2:0 cannot be packed into one plane tensor: let FFmpeg give RGB.
-            pixel_format, array = PixelFormat.RGB24, decoded.to_ndarray(format="rgb24")
-        else:
-            pixel_format = self.pixel_format
-            array = decoded.to_ndarray(format=pixel_format.value)
+            pixel_format = PixelFormat.RGB24
         pts = None
         if decoded.pts is not None and decoded.time_base is not None:
             pts = float(decoded.pts * decoded.time_base)
+        picture = PyAVPicture(decoded)
+        on_cpu = self.device.type == "cpu"
         return Picture(
-            data=upload(torch.from_numpy(array), self.device),
+            data=None if on_cpu else upload(picture.to_tensor(pixel_format), self.device),
             pixel_format=pixel_format,
             width=decoded.width,
             height=decoded.height,
             pts_seconds=pts,
             colour=colour_of(decoded),
+            decoded=picture if on_cpu else None,
         )
 
     def pictures(self) -> Iterator[Picture]:
@@ -121,4 +174,9 @@ class PyAVDecoder:
                 yield self._picture(frame)
 
     def close(self) -> None:
+        global _open_decoders
+        with _open_lock:
+            if self._counted:
+                _open_decoders -= 1
+                self._counted = False
         self.demuxer.close()

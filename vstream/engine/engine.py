@@ -172,8 +172,9 @@ class Engine(Running):
 
     @property
     def device(self) -> str:
-        """Where the models run, for the summary line."""
-        return str(next(iter(self.pipelines.values())).detector.device)
+        """Where the models run and how, for the summary line: ``cpu, 2 runs x 1 thread``."""
+        detector = next(iter(self.pipelines.values())).detector
+        return f"{detector.device}, {detector.plan.runs_text}"
 
     @property
     def elapsed_seconds(self) -> float:

@@ -1,4 +1,4 @@
-"""Overlapped stages: preprocessing, the model and postprocessing, each on its own thread.
+"""Overlapped stages: preprocessing, the model and postprocessing, on threads of their own.
 
 While the model runs batch n, batch n+1 is being gathered and letterboxed
 and batch n-1 is being postprocessed and delivered. Each batch travels in
@@ -7,10 +7,19 @@ of buffers bounds how many batches are in flight, and a stage that finds no
 free buffer, or no room in the next stage's queue, waits (backpressure all
 the way back to the readers).
 
+Concurrent runs: the model stage is ``concurrent_runs`` threads (see
+:mod:`vstream.engine.plan`), each taking the next gathered batch and running
+it on that batch's own buffer and IO bindings (ONNX Runtime runs a session
+from several threads at once, and its run releases the GIL). Runs finish in
+any order; postprocessing takes batches back in the order they were gathered
+(each batch carries its sequence number), so results leave in gathering
+order overall and in order per stream.
+
 Freshness: preprocessing starts gathering a batch only once the model has
 taken the previous one, so at most two batches hold frames that have not
-reached the model (one being gathered, one waiting); everything else waits
-in the intake, whose ``latest`` policy drops old frames of live streams.
+reached the model (one being gathered, one waiting), however many runs are
+in flight; everything else waits in the intake, whose ``latest`` policy
+drops old frames of live streams.
 
 Frames are gathered across streams from an :class:`~vstream.engine.intake.Intake`
 (round-robin), up to the batch size: a batch leaves when it is full or
@@ -21,10 +30,12 @@ Failures stay with the streams whose frames caused them. A frame that cannot
 be preprocessed fails its stream. When the model or postprocessing fails on a
 batch that holds several streams, the batch is run again stream by stream, so
 the other streams still get their records and only the offending stream's
-frames fail. A failed stream's later frames fail without running (the stream
-is over: the pipeline marks it ``failed``). Every batch leaves through
-``deliver``, in the order batches were gathered, with its results and its
-failures: nothing is dropped silently.
+frames fail. A failed stream's later frames fail without being delivered:
+those not yet in the model never run, and those already in another run when
+the stream failed are discarded in postprocessing (the stream is over: the
+pipeline marks it ``failed``). Every batch leaves through ``deliver``, in the
+order batches were gathered, with its results and its failures: nothing is
+dropped silently.
 
 ONNX Runtime releases the GIL while it runs and torch does inside its
 kernels, so on a CPU the stages really run in parallel. On CUDA every stage
@@ -63,6 +74,9 @@ class BatchModel(Protocol):
     def buffers(self) -> int: ...
 
     @property
+    def concurrent_runs(self) -> int: ...
+
+    @property
     def cuda_stream(self) -> Any: ...
 
     def preprocess(self, buffer: int, slot: int, frame: Frame) -> Any: ...
@@ -79,6 +93,8 @@ class Batch:
     """Frames travelling through the stages together, in one of the model's buffers."""
 
     buffer: int
+    sequence: int = 0
+    """Position in gathering order: postprocessing takes batches back in this order."""
     arrivals: list[Arrival] = field(default_factory=list)
     geometries: list[Any] = field(default_factory=list)
     results: list[FrameResult] = field(default_factory=list)
@@ -101,8 +117,61 @@ Deliver = Callable[[Batch], object]
 """Receives every finished batch on the postprocessing thread; its return value is ignored."""
 
 
+class InOrder:
+    """Where the model's runs hand batches to postprocessing, in the order they were gathered.
+
+    Runs finish in any order; :meth:`get` waits for the next batch in
+    sequence. It holds no more batches than there are buffers (each batch
+    occupies one), so it needs no bound of its own. It ends once every run
+    thread has called :meth:`producer_done` and every batch was taken.
+    """
+
+    def __init__(self, producers: int) -> None:
+        self._changed = threading.Condition()
+        self._waiting: dict[int, Batch] = {}
+        self._next = 0
+        self._producers = producers
+        self._closed = False
+
+    def put(self, batch: Batch) -> bool:
+        """Hand over a finished run's batch; False once closed."""
+        with self._changed:
+            if self._closed:
+                return False
+            self._waiting[batch.sequence] = batch
+            self._changed.notify_all()
+            return True
+
+    def producer_done(self) -> None:
+        with self._changed:
+            self._producers -= 1
+            self._changed.notify_all()
+
+    def get(self) -> Batch | None:
+        """The next batch in gathering order; None at the end or once closed."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._closed or self._next in self._waiting or self._producers <= 0
+            )
+            batch = None if self._closed else self._waiting.pop(self._next, None)
+            if batch is not None:
+                self._next += 1
+            return batch
+
+    def close(self) -> None:
+        """Stop now: batches waiting are forgotten."""
+        with self._changed:
+            self._closed = True
+            self._waiting.clear()
+            self._changed.notify_all()
+
+
 class OverlappedStages:
-    """Three threads between an intake and a ``deliver`` callback, sharing one model."""
+    """Threads between an intake and a ``deliver`` callback, sharing one model.
+
+    One preprocessing thread, ``model.concurrent_runs`` model threads, one
+    postprocessing thread.
+    """
 
     def __init__(
         self,
@@ -120,21 +189,28 @@ class OverlappedStages:
         self._deliver = deliver
         self._on_end = on_end
         depth = model.buffers
+        runs = max(1, min(model.concurrent_runs, depth))
         self._free: FrameQueue[int] = FrameQueue(depth, FreshnessPolicy.BLOCK)
         for index in range(depth):
             self._free.put(index)
         self._to_infer: FrameQueue[Batch] = FrameQueue(1, FreshnessPolicy.BLOCK)
-        self._to_post: FrameQueue[Batch] = FrameQueue(depth, FreshnessPolicy.BLOCK)
+        self._to_post = InOrder(producers=runs)
+        self._gathered = 0
+        """Sequence number of the next batch gathered."""
         self._draining = threading.Event()
         self._aborted = threading.Event()
         self.failure: Exception | None = None
         """The bug that stopped a stage thread, if one did (it is logged as well)."""
-        self._failed_streams: dict[str, Exception] = {}
-        """Streams with a failed frame, and why: their later frames fail without running."""
+        self._failed_streams: dict[str, tuple[int, Exception]] = {}
+        """Streams with a failed frame: the first batch (sequence) it failed in, and why.
+
+        Their frames in that batch and later ones fail without being delivered.
+        """
         self._failed_lock = threading.Lock()
+        stages = ["preprocess", *(["inference"] * runs), "postprocess"]
         self._threads = [
             threading.Thread(target=self._run, args=(stage,), name=f"{stage}-{name}", daemon=True)
-            for stage in ("preprocess", "inference", "postprocess")
+            for stage in stages
         ]
 
     def start(self) -> None:
@@ -154,9 +230,10 @@ class OverlappedStages:
     def abort(self) -> None:
         """Stop now: batches in flight are abandoned (the caller no longer wants them)."""
         self._aborted.set()
-        for queue in (self._free, self._to_infer, self._to_post):
+        for queue in (self._free, self._to_infer):
             queue.close()
             queue.clear()
+        self._to_post.close()
         self.intake.wake()
 
     def join(self, timeout: float) -> bool:
@@ -196,9 +273,10 @@ class OverlappedStages:
                 # the intake (where a live stream drops old ones), not in a stale batch.
                 if not self._to_infer.wait_until_empty():
                     return
-                batch = self._gather(Batch(index))
+                batch = self._gather(Batch(index, self._gathered))
                 if batch is None or not self._to_infer.put(batch):
                     return
+                self._gathered += 1
         finally:
             self._to_infer.close()
 
@@ -250,7 +328,7 @@ class OverlappedStages:
                 if not self._to_post.put(batch):
                     return
         finally:
-            self._to_post.close()
+            self._to_post.producer_done()
 
     def _postprocess_loop(self) -> None:
         while (batch := self._to_post.get()) is not None:
@@ -263,6 +341,7 @@ class OverlappedStages:
                 except Exception as exc:
                     self._rerun_by_stream(batch, exc)
                 batch.postprocess_seconds = time.perf_counter() - started
+            self._discard_failed_streams(batch)
             batch.raw = None
             self._free.put(batch.buffer)
             self._deliver(batch)
@@ -303,12 +382,26 @@ class OverlappedStages:
         batch.failures += [(a, error) for a in arrivals]
         with self._failed_lock:
             for arrival in arrivals:
-                self._failed_streams.setdefault(arrival.stream, error)
+                known = self._failed_streams.get(arrival.stream)
+                if known is None or batch.sequence < known[0]:
+                    self._failed_streams[arrival.stream] = (batch.sequence, error)
+
+    def _failed_by(self, batch: Batch) -> dict[str, Exception]:
+        """Streams that failed in ``batch`` or in one gathered before it, and why.
+
+        A stream failing in a later batch (its run finished first) does not
+        touch this one: its frames here came before the failure.
+        """
+        with self._failed_lock:
+            return {
+                stream: error
+                for stream, (sequence, error) in self._failed_streams.items()
+                if sequence <= batch.sequence
+            }
 
     def _already_failed(self, batch: Batch, arrival: Arrival) -> bool:
         """Whether ``arrival``'s stream has failed; if so the frame fails too, counted."""
-        with self._failed_lock:
-            error = self._failed_streams.get(arrival.stream)
+        error = self._failed_by(batch).get(arrival.stream)
         if error is not None:
             batch.failures.append((arrival, error))
         return error is not None
@@ -319,9 +412,9 @@ class OverlappedStages:
         Dropping a slot from the middle would leave a hole in the buffer, so
         the survivors are letterboxed again into the first slots.
         """
-        with self._failed_lock:
-            if not any(a.stream in self._failed_streams for a in batch.arrivals):
-                return
+        failed = self._failed_by(batch)
+        if not any(a.stream in failed for a in batch.arrivals):
+            return
         kept = [a for a in batch.arrivals if not self._already_failed(batch, a)]
         batch.arrivals = []
         batch.geometries = []
@@ -333,3 +426,18 @@ class OverlappedStages:
                 continue
             batch.arrivals.append(arrival)
             batch.geometries.append(geometry)
+
+    def _discard_failed_streams(self, batch: Batch) -> None:
+        """Fail the results of streams that failed in an earlier batch while this one ran.
+
+        With several runs in flight, a stream can fail in one run while its
+        next frames are already in another: they are not delivered after the
+        failure (batches reach this point in gathering order).
+        """
+        failed = self._failed_by(batch)
+        if not any(a.stream in failed for a in batch.arrivals):
+            return
+        pairs = list(zip(batch.arrivals, batch.results, strict=True))
+        batch.arrivals = [a for a, _ in pairs if a.stream not in failed]
+        batch.results = [r for a, r in pairs if a.stream not in failed]
+        batch.failures += [(a, failed[a.stream]) for a, _ in pairs if a.stream in failed]

@@ -241,12 +241,8 @@ class ModelSession:
             self._capture_graphs(path)
 
     def _concurrent_runs(self, runtime: RuntimeOptions) -> int:
-        """How many runs may overlap: as asked on the CPU, one on CUDA (said once, here).
-
-        ``runtime.concurrent_runs`` is read if the config has it (the
-        throughput options); without it, runs are one at a time as before.
-        """
-        asked = int(getattr(runtime, "concurrent_runs", 1) or 1)
+        """How many runs may overlap: as asked on the CPU, one on CUDA (said once, here)."""
+        asked = runtime.concurrent_runs or 1
         if self.device.type != "cuda" or asked <= 1:
             return max(1, asked)
         log.warning(

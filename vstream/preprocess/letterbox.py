@@ -4,6 +4,15 @@ The geometry follows the Ultralytics convention exactly (scale, rounding of the
 resized size and of the padding, pad value 114), so models exported by
 Ultralytics see the same pixels they were validated on, and boxes map back to
 the same original-frame coordinates.
+
+Two ways into a slot, with the same geometry:
+
+- a picture the CPU decoder left in FFmpeg's memory is converted and resized
+  in one pass of FFmpeg's scaler (:mod:`vstream.preprocess.scale`), then only
+  copied into its window of the slot and normalised, in place: no tensor is
+  allocated per frame;
+- a tensor frame (NV12/I420 from NVDEC, or RGB) is converted to RGB and
+  resized on its device with torch.
 """
 
 from __future__ import annotations
@@ -13,8 +22,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from vstream.decoders.cpu import PyAVPicture
 from vstream.frame import Frame, PixelFormat
 from vstream.preprocess.colour import to_rgb_planar
+from vstream.preprocess.scale import Scaler
 
 PAD_VALUE = 114
 """Grey level of the letterbox bars, as in Ultralytics."""
@@ -84,6 +95,9 @@ class Letterboxer:
             raise ValueError(f"input tensor must be (N, 3, H, W), got {tuple(input_tensor.shape)}")
         self.input = input_tensor
         self._slot_geometry: list[LetterboxGeometry | None] = [None] * input_tensor.shape[0]
+        self._scaler = Scaler()
+        self._unit = torch.tensor(1 / 255, dtype=input_tensor.dtype, device=input_tensor.device)
+        """0..255 to 0..1, as a tensor made once (a Python float is boxed anew at every call)."""
 
     @property
     def batch_size(self) -> int:
@@ -101,6 +115,22 @@ class Letterboxer:
         if self._slot_geometry[slot] != geometry:
             target.fill_(PAD_VALUE / 255.0)
             self._slot_geometry[slot] = geometry
+        window = target[
+            :,
+            geometry.top : geometry.top + geometry.resized_height,
+            geometry.left : geometry.left + geometry.resized_width,
+        ]
+        if isinstance(frame.picture, PyAVPicture) and window.device.type == "cpu":
+            planes = self._scaler.rgb_planes(
+                frame.picture.frame, geometry.resized_width, geometry.resized_height
+            )
+            # copy_ converts uint8 to the input's type as it goes and mul_ works in place
+            # with a scale made once: nothing is allocated (torch.mul(..., out=window)
+            # would allocate for the type promotion, a Python float for the scalar).
+            for channel, plane in zip(window, planes, strict=True):
+                channel.copy_(plane)
+            window.mul_(self._unit)
+            return geometry
         image = self._planar(frame)
         if (geometry.resized_width, geometry.resized_height) != (frame.width, frame.height):
             image = F.interpolate(
@@ -109,11 +139,6 @@ class Letterboxer:
                 mode="bilinear",
                 align_corners=False,
             )
-        window = target[
-            :,
-            geometry.top : geometry.top + geometry.resized_height,
-            geometry.left : geometry.left + geometry.resized_width,
-        ]
         torch.mul(image[0], 1.0 / 255.0, out=window)
         return geometry
 

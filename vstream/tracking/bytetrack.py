@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from vstream.tracking import kalman
 from vstream.tracking.base import NO_TRACK, iou_matrix
@@ -61,6 +60,10 @@ def _associate(
     n_tracks, n_dets = len(track_boxes), len(det_boxes)
     if n_tracks == 0 or n_dets == 0:
         return _EMPTY, _EMPTY, np.arange(n_tracks), np.arange(n_dets)
+    # Imported here, at the first match: scipy.optimize takes half a second to import,
+    # and a pipeline without tracking (which still builds its analytics) never needs it.
+    from scipy.optimize import linear_sum_assignment
+
     iou = iou_matrix(track_boxes, det_boxes)
     cost = np.where(iou >= min_iou, 1.0 - iou, 1e6)
     rows, cols = linear_sum_assignment(cost)
