@@ -35,6 +35,7 @@ from helpers import tiny_detector, write_video
 from vstream import assets
 from vstream.cli import main
 from vstream.config import parse_config
+from vstream.config.model import MAX_RUNS
 from vstream.engine import Engine
 from vstream.results import FrameResult
 from vstream.server import ApiServer, create_app
@@ -138,7 +139,7 @@ def write_config(directory: Path, source: str = "", runtime: str = "", model: st
             "",
             "reconnect.initial_delay_seconds: must be in (0, 3600], got 1e+308",
         ),
-        ("", "in_flight: 1000", "in_flight: must be in [1, 8], got 1000"),
+        ("", "in_flight: 1000", f"in_flight: must be in [1, {MAX_RUNS + 2}], got 1000"),
         (", queue_size: 10000000", "", "queue_size: must be in"),
     ],
 )

@@ -156,6 +156,9 @@ def _argument(option: Option) -> dict[str, Any]:
         spec["type"] = _int_list
     elif kind in (int, float):
         spec["type"] = _number(kind)
+    if "metavar" not in spec and "choices" not in spec and kind is not bool:
+        # argparse would show the dest, which is the option's path in the config.
+        spec["metavar"] = option.cli.flag.lstrip("-").replace("-", "_").upper()
     return spec
 
 
