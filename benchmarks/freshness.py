@@ -8,6 +8,7 @@ the ``latest`` policy dropped. ``--slow-model S`` adds S seconds to every
 model run, to show what a pipeline slower than its cameras does.
 
     .venv/bin/python benchmarks/freshness.py [--streams 1 4] [--seconds 20] [--policy latest]
+        [--concurrent-runs N]
 """
 
 from __future__ import annotations
@@ -28,14 +29,17 @@ from vstream.config import parse_data  # noqa: E402
 from vstream.engine import Engine  # noqa: E402
 
 
-def measure(url: str, streams: int, seconds: float, policy: str, slow: float) -> dict:
+def measure(
+    url: str, streams: int, seconds: float, policy: str, slow: float, runs: int | None
+) -> dict:
+    runtime = {"device": "cpu", "batch_size": max(1, streams), "concurrent_runs": runs}
     config = parse_data(
         {
             "pipelines": [
                 {
                     "name": "live",
                     "model": {"path": str(assets.DEMO_MODEL)},
-                    "runtime": {"device": "cpu", "batch_size": max(1, streams)},
+                    "runtime": {k: v for k, v in runtime.items() if v is not None},
                     "sources": [
                         {"id": f"cam{i}", "uri": url, "policy": policy} for i in range(streams)
                     ],
@@ -77,6 +81,7 @@ def measure(url: str, streams: int, seconds: float, policy: str, slow: float) ->
         "streams": streams,
         "policy": policy,
         "slow_model_s": slow,
+        "plan": pipeline.detector.plan.runs_text,
         "records": len(ordered),
         "p50_ms": round(1000 * statistics.median(ordered), 1) if ordered else None,
         "p95_ms": round(1000 * ordered[int(0.95 * (len(ordered) - 1))], 1) if ordered else None,
@@ -91,10 +96,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--policy", choices=["latest", "block"], default="latest")
     parser.add_argument("--slow-model", type=float, default=0.0, metavar="S")
+    parser.add_argument("--concurrent-runs", type=int, help="default: the automatic plan")
     args = parser.parse_args()
     with RtspServer() as server:
         for streams in args.streams:
-            print(measure(server.url(), streams, args.seconds, args.policy, args.slow_model))
+            print(
+                measure(
+                    server.url(),
+                    streams,
+                    args.seconds,
+                    args.policy,
+                    args.slow_model,
+                    args.concurrent_runs,
+                )
+            )
 
 
 if __name__ == "__main__":
