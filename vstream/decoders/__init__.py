@@ -16,6 +16,7 @@ import importlib.util
 import logging
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -143,7 +144,8 @@ def open_decoder(
     NVDEC, so both honour the same transport options and time limits);
     ``cuda_stream`` is the CUDA stream NVDEC works on, by default torch's
     current stream of the calling thread (the reader's: the pipeline's
-    stream); ``threads`` caps the CPU decoder's threads (0: FFmpeg's choice;
+    stream); ``threads`` caps the CPU decoder's threads (0: a share of the
+    cores among the streams open, see :func:`vstream.decoders.cpu.auto_threads`;
     NVDEC needs none); ``low_delay`` asks the CPU decoder to hand out each
     picture as soon as it is decoded (live input).
 
@@ -151,6 +153,13 @@ def open_decoder(
     chroma format or size), the stream is decoded on the CPU, with one notice
     line, now and at every later reconnection or loop pass.
     """
+    demuxing: dict[str, Any] = {
+        "device": device,
+        "options": ffmpeg_options,
+        "input_format": input_format,
+        "timeout": timeout,
+        "stall_seconds": stall_seconds,
+    }
     chosen = resolve_decoder(kind, device)
     if chosen is DecoderKind.NVDEC and redact_uri(uri) not in _cpu_streams:
         from vstream.decoders.nvdec import NvdecDecoder, NvdecUnsupported
@@ -158,13 +167,9 @@ def open_decoder(
         try:
             return NvdecDecoder(
                 uri,
-                device=device,
                 pixel_format=pixel_format or PixelFormat.NV12,
-                options=ffmpeg_options,
-                input_format=input_format,
-                timeout=timeout,
-                stall_seconds=stall_seconds,
                 cuda_stream=cuda_stream,
+                **demuxing,
             )
         except NvdecUnsupported as exc:
             _fall_back(uri, str(exc))
@@ -172,14 +177,10 @@ def open_decoder(
 
     return PyAVDecoder(
         uri,
-        device=device,
         pixel_format=pixel_format or PixelFormat.RGB24,
-        options=ffmpeg_options,
-        input_format=input_format,
-        timeout=timeout,
-        stall_seconds=stall_seconds,
         threads=threads,
         low_delay=low_delay,
+        **demuxing,
     )
 
 
