@@ -318,6 +318,32 @@ def test_mqtt_records_arrive_intact_in_order_per_stream(
         assert got == [r.to_record() for r in sent if r.stream_id == stream]
 
 
+def test_mqtt_message_accepted_while_the_connection_drops_is_confirmed_after_reconnect(
+    mqtt_broker: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection can drop between ``send``'s connected check and ``publish``.
+
+    paho then accepts the QoS 1 message with ``rc == MQTT_ERR_NO_CONN``, re-sends it
+    after reconnecting, and its ``is_published()`` raises RuntimeError from then on
+    (paho-mqtt 2.2 client.py). The first CI failure of the broker-restart test was
+    this interleaving; here it is forced by having ``is_connected`` report the
+    moment just before the drop once.
+    """
+    transport = MqttTransport(host="127.0.0.1", port=mqtt_broker.port, qos=1, ack_timeout=1.0)
+    assert wait_until(transport.client.is_connected)
+    mqtt_broker.kill()
+    assert wait_until(lambda: not transport.client.is_connected())
+    really_connected = transport.client.is_connected
+    answers = iter([True])
+    monkeypatch.setattr(
+        transport.client, "is_connected", lambda: next(answers, None) or really_connected()
+    )
+    transport.send([result(7).to_record()])  # accepted by paho while disconnected
+    mqtt_broker.start()
+    # 0 unconfirmed: paho re-sent the message and the restarted broker acknowledged it.
+    assert transport.close(timeout=15) == 0
+
+
 def test_redis_records_arrive_intact_in_order_and_trimmed(redis_broker: Server) -> None:
     url = f"redis://127.0.0.1:{redis_broker.port}/0"
     transport = RedisStreamTransport(url=url, maxlen=50, approximate=False)

@@ -49,7 +49,11 @@ class MqttTransport:
         self.pipeline = pipeline
         self.ack_timeout = ack_timeout
         self._acked = threading.Condition()
-        self._unconfirmed: deque[mqtt.MQTTMessageInfo] = deque()
+        # Message ids, not MQTTMessageInfo: paho leaves ``rc`` at MQTT_ERR_NO_CONN on a
+        # message accepted while disconnected, and ``is_published()`` then raises even
+        # after paho re-sent it and the broker acknowledged it.
+        self._unconfirmed: deque[int] = deque()
+        self._acknowledged: set[int] = set()
         self.client = mqtt.Client(
             callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
             client_id=client_id or "",
@@ -103,7 +107,10 @@ class MqttTransport:
         reason_code: ReasonCode,
         properties: Properties | None,
     ) -> None:
+        if self.qos == 0:
+            return
         with self._acked:
+            self._acknowledged.add(mid)
             self._acked.notify_all()
 
     def send(self, records: Sequence[Record]) -> None:
@@ -130,7 +137,8 @@ class MqttTransport:
 
     def _track(self, infos: list[mqtt.MQTTMessageInfo], count: int) -> int:
         if self.qos > 0:
-            self._unconfirmed.extend(infos[:count])
+            with self._acked:
+                self._unconfirmed.extend(info.mid for info in infos[:count])
         return count
 
     def _wait_acknowledged(self, deadline: float, *, while_connected: bool = False) -> bool:
@@ -141,8 +149,8 @@ class MqttTransport:
         """
         with self._acked:
             while self._unconfirmed:
-                if self._unconfirmed[0].is_published():
-                    self._unconfirmed.popleft()
+                if self._unconfirmed[0] in self._acknowledged:
+                    self._acknowledged.discard(self._unconfirmed.popleft())
                     continue
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or (while_connected and not self.client.is_connected()):
@@ -153,7 +161,8 @@ class MqttTransport:
     def close(self, timeout: float) -> int:
         """Wait for outstanding acknowledgements, disconnect; return how many never came."""
         self._wait_acknowledged(time.monotonic() + timeout)
-        unconfirmed = sum(1 for info in self._unconfirmed if not info.is_published())
+        with self._acked:
+            unconfirmed = sum(1 for mid in self._unconfirmed if mid not in self._acknowledged)
         self.client.disconnect()
         self.client.loop_stop()
         return unconfirmed
