@@ -40,12 +40,15 @@ STREAM_HANDLE = 0x7F00_1234
 
 @pytest.fixture(autouse=True)
 def clean_state() -> None:
+    """No probe, capability answer or parked decoder (``DECODERS``) outlives a test."""
     fake.reset()
     decoders.reset_probe()
     nvdec_module._caps.clear()
+    nvdec_module.DECODERS.clear()
     yield
     decoders.reset_probe()
     nvdec_module._caps.clear()
+    nvdec_module.DECODERS.clear()
 
 
 def reference(path: Path, fmt: str) -> list[tuple[float, np.ndarray]]:
@@ -355,7 +358,6 @@ def test_a_stream_nvdec_cannot_decode_falls_back_alone_with_one_notice(
 ) -> None:
     monkeypatch.setitem(sys.modules, "PyNvVideoCodec", fake)
     monkeypatch.setattr(decoders, "resolve_decoder", lambda kind, device: DecoderKind.NVDEC)
-    monkeypatch.setattr(nvdec_module, "DECODERS", DecoderCache())
     ten = write_10bit(tmp_path / "ten.mkv")
     eight = write_video(tmp_path / "eight.mp4", frames=4, width=160, height=120)
     caplog.set_level(logging.INFO, logger="vstream.decoders")
@@ -376,3 +378,100 @@ def test_a_stream_nvdec_cannot_decode_falls_back_alone_with_one_notice(
     ]
     assert len(notices) == 1 and "yuv420p10le" in notices[0] and "ten.mkv" in notices[0]
     assert len(fake.sessions) == 1, "only the 8-bit stream made an NVDEC decoder"
+
+
+def _nvdec_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", fake)
+    monkeypatch.setattr(decoders, "resolve_decoder", lambda kind, device: DecoderKind.NVDEC)
+
+
+def _pts(path: Path) -> list[float]:
+    return [pts for pts, _ in reference(path, "rgb24")]
+
+
+def test_a_codec_nvdec_refuses_at_its_first_decode_goes_on_the_cpu_from_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A binding without GetDecoderCaps: the refusal comes from Decode, before any picture."""
+    _nvdec_chosen(monkeypatch)
+    monkeypatch.delattr(fake, "GetDecoderCaps")
+    fake.unsupported.add(fake.cudaVideoCodec.H264)
+    path = write_video(tmp_path / "clip.mp4", frames=20, width=160, height=120)
+    caplog.set_level(logging.INFO, logger="vstream.decoders")
+    decoder = open_decoder(str(path), device=torch.device("cpu"))
+    assert decoder.name == "nvdec", "nothing said no before decoding"
+    pictures = list(decoder.pictures())
+    assert decoder.name == "cpu"
+    decoder.close()
+    assert [p.pts_seconds for p in pictures] == _pts(path), "every frame once, in order"
+    for picture, (_, rgb) in zip(pictures, reference(path, "rgb24"), strict=True):
+        assert np.array_equal(picture.decoded.to_tensor(PixelFormat.RGB24).numpy(), rgb)
+    notices = [r.getMessage() for r in caplog.records if "on the CPU" in r.getMessage()]
+    assert len(notices) == 1 and "Codec not supported on this GPU" in notices[0]
+    again = open_decoder(str(path), device=torch.device("cpu"))
+    assert again.name == "cpu", "a loop pass or reconnection goes straight to the CPU"
+    again.close()
+    assert len(fake.sessions) == 1
+
+
+def test_a_size_beyond_nvdec_found_by_its_parser_is_one_line_not_a_multiline_dump(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _nvdec_chosen(monkeypatch)
+    monkeypatch.delattr(fake, "GetDecoderCaps")
+    monkeypatch.setattr(fake, "max_size", (128, 128))
+    path = write_video(tmp_path / "clip.mp4", frames=4, width=160, height=120)
+    decoder = nvdec(path)
+    with pytest.raises(NvdecUnsupported) as refused:
+        list(decoder.pictures())
+    decoder.close()
+    assert "\n" not in str(refused.value)
+    assert "Resolution : 160x120; Max Supported (wxh) : 128x128" in " ".join(
+        str(refused.value).split()
+    )
+
+
+def test_a_file_nvdec_stops_following_mid_stream_continues_on_the_cpu_every_frame_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _nvdec_chosen(monkeypatch)
+    monkeypatch.setattr(fake.Decoder, "refuse_on_packets", frozenset({12}))
+    path = write_video(tmp_path / "clip.mp4", frames=30, width=160, height=120)
+    decoder = open_decoder(str(path), device=torch.device("cpu"))
+    pictures = list(decoder.pictures())
+    decoder.close()
+    kinds = [p.pixel_format for p in pictures]
+    assert PixelFormat.NV12 in kinds and kinds[-1] is PixelFormat.RGB24, "began on NVDEC"
+    assert [p.pts_seconds for p in pictures] == _pts(path), "every frame once, in order"
+
+
+def test_a_live_stream_nvdec_stops_following_reconnects_to_the_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MPEG-TS declares no duration, as live input: the connection ends as a transient fault."""
+    _nvdec_chosen(monkeypatch)
+    monkeypatch.setattr(fake.Decoder, "refuse_on_packets", frozenset({12}))
+    path = write_video(tmp_path / "live.ts", frames=30, width=160, height=120)
+    decoder = open_decoder(str(path), device=torch.device("cpu"))
+    pictures = []
+    with pytest.raises(TransientError, match=r"Reconfigure Not supported.*on the CPU"):
+        pictures.extend(decoder.pictures())
+    decoder.close()
+    assert 0 < len(pictures) < 12
+    reconnected = open_decoder(str(path), device=torch.device("cpu"))
+    assert reconnected.name == "cpu" and len(list(reconnected.pictures())) == 30
+    reconnected.close()
+
+
+def test_a_driver_failure_is_not_mistaken_for_a_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _nvdec_chosen(monkeypatch)
+    monkeypatch.setattr(fake.Decoder, "fail_on_packets", frozenset({3}))
+    path = write_video(tmp_path / "clip.mp4", frames=10, width=160, height=120)
+    decoder = open_decoder(str(path), device=torch.device("cpu"))
+    with pytest.raises(SourceError, match="NVDEC failed") as failure:
+        list(decoder.pictures())
+    decoder.close()
+    assert not isinstance(failure.value, (TransientError, NvdecUnsupported))
+    assert decoder.name == "nvdec"

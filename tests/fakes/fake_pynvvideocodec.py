@@ -28,6 +28,14 @@ because a fake without it hides real bugs:
 - **End of stream, then more.** An empty packet flushes the parser; after it
   the same decoder accepts a new stream (the library's own decoder cache and
   seeking rely on this).
+- **Refusals inside Decode.** ``NvDecoder::HandleVideoSequence`` checks the
+  stream against the decode capabilities when the parser meets the first
+  sequence header, so a codec in :data:`unsupported` or a size beyond
+  :data:`max_size` raises "Codec not supported on this GPU" / "...
+  Resolution not supported on this GPU" from the first ``Decode``, also when
+  ``GetDecoderCaps`` was not asked (tests may delete it, as older bindings
+  lack it). :attr:`Decoder.refuse_on_packets` raises the library's text for
+  a mid-stream change it cannot follow.
 - **10-bit.** 10-bit input comes out as P016 (``uint16``, samples in the high
   bits), exported with the column stride of 2 elements the 2.x binding gives
   (``GetCAIMemoryViewAndDLPack``: strides ``{width, 2}`` for a ``|u2`` tensor).
@@ -162,6 +170,8 @@ def _p016(frame: av.VideoFrame) -> np.ndarray:
 class Decoder:
     fail_on_packets: frozenset[int] = frozenset()
     """1-based numbers of the packets whose Decode raises, as a driver failure does."""
+    refuse_on_packets: frozenset[int] = frozenset()
+    """1-based numbers of the packets whose Decode refuses a mid-stream change, as NVDEC does."""
 
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
@@ -216,11 +226,14 @@ class Decoder:
             self.session.packets.append(data)
             if len(self.session.packets) in self.fail_on_packets:
                 raise RuntimeError("CUVID error: CUDA_ERROR_LAUNCH_FAILED")
+            if len(self.session.packets) in self.refuse_on_packets:
+                raise RuntimeError("Reconfigure Not supported for bit depth change")
             if not (data.startswith(b"\x00\x00\x00\x01") or data.startswith(b"\x00\x00\x01")):
                 raise RuntimeError("not an Annex B bitstream")
             fed = av.Packet(data)
             fed.pts = packet.pts
             decoded = list(self._codec.decode(fed))
+            self._check_sequence(self._codec)
         frames = []
         for index, frame in enumerate(decoded):  # from index 0 again: last call's frames go
             size = (frame.width, frame.height)
@@ -239,6 +252,17 @@ class Decoder:
             frames.append(DecodedFrame(self._surface(index, array), frame.pts, fmt))
         self.session.frames += len(frames)
         return frames
+
+    def _check_sequence(self, codec: av.CodecContext) -> None:
+        """What ``HandleVideoSequence`` checks once the parser has seen the sequence header."""
+        if self.kwargs["codec"] in unsupported:
+            raise RuntimeError("Codec not supported on this GPU")
+        if codec.width > max_size[0] or codec.height > max_size[1]:
+            raise RuntimeError(
+                f"\nResolution          : {codec.width}x{codec.height}\n"
+                f"Max Supported (wxh) : {max_size[0]}x{max_size[1]}\n"
+                "Resolution not supported on this GPU"
+            )
 
     def setReconfigParams(self, width: int = 0, height: int = 0) -> int:
         if (width, height) == (0, 0):

@@ -7,7 +7,8 @@ without the ``video`` driver capability imports PyNvVideoCodec fine and fails
 at the first frame). ``auto`` picks ``nvdec`` where that probe passed and says
 so once in the log. A stream NVDEC cannot decode (a codec it lacks, 10-bit
 video, a size beyond the GPU) is decoded on the CPU instead, that stream
-alone, with one notice line.
+alone, with one notice line, whether that shows before decoding or only
+when NVDEC's parser meets the stream.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from vstream.config.sources import DecoderKind
 from vstream.decoders.base import Decoder, Picture, StreamInfo
-from vstream.errors import SourceError
+from vstream.errors import SourceError, SourceUnavailable
 from vstream.frame import PixelFormat
 from vstream.uri import redact_uri
+
+if TYPE_CHECKING:
+    from vstream.decoders.nvdec import NvdecDecoder
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +127,85 @@ def _fall_back(uri: str, reason: str) -> None:
     log.warning("%s; decoding this stream on the CPU", reason)
 
 
+_PTS_TOLERANCE = 1e-4
+"""Seconds within which two time stamps are the same picture."""
+
+
+class CpuWhenRefused:
+    """An NVDEC decoder that hands its stream to the CPU decoder if NVDEC refuses it.
+
+    Not every refusal shows before decoding: ``GetDecoderCaps`` may answer
+    nothing, and a profile, level or mid-stream size change is only met by
+    NVDEC's parser inside ``Decode``. The stream then goes on on the CPU
+    (one notice line, and at every later reconnection or loop pass):
+
+    - before its first picture, from where it was asked to start;
+    - a file that declares its duration, after the last picture handed out
+      (every frame once, in order);
+    - a live stream, by ending this connection as a transient fault, so the
+      source reconnects, now to the CPU decoder.
+    """
+
+    def __init__(self, nvdec: NvdecDecoder, open_cpu: Callable[[], Decoder], uri: str) -> None:
+        self._decoder: Decoder = nvdec
+        self._open_cpu = open_cpu
+        self._uri = uri
+        self._start_seconds: float | None = None
+        self._corrupt_before = 0
+
+    @property
+    def name(self) -> str:
+        return self._decoder.name
+
+    @property
+    def info(self) -> StreamInfo:
+        return self._decoder.info
+
+    @property
+    def demuxer(self) -> Any:
+        return self._decoder.demuxer
+
+    @property
+    def corrupt_packets(self) -> int:
+        return self._corrupt_before + self._decoder.corrupt_packets
+
+    def seek(self, seconds: float) -> None:
+        self._start_seconds = seconds
+        self._decoder.seek(seconds)
+
+    def pictures(self) -> Iterator[Picture]:
+        from vstream.decoders.nvdec import NvdecUnsupported
+
+        handed_out, last_pts = 0, None
+        try:
+            for picture in self._decoder.pictures():
+                handed_out, last_pts = handed_out + 1, picture.pts_seconds
+                yield picture
+            return
+        except NvdecUnsupported as exc:
+            _fall_back(self._uri, str(exc))
+            refusal = exc
+        resumable = self.info.duration_seconds is not None and last_pts is not None
+        if handed_out and not resumable:
+            raise SourceUnavailable(f"{refusal}; reconnecting to decode it on the CPU") from refusal
+        nvdec, tap = self._decoder, self.demuxer.tap
+        self._corrupt_before += nvdec.corrupt_packets
+        nvdec.close()
+        self._decoder = self._open_cpu()
+        self.demuxer.tap = tap
+        start = last_pts if handed_out else self._start_seconds
+        if start is not None:
+            self._decoder.seek(start)
+        for picture in self._decoder.pictures():
+            pts = picture.pts_seconds
+            if handed_out and pts is not None and pts <= last_pts + _PTS_TOLERANCE:
+                continue
+            yield picture
+
+    def close(self) -> None:
+        self._decoder.close()
+
+
 def open_decoder(
     uri: str,
     *,
@@ -151,7 +234,8 @@ def open_decoder(
 
     When NVDEC is chosen but cannot decode this stream (its codec, bit depth,
     chroma format or size), the stream is decoded on the CPU, with one notice
-    line, now and at every later reconnection or loop pass.
+    line, now and at every later reconnection or loop pass; when that only
+    shows once decoding has begun, :class:`CpuWhenRefused` hands it over.
     """
     demuxing: dict[str, Any] = {
         "device": device,
@@ -160,12 +244,24 @@ def open_decoder(
         "timeout": timeout,
         "stall_seconds": stall_seconds,
     }
+
+    def open_cpu() -> Decoder:
+        from vstream.decoders.cpu import PyAVDecoder
+
+        return PyAVDecoder(
+            uri,
+            pixel_format=pixel_format or PixelFormat.RGB24,
+            threads=threads,
+            low_delay=low_delay,
+            **demuxing,
+        )
+
     chosen = resolve_decoder(kind, device)
     if chosen is DecoderKind.NVDEC and redact_uri(uri) not in _cpu_streams:
         from vstream.decoders.nvdec import NvdecDecoder, NvdecUnsupported
 
         try:
-            return NvdecDecoder(
+            nvdec = NvdecDecoder(
                 uri,
                 pixel_format=pixel_format or PixelFormat.NV12,
                 cuda_stream=cuda_stream,
@@ -173,18 +269,13 @@ def open_decoder(
             )
         except NvdecUnsupported as exc:
             _fall_back(uri, str(exc))
-    from vstream.decoders.cpu import PyAVDecoder
-
-    return PyAVDecoder(
-        uri,
-        pixel_format=pixel_format or PixelFormat.RGB24,
-        threads=threads,
-        low_delay=low_delay,
-        **demuxing,
-    )
+        else:
+            return CpuWhenRefused(nvdec, open_cpu, uri)
+    return open_cpu()
 
 
 __all__ = [
+    "CpuWhenRefused",
     "Decoder",
     "DecoderKind",
     "Picture",

@@ -133,6 +133,24 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
+def _refusal(exc: BaseException) -> str | None:
+    """NVDEC's reason for refusing a stream, on one line; None when ``exc`` is something else.
+
+    PyNvVideoCodec's ``NvDecoder`` checks the stream against the GPU's decode
+    capabilities when the parser meets its sequence header, inside ``Decode``,
+    and throws "Codec not supported on this GPU", "... Resolution not supported
+    on this GPU", "MBCount not supported ...", "No supported output format
+    found" or "Reconfigure Not supported for ..." (a mid-stream change it
+    cannot follow); the multi-line ones start with a line break.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = "; ".join(lines)
+    lowered = text.lower()
+    if "not supported" in lowered or "no supported output format" in lowered:
+        return text
+    return None
+
+
 try:
     _storage_use_count = torch._C._storage_Use_Count
 except AttributeError:  # a torch without it: every frame gets a fresh buffer (still owned)
@@ -581,8 +599,10 @@ class NvdecDecoder:
         """Decode one packet (None: end of stream) into owned pictures.
 
         NVDEC's parser conceals damaged data itself; an exception from
-        ``Decode`` is a driver, CUDA or binding failure, which no reconnection
-        fixes, so it fails the stream once instead of counting as damage.
+        ``Decode`` is NVDEC refusing the stream (:class:`NvdecUnsupported`:
+        the CPU decoder can take over), or a driver, CUDA or binding failure,
+        which no reconnection fixes, so it fails the stream once instead of
+        counting as damage.
         """
         session = self._session
         if session is None:
@@ -596,6 +616,11 @@ class NvdecDecoder:
             raise
         except Exception as exc:
             self._healthy = False
+            refusal = _refusal(exc)
+            if refusal is not None:
+                raise NvdecUnsupported(
+                    f"{self.demuxer.display_name}: NVDEC refused the stream: {refusal}"
+                ) from exc
             raise SourceError(
                 f"{self.demuxer.display_name}: NVDEC failed: {type(exc).__name__}: "
                 f"{_first_line(exc)}"
