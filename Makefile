@@ -9,9 +9,11 @@ TORCH := torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.vstream-installed
 # Real servers and tools the tests start: ffprobe, an MQTT broker, Redis,
 # GStreamer's RTSP server (run under Debian's python3 with python3-gi), and
-# Chromium for the dashboard's browser tests (driven by Playwright, no download).
+# Chromium for the dashboard's browser tests (driven by Playwright, no download), and
+# nginx's RTMP module as the media server the live video output publishes to.
 SYSTEM_PACKAGES := ffmpeg mosquitto redis-server python3-gi gir1.2-gst-rtsp-server-1.0 chromium \
-	gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
+	gstreamer1.0-tools gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly \
+	nginx-light libnginx-mod-rtmp
 
 .PHONY: setup system-deps demo test lint
 

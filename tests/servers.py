@@ -1,4 +1,4 @@
-"""Real brokers for sink and daemon tests: mosquitto and redis-server on 127.0.0.1.
+"""Real servers for sink and daemon tests: mosquitto, redis-server, nginx-rtmp on 127.0.0.1.
 
 Each server runs on a free port in the test's temporary directory, is waited
 for with a deadline, and is always stopped (killed if it does not stop in
@@ -94,6 +94,41 @@ def redis_server(directory: Path) -> Server:
     return Server("redis", command, port)
 
 
+RTMP_MODULE = Path("/usr/lib/nginx/modules/ngx_rtmp_module.so")
+
+
+def nginx_rtmp(directory: Path) -> Server:
+    """nginx with its RTMP module: ``rtmp://127.0.0.1:PORT/live/KEY`` is recorded to FLV.
+
+    Each publication is recorded as ``recordings/KEY-TIMESTAMP.flv`` (``record_unique``),
+    so a publisher that reconnects leaves one file per connection.
+    """
+    if not RTMP_MODULE.exists():
+        pytest.fail(f"{RTMP_MODULE} is missing (make system-deps installs libnginx-mod-rtmp)")
+    port = free_port()
+    (directory / "recordings").mkdir(exist_ok=True)
+    conf = directory / "nginx.conf"
+    conf.write_text(
+        f"load_module {RTMP_MODULE};\n"
+        "daemon off;\nmaster_process off;\nworker_processes 1;\n"
+        f"pid {directory}/nginx.pid;\nerror_log {directory}/nginx-error.log info;\n"
+        "events { worker_connections 64; }\n"
+        f"rtmp {{ server {{ listen 127.0.0.1:{port}; application live {{\n"
+        f"  live on; record all; record_unique on; record_path {directory}/recordings;\n"
+        "} } }\n"
+    )
+    command = [
+        "nginx",
+        "-c",
+        str(conf),
+        "-p",
+        str(directory),
+        "-e",
+        str(directory / "nginx-error.log"),
+    ]
+    return Server("nginx", command, port)
+
+
 def _running(server: Server) -> Iterator[Server]:
     """``server`` started for one test and always stopped after it."""
     server.start()
@@ -111,6 +146,11 @@ def mqtt_broker(tmp_path: Path) -> Iterator[Server]:
 @pytest.fixture
 def redis_broker(tmp_path: Path) -> Iterator[Server]:
     yield from _running(redis_server(tmp_path))
+
+
+@pytest.fixture
+def rtmp_server(tmp_path: Path) -> Iterator[Server]:
+    yield from _running(nginx_rtmp(tmp_path))
 
 
 @pytest.fixture

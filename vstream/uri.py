@@ -66,12 +66,37 @@ def register_credentials(uri: str) -> None:
     strict = urlsplit(uri).netloc.rpartition("@")[0] if "://" in uri else ""
     if strict:
         candidates.add(strict)
+    _remember(candidates)
+
+
+def _remember(candidates: set[str]) -> None:
     with _lock:
         new = candidates - _secrets
         if not new or len(_secrets) + len(new) > _MAX_SECRETS:
             return
         _secrets.update(new)
         _ordered[:] = sorted(_secrets, key=len, reverse=True)
+
+
+PUBLISH_SCHEMES = ("rtmp", "rtmps")
+"""Where an annotated video can be pushed live (to nginx-rtmp, MediaMTX, a streaming service)."""
+
+
+def is_publish_url(target: str) -> bool:
+    """Whether ``target`` is a live output URL (``rtmp://host/app/key``) rather than a file."""
+    return target.split("://", 1)[0].lower() in PUBLISH_SCHEMES if "://" in target else False
+
+
+def publish_display(url: str) -> str:
+    """``url`` as it may be shown: credentials and the stream key masked.
+
+    An RTMP stream key (the last path element, ``rtmp://host/app/KEY``) is a
+    password by another name: whoever has it can publish on the channel.
+    """
+    parts = urlsplit(url)
+    address = parts.netloc.rpartition("@")[2]  # host[:port], without user information
+    app = parts.path.rstrip("/").rpartition("/")[0]
+    return f"{parts.scheme}://{address}{app}/{MASK}"
 
 
 def redact(text: str) -> str:

@@ -248,7 +248,7 @@ class RunExtras:
 
     track: bool = False
     lines: tuple[Any, ...] = ()
-    save_video: Path | None = None
+    save_video: str | None = None
     clips: Path | None = None
 
 

@@ -29,7 +29,7 @@ from vstream.cli.options import (
     line_spec,
 )
 from vstream.errors import VstreamError
-from vstream.uri import is_live, redact
+from vstream.uri import is_live, publish_display, redact
 
 log = logging.getLogger("vstream")
 
@@ -66,8 +66,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="JSON Lines file, replaced if it exists (default: stdout)",
     )
     run.add_argument(
-        "--save-video", type=Path, default=argparse.SUPPRESS, metavar="PATH.mp4",
-        help="also write the annotated video: every frame, boxes, labels, tracks, lines, counts",
+        "--save-video", default=argparse.SUPPRESS, metavar="PATH.mp4|rtmp://HOST/APP/KEY",
+        help="also write the annotated video (every frame, boxes, labels, tracks, lines, "
+        "counts), or publish it live to an RTMP server",
     )  # fmt: skip
     run.add_argument(
         "--clips", type=Path, default=argparse.SUPPRESS, metavar="DIR",
@@ -204,7 +205,9 @@ def _outputs(config: Any) -> list[str]:
     shown = {"jsonl": "records", "video": "annotated video", "clips": "event clips"}
     places = []
     for sink in config.pipelines[0].sinks:
-        if sink.type in shown:
+        if sink.type == "video" and sink.live:
+            places.append(f"annotated video published to {publish_display(sink.path)}")
+        elif sink.type in shown:
             path = Path(getattr(sink, "path", None) or sink.directory)
             with contextlib.suppress(ValueError):
                 path = path.relative_to(Path.cwd())

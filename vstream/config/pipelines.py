@@ -65,6 +65,17 @@ class PipelineConfig(StrictModel):
             seen[name] = index
         return sinks
 
+    @model_validator(mode="after")
+    def _one_video_per_stream(self) -> PipelineConfig:
+        if len(self.sources) > 1:
+            for index, sink in enumerate(self.sinks):
+                if sink.type == "video" and "{stream}" not in sink.path:
+                    raise ValueError(
+                        f"sinks[{index}]: {len(self.sources)} streams cannot share one video; "
+                        "put {stream} in its path"
+                    )
+        return self
+
 
 class PreviewConfig(StrictModel):
     """The dashboard's live previews: produced only while someone watches."""

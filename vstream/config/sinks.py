@@ -19,7 +19,13 @@ from vstream.config.base import (
     StrictModel,
     resolve_path,
 )
-from vstream.uri import redact, register_credentials
+from vstream.uri import (
+    PUBLISH_SCHEMES,
+    is_publish_url,
+    publish_display,
+    redact,
+    register_credentials,
+)
 
 
 class RetryConfig(StrictModel):
@@ -206,6 +212,39 @@ def _stream_path(value: str, info: ValidationInfo) -> str:
     return str(resolve_path(value, info))
 
 
+def _publish_url(value: str) -> str:
+    """An ``rtmp(s)://host[:port]/app/key`` URL that may hold ``{stream}``; the key never shown."""
+    _keyed_template(value, "url")
+    register_credentials(value)
+    shown = publish_display(value)
+    if any(c.isspace() or ord(c) < 32 for c in value):
+        raise ValueError(f"{shown}: a publish URL cannot hold spaces or control characters")
+    parts = urlsplit(value.replace("{stream}", "x").replace("{pipeline}", "x"))
+    try:
+        parts.port  # noqa: B018 - raises on a port out of range
+    except ValueError:
+        raise ValueError(f"{shown}: the port must be a number in [1, 65535]") from None
+    if not parts.hostname:
+        raise ValueError(f"{shown}: a publish URL needs a host")
+    if len([segment for segment in parts.path.split("/") if segment]) < 2:
+        raise ValueError(
+            f"{shown}: a publish URL names an application and a stream key: "
+            "rtmp://HOST[:PORT]/APP/KEY"
+        )
+    return value
+
+
+def _video_target(value: str, info: ValidationInfo) -> str:
+    if is_publish_url(value):
+        return _publish_url(value)
+    if "://" in value:
+        schemes = ", ".join(f"{scheme}://" for scheme in PUBLISH_SCHEMES)
+        raise ValueError(
+            f"{redact(value.split('://', 1)[0])}:// is not an output; give a file path or {schemes}"
+        )
+    return _stream_path(value, info)
+
+
 class VideoSinkConfig(StrictModel):
     """The annotated video of each stream: boxes, labels, tracks, lines, zones and counts."""
 
@@ -213,16 +252,18 @@ class VideoSinkConfig(StrictModel):
     name: Name | None = Field(None, description="label in metrics and logs; default: video")
     path: str = Field(
         max_length=4096,
-        description="MP4 file; {stream} is replaced by the stream id (needed with several "
-        "streams); relative to the config file",
+        description="MP4, MOV, MKV or TS file (relative to the config file), or rtmp://HOST"
+        "[:PORT]/APP/KEY (or rtmps://) to publish live to a media server; {stream} is "
+        "replaced by the stream id (needed with several streams)",
     )
     encoder: Literal["auto", "nvenc", "cpu"] = Field(
         "auto", description="auto: NVENC where the GPU has it, else libx264 through PyAV"
     )
-    overflow: Literal["block", "drop"] = Field(
-        "block",
+    overflow: Literal["block", "drop"] | None = Field(
+        None,
         description="when the encoder falls behind: block makes detection wait (every frame "
-        "kept), drop drops frames of the video (counted); detection records are never lost",
+        "kept; the default for files), drop drops frames of the video (counted; the default "
+        "for rtmp:// outputs); detection records are never lost",
     )
     preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"] = Field(
         "veryfast", description="libx264 speed/size trade-off"
@@ -230,7 +271,17 @@ class VideoSinkConfig(StrictModel):
     crf: Int(0, 51) = Field(23, description="libx264 quality: lower is better and larger")
     queue_frames: Int(1, 256) = Field(8, description="frames waiting for the encoder")
 
-    _path = field_validator("path")(_stream_path)
+    _path = field_validator("path")(_video_target)
+
+    @property
+    def live(self) -> bool:
+        """Whether the video is published to a media server rather than written to a file."""
+        return is_publish_url(self.path)
+
+    @property
+    def policy(self) -> Literal["block", "drop"]:
+        """``overflow``, or its default: a file keeps every frame, a live output never waits."""
+        return self.overflow or ("drop" if self.live else "block")
 
 
 class ClipsSinkConfig(StrictModel):

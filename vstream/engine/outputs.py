@@ -27,6 +27,7 @@ from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig
 from vstream.frame import Frame
 from vstream.results import Detection, FrameResult
+from vstream.uri import publish_display
 
 log = logging.getLogger("vstream.engine")
 
@@ -123,15 +124,29 @@ class FrameOutputs:
                 return writer
             from vstream.sinks.video import VideoWriter
 
-            path = Path(sink.path.replace("{stream}", stream))
+            target = sink.path.replace("{stream}", stream)
+            owner = next(
+                (
+                    other
+                    for i, other in self._writers
+                    if i == index and sink.path.replace("{stream}", other) == target
+                ),
+                None,
+            )
             try:
+                if owner is not None:  # streams added through the API after a one-stream start
+                    raise ValueError(
+                        f"stream {owner} already writes it; put {{stream}} in the sink's path"
+                    )
                 writer = VideoWriter(
-                    path, frame.width, frame.height, fps or DEFAULT_FPS,
-                    encoder=sink.encoder, policy=sink.overflow, queue_frames=sink.queue_frames,
-                    device=self.device, preset=sink.preset, crf=sink.crf,
+                    target if sink.live else Path(target), frame.width, frame.height,
+                    fps or DEFAULT_FPS, encoder=sink.encoder, policy=sink.policy,
+                    queue_frames=sink.queue_frames, device=self.device, preset=sink.preset,
+                    crf=sink.crf,
                 )  # fmt: skip
-            except Exception as exc:  # a bad path fails this output, never the pipeline
-                log.error("annotated video %s: %s", path, exc)
+            except Exception as exc:  # a bad target fails this output, never the pipeline
+                shown = publish_display(target) if sink.live else target
+                log.error("annotated video %s: %s", shown, exc)
                 writer = _NoWriter()
             self._writers[key] = writer
             return writer
@@ -154,17 +169,13 @@ class FrameOutputs:
             writers, self._writers = list(self._writers.values()), {}
         for writer in writers:
             stats = writer.close()
-            if stats is not None and getattr(writer, "path", None) is not None:
+            if stats is not None:
                 log.info(
                     "annotated video %s: %d frames written, %d dropped",
-                    writer.path, stats.frames_written, stats.frames_dropped,
+                    writer.target, stats.frames_written, stats.frames_dropped,
                 )  # fmt: skip
         for _, recorder in self.recorders:
             recorder.close()
-
-    def video_paths(self) -> list[Path]:
-        with self._lock:
-            return [w.path for w in self._writers.values() if getattr(w, "path", None)]
 
     def stats(self) -> dict[str, int]:
         """Frames written and dropped by the videos; clips written and failed."""
@@ -229,9 +240,8 @@ class _Fanout:
 
 
 class _NoWriter:
-    """Stands in for a video that could not be opened: frames for it are dropped."""
+    """Stands in for a video that could not be opened (logged once): frames for it are dropped."""
 
-    path = None
     stats = None
 
     def write(self, image: Any, pts_seconds: float | None = None) -> bool:

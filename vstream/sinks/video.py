@@ -24,7 +24,16 @@ again from zero) continues the video one nominal frame after the last picture.
 
 The file is written as ``PATH.partial`` next to ``PATH`` and renamed (after an
 ``fsync``) only when :meth:`VideoWriter.close` has flushed the encoder, so a
-crash never leaves a half video named like a whole one. An unwritable
+crash never leaves a half video named like a whole one.
+
+The target may instead be an ``rtmp://`` or ``rtmps://`` URL: the video is then
+published live (FLV, H.264 tuned for low latency, a key frame every two
+seconds so a viewer joining sees a picture soon) to a media server such as
+nginx-rtmp or MediaMTX. A server that cannot be reached or goes away is a
+transient fault: the writer reconnects with backoff (1 s doubling to 30 s),
+the frames of the outage are counted in ``stats.frames_failed`` and the
+reconnections in ``stats.reconnects``; logs show the URL with its stream key
+masked. An unwritable
 directory, a full disk or an encoder failure is logged once, as one line
 (:class:`VideoWriteError`), and counted (``stats.failures``, and every frame
 lost in ``stats.frames_failed``); the partial file is removed and the caller's
@@ -53,6 +62,7 @@ import torch
 
 from vstream.errors import VstreamError, describe
 from vstream.sinks.base import make_parents
+from vstream.uri import is_publish_url, publish_display
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +94,13 @@ CONTAINER_FORMATS = {
 
 PARTIAL_SUFFIX = ".partial"
 
+PUBLISH_FORMAT = "flv"
+"""FFmpeg's muxer for RTMP."""
+PUBLISH_TIMEOUT_SECONDS = 10.0
+"""Limit on connecting to the media server and on each write to it."""
+RECONNECT_SECONDS = (1.0, 30.0)
+"""First and longest wait before connecting again to a media server that went away."""
+
 
 class VideoWriteError(VstreamError):
     """The annotated video cannot be written: bad path, unwritable directory, full disk, encoder."""
@@ -101,6 +118,8 @@ class VideoWriterStats:
     """Frames lost to a failure: refused after it, or encoded into a file that was discarded."""
     failures: int = 0
     """Failures (each logged once): opening, writing or finishing the file."""
+    reconnects: int = 0
+    """Times a live output was connected again after losing its media server."""
     encode_seconds: float = 0.0
     """Time the encoder thread spent encoding and writing frames."""
 
@@ -221,6 +240,16 @@ def resolve_encoder(
 # -- backends (run on the writer's thread) --------------------------------------------------
 
 
+def _error_text(exc: BaseException) -> str:
+    """One line for ``exc``; an FFmpeg or OS error without the address it quotes.
+
+    PyAV's errors quote the file or URL they concern, and a publish URL holds
+    its stream key.
+    """
+    strerror = getattr(exc, "strerror", None)
+    return str(strerror) if strerror else describe(exc)
+
+
 def _rate(fps: float) -> Fraction:
     return Fraction(fps).limit_denominator(1001)
 
@@ -254,7 +283,10 @@ class _LibX264(_Backend):
         import av
         from av.video.reformatter import ColorRange, Colorspace
 
-        self.container = av.open(str(path), "w", format=fmt)
+        live = fmt == PUBLISH_FORMAT
+        self.container = av.open(
+            str(path), "w", format=fmt, timeout=PUBLISH_TIMEOUT_SECONDS if live else None
+        )
         stream = self.container.add_stream("libx264", rate=_rate(fps))
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         context = stream.codec_context
@@ -264,6 +296,8 @@ class _LibX264(_Backend):
         if options.get("threads"):
             context.thread_count = int(options["threads"])
         stream.options = {"preset": options["preset"], "crf": str(options["crf"])}
+        if live:  # no frame held back for look-ahead; a viewer joining waits <= 2 s for a key frame
+            stream.options |= {"tune": "zerolatency", "g": str(max(1, round(fps * 2)))}
         self.stream = stream
         self._av = av
 
@@ -299,7 +333,10 @@ class _AnnexBMuxer:
     def __init__(self, path: Path, fmt: str, width: int, height: int, fps: float) -> None:
         import av
 
-        self.container = av.open(str(path), "w", format=fmt)
+        live = fmt == PUBLISH_FORMAT
+        self.container = av.open(
+            str(path), "w", format=fmt, timeout=PUBLISH_TIMEOUT_SECONDS if live else None
+        )
         self.stream = self.container.add_stream("h264", rate=_rate(fps))
         self.stream.width, self.stream.height = width, height
         self.stream.pix_fmt = "yuv420p"
@@ -406,6 +443,9 @@ _STOP = object()
 class VideoWriter:
     """Encodes annotated pictures into ``path`` on a thread of its own (see the module).
 
+    ``path`` is a video file, or an ``rtmp://`` / ``rtmps://`` URL to publish to
+    (:attr:`path` is then None and :attr:`target` shows the URL without its key).
+
     ``width`` x ``height`` is the size of the video (a picture of another size
     is resized to it on its device; odd sizes lose their last row or column,
     as 4:2:0 needs even ones). ``device`` is where the pictures will be, for
@@ -442,15 +482,18 @@ class VideoWriter:
             raise ValueError(f"crf must be in [0, 51], got {crf}")
         if preset not in X264_PRESETS:
             raise ValueError(f"preset must be one of {', '.join(X264_PRESETS)}, got {preset!r}")
-        self.path = Path(path)
-        self.partial_path = partial_path(self.path)
-        self.format = container_format(self.path)
+        self.url = str(path) if is_publish_url(str(path)) else None
+        self.path: Path | None = None if self.url else Path(path)
+        self.partial_path = partial_path(self.path) if self.path else None
+        self.format = container_format(self.path) if self.path else PUBLISH_FORMAT
+        self.target = publish_display(self.url) if self.url else str(self.path)
+        """What the logs call this video: the file, or the URL with its stream key masked."""
         self.width, self.height = width, height
         self.encoded_size = (width - width % 2, height - height % 2)
         if self.encoded_size != (width, height):
             log.warning(
                 "annotated video %s: %dx%d is odd; encoded as %dx%d (4:2:0 needs even sizes)",
-                self.path, width, height, *self.encoded_size,
+                self.target, width, height, *self.encoded_size,
             )  # fmt: skip
         self.fps = float(fps)
         self.policy = policy
@@ -467,8 +510,11 @@ class VideoWriter:
         self._offered = 0
         self._first_pts: float | None = None
         self._resize_warned = False
+        self._retry_at: float | None = None
+        """When a live output next tries to connect (None: connected, or a file)."""
+        self._retry_delay = RECONNECT_SECONDS[0]
         self._thread = threading.Thread(
-            target=self._run, name=f"vstream-video-{self.path.name}", daemon=True
+            target=self._run, name=f"vstream-video-{Path(self.target).name}", daemon=True
         )
         self._thread.start()
 
@@ -544,7 +590,7 @@ class VideoWriter:
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.warning(
-                "annotated video %s: the encoder did not finish within %.0f s", self.path, timeout
+                "annotated video %s: the encoder did not finish within %.0f s", self.target, timeout
             )
         return self.stats
 
@@ -557,27 +603,29 @@ class VideoWriter:
     # -- the encoder thread -----------------------------------------------------------------
 
     def _open_backend(self) -> _Backend:
-        # FFmpeg opens the file only when the first packet comes out of the encoder (after
-        # its look-ahead): make it now, so that an unwritable directory shows at once.
-        make_parents(self.partial_path)
-        with open(self.partial_path, "wb"):
-            pass
+        destination = self.url or self.partial_path
+        if self.partial_path is not None:
+            # FFmpeg opens the file only when the first packet comes out of the encoder (after
+            # its look-ahead): make it now, so that an unwritable directory shows at once.
+            make_parents(self.partial_path)
+            with open(self.partial_path, "wb"):
+                pass
         width, height = self.encoded_size
         if self.encoder == "nvenc":
             try:
                 device = self.device if self.device is not None else torch.device("cuda")
                 return _Nvenc(
-                    self.partial_path, self.format, width, height, self.fps, device, self._options
+                    destination, self.format, width, height, self.fps, device, self._options
                 )
             except Exception as exc:
                 if self.requested_encoder != "auto":
                     raise
                 log.warning(
                     "annotated video %s: NVENC failed to start (%s); using libx264",
-                    self.path, describe(exc),
+                    self.target, _error_text(exc),
                 )  # fmt: skip
                 self.encoder = "cpu"
-        return _LibX264(self.partial_path, self.format, width, height, self.fps, self._options)
+        return _LibX264(destination, self.format, width, height, self.fps, self._options)
 
     def _prepare(self, item: _Item) -> torch.Tensor:
         """The picture at the video's size, ready to read on this thread's stream."""
@@ -593,7 +641,7 @@ class VideoWriter:
                     self._resize_warned = True
                     log.warning(
                         "annotated video %s: pictures of %dx%d are resized to %dx%d",
-                        self.path, image.shape[1], image.shape[0], width, height,
+                        self.target, image.shape[1], image.shape[0], width, height,
                     )  # fmt: skip
                 chw = image.permute(2, 0, 1).unsqueeze(0).float()
                 chw = torch.nn.functional.interpolate(chw, size=(height, width), mode="bilinear")
@@ -609,14 +657,15 @@ class VideoWriter:
         if isinstance(exc, VideoWriteError):
             error = exc
         else:
-            error = VideoWriteError(f"annotated video {self.path} not saved: {describe(exc)}")
+            error = VideoWriteError(f"annotated video {self.target} not saved: {_error_text(exc)}")
         with self._lock:
             if self._error is not None:
                 return
             self._error = error
             self._stats.failures += 1
         log.error("%s", error)
-        log.debug("annotated video %s: failure details", self.path, exc_info=exc)
+        if self.url is None:  # a traceback would quote the publish URL, key and all
+            log.debug("annotated video %s: failure details", self.target, exc_info=exc)
 
     def _run(self) -> None:
         # This thread's torch work (CUDA conversion, a rare resize) is small: one thread, so
@@ -626,7 +675,10 @@ class VideoWriter:
         try:
             backend = self._open_backend()
         except Exception as exc:
-            self._fail(exc)
+            if self._transient(exc):
+                backend = self._lost(None, exc)
+            else:
+                self._fail(exc)
         period = max(1, round(1 / (self.fps * TIME_BASE)))
         last_ticks = -period
         shift = 0
@@ -634,6 +686,8 @@ class VideoWriter:
             item = self._queue.get()
             if item is _STOP:
                 break
+            if backend is None and self._retry_at is not None:
+                backend = self._reconnect()
             if backend is None or self._error is not None:
                 with self._lock:
                     self._stats.frames_failed += 1
@@ -649,7 +703,10 @@ class VideoWriter:
             try:
                 self._encode_one(backend, item, ticks)
             except Exception as exc:
-                self._fail(exc)
+                if self._transient(exc):
+                    backend = self._lost(backend, exc)
+                else:
+                    self._fail(exc)
                 with self._lock:
                     self._stats.frames_failed += 1
                 continue
@@ -658,7 +715,51 @@ class VideoWriter:
                 self._stats.encode_seconds += time.perf_counter() - started
         self._finish(backend)
 
+    def _transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the network failing a live output (retried), not a bug (fails it).
+
+        FFmpeg's network errors are ``OSError`` subclasses in PyAV (refused, reset,
+        broken pipe, timed out, and a server's refusal as an I/O error).
+        """
+        return self.url is not None and isinstance(exc, OSError)
+
+    def _lost(self, backend: _Backend | None, exc: BaseException) -> None:
+        """A live output lost (or never reached) its media server: try again after a wait.
+
+        One warning per outage; the frames until the next connection are counted
+        as failed. Returns None, the backend the writer has until then.
+        """
+        if backend is not None:
+            backend.abort()
+        if self._retry_at is None:
+            self._retry_delay = RECONNECT_SECONDS[0]
+            log.warning(
+                "annotated video %s: %s; publishing again once the server answers",
+                self.target, _error_text(exc),
+            )  # fmt: skip
+        else:
+            self._retry_delay = min(self._retry_delay * 2, RECONNECT_SECONDS[1])
+        self._retry_at = time.monotonic() + self._retry_delay
+        return None
+
+    def _reconnect(self) -> _Backend | None:
+        """A new connection to the media server once the wait is over (None until then)."""
+        if self._retry_at is None or time.monotonic() < self._retry_at:
+            return None
+        try:
+            backend = self._open_backend()
+        except Exception as exc:
+            return self._lost(None, exc)
+        self._retry_at = None
+        with self._lock:
+            self._stats.reconnects += 1
+        log.info("annotated video %s: publishing again", self.target)
+        return backend
+
     def _finish(self, backend: _Backend | None) -> None:
+        if self.url is not None:
+            self._finish_publishing(backend)
+            return
         if backend is not None and self._error is None and self._stats.frames_written:
             try:
                 backend.finish()
@@ -681,6 +782,19 @@ class VideoWriter:
             self._stats.frames_written = 0
         if self._error is None and not written:
             log.warning("annotated video %s: no frames were written; no file made", self.path)
+
+    def _finish_publishing(self, backend: _Backend | None) -> None:
+        if backend is not None:
+            try:
+                backend.finish()
+            except Exception as exc:  # the server went away at the very end
+                backend.abort()
+                log.warning("annotated video %s: %s at the end", self.target, _error_text(exc))
+        stats = self.stats
+        log.info(
+            "annotated video: %d frames published to %s (%s), %d lost to outages, %d reconnects",
+            stats.frames_written, self.target, self.encoder, stats.frames_failed, stats.reconnects,
+        )  # fmt: skip
 
 
 def _fsync(path: Path) -> None:
