@@ -24,7 +24,11 @@ again from zero) continues the video one nominal frame after the last picture.
 
 The file is written as ``PATH.partial`` next to ``PATH`` and renamed (after an
 ``fsync``) only when :meth:`VideoWriter.close` has flushed the encoder, so a
-crash never leaves a half video named like a whole one.
+crash never leaves a half video named like a whole one. An unwritable
+directory, a full disk or an encoder failure is logged once, as one line
+(:class:`VideoWriteError`), and counted (``stats.failures``, and every frame
+lost in ``stats.frames_failed``); the partial file is removed and the caller's
+thread never sees an exception.
 
 The target may instead be an ``rtmp://`` or ``rtmps://`` URL: the video is then
 published live (FLV, H.264 tuned for low latency, a key frame every two
@@ -33,11 +37,7 @@ nginx-rtmp or MediaMTX. A server that cannot be reached or goes away is a
 transient fault: the writer reconnects with backoff (1 s doubling to 30 s),
 the frames of the outage are counted in ``stats.frames_failed`` and the
 reconnections in ``stats.reconnects``; logs show the URL with its stream key
-masked. An unwritable
-directory, a full disk or an encoder failure is logged once, as one line
-(:class:`VideoWriteError`), and counted (``stats.failures``, and every frame
-lost in ``stats.frames_failed``); the partial file is removed and the caller's
-thread never sees an exception.
+masked.
 """
 
 from __future__ import annotations
