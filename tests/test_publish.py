@@ -238,3 +238,24 @@ def test_vstream_run_publishes_every_frame_and_shows_the_url_without_its_key(
     assert KEY not in done.stderr + done.stdout
     [recording] = recordings(rtmp_server, tmp_path)
     assert recorded_frames(recording, 6) == 6, "every frame of the 6-frame clip"
+
+
+def test_video_paths_fill_in_the_pipeline_and_the_stream(workdir: Path) -> None:
+    (workdir / "p.yaml").write_text(
+        textwrap.dedent(
+            """
+            pipelines:
+              - name: main
+                model: {path: model.onnx}
+                sources: [{id: cam, uri: clip.mp4}, {id: other, uri: other.mp4}]
+                sinks:
+                  - {type: jsonl, path: out.jsonl}
+                  - {type: video, path: "videos/{pipeline}-{stream}.mp4"}
+            """
+        )
+    )
+    done = run_cli("run", workdir / "p.yaml", timeout=120)
+    assert done.returncode == 0, done.stderr
+    made = sorted(p.name for p in (workdir / "videos").iterdir())
+    assert made == ["main-cam.mp4", "main-other.mp4"]
+    assert frames_in(workdir / "videos" / "main-cam.mp4") == (6, (320, 240))

@@ -64,6 +64,7 @@ class FrameOutputs:
         from vstream.annotate import Annotator, LineOverlay, ZoneOverlay
 
         self.device = device
+        self.pipeline = config.name
         self.annotator = Annotator(
             lines=[LineOverlay(x.name, x.start, x.end) for x in config.analytics.lines],
             zones=[ZoneOverlay(z.name, tuple(z.points)) for z in config.analytics.zones],
@@ -124,12 +125,12 @@ class FrameOutputs:
                 return writer
             from vstream.sinks.video import VideoWriter
 
-            target = sink.path.replace("{stream}", stream)
+            target = self._target(sink, stream)
             owner = next(
                 (
                     other
                     for i, other in self._writers
-                    if i == index and sink.path.replace("{stream}", other) == target
+                    if i == index and self._target(sink, other) == target
                 ),
                 None,
             )
@@ -150,6 +151,10 @@ class FrameOutputs:
                 writer = _NoWriter()
             self._writers[key] = writer
             return writer
+
+    def _target(self, sink: VideoSinkConfig, stream: str) -> str:
+        """The file or URL of ``stream``'s video: the sink's path with its placeholders filled."""
+        return sink.path.replace("{stream}", stream).replace("{pipeline}", self.pipeline)
 
     def remove_stream(self, stream_id: str) -> None:
         """Finish the stream's videos and forget its clip ring."""
