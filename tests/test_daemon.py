@@ -321,7 +321,11 @@ def test_a_broker_outage_costs_counted_records_but_never_stalls_the_pipeline(
             lambda: (daemon.metric("vstream_sink_records_dropped_total", **sink) or 0) > 0,
             what="drops while the broker is down",
         )
-        assert daemon.processed("a") > during + 10, "the pipeline stalled with its sink"
+        # Drops begin once the 10-record buffer is full; the pipeline goes on past that.
+        wait_until(
+            lambda: daemon.processed("a") > during + 30,
+            what="frames processed while the broker is down (the pipeline stalled with its sink)",
+        )
         mqtt_broker.start()
         resumed = len(subscriber.received())
         wait_until(lambda: len(subscriber.received()) > resumed + 10, what="delivery to resume")

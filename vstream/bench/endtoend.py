@@ -72,7 +72,10 @@ def end_to_end(
     rss_early: int | None = None
     watch: Stopwatch | None = None
     warmed = 0
-    bytes_before = 0
+    # Bytes are counted over every frame, warm-up included: results arrive while later
+    # batches have already crossed, so a window opened at the first timed result would
+    # miss some of those bytes.
+    bytes_before, _ = transfers.snapshot()
     try:
         with JsonLinesSink(os.devnull) as sink:
             for result in detector.streams(limited):
@@ -86,7 +89,6 @@ def end_to_end(
                     warmed += 1
                     if warmed == warmup * streams:
                         watch = Stopwatch().start()
-                        bytes_before, _ = transfers.snapshot()
                     continue
                 latencies.append(latency)
                 done[result.stream_id] = done.get(result.stream_id, 0) + 1
@@ -109,7 +111,7 @@ def end_to_end(
         "streams": streams,
         "per_stream_fps": {s: round(v, 2) for s, v in per_stream.items()},
         "fairness_max_deviation": round(spread, 4),
-        "device_bytes_per_frame": round((bytes_after - bytes_before) / max(frames, 1), 1),
+        "device_bytes_per_frame": round((bytes_after - bytes_before) / (warmed + frames), 1),
     }
     if rss_at is not None:
         rss_end = rss_bytes()
