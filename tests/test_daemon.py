@@ -149,15 +149,17 @@ def test_health_ready_and_metrics_move_as_frames_flow(daemon: Daemon) -> None:
     assert daemon.http.get("/health").json() == {"status": "ok"}
     wait_until(lambda: daemon.http.get("/ready").status_code == 200, what="/ready")
     first = daemon.metrics()
-    time.sleep(1.0)
-    second = daemon.metrics()
     labels = (("pipeline", "main"), ("stream", "cam1"))
     for name in (
         "vstream_stream_frames_decoded_total",
         "vstream_stream_frames_processed_total",
     ):
-        assert second[(name, labels)] > first[(name, labels)] + 10, name
-    assert 15 < second[("vstream_stream_fps", labels)] < 40  # realtime: about 25 fps
+        wait_until(
+            lambda n=name: daemon.metrics()[(n, labels)] > first[(n, labels)] + 10, what=name
+        )
+    second = daemon.metrics()
+    # realtime: paced at the video's 25 fps, never faster (slower only on a loaded machine)
+    assert 0 < second[("vstream_stream_fps", labels)] < 40
     assert 0 <= second[("vstream_stream_frame_age_seconds", labels)] < 5
     state = tuple(sorted((*labels, ("state", "streaming"))))
     assert second[("vstream_stream_state", state)] == 1
