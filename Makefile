@@ -25,11 +25,14 @@ $(STAMP): pyproject.toml Makefile
 
 setup: $(STAMP)
 
+# Debian starts nginx's own service (port 80, all interfaces) where systemd runs: the tests
+# start their own nginx on 127.0.0.1, so that one is stopped and left disabled.
 system-deps:
 	@dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1 || { \
 		apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			$(SYSTEM_PACKAGES) >/dev/null; }
+			$(SYSTEM_PACKAGES) >/dev/null && \
+		{ systemctl disable --now nginx >/dev/null 2>&1 || true; }; }
 
 # The bundled model on the bundled video: tracking, a counting line, records and the
 # annotated video side by side in out/ (the summary line says where).
