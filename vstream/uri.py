@@ -66,10 +66,6 @@ def register_credentials(uri: str) -> None:
     strict = urlsplit(uri).netloc.rpartition("@")[0] if "://" in uri else ""
     if strict:
         candidates.add(strict)
-    _remember(candidates)
-
-
-def _remember(candidates: set[str]) -> None:
     with _lock:
         new = candidates - _secrets
         if not new or len(_secrets) + len(new) > _MAX_SECRETS:

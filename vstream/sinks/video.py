@@ -250,6 +250,14 @@ def _error_text(exc: BaseException) -> str:
     return str(strerror) if strerror else describe(exc)
 
 
+def _open_container(path: Path | str, fmt: str) -> Any:
+    """The output container; a live one with a time limit on connecting and on each write."""
+    import av
+
+    timeout = PUBLISH_TIMEOUT_SECONDS if fmt == PUBLISH_FORMAT else None
+    return av.open(str(path), "w", format=fmt, timeout=timeout)
+
+
 def _rate(fps: float) -> Fraction:
     return Fraction(fps).limit_denominator(1001)
 
@@ -283,10 +291,7 @@ class _LibX264(_Backend):
         import av
         from av.video.reformatter import ColorRange, Colorspace
 
-        live = fmt == PUBLISH_FORMAT
-        self.container = av.open(
-            str(path), "w", format=fmt, timeout=PUBLISH_TIMEOUT_SECONDS if live else None
-        )
+        self.container = _open_container(path, fmt)
         stream = self.container.add_stream("libx264", rate=_rate(fps))
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         context = stream.codec_context
@@ -296,7 +301,8 @@ class _LibX264(_Backend):
         if options.get("threads"):
             context.thread_count = int(options["threads"])
         stream.options = {"preset": options["preset"], "crf": str(options["crf"])}
-        if live:  # no frame held back for look-ahead; a viewer joining waits <= 2 s for a key frame
+        if fmt == PUBLISH_FORMAT:
+            # No frame held back for look-ahead; a viewer joining waits <= 2 s for a key frame.
             stream.options |= {"tune": "zerolatency", "g": str(max(1, round(fps * 2)))}
         self.stream = stream
         self._av = av
@@ -333,10 +339,7 @@ class _AnnexBMuxer:
     def __init__(self, path: Path, fmt: str, width: int, height: int, fps: float) -> None:
         import av
 
-        live = fmt == PUBLISH_FORMAT
-        self.container = av.open(
-            str(path), "w", format=fmt, timeout=PUBLISH_TIMEOUT_SECONDS if live else None
-        )
+        self.container = _open_container(path, fmt)
         self.stream = self.container.add_stream("h264", rate=_rate(fps))
         self.stream.width, self.stream.height = width, height
         self.stream.pix_fmt = "yuv420p"
@@ -686,7 +689,7 @@ class VideoWriter:
             item = self._queue.get()
             if item is _STOP:
                 break
-            if backend is None and self._retry_at is not None:
+            if backend is None:
                 backend = self._reconnect()
             if backend is None or self._error is not None:
                 with self._lock:
