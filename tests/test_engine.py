@@ -17,6 +17,7 @@ import time
 import typing
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import RtspServer, free_port, tiny_detector, write_video
@@ -312,3 +313,57 @@ def test_every_option_is_defined_once_and_reachable_from_flags_yaml_and_python()
     )
     assert (post.conf, runtime.in_flight, model_config.intra_op_threads) == (0.5, 2, 1)
     assert {o.cli.flag for o in options(SERVE_SECTIONS)} >= {"--host", "--port", "--log-level"}
+
+
+def run_demo(tmp_path: Path, name: str, analytics: dict) -> list[dict]:
+    """The demo model on the first 1.5 s of the sample video, at conf 0.5, records read back."""
+    from vstream import assets
+
+    config = parse_data(
+        {
+            "pipelines": [
+                {
+                    "name": "demo",
+                    "model": {"path": str(assets.DEMO_MODEL)},
+                    "postprocess": {"conf": 0.5},
+                    "runtime": {"device": "cpu"},
+                    "analytics": analytics,
+                    "sources": [
+                        {"id": "sample", "uri": str(assets.SAMPLE_VIDEO), "end_seconds": 1.5}
+                    ],
+                    "sinks": [{"type": "jsonl", "path": f"{name}.jsonl"}],
+                }
+            ]
+        },
+        base_dir=tmp_path,
+    )
+    with Engine(config, base_dir=tmp_path) as engine:
+        engine.wait(threading.Event(), until_files_done=True)
+    return [json.loads(x) for x in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+
+
+def test_tracking_sees_low_scores_and_records_keep_conf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ByteTrack's second stage gets the boxes between low_score and conf; records never do."""
+    from vstream.analytics.stream import StreamAnalytics
+
+    seen: list[float] = []
+    update = StreamAnalytics.update
+
+    def spying(self: StreamAnalytics, boxes: Any, scores: Any, *rest: Any, **options: Any) -> Any:
+        seen.extend(scores.tolist())
+        return update(self, boxes, scores, *rest, **options)
+
+    monkeypatch.setattr(StreamAnalytics, "update", spying)
+    plain = run_demo(tmp_path, "plain", {})
+    tracked = run_demo(tmp_path, "tracked", {"tracking": {}})
+    assert seen and min(seen) < 0.5 and min(seen) >= 0.1  # the tracker got its candidates
+    assert [r["frame"] for r in tracked] == [r["frame"] for r in plain]
+    for a, b in zip(plain, tracked, strict=True):
+        # The records hold exactly what they hold without tracking, plus track ids.
+        assert [{k: v for k, v in d.items() if k != "track_id"} for d in b["detections"]] == a[
+            "detections"
+        ]
+        assert all(d["score"] > 0.5 for d in b["detections"])
+    assert any("track_id" in d for r in tracked for d in r["detections"])

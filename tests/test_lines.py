@@ -130,8 +130,8 @@ def test_stop_and_go_with_repeated_id_switches_does_not_inflate_counts() -> None
 
 
 def test_unconfirmed_detections_never_count() -> None:
-    # Scored below new_track_score: a track never starts, so no id and no count.
-    faint = Mover([(0, 300, 120), (2, 300, 280)], score=0.4)
+    # Scored below new_track_score (conf, 0.25): a track never starts, so no id and no count.
+    faint = Mover([(0, 300, 120), (2, 300, 280)], score=0.2)
     updates = run(analytics(), render([faint], fps=25, seconds=2))
     assert all((u.track_ids == -1).all() for u in updates)
     assert counts(updates)["gate"] == {"in": 0, "out": 0}
@@ -295,6 +295,23 @@ def test_line_config_is_validated() -> None:
     )
     assert config.enabled and config.effective_tracking == TrackingConfig()
     assert config.anchor is Anchor.BOTTOM_CENTER and not AnalyticsConfig().enabled
+
+
+def test_a_real_models_scores_count_at_its_conf() -> None:
+    """Scores spread down to conf (a real model): counted at the pipeline's conf, untuned."""
+    walker = Mover([(0, 300, 120), (2, 300, 280)], score=0.35)
+    config = AnalyticsConfig(lines=[GATE])
+    at_conf = StreamAnalytics(config, ["person"], conf=0.3)
+    assert counts(run(at_conf, render([walker], fps=25, seconds=2)))["gate"]["in"] == 1
+    stricter = StreamAnalytics(config, ["person"], conf=0.4)
+    assert counts(run(stricter, render([walker], fps=25, seconds=2)))["gate"]["in"] == 0
+
+
+def test_the_detector_keeps_what_the_trackers_second_stage_needs() -> None:
+    assert AnalyticsConfig().candidate_conf(0.25) == 0.25  # no tracking: conf
+    assert AnalyticsConfig(lines=[GATE]).candidate_conf(0.25) == 0.1  # low_score
+    assert AnalyticsConfig(tracking=TrackingConfig(low_score=0.05)).candidate_conf(0.5) == 0.05
+    assert AnalyticsConfig(lines=[GATE]).candidate_conf(0.05) == 0.05
 
 
 def test_parse_line_spec() -> None:

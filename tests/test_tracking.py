@@ -12,10 +12,13 @@ from pydantic import ValidationError
 from synthetic import Mover, render
 
 from vstream.tracking import ByteTracker, Tracker, TrackingConfig, iou_matrix, kalman
+from vstream.tracking.config import Thresholds
 
 
-def track(frames, config: TrackingConfig | None = None) -> tuple[ByteTracker, list[np.ndarray]]:
-    tracker = ByteTracker(config)
+def track(
+    frames, config: TrackingConfig | None = None, conf: float = 0.25
+) -> tuple[ByteTracker, list[np.ndarray]]:
+    tracker = ByteTracker(config, conf=conf)
     return tracker, [tracker.update(f.boxes, f.scores, f.class_ids, f.pts) for f in frames]
 
 
@@ -93,13 +96,38 @@ def test_low_score_detections_keep_a_track_but_never_start_one() -> None:
     partly_hidden = Mover([(0, 50, 200), (3, 350, 200)])
     frames = render([partly_hidden], fps=25, seconds=3)
     for frame in frames[30:50]:
-        frame.scores[:] = 0.3  # between low_score and high_score
+        frame.scores[:] = 0.2  # between low_score (0.1) and high_score (conf, 0.25)
     _, ids = track(frames)
     assert all(i.tolist() == [1] for i in ids[30:])
 
-    faint = render([Mover([(0, 50, 200), (3, 350, 200)], score=0.3)], fps=25, seconds=3)
+    faint = render([Mover([(0, 50, 200), (3, 350, 200)], score=0.2)], fps=25, seconds=3)
     tracker, ids = track(faint)
     assert all(i.tolist() == [-1] for i in ids) and tracker.num_tracks == 0
+
+
+@pytest.mark.parametrize("score", [0.3, 0.45, 0.9])
+def test_thresholds_follow_conf_unless_set(score: float) -> None:
+    """A real model's scores spread down to conf: every one of them must be trackable."""
+    frames = render([Mover([(0, 50, 200), (3, 350, 200)], score=score)], fps=25, seconds=3)
+    hits = TrackingConfig().confirm_hits
+    _, ids = track(frames, conf=0.25)
+    assert {int(i[0]) for i in ids[hits - 1 :]} == {1}
+    _, ids = track(frames, conf=min(score + 0.05, 1.0))  # the detector ran stricter
+    assert all(i.tolist() == [-1] for i in ids)
+    _, ids = track(frames, TrackingConfig(high_score=0.2), conf=0.95)  # set: conf is ignored
+    assert {int(i[0]) for i in ids[hits - 1 :]} == {1}
+
+
+def test_resolved_thresholds() -> None:
+    default = TrackingConfig()
+    assert default.high_score is None and default.new_track_score is None
+    assert default.thresholds(0.25) == Thresholds(high=0.25, low=0.1, new_track=0.25)
+    assert default.thresholds(0.05) == Thresholds(high=0.05, low=0.05, new_track=0.05)
+    stricter_start = TrackingConfig(new_track_score=0.4)
+    assert stricter_start.thresholds(0.25).new_track == 0.4
+    assert stricter_start.thresholds(0.6).new_track == 0.6  # never below the first stage
+    set_both = TrackingConfig(high_score=0.5, new_track_score=0.6)
+    assert set_both.thresholds(0.25) == Thresholds(high=0.5, low=0.1, new_track=0.6)
 
 
 def test_below_new_track_score_never_confirms() -> None:
@@ -270,8 +298,11 @@ def test_tracking_config_is_strict_and_bounded() -> None:
         ({"confirm_hits": True}, "must be an integer, got True"),
         ({"confirm_hits": 2.0}, "must be an integer, got 2.0"),
         ({"match_iou": "0.3"}, "must be a number, got '0.3'"),
-        ({"low_score": 0.6}, r"low_score \(0.6\) must not exceed high_score \(0.5\)"),
-        ({"new_track_score": 0.4}, "must be at least high_score"),
+        (
+            {"low_score": 0.6, "high_score": 0.5},
+            r"low_score \(0.6\) must not exceed high_score \(0.5\)",
+        ),
+        ({"new_track_score": 0.4, "high_score": 0.5}, "must be at least high_score"),
         ({"tracker": "sort"}, "'bytetrack'"),
         ({"buffer": 1}, "Extra inputs are not permitted"),
     ]:

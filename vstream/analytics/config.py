@@ -170,6 +170,16 @@ class AnalyticsConfig(StrictModel):
         """The tracker settings in force: ``tracking``, or the defaults."""
         return self.tracking or TrackingConfig()
 
+    def candidate_conf(self, conf: float) -> float:
+        """The score the detector keeps boxes from, for records asked at ``conf``.
+
+        With tracking on, ByteTrack's second stage matches boxes scoring from
+        ``low_score`` up: a detector cut at ``conf`` would never hand it one.
+        The detector then keeps boxes down to ``low_score``; after tracking, the
+        records keep only those above ``conf`` (:func:`vstream.engine.outputs.analyze`).
+        """
+        return min(conf, self.effective_tracking.low_score) if self.enabled else conf
+
 
 _LINE_SPEC = re.compile(r"^(?P<name>[^=]*)=(?P<coords>.*)$")
 

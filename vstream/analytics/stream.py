@@ -22,6 +22,7 @@ from vstream.analytics.geometry import anchor_points
 from vstream.analytics.lines import LineCounter
 from vstream.analytics.zones import ZoneMonitor
 from vstream.tracking import ByteTracker, Tracker
+from vstream.tracking.config import DEFAULT_CONF
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,14 @@ class StreamAnalytics:
         config: AnalyticsConfig,
         class_names: Sequence[str] | Mapping[int, str] = (),
         tracker: Tracker | None = None,
+        conf: float = DEFAULT_CONF,
     ) -> None:
+        """``conf`` is the pipeline's ``postprocess.conf``: the tracker's unset thresholds
+        follow it, and records keep only detections above it (the detector may hand over
+        lower ones for the tracker, :meth:`AnalyticsConfig.candidate_conf`)."""
         self.config = config
-        self.tracker: Tracker = tracker or ByteTracker(config.effective_tracking)
+        self.conf = conf
+        self.tracker: Tracker = tracker or ByteTracker(config.effective_tracking, conf=conf)
         names = class_names if isinstance(class_names, Mapping) else dict(enumerate(class_names))
         self._names: dict[int, str] = {int(k): str(v) for k, v in names.items()}
         band, wait = config.dead_band_pixels, config.min_seconds_on_side

@@ -148,7 +148,8 @@ class ClusterEngine(Running):
             self._actor_class = self._ray.remote(worker_class)
             self._gpus = self._gpus_per_worker()
             self._specs = [
-                WorkerPipeline(p.name, p.model, p.postprocess, p.runtime) for p in config.pipelines
+                WorkerPipeline(p.name, p.model, p.detector_postprocess(), p.runtime)
+                for p in config.pipelines
             ]
             self._slots = [self._spawn(slot) for slot in range(self.cluster.workers)]
             self._await_workers()
@@ -462,8 +463,9 @@ class ClusterEngine(Running):
                         stream.resume.index,
                     )
                     continue
+                result = self._analyzed(stream, slot, result)  # records keep conf
                 stream.delivered(result, now)
-                batches[stream.pipeline].append(self._analyzed(stream, slot, result))
+                batches[stream.pipeline].append(result)
         for pipeline, results in batches.items():
             for sink in self.sinks[pipeline]:
                 sink.write(results)
@@ -481,11 +483,12 @@ class ClusterEngine(Running):
         return stream.slot is not None and self._slots[stream.slot] is slot
 
     def _analyzed(self, stream: ClusterStream, slot: WorkerSlot, result: FrameResult) -> Any:
-        analytics = self.pipelines[stream.pipeline].analytics
-        if not analytics.enabled:
+        pipeline = self.pipelines[stream.pipeline]
+        if not pipeline.analytics.enabled:
             return result
         if stream.analytics is None and slot.info is not None:
-            stream.analytics = analytics_for(analytics, slot.info.class_names[stream.pipeline])
+            names = slot.info.class_names[stream.pipeline]
+            stream.analytics = analytics_for(pipeline.analytics, names, pipeline.postprocess.conf)
         result = analyze(stream.analytics, result)
         self.metrics.observe_analytics(stream.pipeline, stream.id, result)
         return result

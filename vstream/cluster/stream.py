@@ -175,10 +175,11 @@ class ClusterStream:
         }
 
 
-def analytics_for(config: AnalyticsConfig, class_names: dict[int, str]) -> Any:
-    """A stream's tracker, lines and zones, or None when the pipeline has none."""
+def analytics_for(config: AnalyticsConfig, class_names: dict[int, str], conf: float) -> Any:
+    """A stream's tracker, lines and zones, or None when the pipeline has none; ``conf`` is
+    the pipeline's ``postprocess.conf`` (the records' threshold, which the tracker follows)."""
     if not config.enabled:
         return None
     from vstream.analytics.stream import StreamAnalytics
 
-    return StreamAnalytics(config, class_names)
+    return StreamAnalytics(config, class_names, conf=conf)

@@ -65,6 +65,14 @@ class PipelineConfig(StrictModel):
             seen[name] = index
         return sinks
 
+    def detector_postprocess(self) -> PostprocessOptions:
+        """The postprocessing the detector runs: ``postprocess``, with ``conf`` lowered to what
+        the tracker's second stage needs when tracking is on
+        (:meth:`~vstream.analytics.config.AnalyticsConfig.candidate_conf`); the records are
+        cut back to ``postprocess.conf`` after tracking."""
+        conf = self.analytics.candidate_conf(self.postprocess.conf)
+        return self.postprocess.model_copy(update={"conf": conf})
+
     @model_validator(mode="after")
     def _one_video_per_stream(self) -> PipelineConfig:
         if len(self.sources) > 1:

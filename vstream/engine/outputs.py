@@ -36,7 +36,13 @@ DEFAULT_FPS = 25.0
 
 
 def analyze(analytics: StreamAnalytics, result: FrameResult) -> FrameResult:
-    """``result`` after the stream's tracker, lines and zones have seen it."""
+    """``result`` after the stream's tracker, lines and zones have seen it.
+
+    The detector kept boxes down to the tracker's ``low_score`` for its second
+    stage (:meth:`~vstream.config.PipelineConfig.detector_postprocess`); the
+    record keeps only those above ``conf``, exactly as without tracking (the
+    same comparison as the detector's own threshold).
+    """
     detections = result.detections
     boxes = np.array([d.bbox for d in detections], dtype=np.float64).reshape(-1, 4)
     scores = np.array([d.score for d in detections], dtype=np.float64)
@@ -47,6 +53,7 @@ def analyze(analytics: StreamAnalytics, result: FrameResult) -> FrameResult:
     tracked = tuple(
         dataclasses.replace(d, track_id=int(t)) if t > 0 else d
         for d, t in zip(detections, update.track_ids.tolist(), strict=True)
+        if d.score > analytics.conf
     )
     return dataclasses.replace(
         result,

@@ -38,6 +38,7 @@ from vstream.metrics import Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
 from vstream.sinks.buffered import SinkStats
 from vstream.sources.base import ResumePoint, SourceState
+from vstream.tracking.config import DEFAULT_CONF
 
 log = logging.getLogger("vstream.engine")
 
@@ -60,6 +61,7 @@ class Pipeline:
         metrics: Metrics | None = None,
         finish_when_idle: bool = False,
         analytics: AnalyticsConfig | None = None,
+        conf: float = DEFAULT_CONF,
         outputs: FrameOutputs | None = None,
     ) -> None:
         self.name = name
@@ -68,6 +70,9 @@ class Pipeline:
         self.sinks = list(sinks)
         self.analytics = analytics if analytics is not None and analytics.enabled else None
         """Tracking, lines and zones, run per stream on the host-side boxes; None when off."""
+        self.conf = conf
+        """The records' score threshold (``postprocess.conf``); with tracking on the detector
+        keeps lower scores for the tracker, and :func:`analyze` cuts them from the records."""
         self.outputs = outputs
         """Annotated videos, previews and event clips; None when the pipeline has none."""
         self.intake = Intake()
@@ -97,7 +102,7 @@ class Pipeline:
         from vstream.detector import Detector
         from vstream.sinks.factory import build_sink
 
-        detector = Detector.from_config(config.model, config.postprocess, config.runtime)
+        detector = Detector.from_config(config.model, config.detector_postprocess(), config.runtime)
         sinks: list[Any] = []
         try:
             for sink in config.sinks:
@@ -115,6 +120,7 @@ class Pipeline:
             sinks=sinks,
             metrics=metrics,
             analytics=config.analytics,
+            conf=config.postprocess.conf,
             outputs=outputs,
         )
 
@@ -157,7 +163,9 @@ class Pipeline:
 
     def _add(self, reader: StreamReader) -> StreamReader:
         if self.analytics is not None:
-            reader.analytics = StreamAnalytics(self.analytics, self.detector.class_names)
+            reader.analytics = StreamAnalytics(
+                self.analytics, self.detector.class_names, conf=self.conf
+            )
         with self._lock:
             if not self._taking:
                 self.intake.unregister(reader.id)
@@ -227,11 +235,11 @@ class Pipeline:
             reader = self._reader(arrival.stream)
             if reader is None:
                 continue
-            reader.counters.processed(0, len(result.detections), None)
             if reader.analytics is not None:
                 result = batch.results[position] = analyze(reader.analytics, result)
                 if self.metrics is not None:
                     self.metrics.observe_analytics(self.name, arrival.stream, result)
+            reader.counters.processed(0, len(result.detections), None)
             if self.outputs is not None and self.outputs.wanted:
                 self.outputs.deliver(arrival.frame, result, reader.source_fps)
         for arrival, error in batch.failures:

@@ -7,8 +7,9 @@ Each frame:
 1. every track's box is predicted to the frame's pts (:mod:`.kalman`), and
    of detections overlapping by ``duplicate_iou`` or more only the best is
    kept (the same object detected as two classes: per-class NMS keeps both);
-2. high-score detections are matched to all confirmed tracks, including lost
-   ones, by IoU with the Hungarian algorithm;
+2. high-score detections (at least ``high_score``, by default the detector's
+   ``conf``) are matched to all confirmed tracks, including lost ones, by IoU
+   with the Hungarian algorithm;
 3. low-score detections are matched to the confirmed tracks still unmatched
    that were seen in the previous frame: a partly hidden object scores low,
    and this keeps its track alive instead of starting a new one later;
@@ -41,7 +42,7 @@ import numpy as np
 
 from vstream.tracking import kalman
 from vstream.tracking.base import NO_TRACK, iou_matrix
-from vstream.tracking.config import TrackingConfig
+from vstream.tracking.config import DEFAULT_CONF, TrackingConfig
 
 TENTATIVE, TRACKED, LOST = 0, 1, 2
 """Track states: not yet confirmed; confirmed and seen in the last frame; confirmed, unseen."""
@@ -98,8 +99,12 @@ def _duplicates(
 class ByteTracker:
     """ByteTrack-style tracker for one stream (see the module docstring)."""
 
-    def __init__(self, config: TrackingConfig | None = None) -> None:
+    def __init__(self, config: TrackingConfig | None = None, conf: float = DEFAULT_CONF) -> None:
+        """``conf`` is the score the detector was asked for: the thresholds left unset
+        follow it (:meth:`TrackingConfig.thresholds`)."""
         self.config = config or TrackingConfig()
+        self.thresholds = self.config.thresholds(conf)
+        """The score thresholds in force."""
         self._next_id = 1
         self.reset()
 
@@ -169,16 +174,16 @@ class ByteTracker:
     def _associate_frame(
         self, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, pts: float
     ) -> np.ndarray:
-        cfg = self.config
+        cfg, limits = self.config, self.thresholds
         valid = (
             np.isfinite(boxes).all(axis=1)
             & (boxes[:, 2] > boxes[:, 0])
             & (boxes[:, 3] > boxes[:, 1])
-            & (scores >= cfg.low_score)
+            & (scores >= limits.low)
         )
         valid[_duplicates(boxes, scores, valid, cfg.duplicate_iou)] = False
-        high = np.flatnonzero(valid & (scores >= cfg.high_score))
-        low = np.flatnonzero(valid & (scores < cfg.high_score))
+        high = np.flatnonzero(valid & (scores >= limits.high))
+        low = np.flatnonzero(valid & (scores < limits.high))
         predicted = kalman.cxcywh_to_xyxy(self._mean[:, :4])
         confirmed = np.flatnonzero(self._state != TENTATIVE)
         tentative = np.flatnonzero(self._state == TENTATIVE)
@@ -207,7 +212,7 @@ class ByteTracker:
         keep &= ~((self._state == LOST) & (pts - self._last_pts > cfg.track_buffer_seconds))
 
         starters = free_high[new]
-        starters = starters[scores[starters] >= cfg.new_track_score]
+        starters = starters[scores[starters] >= limits.new_track]
         first_new = len(self._ids)
         self._start(boxes[starters], scores[starters], class_ids[starters], pts)
         keep = np.concatenate([keep, np.ones(len(starters), dtype=bool)])

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from vstream.config.base import Int, Number, StrictModel
+from vstream.config.model import PostprocessOptions
 
 MAX_TRACK_SECONDS = 3600.0
 """Longest time any tracking or analytics duration may be set to (one hour)."""
+
+DEFAULT_CONF: float = PostprocessOptions.model_fields["conf"].default
+"""The detector's default ``postprocess.conf``: unset thresholds follow it when no conf is given."""
 
 
 class TrackingConfig(StrictModel):
@@ -22,20 +27,24 @@ class TrackingConfig(StrictModel):
     tracker: Literal["bytetrack"] = Field(
         "bytetrack", description="tracking algorithm; bytetrack: two-stage IoU association"
     )
-    high_score: Number(0.0, 1.0) = Field(
-        0.5,
-        description="detections scoring at least this are matched to tracks first, "
-        "against every live track",
+    high_score: Number(0.0, 1.0) | None = Field(
+        None,
+        description="detections scoring at least this are matched to tracks first, against "
+        "every live track; null: the pipeline's conf (postprocess.conf), so tracking works "
+        "at whatever threshold the model is run with",
     )
     low_score: Number(0.0, 1.0) = Field(
         0.1,
         description="detections scoring from this up to high_score are matched second, only to "
-        "tracks seen in the previous frame (objects partly hidden); lower scores are ignored",
+        "tracks seen in the previous frame (objects partly hidden); lower scores are ignored. "
+        "With tracking on the detector keeps boxes down to this score for the tracker; records "
+        "still hold only those above conf",
     )
-    new_track_score: Number(0.0, 1.0) = Field(
-        0.6,
+    new_track_score: Number(0.0, 1.0) | None = Field(
+        None,
         description="an unmatched detection scoring at least this starts a tentative track; "
-        "must be at least high_score",
+        "null: high_score (only first-stage detections start tracks, so a lower value acts "
+        "as high_score)",
     )
     match_iou: Number(0.0, 1.0, open_low=True) = Field(
         0.2,
@@ -70,13 +79,37 @@ class TrackingConfig(StrictModel):
 
     @model_validator(mode="after")
     def _ordered_thresholds(self) -> TrackingConfig:
-        if self.low_score > self.high_score:
+        # Only what is set here can be checked here; thresholds that follow conf are
+        # ordered by thresholds().
+        high = self.high_score
+        if high is not None and self.low_score > high:
             raise ValueError(
-                f"low_score ({self.low_score:g}) must not exceed high_score ({self.high_score:g})"
+                f"low_score ({self.low_score:g}) must not exceed high_score ({high:g})"
             )
-        if self.new_track_score < self.high_score:
+        if high is not None and self.new_track_score is not None and self.new_track_score < high:
             raise ValueError(
-                f"new_track_score ({self.new_track_score:g}) must be at least high_score "
-                f"({self.high_score:g})"
+                f"new_track_score ({self.new_track_score:g}) must be at least high_score ({high:g})"
             )
         return self
+
+    def thresholds(self, conf: float) -> Thresholds:
+        """The score thresholds in force when the detector runs at ``conf``.
+
+        ``high_score`` left unset follows ``conf``: the first stage takes what
+        the user asked the detector for. ``new_track_score`` left unset follows
+        the first stage, and is never below it. ``low_score`` is capped at the
+        first stage's threshold: with ``conf`` below ``low_score`` every
+        detection is a first-stage one and the second stage has nothing to do.
+        """
+        high = conf if self.high_score is None else self.high_score
+        new = high if self.new_track_score is None else max(self.new_track_score, high)
+        return Thresholds(high=high, low=min(self.low_score, high), new_track=new)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Resolved score thresholds of the two association stages and of new tracks."""
+
+    high: float
+    low: float
+    new_track: float
