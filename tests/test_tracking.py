@@ -92,6 +92,34 @@ def test_track_buffer_is_in_seconds(fps: int) -> None:
     assert {int(i[0]) for i in track(lost, config)[1] if len(i) and i[0] > 0} == {1, 2}
 
 
+@pytest.mark.parametrize("fps", [25, 10])
+def test_a_fast_object_is_tracked_from_its_first_frames(fps: int) -> None:
+    """A new track does not know its speed: its first match must not need IoU with a box at rest.
+
+    70 px per frame at 25 fps (175 at 10 fps) for an 80 px box: consecutive boxes overlap
+    by IoU 0.07 (none at 10 fps), below match_iou.
+    """
+    fast = Mover([(0, 40, 200), (0.8, 1440, 200)], size=(80.0, 80.0))
+    frames = render([fast], fps=fps, seconds=0.8)
+    hits = TrackingConfig().confirm_hits
+    _, ids = track(frames)
+    assert [int(i[0]) for i in ids[hits - 1 :]] == [1] * (len(frames) - hits + 1)
+
+
+def test_the_first_match_is_still_gated() -> None:
+    """Far beyond what an object moves in a frame, a new detection is another object."""
+    frames = render([Mover([(0, 40, 200), (0.04, 40, 200)], size=(80.0, 80.0))], 25, 0.04)
+    frames += render([Mover([(0, 400, 200), (0.2, 400, 200)], size=(80.0, 80.0))], 25, 0.2)[2:]
+    for index, frame in enumerate(frames):
+        frame.pts = index / 25
+    _, ids = track(frames, TrackingConfig(confirm_hits=3))
+    assert [int(i[0]) for i in ids] == [-1, -1, -1, -1, 1, 1]  # 3 hits of the second only
+    squashed = render([Mover([(0, 40, 200), (0.2, 40, 200)], size=(80.0, 80.0))], 25, 0.2)
+    squashed[1].boxes[0, 3] = squashed[1].boxes[0, 1] + 8  # 80 px tall, then 8: not it
+    _, ids = track(squashed, TrackingConfig(confirm_hits=3))
+    assert [int(i[0]) for i in ids] == [-1, -1, -1, -1, 1, 1]  # restarted twice
+
+
 def test_low_score_detections_keep_a_track_but_never_start_one() -> None:
     partly_hidden = Mover([(0, 50, 200), (3, 350, 200)])
     frames = render([partly_hidden], fps=25, seconds=3)

@@ -21,6 +21,11 @@ Each frame:
 
 Choices of ours:
 
+- A new track starts at rest, so IoU with where it was would lose an object
+  moving more than about half its size per frame. A track's first match is
+  also accepted by centre distance, within the new track's (wide) velocity
+  uncertainty at this frame's time step, which sets its velocity for the
+  next frames (:meth:`ByteTracker._cost`).
 - Only confirmed tracks have ids. Ids are positive, handed out in order of
   confirmation, and never reused, even after :meth:`ByteTracker.reset`.
 - Association ignores the class: detectors often flicker between similar
@@ -50,31 +55,36 @@ TENTATIVE, TRACKED, LOST = 0, 1, 2
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-def _associate(
-    track_boxes: np.ndarray, det_boxes: np.ndarray, min_iou: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Hungarian matching on ``1 - IoU``; pairs below ``min_iou`` never match.
+def _associate(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Hungarian matching on a ``(tracks, detections)`` cost; infinite costs never match.
 
     Returns matched track indices, matched detection indices, unmatched track
-    indices and unmatched detection indices (all into the given arrays).
+    indices and unmatched detection indices (all into the cost's rows and columns).
     """
-    n_tracks, n_dets = len(track_boxes), len(det_boxes)
+    n_tracks, n_dets = cost.shape
     if n_tracks == 0 or n_dets == 0:
         return _EMPTY, _EMPTY, np.arange(n_tracks), np.arange(n_dets)
     # Imported here, at the first match: scipy.optimize takes half a second to import,
     # and a pipeline without tracking (which still builds its analytics) never needs it.
     from scipy.optimize import linear_sum_assignment
 
-    iou = iou_matrix(track_boxes, det_boxes)
-    cost = np.where(iou >= min_iou, 1.0 - iou, 1e6)
-    rows, cols = linear_sum_assignment(cost)
-    good = iou[rows, cols] >= min_iou
+    rows, cols = linear_sum_assignment(np.where(np.isfinite(cost), cost, 1e6))
+    good = np.isfinite(cost[rows, cols])
     rows, cols = rows[good].astype(np.int64), cols[good].astype(np.int64)
     free_rows = np.ones(n_tracks, dtype=bool)
     free_rows[rows] = False
     free_cols = np.ones(n_dets, dtype=bool)
     free_cols[cols] = False
     return rows, cols, np.flatnonzero(free_rows), np.flatnonzero(free_cols)
+
+
+def _shape_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``(N, M)`` IoU of ``x1, y1, x2, y2`` boxes moved onto the same centre: size alone."""
+    wa, ha = a[:, 2] - a[:, 0], a[:, 3] - a[:, 1]
+    wb, hb = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
+    both = np.minimum(wa[:, None], wb[None, :]) * np.minimum(ha[:, None], hb[None, :])
+    union = (wa * ha)[:, None] + (wb * hb)[None, :] - both
+    return np.divide(both, union, out=np.zeros_like(both), where=union > 0)
 
 
 def _duplicates(
@@ -184,21 +194,20 @@ class ByteTracker:
         valid[_duplicates(boxes, scores, valid, cfg.duplicate_iou)] = False
         high = np.flatnonzero(valid & (scores >= limits.high))
         low = np.flatnonzero(valid & (scores < limits.high))
-        predicted = kalman.cxcywh_to_xyxy(self._mean[:, :4])
         confirmed = np.flatnonzero(self._state != TENTATIVE)
         tentative = np.flatnonzero(self._state == TENTATIVE)
 
         # 1. High-score detections against every confirmed track, lost ones included.
         t1, d1, rest_tracks, rest_high = _associate(
-            predicted[confirmed], boxes[high], cfg.match_iou
+            self._cost(confirmed, boxes[high], cfg.match_iou)
         )
         # 2. Low-score detections against the unmatched tracks seen in the previous frame.
         recent = confirmed[rest_tracks]
         recent = recent[self._state[recent] == TRACKED]
-        t2, d2, _, _ = _associate(predicted[recent], boxes[low], cfg.low_score_match_iou)
+        t2, d2, _, _ = _associate(self._cost(recent, boxes[low], cfg.low_score_match_iou))
         # 3. Tentative tracks against the high-score detections still free.
         free_high = high[rest_high]
-        t3, d3, _, new = _associate(predicted[tentative], boxes[free_high], cfg.match_iou)
+        t3, d3, _, new = _associate(self._cost(tentative, boxes[free_high], cfg.match_iou))
 
         rows = np.concatenate([confirmed[t1], recent[t2], tentative[t3]])
         dets = np.concatenate([high[d1], low[d2], free_high[d3]])
@@ -225,6 +234,34 @@ class ByteTracker:
         track_ids[dets[on_confirmed]] = self._ids[rows[on_confirmed]]
         self._keep(keep)
         return track_ids
+
+    def _cost(self, rows: np.ndarray, boxes: np.ndarray, min_iou: float) -> np.ndarray:
+        """Matching cost of tracks ``rows`` and detections ``boxes``, in [0, 1]; inf: no match.
+
+        ``1 - IoU`` with the predicted box, pairs below ``min_iou`` excluded. A
+        track with a single detection has no velocity yet: its prediction is
+        where it was, and an object moving more than about half its size per
+        frame would never overlap it enough. Its detection may then instead lie
+        within the track's predicted uncertainty (:func:`kalman.centre_distance2`,
+        wide for a new track) with a size IoU alone would accept
+        (:func:`_shape_iou`); the cost is the distance as a fraction of the gate.
+        """
+        predicted = kalman.cxcywh_to_xyxy(self._mean[rows, :4])
+        iou = iou_matrix(predicted, boxes)
+        cost = np.where(iou >= min_iou, 1.0 - iou, np.inf)
+        young = self._hits[rows] == 1
+        if young.any() and len(boxes):
+            rows_young = rows[young]
+            distance2 = kalman.centre_distance2(
+                self._mean[rows_young], self._cov[rows_young], kalman.xyxy_to_cxcywh(boxes)
+            )
+            near = (distance2 <= kalman.GATE_CHI2) & (
+                _shape_iou(predicted[young], boxes) >= min_iou
+            )
+            cost[young] = np.minimum(
+                cost[young], np.where(near, distance2 / kalman.GATE_CHI2, np.inf)
+            )
+        return cost
 
     def _correct(
         self,
