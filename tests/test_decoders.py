@@ -1,8 +1,11 @@
-"""Decoder choice, and the NVDEC adapter against a fake PyNvVideoCodec (no GPU here).
+"""Decoder choice, and the NVDEC adapter against a fake PyNvVideoCodec on a fake GPU.
 
 The fake reuses its output surfaces on every Decode call and frees them when
 the decoder goes, as the library does, so a frame that still pointed into the
-decoder's memory would show another frame's pixels or freed memory here.
+decoder's memory would show another frame's pixels or freed memory here. Its
+frames are CUDA memory of ``cuda:0`` (:mod:`fakes.fake_cuda`), and vstream
+imports it through its own ``import PyNvVideoCodec``, which can fail as the
+library's does.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 from fakes import fake_pynvvideocodec as fake
+from fakes.fake_cuda import FakeGpu
 from helpers import write_10bit, write_video
 
 from vstream import decoders
@@ -36,11 +40,16 @@ from vstream.frame import PixelFormat
 
 STREAM_HANDLE = 0x7F00_1234
 """A CUDA stream handle, as the pipeline's stream would give."""
+CUDA = torch.device("cuda")
+"""The device as a config writes it: no index, while the frames NVDEC exports are on cuda:0."""
 
 
 @pytest.fixture(autouse=True)
-def clean_state() -> None:
-    """No probe, capability answer or parked decoder (``DECODERS``) outlives a test."""
+def clean_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake cuda:0, the fake imported as PyNvVideoCodec; no probe, capability answer or
+    parked decoder (``DECODERS``) outlives a test."""
+    FakeGpu().install(monkeypatch)
+    fake.install(monkeypatch)
     fake.reset()
     decoders.reset_probe()
     nvdec_module._caps.clear()
@@ -60,14 +69,7 @@ def reference(path: Path, fmt: str) -> list[tuple[float, np.ndarray]]:
 
 
 def nvdec(path: Path, cache: DecoderCache | None = None, **kwargs: object) -> NvdecDecoder:
-    return NvdecDecoder(
-        str(path),
-        device=torch.device("cpu"),
-        cuda_stream=STREAM_HANDLE,
-        nvc=fake,
-        cache=cache,
-        **kwargs,
-    )
+    return NvdecDecoder(str(path), device=CUDA, cuda_stream=STREAM_HANDLE, cache=cache, **kwargs)
 
 
 def in_any(tensor: torch.Tensor, buffers: list[torch.Tensor]) -> bool:
@@ -85,7 +87,7 @@ def test_the_fake_reuses_and_frees_its_surfaces_like_the_library(tmp_path: Path)
         stream = container.streams.video[0]
         bsf = av.bitstream.BitStreamFilterContext("h264_mp4toannexb", stream)
         packets = [bytes(p) for raw in container.demux(stream) for p in bsf.filter(raw)]
-    decoder = fake.CreateDecoder(codec=fake.cudaVideoCodec.H264)
+    decoder = fake.CreateDecoder(codec=fake.cudaVideoCodec.H264, usedevicememory=True)
     adopted: list[tuple[torch.Tensor, torch.Tensor]] = []
     for data in packets:
         holder = np.frombuffer(data, np.uint8)
@@ -122,7 +124,7 @@ def test_frames_are_vstreams_own_and_survive_reuse_and_close(
         assert picture.pixel_format is PixelFormat.NV12
         assert (picture.width, picture.height) == (192, 108)
         assert picture.pts_seconds == pytest.approx(pts)
-        assert np.array_equal(picture.data.numpy(), pixels), "intact after reuse and free"
+        assert np.array_equal(picture.data.cpu().numpy(), pixels), "intact after reuse and free"
         assert ring is not None and ring.owns(picture.data)
         assert not in_any(picture.data, session.surfaces)
     # Packets reached NVDEC as Annex B, and the stream ended with an empty packet.
@@ -130,18 +132,18 @@ def test_frames_are_vstreams_own_and_survive_reuse_and_close(
     assert ring.grown == 24 - ring.depth, "every frame still referenced: none overwritten"
 
 
-def test_decoding_copies_device_to_device_only(tmp_path: Path, monkeypatch) -> None:
+def test_decoding_copies_device_to_device_only(tmp_path: Path) -> None:
     path = write_video(tmp_path / "clip.mp4", frames=8, width=160, height=120)
     decoder = nvdec(path)
 
     def forbidden(self: torch.Tensor, *args: object, **kwargs: object) -> None:
         raise AssertionError("the NVDEC path moved a frame to the host")
 
-    for name in ("cpu", "numpy", "to", "tolist"):
-        monkeypatch.setattr(torch.Tensor, name, forbidden)
-    pictures = list(decoder.pictures())
-    monkeypatch.undo()
-    assert len(pictures) == 8
+    with pytest.MonkeyPatch.context() as patches:
+        for name in ("cpu", "numpy", "to", "tolist"):
+            patches.setattr(torch.Tensor, name, forbidden)
+        pictures = list(decoder.pictures())
+    assert len(pictures) == 8 and all(p.data.device == torch.device("cuda", 0) for p in pictures)
     decoder.close()
 
 
@@ -169,7 +171,7 @@ def test_pixels_and_time_stamps_match_the_reference(tmp_path: Path) -> None:
     expected = reference(path, "nv12")
     assert [p.pts_seconds for p in pictures] == pytest.approx([pts for pts, _ in expected])
     for picture, (_, pixels) in zip(pictures, expected, strict=True):
-        assert np.array_equal(picture.data.numpy(), pixels)
+        assert np.array_equal(picture.data.cpu().numpy(), pixels)
 
 
 def test_decoder_shares_the_pipeline_stream_and_primary_context(tmp_path: Path) -> None:
@@ -178,7 +180,7 @@ def test_decoder_shares_the_pipeline_stream_and_primary_context(tmp_path: Path) 
     assert kwargs["cudastream"] == STREAM_HANDLE
     assert kwargs["cudacontext"] == 0  # the device's primary context, torch's own
     assert kwargs["usedevicememory"] is True
-    assert kwargs["gpuid"] == 0
+    assert kwargs["gpuid"] == 0, "cuda is the current device, 0 here"
     assert kwargs["codec"] is fake.cudaVideoCodec.H264
     assert kwargs["outputColorType"] is fake.OutputColorType.NATIVE
 
@@ -192,7 +194,7 @@ def test_rgb_output_when_asked(tmp_path: Path) -> None:
     ] * 5
     expected = reference(path, "rgb24")
     for picture, (_, pixels) in zip(pictures, expected, strict=True):
-        assert np.array_equal(picture.data.numpy(), pixels)
+        assert np.array_equal(picture.data.cpu().numpy(), pixels)
 
 
 def test_a_decoder_is_reused_across_passes_and_reconfigured_for_a_new_size(
@@ -218,7 +220,7 @@ def test_a_decoder_is_reused_across_passes_and_reconfigured_for_a_new_size(
         expected = reference(path, "nv12")
         assert len(pictures) == len(expected)
         for picture, (_, pixels) in zip(pictures, expected, strict=True):
-            assert np.array_equal(picture.data.numpy(), pixels)
+            assert np.array_equal(picture.data.cpu().numpy(), pixels)
 
 
 def test_a_pass_cut_short_is_flushed_before_its_decoder_is_reused(tmp_path: Path) -> None:
@@ -235,7 +237,7 @@ def test_a_pass_cut_short_is_flushed_before_its_decoder_is_reused(tmp_path: Path
     expected = reference(path, "nv12")
     assert len(pictures) == 30, "nothing left over from the pass that was cut"
     for picture, (_, pixels) in zip(cut + pictures, expected[:5] + expected, strict=True):
-        assert np.array_equal(picture.data.numpy(), pixels)
+        assert np.array_equal(picture.data.cpu().numpy(), pixels)
 
 
 def test_a_decoder_failure_fails_the_stream_once_and_is_never_retried_or_reused(
@@ -284,16 +286,55 @@ def test_p016_frames_that_arrive_anyway_are_cut_to_8_bits(
         tens = [f.to_ndarray(format="yuv420p10le") for f in container.decode(video=0)]
     for picture, planar in zip(pictures, tens, strict=True):
         assert picture.data.dtype == torch.uint8 and picture.pixel_format is PixelFormat.NV12
-        luma = picture.data[:120].numpy().astype(int)
+        luma = picture.data[:120].cpu().numpy().astype(int)
         assert np.array_equal(luma, planar[:120] >> 2), "the 8 high bits of each sample"
         u = planar[120:150].reshape(60, 80) >> 2
-        assert np.array_equal(picture.data[120:].numpy().reshape(60, 80, 2)[..., 0], u)
+        assert np.array_equal(picture.data[120:].cpu().numpy().reshape(60, 80, 2)[..., 0], u)
 
 
 def test_missing_pynvvideocodec_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "PyNvVideoCodec", None)
     with pytest.raises(SourceError, match=r"pip install 'vstream\[gpu\]'"):
         load_pynvvideocodec()
+
+
+def test_a_pynvvideocodec_whose_import_raises_runtimeerror_means_the_cpu_decoder_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """2.2.4 loads libnvidia-encode at import and raises RuntimeError without it (issue 20)."""
+    importer = fake.install(monkeypatch, error=fake.DRIVER_WITHOUT_VIDEO)
+    with pytest.raises(SourceError) as failed:
+        load_pynvvideocodec()
+    assert str(failed.value) == (
+        "PyNvVideoCodec cannot be imported: Failed to load NVENC library: libnvidia-encode.so.1: "
+        "cannot open shared object file: No such file or directory"
+    )
+    caplog.set_level(logging.INFO, logger="vstream.decoders")
+    path = write_video(tmp_path / "clip.mp4", frames=4, width=160, height=120)
+    imports = importer.imports
+    for _ in range(3):  # three streams, or one reconnecting
+        decoder = open_decoder(str(path), device=CUDA)
+        assert decoder.name == "cpu" and len(list(decoder.pictures())) == 4
+        decoder.close()
+    assert importer.imports == imports + 1, "probed once, the answer kept"
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "vstream.decoders"]
+    assert line.startswith("decoder: cpu (NVDEC unavailable: PyNvVideoCodec cannot be imported")
+    with pytest.raises(SourceError, match="nvdec decoder does not work here: PyNvVideoCodec"):
+        resolve_decoder("nvdec", CUDA)
+
+
+def test_cuda_and_cuda_0_are_one_device_for_the_probe_and_the_decoder(tmp_path: Path) -> None:
+    """The device written ``cuda`` takes NVDEC's frames, which come on cuda:0 (issue 20)."""
+    assert decoders.nvdec_status("cuda") == decoders.nvdec_status(torch.device("cuda", 0))
+    works, why = decoders.nvdec_status(CUDA)
+    assert works, why
+    assert len(fake.sessions) == 1, "probed once for both spellings"
+    assert resolve_decoder("auto", CUDA) is DecoderKind.NVDEC
+    decoder = open_decoder(str(write_video(tmp_path / "c.mp4", frames=3)), device=CUDA)
+    assert decoder.name == "nvdec"
+    pictures = list(decoder.pictures())
+    decoder.close()
+    assert len(pictures) == 3 and {p.data.device for p in pictures} == {torch.device("cuda", 0)}
 
 
 def test_the_bundled_probe_clip_is_tiny_h264() -> None:
@@ -306,7 +347,7 @@ def test_the_bundled_probe_clip_is_tiny_h264() -> None:
 
 
 def test_the_probe_decodes_the_clip_and_names_what_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    result = probe(torch.device("cpu"), nvc=fake)
+    result = probe(CUDA)
     assert result.available, result.reason
     assert "4 frames" in result.reason
 
@@ -316,7 +357,7 @@ def test_the_probe_decodes_the_clip_and_names_what_fails(monkeypatch: pytest.Mon
         )
 
     monkeypatch.setattr(fake, "CreateDecoder", no_video_capability)
-    result = probe(torch.device("cpu"), nvc=fake)
+    result = probe(CUDA)
     assert not result.available
     assert "libnvcuvid.so.1" in result.reason and "\n" not in result.reason
 
@@ -356,18 +397,17 @@ def test_auto_on_cuda_follows_the_probe_and_says_so_once(
 def test_a_stream_nvdec_cannot_decode_falls_back_alone_with_one_notice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", fake)
     monkeypatch.setattr(decoders, "resolve_decoder", lambda kind, device: DecoderKind.NVDEC)
     ten = write_10bit(tmp_path / "ten.mkv")
     eight = write_video(tmp_path / "eight.mp4", frames=4, width=160, height=120)
     caplog.set_level(logging.INFO, logger="vstream.decoders")
     opened = []
     for _ in range(3):  # a file looping, or a camera reconnecting
-        decoder = open_decoder(str(ten), device=torch.device("cpu"))
+        decoder = open_decoder(str(ten), device=CUDA)
         opened.append(decoder.name)
         assert len(list(decoder.pictures())) == 6
         decoder.close()
-    other = open_decoder(str(eight), device=torch.device("cpu"))
+    other = open_decoder(str(eight), device=CUDA)
     assert other.name == "nvdec"
     other.close()
     assert opened == ["cpu"] * 3
@@ -381,7 +421,6 @@ def test_a_stream_nvdec_cannot_decode_falls_back_alone_with_one_notice(
 
 
 def _nvdec_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", fake)
     monkeypatch.setattr(decoders, "resolve_decoder", lambda kind, device: DecoderKind.NVDEC)
 
 
@@ -398,17 +437,17 @@ def test_a_codec_nvdec_refuses_at_its_first_decode_goes_on_the_cpu_from_the_star
     fake.unsupported.add(fake.cudaVideoCodec.H264)
     path = write_video(tmp_path / "clip.mp4", frames=20, width=160, height=120)
     caplog.set_level(logging.INFO, logger="vstream.decoders")
-    decoder = open_decoder(str(path), device=torch.device("cpu"))
+    decoder = open_decoder(str(path), device=CUDA)
     assert decoder.name == "nvdec", "nothing said no before decoding"
     pictures = list(decoder.pictures())
     assert decoder.name == "cpu"
     decoder.close()
     assert [p.pts_seconds for p in pictures] == _pts(path), "every frame once, in order"
     for picture, (_, rgb) in zip(pictures, reference(path, "rgb24"), strict=True):
-        assert np.array_equal(picture.decoded.to_tensor(PixelFormat.RGB24).numpy(), rgb)
+        assert np.array_equal(picture.data.cpu().numpy(), rgb)
     notices = [r.getMessage() for r in caplog.records if "on the CPU" in r.getMessage()]
     assert len(notices) == 1 and "Codec not supported on this GPU" in notices[0]
-    again = open_decoder(str(path), device=torch.device("cpu"))
+    again = open_decoder(str(path), device=CUDA)
     assert again.name == "cpu", "a loop pass or reconnection goes straight to the CPU"
     again.close()
     assert len(fake.sessions) == 1
@@ -437,7 +476,7 @@ def test_a_file_nvdec_stops_following_mid_stream_continues_on_the_cpu_every_fram
     _nvdec_chosen(monkeypatch)
     monkeypatch.setattr(fake.Decoder, "refuse_on_packets", frozenset({12}))
     path = write_video(tmp_path / "clip.mp4", frames=30, width=160, height=120)
-    decoder = open_decoder(str(path), device=torch.device("cpu"))
+    decoder = open_decoder(str(path), device=CUDA)
     pictures = list(decoder.pictures())
     decoder.close()
     kinds = [p.pixel_format for p in pictures]
@@ -452,13 +491,13 @@ def test_a_live_stream_nvdec_stops_following_reconnects_to_the_cpu(
     _nvdec_chosen(monkeypatch)
     monkeypatch.setattr(fake.Decoder, "refuse_on_packets", frozenset({12}))
     path = write_video(tmp_path / "live.ts", frames=30, width=160, height=120)
-    decoder = open_decoder(str(path), device=torch.device("cpu"))
+    decoder = open_decoder(str(path), device=CUDA)
     pictures = []
     with pytest.raises(TransientError, match=r"Reconfigure Not supported.*on the CPU"):
         pictures.extend(decoder.pictures())
     decoder.close()
     assert 0 < len(pictures) < 12
-    reconnected = open_decoder(str(path), device=torch.device("cpu"))
+    reconnected = open_decoder(str(path), device=CUDA)
     assert reconnected.name == "cpu" and len(list(reconnected.pictures())) == 30
     reconnected.close()
 
@@ -469,7 +508,7 @@ def test_a_driver_failure_is_not_mistaken_for_a_refusal(
     _nvdec_chosen(monkeypatch)
     monkeypatch.setattr(fake.Decoder, "fail_on_packets", frozenset({3}))
     path = write_video(tmp_path / "clip.mp4", frames=10, width=160, height=120)
-    decoder = open_decoder(str(path), device=torch.device("cpu"))
+    decoder = open_decoder(str(path), device=CUDA)
     with pytest.raises(SourceError, match="NVDEC failed") as failure:
         list(decoder.pictures())
     decoder.close()

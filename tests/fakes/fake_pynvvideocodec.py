@@ -1,20 +1,41 @@
 """A FAKE of PyNvVideoCodec 2.x that reuses and frees its surfaces as the library does.
 
-For contract tests of vstream's NVDEC adapter without a GPU. It mimics the
-part of the API the adapter relies on: ``cudaVideoCodec``, ``OutputColorType``,
-``Pixel_Format``, ``PacketData`` (``bsl_data`` is an address, ``bsl`` a size,
-``pts``), ``CreateDecoder(gpuid=, codec=, cudacontext=, cudastream=,
-usedevicememory=, outputColorType=)``, ``GetDecoderCaps(gpuid=, codec=)``, and
-the decoder's ``Decode(packet)``, ``setReconfigParams(width=, height=)`` and
-``GetPixelFormat()``. Frames are DLPack-capable (``__dlpack__(stream)``
-only, as the binding's: torch then retries without its newer keywords) with
-``getPTS()`` and ``format``. Behind it, FFmpeg's software decoder (through PyAV) decodes the
-bytes the adapter hands over, so the contract covers the bitstream too: like
-NVDEC's parser, it rejects anything that is not Annex B.
+For contract tests of vstream's NVDEC adapter without a GPU, together with
+:mod:`fakes.fake_cuda` (a fake ``cuda:0``). It mimics the part of the API the
+adapter relies on: ``cudaVideoCodec``, ``OutputColorType``, ``Pixel_Format``,
+``PacketData`` (``bsl_data`` is an address, ``bsl`` a size, ``pts``),
+``CreateDecoder``, ``GetDecoderCaps``, and the decoder's ``Decode(packet)``,
+``setReconfigParams(width=, height=)`` and ``GetPixelFormat()``. Frames are
+DLPack-capable (``__dlpack__(stream)`` only, as the binding's: torch then
+retries without its newer keywords) with ``getPTS()`` and ``format``. Behind
+it, FFmpeg's software decoder (through PyAV) decodes the bytes the adapter
+hands over, so the contract covers the bitstream too: like NVDEC's parser, it
+rejects anything that is not Annex B.
 
-What it copies from the library's sources (``NvDecoder.cpp``,
-``PyNvDecoder.cpp``, ``PyNvVideoCodecUtils.hpp``, ``ExternalBuffer.cpp``),
-because a fake without it hides real bugs:
+What it copies from the library, because a fake without it hides real bugs
+(read in the sources of 1.0.2, ``NvDecoder.cpp``, ``PyNvDecoder.cpp``,
+``PyNvVideoCodecUtils.hpp``, ``ExternalBuffer.cpp``, and in the 2.2.4 wheel:
+its ``__init__.py``, and the docstrings and keyword names compiled into
+``PyNvVideoCodec_130.so``):
+
+- **Its signatures.** ``CreateDecoder(gpuid, codec, cudacontext, cudastream,
+  usedevicememory, maxwidth, maxheight, outputColorType, enableSEIMessage,
+  bWaitForSessionWarmUp, latency, enableDecodeStats)`` and
+  ``GetDecoderCaps(gpuid, codec, chromaformat, bitdepth)``, nothing else: a
+  misspelt keyword is a ``TypeError`` here as in the binding. A ``gpuid``
+  torch does not see is refused (``ValidateGpuId``).
+- **Frames in CUDA memory.** With ``usedevicememory=True`` the surfaces are
+  device memory of GPU ``gpuid``, and a frame's ``__dlpack_device__`` is
+  ``(kDLCUDA, gpuid)`` (``ExternalBuffer::dlpack_device``): adopted with
+  ``torch.from_dlpack`` it is a ``cuda:N`` tensor, never ``cuda``. Without
+  it, host memory (``kDLCPU``).
+- **Its import.** :func:`install` puts this module behind ``import
+  PyNvVideoCodec`` through an importer, so the adapter's own import runs;
+  ``install(error=DRIVER_WITHOUT_VIDEO)`` makes that import raise what 2.2.4's
+  ``__init__`` raises where ``libnvidia-encode`` cannot be loaded (a
+  ``RuntimeError``, not an ``ImportError``, with a page of troubleshooting),
+  and, as Python does with a module whose import failed, every later import
+  tries again.
 
 - **Surface reuse.** ``Decode`` fills the decoder's output buffers from
   index 0 on every call (``m_nDecodedFrame = 0``); the frames a call returns
@@ -40,19 +61,27 @@ because a fake without it hides real bugs:
   bits), exported with the column stride of 2 elements the 2.x binding gives
   (``GetCAIMemoryViewAndDLPack``: strides ``{width, 2}`` for a ``|u2`` tensor).
 
-Frames are torch tensors on the CPU, standing in for CUDA memory.
+Device memory is :mod:`fakes.fake_cuda`'s: host memory that reports ``cuda:0``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import enum
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import av
 import numpy as np
+import pytest
 import torch
+
+from fakes.fake_cuda import KDL_CUDA, host
 
 FREED = 0xEE
 """What a freed surface holds: a value no test video produces in every byte."""
@@ -75,6 +104,19 @@ class OutputColorType(enum.Enum):
     NATIVE = 0
     RGB = 1
     RGBP = 2
+
+
+class DisplayDecodeLatencyType(enum.Enum):
+    NATIVE = 0
+    LOW = 1
+    ZERO = 2
+
+
+class cudaVideoChromaFormat(enum.Enum):
+    Monochrome = 0
+    YUV420 = 1
+    YUV422 = 2
+    YUV444 = 3
 
 
 class Pixel_Format(enum.Enum):
@@ -128,10 +170,14 @@ def reset() -> None:
 class DecodedFrame:
     """A decoded surface: DLPack-capable, with a time stamp, valid until the next Decode."""
 
-    def __init__(self, tensor: torch.Tensor, pts: int, fmt: Pixel_Format) -> None:
+    def __init__(
+        self, tensor: torch.Tensor, pts: int, fmt: Pixel_Format, gpuid: int | None
+    ) -> None:
         self.tensor = tensor
         self.format = fmt
         self._pts = pts
+        self._gpuid = gpuid
+        """The GPU whose memory holds the frame; None: host memory (``usedevicememory=False``)."""
         self.streams_asked: list[int | None] = []
 
     def __dlpack__(self, stream: int | None = None) -> object:
@@ -144,10 +190,10 @@ class DecodedFrame:
         if stream == 0:
             raise RuntimeError("Invalid value for stream parameter. Passed value of 0")
         self.streams_asked.append(stream)
-        return self.tensor.__dlpack__()
+        return host(self.tensor).__dlpack__()
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return self.tensor.__dlpack_device__()
+        return (KDL_CUDA, self._gpuid) if self._gpuid is not None else (1, 0)  # 1: kDLCPU
 
     def getPTS(self) -> int:
         return self._pts
@@ -173,10 +219,11 @@ class Decoder:
     refuse_on_packets: frozenset[int] = frozenset()
     """1-based numbers of the packets whose Decode refuses a mid-stream change, as NVDEC does."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, kwargs: dict[str, Any]) -> None:
         self.kwargs = kwargs
         self.session = Session(kwargs)
         sessions.append(self.session)
+        self._gpuid = kwargs["gpuid"] if kwargs["usedevicememory"] else None
         self._codec_name = _FFMPEG_NAMES[kwargs["codec"]]
         self._codec = av.CodecContext.create(self._codec_name, "r")
         self._rgb = kwargs.get("outputColorType") is OutputColorType.RGB
@@ -201,7 +248,8 @@ class Decoder:
         if index < len(self._surfaces) and self._surfaces[index].numel() != nbytes:
             self._free()
         while index >= len(self._surfaces):
-            buffer = torch.empty(nbytes, dtype=torch.uint8)
+            device = "cpu" if self._gpuid is None else f"cuda:{self._gpuid}"
+            buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
             self._surfaces.append(buffer)
             self.session.surfaces.append(buffer)
         buffer = self._surfaces[index]
@@ -249,7 +297,7 @@ class Decoder:
             else:
                 array, fmt = frame.to_ndarray(format="nv12"), Pixel_Format.NV12
             self._format = fmt
-            frames.append(DecodedFrame(self._surface(index, array), frame.pts, fmt))
+            frames.append(DecodedFrame(self._surface(index, array), frame.pts, fmt, self._gpuid))
         self.session.frames += len(frames)
         return frames
 
@@ -283,12 +331,31 @@ class Decoder:
         self.session.released = True
 
 
-def CreateDecoder(**kwargs: Any) -> Decoder:
-    return Decoder(**kwargs)
+def CreateDecoder(
+    gpuid: int = 0,
+    codec: cudaVideoCodec = cudaVideoCodec.H264,
+    cudacontext: int = 0,
+    cudastream: int = 0,
+    usedevicememory: bool = False,
+    maxwidth: int = 0,
+    maxheight: int = 0,
+    outputColorType: OutputColorType = OutputColorType.NATIVE,
+    enableSEIMessage: bool = False,
+    bWaitForSessionWarmUp: bool = False,
+    latency: DisplayDecodeLatencyType = DisplayDecodeLatencyType.NATIVE,
+    enableDecodeStats: bool = False,
+) -> Decoder:
+    """The binding's keywords and defaults, no others (2.2.4's ``PyNvDecoder`` docstring)."""
+    if not 0 <= gpuid < torch.cuda.device_count():
+        raise RuntimeError(f"ValidateGpuId: invalid GPU id {gpuid}")
+    return Decoder(dict(locals()))
 
 
 def GetDecoderCaps(
-    gpuid: int = 0, codec: cudaVideoCodec = cudaVideoCodec.H264, **kwargs: Any
+    gpuid: int = 0,
+    codec: cudaVideoCodec = cudaVideoCodec.H264,
+    chromaformat: cudaVideoChromaFormat = cudaVideoChromaFormat.YUV420,
+    bitdepth: int = 8,
 ) -> dict[str, int]:
     return {
         "codec_id": codec.value,
@@ -296,3 +363,42 @@ def GetDecoderCaps(
         "width_max": max_size[0],
         "height_max": max_size[1],
     }
+
+
+DRIVER_WITHOUT_VIDEO = (
+    "Failed to load NVENC library: libnvidia-encode.so.1: cannot open shared object file: "
+    "No such file or directory\n\n=== TROUBLESHOOTING STEPS ===\n\nThe NVENC library could "
+    "not be found. This usually means:\n\n1. **Running in Docker?**"
+)
+"""What ``import PyNvVideoCodec`` 2.2.4 raises (a ``RuntimeError``) without ``libnvidia-encode``."""
+
+
+class Importer(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import PyNvVideoCodec`` gives this module, or raises ``RuntimeError(error)`` as 2.2.4."""
+
+    def __init__(self, error: str | None) -> None:
+        self.error = error
+        self.imports = 0
+        """Times the import ran (a failed import is not kept in ``sys.modules``: it runs again)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "PyNvVideoCodec":
+            return None
+        return importlib.util.spec_from_loader(name, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return sys.modules[__name__]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.imports += 1
+        if self.error is not None:
+            raise RuntimeError(self.error)
+
+
+def install(monkeypatch: pytest.MonkeyPatch, error: str | None = None) -> Importer:
+    """Make ``import PyNvVideoCodec`` go through :class:`Importer` for one test."""
+    importer = Importer(error)
+    monkeypatch.setattr(sys, "meta_path", [importer, *sys.meta_path])
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", None)  # undone: removed after the test
+    del sys.modules["PyNvVideoCodec"]
+    return importer

@@ -23,6 +23,7 @@ import torch
 
 from vstream.config.sources import DecoderKind
 from vstream.decoders.base import Decoder, Picture, StreamInfo
+from vstream.devices import indexed
 from vstream.errors import SourceError, SourceUnavailable
 from vstream.frame import PixelFormat
 from vstream.uri import redact_uri
@@ -41,6 +42,8 @@ _MAX_REMEMBERED = 10_000
 
 
 def _key(device: torch.device) -> tuple[str, int]:
+    """``device`` as a key, ``cuda`` and ``cuda:N`` of the current device being one."""
+    device = indexed(device)
     return device.type, device.index or 0
 
 
@@ -58,8 +61,13 @@ def _probe(device: torch.device) -> tuple[bool, str]:
 
 
 def nvdec_status(device: torch.device | str | None = None) -> tuple[bool, str]:
-    """``(works, why)`` for NVDEC on ``device`` (default ``cuda``), probed once per device."""
-    device = torch.device("cuda" if device is None else device)
+    """``(works, why)`` for NVDEC on ``device`` (default ``cuda``), probed once per device.
+
+    Whatever stops NVDEC here (PyNvVideoCodec failing to import, no
+    ``libnvcuvid``, a binding error) is the answer, cached: never raised,
+    never retried.
+    """
+    device = indexed("cuda" if device is None else device)
     with _lock:
         key = _key(device)
         if key not in _probed:
@@ -102,8 +110,9 @@ def _auto_choice(device: torch.device) -> DecoderKind:
 def resolve_decoder(kind: DecoderKind | str, device: torch.device) -> DecoderKind:
     """The concrete decoder for ``kind`` when frames must end up on ``device``."""
     kind = DecoderKind(kind)
+    device = indexed(device)
     if kind is DecoderKind.AUTO:
-        return _auto_choice(torch.device(device))
+        return _auto_choice(device)
     if kind is DecoderKind.NVDEC:
         if device.type != "cuda":
             raise SourceError(
@@ -237,6 +246,7 @@ def open_decoder(
     line, now and at every later reconnection or loop pass; when that only
     shows once decoding has begun, :class:`CpuWhenRefused` hands it over.
     """
+    device = indexed(device)
     demuxing: dict[str, Any] = {
         "device": device,
         "options": ffmpeg_options,

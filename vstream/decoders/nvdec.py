@@ -44,10 +44,15 @@ can decode that one stream on the CPU instead. A 10-bit frame that arrives
 anyway (P016 output, the container did not say) is cut to 8 bits on the
 device rather than failing the stream.
 
+**Devices.** The decoder's device is resolved to its index (``cuda`` is the
+current device, :mod:`vstream.devices`): the surfaces PyNvVideoCodec exports
+are on ``cuda:N``, and ``gpuid`` must name the same GPU.
+
 Written against PyNvVideoCodec 2.x (``CreateDecoder``, ``PacketData``,
 ``cudaVideoCodec``, ``OutputColorType``, ``GetDecoderCaps``,
 ``setReconfigParams``, DLPack frames with ``getPTS``); covered by contract
-tests against a fake that reuses and frees its surfaces as the library does.
+tests against a fake that reuses and frees its surfaces as the library does,
+exports them as CUDA memory and is imported the way the library is.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ import torch
 
 from vstream.decoders.base import Picture
 from vstream.decoders.demux import Demuxer
+from vstream.devices import indexed, same_device
 from vstream.errors import SourceError
 from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
 
@@ -119,13 +125,25 @@ class NvdecUnsupported(SourceError):
 
 
 def load_pynvvideocodec() -> ModuleType:
-    """Import PyNvVideoCodec, or say clearly what is missing."""
+    """Import PyNvVideoCodec, or say on one line what is missing (a :class:`SourceError`).
+
+    Importing it is not only finding it: PyNvVideoCodec 2.2 loads
+    ``libnvidia-encode`` (the driver's NVENC library) in its ``__init__`` and
+    raises ``RuntimeError`` with a page of troubleshooting when that fails, as
+    in a container without the driver's ``video`` capability; its native
+    module needs ``libcuda`` (``ImportError``). Either way NVDEC is not usable
+    here, and the CPU decoder can take over.
+    """
     try:
         return importlib.import_module("PyNvVideoCodec")
     except ImportError as exc:
-        raise SourceError(
-            "the nvdec decoder needs PyNvVideoCodec: pip install 'vstream[gpu]'"
-        ) from exc
+        if getattr(exc, "name", None) == "PyNvVideoCodec":
+            raise SourceError(
+                "the nvdec decoder needs PyNvVideoCodec: pip install 'vstream[gpu]'"
+            ) from exc
+        raise SourceError(f"PyNvVideoCodec cannot be imported: {_first_line(exc)}") from exc
+    except Exception as exc:  # 2.2 raises RuntimeError when a driver library is missing
+        raise SourceError(f"PyNvVideoCodec cannot be imported: {_first_line(exc)}") from exc
 
 
 def _first_line(exc: BaseException) -> str:
@@ -230,7 +248,7 @@ class _Session:
     size: tuple[int, int]
     ring: FrameRing | None = None
     done: Any = None
-    """A CUDA event recorded after the last copy out of the decoder's surfaces (None on CPU)."""
+    """A CUDA event recorded after the last copy out of the decoder's surfaces (once parked)."""
 
 
 def _release(session: _Session) -> None:
@@ -278,6 +296,14 @@ class DecoderCache:
         for old in dropped:
             _release(old)
 
+    def drop_stream(self, handle: int) -> None:
+        """Drop the decoders parked for CUDA stream ``handle``, which is being destroyed."""
+        with self._lock:
+            dropped = [s for s in self._idle if s.key[2] == handle]
+            self._idle = [s for s in self._idle if s.key[2] != handle]
+        for old in dropped:
+            _release(old)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._idle)
@@ -295,10 +321,9 @@ def _own_decoding_stream(device: torch.device) -> Any:
     from vstream.inference.providers import pipeline_stream
 
     with _own_streams_lock:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        if index not in _own_streams:
-            _own_streams[index] = pipeline_stream(torch.device("cuda", index))
-        return _own_streams[index]
+        if device.index not in _own_streams:
+            _own_streams[device.index] = pipeline_stream(device)
+        return _own_streams[device.index]
 
 
 _caps_lock = threading.Lock()
@@ -331,9 +356,9 @@ def decoder_caps(nvc: ModuleType, gpu: int, codec: str) -> Mapping[str, Any] | N
 class NvdecDecoder:
     """Decodes with NVDEC; frames are NV12 (or RGB) CUDA tensors in buffers vstream owns.
 
+    ``device`` is a CUDA device (``cuda`` is the current one);
     ``cuda_stream`` is the raw handle of the stream decoding is ordered on
-    (torch's current stream when None); ``nvc`` is the PyNvVideoCodec module,
-    injectable for tests; ``ring_depth`` is how many frame buffers the
+    (torch's current stream when None); ``ring_depth`` is how many frame buffers the
     decoder starts with; ``cache`` is where decoders are parked between
     passes (None: never reused). See :class:`Demuxer` for the input arguments.
     """
@@ -351,14 +376,15 @@ class NvdecDecoder:
         timeout: tuple[float, float] | None = None,
         stall_seconds: float | None = None,
         cuda_stream: int | None = None,
-        nvc: ModuleType | None = None,
         ring_depth: int = DEFAULT_RING_DEPTH,
         cache: DecoderCache | None = DECODERS,
     ) -> None:
         if pixel_format is PixelFormat.YUV420P:
             raise SourceError("the nvdec decoder produces nv12 or rgb24, not yuv420p")
-        self._nvc = nvc or load_pynvvideocodec()
-        self.device = device
+        self.device = indexed(device)
+        if self.device.type != "cuda":
+            raise SourceError(f"the nvdec decoder needs a CUDA device, not {self.device}")
+        self._nvc = load_pynvvideocodec()
         self.pixel_format = pixel_format
         self.ring_depth = ring_depth
         self._cache = cache
@@ -387,12 +413,10 @@ class NvdecDecoder:
     # -- setting up --------------------------------------------------------------------------
 
     def _decoding_stream(self, handle: int | None) -> tuple[Any, int]:
-        """The torch stream decoding is ordered on (None off CUDA) and its raw handle.
+        """The torch stream decoding is ordered on and its raw handle.
 
         Never stream 0: on it PyNvVideoCodec synchronises after every frame.
         """
-        if self.device.type != "cuda":
-            return None, handle or 0
         if handle is not None:
             stream = torch.cuda.ExternalStream(handle, device=self.device)
         else:
@@ -414,7 +438,7 @@ class NvdecDecoder:
             raise NvdecUnsupported(
                 f"{name}: {self.info.codec} {pix_fmt} video: NVDEC decodes 8-bit 4:2:0 here"
             )
-        caps = decoder_caps(self._nvc, self.device.index or 0, codec)
+        caps = decoder_caps(self._nvc, self.device.index, codec)
         if caps is not None:
             if not caps.get("supported", 1):
                 raise NvdecUnsupported(f"{name}: this GPU's NVDEC has no {self.info.codec} decoder")
@@ -438,7 +462,7 @@ class NvdecDecoder:
     def _key(self) -> tuple[Any, ...]:
         return (
             id(self._nvc),
-            self.device.index or 0,
+            self.device.index,
             self._stream_handle,
             self._codec,
             self.pixel_format,
@@ -453,8 +477,7 @@ class NvdecDecoder:
             if session.size == size:
                 return session
             try:
-                if session.done is not None:
-                    session.done.synchronize()  # reconfiguring frees the old output buffers
+                session.done.synchronize()  # reconfiguring frees the old output buffers
                 session.decoder.setReconfigParams(width=size[0], height=size[1])
                 session.size = size
                 return session
@@ -467,7 +490,7 @@ class NvdecDecoder:
         nvc = self._nvc
         try:
             return nvc.CreateDecoder(
-                gpuid=self.device.index or 0,
+                gpuid=self.device.index,
                 codec=getattr(nvc.cudaVideoCodec, self._codec),
                 cudacontext=0,  # 0: the device's primary context, which torch uses too
                 cudastream=self._stream_handle,
@@ -517,22 +540,18 @@ class NvdecDecoder:
 
     def _on_decoder_stream(self) -> contextlib.AbstractContextManager[Any]:
         """Queue work on the decoder's stream (a no-op when it is already the current one)."""
-        if self._stream is None or torch.cuda.current_stream(self.device) == self._stream:
+        if torch.cuda.current_stream(self.device) == self._stream:
             return contextlib.nullcontext()
         return torch.cuda.stream(self._stream)
 
     def _wait_for_readers(self) -> None:
         """Order the next writes into the ring after the reads the taking stream has queued."""
-        if self._stream is None:
-            return
         current = torch.cuda.current_stream(self.device)
         if current != self._stream:
             self._stream.wait_stream(current)
 
     def _hand_over(self) -> None:
         """Order the consumer's stream after the copies when it is not the decoder's stream."""
-        if self._stream is None:
-            return
         current = torch.cuda.current_stream(self.device)
         if current != self._stream:
             copied = torch.cuda.Event()
@@ -568,7 +587,7 @@ class NvdecDecoder:
         """Copy one decoded surface into a buffer of the ring, before the decoder reuses it."""
         with self._on_decoder_stream():
             surface = torch.from_dlpack(decoded)
-            if surface.device != self.device:
+            if not same_device(surface.device, self.device):
                 raise SourceError(
                     f"NVDEC returned a frame on {surface.device}, expected {self.device}"
                 )
@@ -669,9 +688,8 @@ class NvdecDecoder:
             except Exception as exc:
                 log.debug("%s: NVDEC flush failed (%s)", self.demuxer.display_name, exc)
                 self._healthy = False
-        if self._stream is not None:
-            session.done = torch.cuda.Event()
-            session.done.record(self._stream)
+        session.done = torch.cuda.Event()
+        session.done.record(self._stream)
         if self._cache is not None and self._healthy:
             self._cache.give(session)
         else:
@@ -686,16 +704,17 @@ class ProbeResult:
     reason: str
 
 
-def probe(device: torch.device, nvc: ModuleType | None = None) -> ProbeResult:
+def probe(device: torch.device) -> ProbeResult:
     """Decode the bundled probe clip through :class:`NvdecDecoder` and check it against FFmpeg.
 
     Catches what an import cannot: no ``libnvcuvid`` (a container started
     without the ``video`` driver capability), a GPU without NVDEC, a broken
-    binding. The result is meant to be cached by the caller.
+    binding, a PyNvVideoCodec that cannot be imported. The result is meant to
+    be cached by the caller.
     """
     try:
-        decoder = NvdecDecoder(str(PROBE_CLIP), device=device, nvc=nvc, cache=None)
-    except SourceError as exc:
+        decoder = NvdecDecoder(str(PROBE_CLIP), device=device, cache=None)
+    except Exception as exc:  # the binding and the driver raise several types
         return ProbeResult(False, _first_line(exc))
     try:
         frames = [p.data for p in decoder.pictures()]
