@@ -93,6 +93,30 @@ def test_crossing_while_occluded_counts_once_on_one_track() -> None:
     assert {int(i) for u in updates for i in u.track_ids if i > 0} == {1}
 
 
+@pytest.mark.parametrize("gone", ["leaves", "hidden"])
+def test_a_crossing_just_before_the_track_ends_still_counts(gone: str) -> None:
+    """Across the line, then gone (out of the frame, or hidden until its track is forgotten)
+    before min_seconds_on_side: counted when the tracker forgets the track, at the pts it
+    was first seen across; exactly once."""
+    if gone == "leaves":
+        crosser = Mover([(0, 300, 120), (1, 300, 210)])  # beyond the band for 0.04 s, then gone
+    else:  # hidden for longer than the track buffer, back under a new id on the far side
+        crosser = Mover([(0, 300, 120), (1, 300, 210), (5, 300, 260)], hidden=[(1.02, 4.0)])
+    updates = run(analytics(), render([crosser], fps=25, seconds=5))
+    assert [(e["direction"], e["track_id"]) for e in events(updates)] == [("in", 1)]
+    assert events(updates)[0]["pts"] == pytest.approx(0.96)
+    assert counts(updates)["gate"] == {"in": 1, "out": 0}
+
+
+def test_a_track_that_ends_on_its_own_side_or_in_the_band_never_counts() -> None:
+    in_the_band = Mover([(0, 300, 120), (1, 300, 203)])  # gone while on the line
+    back = Mover([(0, 300, 120), (1, 300, 210), (1.2, 300, 190)])  # a spike across, back
+    counted = Mover([(0, 300, 120), (2, 300, 280)])  # counted before it leaves: not again
+    for mover, expected in [(in_the_band, 0), (back, 0), (counted, 1)]:
+        updates = run(analytics(), render([mover], fps=25, seconds=4))
+        assert counts(updates)["gate"]["in"] == expected
+
+
 def test_two_objects_crossing_each_other_on_the_line() -> None:
     down = Mover([(0, 280, 100), (3, 320, 300)])
     up = Mover([(0, 320, 300), (3, 280, 100)], class_id=1)

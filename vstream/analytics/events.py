@@ -5,7 +5,9 @@ seconds):
 
 - ``line_crossing``: ``line``, ``direction`` (``in`` or ``out``). ``pts`` is
   when the object was first seen beyond the dead band on the new side; the
-  event comes ``min_seconds_on_side`` later, once the crossing is certain.
+  event comes ``min_seconds_on_side`` later, once the crossing is certain, or,
+  when the track ends sooner (the object left the frame), when the tracker
+  forgets the track (:mod:`vstream.analytics.lines`).
 - ``zone_enter``: ``zone``; ``pts`` as for crossings.
 - ``zone_exit``: ``zone``, ``dwell_seconds`` (from entry to exit). When the
   object's track ends inside the zone (it left the frame or was lost for good)

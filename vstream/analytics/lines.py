@@ -16,6 +16,16 @@ or none yet. A crossing counts when all of this holds:
   ``start`` and ``end``;
 - the track is confirmed: detections without a track id never reach here.
 
+A track that ends while its crossing is pending (the object left the frame,
+or was hidden until the tracker forgot it, before ``min_seconds_on_side``
+had passed) counts when the tracker forgets it, if its last observation was
+still beyond the band on the new side: that is where the object was last
+seen, and jitter on the line is inside the band, so it never counts this
+way either. The event then comes ``track_buffer_seconds`` late, with the
+``pts`` it was first seen across, like every crossing. A stream that ends
+first (the end of a file) never forgets its tracks: such a crossing is not
+counted.
+
 Every crossing counts, each time, in each direction: an object that crosses
 back is counted again. A track's first side is where it is first seen beyond
 the band and is never a crossing. So when a track breaks and the object goes
@@ -63,6 +73,8 @@ class _TrackState:
     """The last non-zero signed distance, at (last_x, last_y)."""
     crossed_at: float | None = None
     """Position along the segment (0..1 is on it) where the path last crossed the line."""
+    class_id: int = -1
+    """The track's class at its last observation."""
 
 
 class LineCounter:
@@ -119,21 +131,27 @@ class LineCounter:
             state = self._tracks.get(track_id)
             if state is None:
                 state = self._tracks[track_id] = _TrackState()
+            state.class_id = class_id
             direction, since = self._step(state, x, y, distance, pts)
-            if direction is not None and (self._classes is None or class_id in self._classes):
-                self.totals[direction, class_id] += 1
-                events.append(
-                    Event(
-                        "line_crossing",
-                        track_id,
-                        class_id,
-                        label_of(class_id),
-                        since,
-                        line=self.config.name,
-                        direction=direction,
-                    )
-                )
+            if direction is not None:
+                events.extend(self._count(track_id, class_id, direction, since, label_of))
         return events
+
+    def _count(
+        self,
+        track_id: int,
+        class_id: int,
+        direction: Direction,
+        pts: float,
+        label_of: Callable[[int], str],
+    ) -> list[Event]:
+        """The crossing's event (and its count), unless the line does not watch the class."""
+        if self._classes is not None and class_id not in self._classes:
+            return []
+        self.totals[direction, class_id] += 1
+        label = label_of(class_id)
+        line = self.config.name
+        return [Event("line_crossing", track_id, class_id, label, pts, line, direction)]
 
     def _step(
         self, state: _TrackState, x: float, y: float, distance: float, pts: float
@@ -163,11 +181,26 @@ class LineCounter:
         since = state.pending_since
         if pts - since < self.min_seconds:
             return None, pts
+        return self._settle(state, side), since
+
+    def _settle(self, state: _TrackState, side: int) -> Direction | None:
+        """The track is now on ``side``: the direction, if its path crossed the segment."""
         state.side, state.pending_since = side, None
         on_segment = state.crossed_at is not None and 0.0 <= state.crossed_at <= 1.0
-        return ("in" if side == IN_SIDE else "out") if on_segment else None, since
+        return ("in" if side == IN_SIDE else "out") if on_segment else None
 
-    def forget(self, live_track_ids: frozenset[int]) -> None:
-        """Drop the state of tracks the tracker no longer holds."""
+    def forget(self, live_track_ids: frozenset[int], label_of: Callable[[int], str]) -> list[Event]:
+        """Drop the state of tracks the tracker no longer holds; count their pending crossings.
+
+        A pending crossing means the track was last seen beyond the band on the
+        new side (coming back into the band or to its side clears it).
+        """
+        events = []
         for track_id in [t for t in self._tracks if t not in live_track_ids]:
-            del self._tracks[track_id]
+            state = self._tracks.pop(track_id)
+            since = state.pending_since
+            if since is not None:
+                direction = self._settle(state, -state.side)
+                if direction is not None:
+                    events.extend(self._count(track_id, state.class_id, direction, since, label_of))
+        return events

@@ -101,7 +101,7 @@ class StreamAnalytics:
                 events.extend(zone.observe(ids, points, classes, pts, self.label))
             live = self.tracker.live_track_ids()
             for line in self.lines:
-                line.forget(live)
+                events.extend(line.forget(live, self.label))
             for zone in self.zones:
                 events.extend(zone.forget(live, self.label))
         return AnalyticsUpdate(
