@@ -173,6 +173,28 @@ def test_polygon_geometry() -> None:
     np.testing.assert_allclose(u_shape.border_distance(points), [2, 1, 1, 1, 1])
 
 
+@pytest.mark.parametrize(
+    "points",
+    [
+        [(0, 0), (10, 10), (10, 0), (0, 10)],  # equal lobes: signed areas cancel
+        [(0, 0), (20, 20), (20, 0), (0, 10)],  # unequal lobes: one outweighs the other
+        [(0, 10), (20, 0), (20, 20), (0, 0)],  # the same, drawn the other way round
+        [(0, 0), (10, 0), (10, 10), (5, 0), (0, 10)],  # a corner touching an edge
+    ],
+)
+def test_a_polygon_that_crosses_itself_is_refused_showing_where(points) -> None:
+    with pytest.raises(ValidationError, match=r"zone 'z': the polygon crosses itself: edge \("):
+        ZoneConfig(name="z", points=points)
+
+
+def test_a_simple_polygon_is_accepted_drawn_either_way() -> None:
+    u_shape = [(0, 0), (4, 0), (4, 8), (6, 8), (6, 0), (10, 0), (10, 10), (0, 10)]
+    for points in (u_shape, u_shape[::-1], [(0, 0), (1, 0), (0, 1)]):
+        assert len(ZoneConfig(name="z", points=points).points) == len(points)
+    with pytest.raises(ValidationError, match=r"point 3 \(10, 10\) repeats the one before"):
+        ZoneConfig(name="z", points=[(0, 0), (10, 0), (10, 10), (10, 10), (0, 10)])
+
+
 def test_zone_config_is_validated() -> None:
     with pytest.raises(ValidationError, match="at least 3 items"):
         ZoneConfig(name="z", points=[(0, 0), (1, 1)])

@@ -7,7 +7,8 @@ through. Coordinates are pixels of the original frame, ``x`` to the right and
 
 Degenerate geometry is refused when the config is read, not discovered when
 nothing is ever counted: a line needs two distinct points, a zone at least
-three points enclosing some area, and names are unique.
+three points enclosing some area, with edges that never cross or touch each
+other (a "bow tie" has no one inside), and names are unique.
 """
 
 from __future__ import annotations
@@ -96,6 +97,52 @@ def polygon_area(points: list[tuple[float, float]]) -> float:
     return abs(total) / 2.0
 
 
+def _orientation(a: Point, b: Point, c: Point) -> float:
+    """Positive, negative or zero as ``c`` lies on one side of ``a -> b``, the other, or on it."""
+    return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
+
+
+def _within(a: Point, b: Point, c: Point) -> bool:
+    """Whether ``c``, known to be on the line through ``a`` and ``b``, lies on the segment."""
+    return min(a[0], b[0]) <= c[0] <= max(a[0], b[0]) and min(a[1], b[1]) <= c[1] <= max(a[1], b[1])
+
+
+def _segments_meet(a: Point, b: Point, c: Point, d: Point) -> bool:
+    """Whether segments ``a-b`` and ``c-d`` have a point in common (touching counts)."""
+    if max(a[0], b[0]) < min(c[0], d[0]) or max(c[0], d[0]) < min(a[0], b[0]):
+        return False
+    if max(a[1], b[1]) < min(c[1], d[1]) or max(c[1], d[1]) < min(a[1], b[1]):
+        return False
+    o1, o2 = _orientation(a, b, c), _orientation(a, b, d)
+    o3, o4 = _orientation(c, d, a), _orientation(c, d, b)
+    if o1 * o2 < 0 and o3 * o4 < 0:
+        return True
+    return (
+        (o1 == 0 and _within(a, b, c))
+        or (o2 == 0 and _within(a, b, d))
+        or (o3 == 0 and _within(c, d, a))
+        or (o4 == 0 and _within(c, d, b))
+    )
+
+
+def _crossing(points: list[Point]) -> tuple[int, int] | None:
+    """The first two edges (by their first corner) that are not neighbours yet meet, or None.
+
+    Edge ``i`` runs from corner ``i`` to the next, the last one back to the first.
+    """
+    n = len(points)
+    for i in range(n):
+        a, b = points[i], points[(i + 1) % n]
+        for j in range(i + 2, n if i else n - 1):
+            if _segments_meet(a, b, points[j], points[(j + 1) % n]):
+                return i, j
+    return None
+
+
+def _shown(point: Point) -> str:
+    return f"({point[0]:g}, {point[1]:g})"
+
+
 class ZoneConfig(StrictModel):
     """A zone: a polygon objects enter, stay in, and leave."""
 
@@ -113,8 +160,25 @@ class ZoneConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _has_area(self) -> ZoneConfig:
-        if polygon_area(list(self.points)) <= 1e-6:
+    def _simple_with_area(self) -> ZoneConfig:
+        # A polygon that crosses itself has no inside both ways of drawing it would agree
+        # on (its signed lobes cancel or not, and the even-odd test counts both as in).
+        points = list(self.points)
+        for index, point in enumerate(points[1:], start=1):
+            if point == points[index - 1]:
+                raise ValueError(
+                    f"zone {self.name!r}: point {index} {_shown(point)} repeats the one before"
+                )
+        crossing = _crossing(points) if len(points) > 3 else None
+        if crossing is not None:
+            edges = [
+                f"{_shown(points[i])} -> {_shown(points[(i + 1) % len(points)])}" for i in crossing
+            ]
+            raise ValueError(
+                f"zone {self.name!r}: the polygon crosses itself: edge {edges[0]} meets edge "
+                f"{edges[1]}; list the corners in order around the zone"
+            )
+        if polygon_area(points) <= 1e-6:
             raise ValueError(f"zone {self.name!r}: the polygon encloses no area")
         return self
 
