@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,6 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from fakes.fake_cuda import FakeGpu
 from helpers import model_session
 from onnx import TensorProto
 from onnx_models import (
@@ -23,7 +25,10 @@ from onnx_models import (
 from vstream import Detector, Frame, ModelError, PixelFormat, VstreamError
 from vstream.config.model import RuntimeOptions
 from vstream.detector import split_options
+from vstream.devices import indexed, same_device
+from vstream.inference import providers
 from vstream.inference.model import infer_output_shapes
+from vstream.inference.providers import resolve_device
 from vstream.inference.session import ModelSession
 
 
@@ -217,8 +222,88 @@ def test_concurrent_runs_are_taken_as_asked_on_the_cpu_and_clamped_to_one_on_cud
     model, _, _ = split_options(scale_model(tmp_path / "s.onnx"), {"imgsz": 32})
     assert ModelSession(model, asked).concurrent_runs == 3
     assert not caplog.records
-    on_cuda = SimpleNamespace(device=torch.device("cuda"))
+    on_cuda = SimpleNamespace(device=torch.device("cuda", 0))
     assert ModelSession._concurrent_runs(on_cuda, asked) == 1
     (notice,) = [r.getMessage() for r in caplog.records]
     assert notice.startswith("runtime.concurrent_runs=3: on CUDA the model runs one batch at a")
     assert notice.endswith("running 1")
+
+
+# -- CUDA, on a fake cuda:0 (fakes.fake_cuda) ------------------------------------------------------
+
+BOTH = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def test_cuda_resolves_to_the_current_device_with_its_index(monkeypatch) -> None:
+    """Tensors report cuda:0, and torch.device("cuda:0") != torch.device("cuda") (issue 20)."""
+    FakeGpu().install(monkeypatch)
+    assert resolve_device("auto", BOTH) == torch.device("cuda", 0)
+    assert resolve_device("cuda", BOTH) == torch.device("cuda", 0)
+    assert resolve_device("cuda:0", BOTH) == torch.device("cuda", 0)
+    with pytest.raises(VstreamError, match="device cuda:3: this machine has 1 CUDA device"):
+        resolve_device("cuda:3", BOTH)
+    assert same_device("cuda", torch.device("cuda", 0)) and not same_device("cuda", "cpu")
+    assert indexed("cpu") == torch.device("cpu")
+
+
+def test_a_cuda_session_onnx_runtime_built_on_the_cpu_is_refused_with_one_line(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """ORT lists CUDA, then fails to load its libraries and quietly builds a CPU session.
+
+    Here the wheel is the CPU one: it lists CUDA because we say so, and builds
+    the session on the CPU (warning "Specified provider ... is not in available
+    provider names"), as a GPU wheel without its CUDA libraries does.
+    """
+    FakeGpu().install(monkeypatch)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: BOTH)
+    with (
+        pytest.warns(UserWarning, match="CUDAExecutionProvider"),
+        pytest.raises(ModelError) as refused,
+    ):
+        model_session(scale_model(tmp_path / "s.onnx"), device="cuda", imgsz=32)
+    line = str(refused.value)
+    assert "\n" not in line
+    assert line.startswith("s.onnx: ONNX Runtime did not start its CUDA provider on cuda:0 (")
+    assert "has no CUDA provider library" in line
+    assert line.endswith(
+        "the session would run on CPUExecutionProvider: install the matching "
+        "wheels (README, 'The GPU path') or set runtime.device: cpu"
+    )
+
+
+class FakeDriver:
+    """``libcuda``'s stream calls: ``cuStreamCreate`` writes a handle, destroy records it."""
+
+    def __init__(self) -> None:
+        self.destroyed: list[int] = []
+
+    def cuStreamCreate(self, pointer, flags: int) -> int:
+        pointer._obj.value = 0xABC0
+        return 0
+
+    def cuStreamDestroy_v2(self, handle) -> int:
+        self.destroyed.append(handle.value)
+        return 0
+
+
+def test_a_stream_vstream_made_is_destroyed_with_its_parked_decoders(monkeypatch) -> None:
+    from vstream.decoders import nvdec
+    from vstream.frame import PixelFormat
+
+    FakeGpu().install(monkeypatch)
+    driver = FakeDriver()
+    monkeypatch.setattr(providers, "_driver", lambda: driver)
+    stream = providers.pipeline_stream(torch.device("cuda", 0))
+    assert stream.cuda_stream == 0xABC0
+    parked = nvdec._Session(object(), (0, 0, 0xABC0, "H264", PixelFormat.NV12), (64, 48))
+    other = nvdec._Session(object(), (0, 0, 0xDEF0, "H264", PixelFormat.NV12), (64, 48))
+    nvdec.DECODERS.give(parked)
+    nvdec.DECODERS.give(other)
+    try:
+        del stream
+        gc.collect()
+        assert driver.destroyed == [0xABC0], "one stream per session no longer leaks"
+        assert len(nvdec.DECODERS) == 1 and parked.decoder is None, "its decoders go with it"
+    finally:
+        nvdec.DECODERS.clear()

@@ -10,12 +10,15 @@ from __future__ import annotations
 import ctypes
 import logging
 import sys
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from vstream.devices import indexed
 from vstream.errors import VstreamError
 
 log = logging.getLogger("vstream")
@@ -26,6 +29,7 @@ PROVIDER_NAMES = {
     "cpu": "CPUExecutionProvider",
 }
 _GPU_PROVIDERS = ("tensorrt", "cuda")
+GPU_PROVIDER_NAMES = frozenset(PROVIDER_NAMES[p] for p in _GPU_PROVIDERS)
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,10 @@ def resolve_device(requested: str, available_providers: Sequence[str]) -> torch.
 
     CUDA is used only when both torch and ONNX Runtime can use it; asking for
     it on a machine without it falls back to the CPU with a one-line notice.
+    The CUDA device comes back with its index (``cuda`` is the current device,
+    see :mod:`vstream.devices`): tensors report theirs, and every comparison
+    with them must be of like with like. A device index this machine lacks is
+    an error.
     """
     if requested not in ("auto", "cpu", "cuda") and not requested.startswith("cuda:"):
         raise VstreamError(f"unknown device {requested!r}; use auto, cpu, cuda or cuda:N")
@@ -58,7 +66,12 @@ def resolve_device(requested: str, available_providers: Sequence[str]) -> torch.
         return torch.device("cpu")
     ort_has_cuda = any(PROVIDER_NAMES[p] in available_providers for p in _GPU_PROVIDERS)
     if torch.cuda.is_available() and ort_has_cuda:
-        return torch.device("cuda" if requested == "auto" else requested)
+        device = indexed("cuda" if requested == "auto" else requested)
+        if device.index >= torch.cuda.device_count():
+            raise VstreamError(
+                f"device {requested}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+        return device
     if requested != "auto":
         missing = (
             "torch sees no CUDA device"
@@ -118,6 +131,28 @@ def cuda_graphs_enabled(device: torch.device, choices: Sequence[ProviderChoice] 
     )
 
 
+def cuda_provider_load_error(ort: Any) -> str:
+    """Why ONNX Runtime's CUDA provider library does not load here, on one line.
+
+    ONNX Runtime only logs this (a warning) and goes on with a CPU session;
+    loading the library the same way names the missing piece (``libcudnn.so.9``,
+    ``libcublasLt.so.12`` of another CUDA major than the one installed, ...).
+    """
+    name = (
+        "onnxruntime_providers_cuda.dll"
+        if sys.platform == "win32"
+        else "libonnxruntime_providers_cuda.so"
+    )
+    library = Path(ort.__file__).parent / "capi" / name
+    if not library.exists():
+        return f"this onnxruntime {ort.__version__} wheel has no CUDA provider library"
+    try:
+        ctypes.CDLL(str(library))
+    except OSError as exc:
+        return str(exc).strip().splitlines()[0]
+    return "its library loads; ONNX Runtime's own warning above says why the provider did not start"
+
+
 def _driver() -> Any:
     """The CUDA driver library (always installed with the driver), or None."""
     name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
@@ -136,6 +171,13 @@ def pipeline_stream(device: torch.device, handle: int | None = None) -> Any:
     are complete before the pipeline reads them, without a host wait. Falls
     back to a stream of torch's pool where the driver library cannot be
     called. ``handle`` adopts a stream the user gave ONNX Runtime instead.
+
+    A stream vstream made is destroyed when the returned object goes (every
+    session makes one, and ``vstream doctor`` and ``vstream bench`` make many
+    sessions): ``cuStreamDestroy`` returns at once and frees the stream once
+    the work queued on it is done. Whatever holds the raw handle (ONNX
+    Runtime's session, an NVDEC decoder on it) must hold this object too;
+    decoders parked for reuse on the stream are dropped with it.
     """
     if handle is not None:
         return torch.cuda.ExternalStream(handle, device=device)
@@ -145,6 +187,16 @@ def pipeline_stream(device: torch.device, handle: int | None = None) -> Any:
             torch.cuda.current_stream(device).query()  # the primary context, current here
             created = ctypes.c_void_p()
             if driver.cuStreamCreate(ctypes.byref(created), 0) == 0 and created.value:
-                return torch.cuda.ExternalStream(created.value, device=device)
+                stream = torch.cuda.ExternalStream(created.value, device=device)
+                weakref.finalize(stream, _destroy_stream, driver, created.value)
+                return stream
     log.debug("cuStreamCreate unavailable: the pipeline uses a stream of torch's pool")
     return torch.cuda.Stream(device=device)
+
+
+def _destroy_stream(driver: Any, handle: int) -> None:
+    """Destroy a stream :func:`pipeline_stream` made, and the parked decoders bound to it."""
+    nvdec = sys.modules.get("vstream.decoders.nvdec")  # imported only where NVDEC was used
+    if nvdec is not None:
+        nvdec.DECODERS.drop_stream(handle)
+    driver.cuStreamDestroy_v2(ctypes.c_void_p(handle))

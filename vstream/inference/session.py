@@ -109,8 +109,10 @@ from vstream.inference.model import (
     read_model_spec,
 )
 from vstream.inference.providers import (
+    GPU_PROVIDER_NAMES,
     ProviderChoice,
     cuda_graphs_enabled,
+    cuda_provider_load_error,
     pipeline_stream,
     resolve_device,
     session_providers,
@@ -217,6 +219,8 @@ class ModelSession:
             if self.cuda_graphs and ("cuda graph" in str(exc).lower() or "capture" in str(exc)):
                 raise ModelError(self._no_graphs(path, exc)) from exc
             raise ModelError(f"cannot load model {path}: {_first_line(exc)}") from exc
+        if self.device.type == "cuda":
+            self._check_gpu_provider(ort, path)
         self.spec = read_model_spec(self.session, path)
         height, width = input_size(self.spec, model.imgsz)
         sizes = bucket_sizes(batch_size(self.spec, runtime.batch_size), self.spec.fixed_batch)
@@ -225,8 +229,6 @@ class ModelSession:
             raise ModelError(
                 f"{path.name}: CUDA graphs need outputs whose size is known before the run"
             )
-        self.bound: dict[int, dict[str, int]] = {}
-        """Per bucket (``id(bucket)``), the address bound to ONNX Runtime for each input/output."""
         self.buffers = tuple(
             self._buffer(i, sizes, (height, width)) for i in range(runtime.in_flight)
         )
@@ -239,6 +241,27 @@ class ModelSession:
             self._model_thread = ModelThread(path.stem)
             weakref.finalize(self, self._model_thread.close)
             self._capture_graphs(path)
+
+    def _check_gpu_provider(self, ort: Any, path: Path) -> None:
+        """Refuse a CUDA session that ONNX Runtime quietly built on the CPU, with one line.
+
+        ``get_available_providers()`` lists what the wheel was built with, also
+        when the CUDA provider's libraries then fail to load (no cuDNN, a wheel
+        of another CUDA major than the libraries installed): ONNX Runtime logs
+        a warning and makes a CPU-only session, to which vstream would bind CUDA
+        pointers, failing every batch. Refused rather than moved to the CPU:
+        the pipeline, its plan and its buffers were made for CUDA, and a GPU
+        deployment quietly running on the CPU is a broken install to fix, not
+        a mode to run in (``runtime.device: cpu`` says so explicitly).
+        """
+        running = list(self.session.get_providers())
+        if running and running[0] in GPU_PROVIDER_NAMES:
+            return
+        raise ModelError(
+            f"{path.name}: ONNX Runtime did not start its CUDA provider on {self.device} "
+            f"({cuda_provider_load_error(ort)}), the session would run on {', '.join(running)}: "
+            "install the matching wheels (README, 'The GPU path') or set runtime.device: cpu"
+        )
 
     def _concurrent_runs(self, runtime: RuntimeOptions) -> int:
         """How many runs may overlap: as asked on the CPU, one on CUDA (said once, here)."""
@@ -390,11 +413,8 @@ class ModelSession:
     ) -> Bucket:
         ort = load_onnxruntime()
         binding = self.session.io_binding()
-        bound: dict[str, int] = {}
         view = full_input[:size]
-        bound[self.spec.input.name] = self._bind(
-            binding, self.spec.input.name, view, self.spec.input.numpy_dtype
-        )
+        self._bind(binding, self.spec.input.name, view, self.spec.input.numpy_dtype)
         outputs: list[torch.Tensor | None] = []
         for position, out in enumerate(self.spec.outputs):
             shape = self._shapes[size][out.name]
@@ -407,7 +427,7 @@ class ModelSession:
                 tensor = full[:size]
             else:
                 tensor = torch.empty(shape, dtype=out.torch_dtype, device=self.device)
-            bound[out.name] = self._bind(binding, out.name, tensor, out.numpy_dtype)
+            self._bind(binding, out.name, tensor, out.numpy_dtype)
             outputs.append(tensor)
         run_options = ort.RunOptions()
         if self.device.type == "cuda":
@@ -416,11 +436,9 @@ class ModelSession:
             run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
         if graph_id is not None:
             run_options.add_run_config_entry("gpu_graph_id", str(graph_id))
-        bucket = Bucket(size, view, outputs, binding, run_options, graph_id)
-        self.bound[id(bucket)] = bound
-        return bucket
+        return Bucket(size, view, outputs, binding, run_options, graph_id)
 
-    def _bind(self, binding: Any, name: str, tensor: torch.Tensor, dtype: Any) -> int:
+    def _bind(self, binding: Any, name: str, tensor: torch.Tensor, dtype: Any) -> None:
         bind = binding.bind_input if name == self.spec.input.name else binding.bind_output
         bind(
             name,
@@ -430,7 +448,6 @@ class ModelSession:
             tuple(tensor.shape),
             tensor.data_ptr(),
         )
-        return tensor.data_ptr()
 
     def _output_shapes(self, input_shape: tuple[int, ...]) -> dict[str, tuple[int, ...] | None]:
         """Static output shapes: from the model, its symbolic input dims, or shape inference.
