@@ -1,30 +1,36 @@
 """``vstream doctor``: what this machine has, and proof that vstream's data path works on it.
 
-The one command a user with a GPU runs (and the GPU image's health check,
-with ``--quick``). It reports the environment (driver and CUDA versions,
-torch and its CUDA, the ONNX Runtime wheel and providers, PyNvVideoCodec,
-NVDEC and NVENC per codec, cupy) and runs checks, each ``pass``, ``fail`` or
-``skip`` with a reason:
+The one command a user with a GPU runs. It reports the environment (driver
+and CUDA versions, torch and its CUDA, the ONNX Runtime wheel and providers,
+PyNvVideoCodec, NVDEC and NVENC per codec) and runs checks, each ``pass``,
+``fail`` or ``skip`` with a reason. Every check rests on evidence from
+outside vstream's own bookkeeping (what ONNX Runtime reports, what torch's
+CUDA allocator holds, what the profiler saw cross); a check that cannot
+gather its evidence says ``skip`` and why, never ``pass``:
 
 ``runtime-wheels``  exactly one ONNX Runtime wheel is installed (the CPU and GPU
                     wheels overwrite each other's files).
-``provider-cpu``    a CPU detector really runs on ``CPUExecutionProvider``.
-``provider-gpu``    a CUDA detector really runs on ``CUDAExecutionProvider``
-                    (``session.get_providers()``), on the pipeline's own stream.
+``provider-cpu``    ``session.get_providers()`` of a CPU detector: ``CPUExecutionProvider``.
+``provider-gpu``    ``session.get_providers()`` of a CUDA detector starts with
+                    ``CUDAExecutionProvider``, and ``get_provider_options()`` reports the
+                    pipeline's stream as ``user_compute_stream`` (none or 0 fails: ORT then
+                    computes on a stream of its own).
 ``nvdec``           NVDEC decodes the bundled probe clip and matches FFmpeg.
-``zero-copy-cpu``   through the real overlapped engine on the CPU: the buffer the
-``zero-copy-gpu``   letterbox writes is the address bound to ORT (every bucket of
-                    every buffer), ORT's outputs are the preallocated tensors, at
-                    fixed addresses over every run, bytes to the host per frame
-                    equal the detections' size; on the GPU also: every frame lives
-                    in memory vstream allocated (not in a decoder surface).
-``copies-gpu``      torch's profiler (CUPTI) over the NVDEC pipeline: no
-                    frame-sized host<->device copy, bytes to the host per frame
-                    equal the metadata size, one host wait per batch, and no
-                    implicit host wait (torch's sync debug mode) that vstream
-                    does not name and count (:mod:`vstream.postprocess.decode`).
+``zero-copy-cpu``   ONNX Runtime reads the letterbox's tensor: for every bucket of every
+``zero-copy-gpu``   buffer, the bound run's outputs equal ORT fed a copy of what the
+                    letterbox wrote, for two different contents of that memory; ORT writes
+                    where postprocessing reads: the output addresses ORT reports after
+                    every run of the engine (``IOBinding.get_outputs()``,
+                    ``OrtValue.data_ptr()``) are the preallocated tensors, the same every
+                    run. On the GPU, with NVDEC decoding: every frame lies inside a segment
+                    of torch's CUDA caching allocator (``torch.cuda.memory_snapshot()``),
+                    not in a decoder's surface.
+``copies-gpu``      torch's profiler (CUPTI) over the NVDEC pipeline: no frame-sized
+                    host<->device copy, device-to-host bytes within the detections the
+                    host received, one ``cudaEventSynchronize`` per model run and no other
+                    host wait but those torch's sync debug mode reports and vstream counts.
 ``demo-cpu``        the bundled demo on the CPU reaches mAP@0.5 >= 0.9.
-``demo-gpu``        GPU detections match the CPU's: >= 98 % of boxes matched at
+``demo-gpu``        NVDEC + GPU detections match the CPU's: >= 98 % of boxes matched at
                     IoU >= 0.9.
 ``graphs-gpu``      CUDA graphs capture, and replay equals eager for every bucket.
 ``fps-cpu``         frames per second of each stage alone and end to end (with
@@ -32,9 +38,10 @@ NVDEC and NVENC per codec, cupy) and runs checks, each ``pass``, ``fail`` or
                     is measured, not kernel launches), on the GPU with CUDA
                     graphs off and on.
 
-Without a usable GPU the GPU checks are skipped with the reason (they fail
-instead with ``--device cuda``). The exit status is 0 when every check that
-ran passed, 1 when one failed.
+Without a usable GPU the GPU checks are skipped with the reason, and so are
+the NVDEC checks where NVDEC does not work (they fail instead with
+``--device cuda``). The exit status is 0 when every check that ran passed, 1
+when one failed.
 """
 
 from __future__ import annotations
@@ -287,18 +294,6 @@ def _codec_support() -> dict[str, Any]:
     return {"nvdec_8bit_420": decode, "nvenc": encode}
 
 
-def _cupy_info() -> str:
-    if importlib.util.find_spec("cupy") is None:
-        return "not installed"
-    import cupy
-
-    try:
-        devices = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # cupy raises its own CUDARuntimeError
-        return f"{cupy.__version__} (no device: {_first_line(exc)})"
-    return f"{cupy.__version__} ({devices} device{'s' if devices != 1 else ''})"
-
-
 def environment() -> dict[str, Any]:
     """What this machine has, each item found independently (a failure is reported, not raised)."""
     return {
@@ -309,7 +304,6 @@ def environment() -> dict[str, Any]:
         "onnxruntime": _safely(_ort_info),
         "pynvvideocodec": _version("PyNvVideoCodec") or "not installed",
         "codecs": _safely(_codec_support),
-        "cupy": _safely(_cupy_info),
     }
 
 
@@ -425,7 +419,12 @@ def match_records(
 
 
 class BindingSpy:
-    """Stands in for a session's ``_run_bound``: runs it, then records the addresses ORT used."""
+    """Stands in for a session's ``_run_bound``: runs it, then records where ORT says it wrote.
+
+    The addresses are ORT's own report (``IOBinding.get_outputs()``, each
+    ``OrtValue.data_ptr()``), read back after every run; :attr:`runs` counts
+    the calls into ONNX Runtime.
+    """
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -447,23 +446,23 @@ class BindingSpy:
         del self.model._run_bound
 
 
-def _zero_copy(detector: Any, video: Path, frames: int) -> tuple[str, dict[str, Any]]:
-    """The pointer chain, the fixed addresses and the bytes to the host, on ``detector``."""
+def _zero_copy(
+    detector: Any, video: Path, frames: int, *, decoder: str = "auto"
+) -> tuple[str, dict[str, Any]]:
+    """ORT reads the letterbox's tensor and writes where postprocessing reads, by ORT's evidence.
+
+    Inputs: ONNX Runtime reports no input address (``IOBinding`` has no
+    ``get_inputs``), so the proof is what it computes: see
+    :func:`_bound_input_problems`. Outputs: the addresses ORT reports after
+    every run of the overlapped engine are the tensors postprocessing reads.
+    On CUDA, every frame preprocessing got lies in torch's allocator's memory.
+    """
     import torch
 
-    from vstream.transfer import transfers
+    from vstream.devices import same_device
 
     model = detector.model
-    problems: list[str] = []
-    for index, (buffer, letterboxer) in enumerate(
-        zip(model.buffers, detector.letterboxers, strict=True)
-    ):
-        if letterboxer.input.data_ptr() != buffer.input.data_ptr():
-            problems.append(f"buffer {index}: the letterbox writes elsewhere than the model input")
-        for bucket in buffer.buckets:
-            bound = model.bound[id(bucket)]
-            if bound[model.spec.input.name] != buffer.input.data_ptr():
-                problems.append(f"buffer {index} bucket {bucket.size}: input bound elsewhere")
+    problems = _bound_input_problems(detector, video, decoder)
     seen_frames: list[torch.Tensor] = []
     preprocess = detector.preprocess
 
@@ -471,68 +470,90 @@ def _zero_copy(detector: Any, video: Path, frames: int) -> tuple[str, dict[str, 
         seen_frames.append(frame.data)
         return preprocess(buffer, slot, frame)
 
-    bytes_before, batches_before = transfers.snapshot()
-    waits_before = transfers.host_waits
-    syncs_before = transfers.implicit_sync_total()
     detector.preprocess = recording
     try:
         with BindingSpy(model) as spy:
-            records = _detect(detector, video, frames)
+            records = _detect(detector, video, frames, decoder=decoder)
     finally:
         del detector.preprocess
-    bytes_after, batches_after = transfers.snapshot()
-    waits = transfers.host_waits - waits_before
-    syncs = transfers.implicit_sync_total() - syncs_before
-    batches = batches_after - batches_before
     for buffer in model.buffers:
         for bucket in buffer.buckets:
-            ran = spy.outputs.get(id(bucket))
-            if ran is None:
+            reported = spy.outputs.get(id(bucket))
+            if reported is None:
                 continue
             expected = tuple(t.data_ptr() for t in bucket.outputs)
-            if ran != {expected}:
-                problems.append(f"bucket {bucket.size}: ORT wrote outputs at {len(ran)} addresses")
-            if expected != tuple(model.bound[id(bucket)][o.name] for o in model.spec.outputs):
-                problems.append(f"bucket {bucket.size}: outputs bound elsewhere")
-    off_device = [t for t in seen_frames if t.device != detector.device]
+            if reported != {expected}:
+                problems.append(
+                    f"bucket {bucket.size}: ORT reports outputs at {len(reported)} address sets, "
+                    "not the tensors postprocessing reads"
+                )
+    off_device = [t for t in seen_frames if not same_device(t.device, detector.device)]
     if off_device:
         problems.append(f"{len(off_device)} frames reached preprocessing off {detector.device}")
     if detector.device.type == "cuda":
-        allocated = _torch_segments(detector.device)
-        foreign = [t for t in seen_frames if not _inside(t.data_ptr(), allocated)]
+        segments = _torch_segments(detector.device)
+        foreign = [t for t in seen_frames if not _inside(t.data_ptr(), segments)]
         if foreign:
-            problems.append(f"{len(foreign)} frames point outside memory vstream allocated")
-        if waits != batches:
-            problems.append(f"{waits} host waits for {batches} batches")
-    detections = sum(len(r["detections"]) for r in records)
-    handed = bytes_after - bytes_before
-    if handed != detections * DETECTION_BYTES:
-        problems.append(
-            f"{handed} bytes handed to the host for {detections} detections "
-            f"({detections * DETECTION_BYTES} expected)"
-        )
+            problems.append(
+                f"{len(foreign)} frames lie outside torch's CUDA allocator (a decoder's surface?)"
+            )
     data = {
         "frames": len(records),
         "decoder": records[0]["decoder"] if records else None,
         "model_runs": spy.runs,
-        "batches": batches,
-        "host_waits": waits,
-        "implicit_syncs_per_batch": round(syncs / max(1, batches), 2),
-        "bytes_to_host_per_frame": round(handed / max(1, len(records)), 1),
-        "detections_per_frame": round(detections / max(1, len(records)), 2),
-        "bound_input_addresses": [hex(b.input.data_ptr()) for b in model.buffers],
-        "output_addresses": [
-            hex(t.data_ptr()) for b in model.buffers for t in b.largest.outputs if t is not None
-        ],
+        "output_addresses_reported_by_ort": sorted(
+            {hex(p) for addresses in spy.outputs.values() for ptrs in addresses for p in ptrs}
+        ),
     }
     if problems:
         raise Failed("; ".join(problems))
+    buckets = len(model.buffers) * len(model.bucket_sizes)
+    where = " inside torch's CUDA allocator" if detector.device.type == "cuda" else ""
     return (
-        f"{len(records)} frames, {spy.runs} runs: letterbox output = bound input, "
-        f"{len(model.buffers) * len(model.bucket_sizes)} bindings at fixed addresses, "
-        f"{handed / max(1, len(records)):.0f} B/frame to host "
-        f"(= {DETECTION_BYTES} B x {detections / max(1, len(records)):.2f} boxes)"
+        f"{len(records)} frames{where}, {spy.runs} runs: ORT computes on what the letterbox "
+        f"wrote ({buckets} bindings) and reports its outputs at the tensors postprocessing reads"
     ), data
+
+
+INPUT_TOLERANCE = {"rtol": 1e-3, "atol": 1e-2}
+"""How close a bound run and a run fed a copy of its input must be (CUDA kernels may differ)."""
+
+
+def _bound_input_problems(detector: Any, video: Path, decoder: str) -> list[str]:
+    """What shows that a binding does not read the memory the letterbox writes.
+
+    For each bucket of each buffer, frames are letterboxed into the
+    letterboxer's tensor and the bucket run as the engine runs it; ONNX
+    Runtime is then fed a host copy of that tensor (``session.run``): the
+    outputs must agree. Twice, with the frames in other slots, so a binding
+    to a stale copy or to other memory cannot agree both times.
+    """
+    import numpy as np
+
+    model = detector.model
+    name = model.spec.input.name
+    with _source(video, detector.device, decoder=decoder, stream=detector.cuda_stream) as source:
+        pictures = list(itertools.islice(source, 40))[::10]
+    problems: list[str] = []
+    for index, (buffer, letterboxer) in enumerate(
+        zip(model.buffers, detector.letterboxers, strict=True)
+    ):
+        for bucket in buffer.buckets:
+            for shift in (0, 1):
+                for slot in range(bucket.size):
+                    letterboxer.load(slot, pictures[(slot + shift) % len(pictures)])
+                bound = [t.cpu().numpy() for t in model.run(bucket)]
+                host = letterboxer.input[: bucket.size].cpu().numpy()
+                fed = model.session.run(None, {name: host})
+                if not all(
+                    np.allclose(a, b, **INPUT_TOLERANCE) for a, b in zip(bound, fed, strict=True)
+                ):
+                    problems.append(
+                        f"buffer {index} bucket {bucket.size}: ORT does not compute on what "
+                        "the letterbox wrote"
+                    )
+                    break
+    return problems
 
 
 def _torch_segments(device: Any) -> list[tuple[int, int]]:
@@ -575,11 +596,16 @@ class Doctor:
         return self._gpu_detector
 
     def _nvdec(self) -> tuple[bool, str]:
-        import torch
-
         from vstream.decoders import nvdec_status
 
-        return nvdec_status(torch.device("cuda"))
+        return nvdec_status(self.gpu_detector().device)
+
+    def _require_nvdec(self) -> None:
+        """The GPU path decodes with NVDEC: without it there is nothing of it to prove."""
+        works, why = self._nvdec()
+        if not works:
+            message = f"NVDEC does not work here ({why}): the GPU path cannot be shown"
+            raise Failed(message) if self.options.device == "cuda" else Skipped(message)
 
     def _quick_skip(self) -> None:
         if self.options.quick:
@@ -614,8 +640,15 @@ class Doctor:
             raise Failed(f"the CUDA session runs on {providers}")
         options = model.session.get_provider_options().get("CUDAExecutionProvider", {})
         stream = model.cuda_stream.cuda_stream
-        given = options.get("user_compute_stream")
-        if given not in (None, "", "0") and int(str(given), 0) != stream:
+        if "user_compute_stream" not in options:
+            raise Skipped(
+                "CUDAExecutionProvider runs, but this ONNX Runtime does not report "
+                "user_compute_stream: the stream cannot be checked"
+            )
+        given = str(options["user_compute_stream"]).strip()
+        if given in ("", "0"):
+            raise Failed("ORT reports no user_compute_stream: it computes on a stream of its own")
+        if int(given, 0) != stream:
             raise Failed(f"ORT computes on stream {given}, the pipeline's is {hex(stream)}")
         return (
             f"CUDAExecutionProvider on the pipeline's stream {hex(stream)}",
@@ -634,19 +667,15 @@ class Doctor:
         return _zero_copy(self.cpu_detector(), self.options.video, min(self.options.frames, 60))
 
     def check_zero_copy_gpu(self) -> tuple[str, dict[str, Any]]:
+        self._require_nvdec()
         detail, data = _zero_copy(
-            self.gpu_detector(), self.options.video, min(self.options.frames, 60)
+            self.gpu_detector(), self.options.video, min(self.options.frames, 60), decoder="nvdec"
         )
-        return f"{detail}; frames from the {data['decoder']} decoder in vstream's memory", data
+        return f"NVDEC: {detail}", data
 
     def check_copies_gpu(self) -> tuple[str, dict[str, Any]]:
         self._quick_skip()
-        works, why = self._nvdec()
-        if not works:
-            raise Skipped(
-                f"NVDEC is not used here ({why}): the CPU decoder uploads each frame once, "
-                "by design"
-            )
+        self._require_nvdec()
         return _copies(self.gpu_detector(), self.options.video, min(self.options.frames, 60))
 
     def check_demo_cpu(self) -> tuple[str, dict[str, Any]]:
@@ -666,9 +695,10 @@ class Doctor:
 
     def check_demo_gpu(self) -> tuple[str, dict[str, Any]]:
         self._quick_skip()
+        self._require_nvdec()
         if self.cpu_records is None:
             self.cpu_records = _detect(self.cpu_detector(), self.options.video, None)
-        records = _detect(self.gpu_detector(), self.options.video, None)
+        records = _detect(self.gpu_detector(), self.options.video, None, decoder="nvdec")
         matched, total = match_records(self.cpu_records, records)
         share = matched / total if total else 1.0
         data = {
@@ -746,11 +776,11 @@ CHECKS: tuple[tuple[str, str, bool], ...] = (
     ("provider-cpu", "ORT runs on the CPU provider asked for", False),
     ("provider-gpu", "ORT runs on the CUDA provider asked for", True),
     ("nvdec", "NVDEC decodes the probe clip like FFmpeg", True),
-    ("zero-copy-cpu", "pointer identity, fixed addresses, metadata-only host bytes", False),
-    ("zero-copy-gpu", "pointer identity from frame buffer to ORT, fixed addresses", True),
+    ("zero-copy-cpu", "ORT computes on the letterbox's tensor, outputs where read", False),
+    ("zero-copy-gpu", "the same with NVDEC, frames in torch's CUDA allocator", True),
     ("copies-gpu", "no frame-sized host<->device copy per frame (profiler)", True),
     ("demo-cpu", "bundled demo on the CPU: mAP@0.5 >= 0.9", False),
-    ("demo-gpu", "GPU detections match the CPU's (IoU >= 0.9, >= 98 %)", True),
+    ("demo-gpu", "NVDEC + GPU detections match the CPU's (IoU >= 0.9, >= 98 %)", True),
     ("graphs-gpu", "CUDA graphs capture; replay equals eager", True),
     ("fps-cpu", "frames per second per stage and end to end (CPU)", False),
     ("fps-gpu", "frames per second per stage and end to end, graphs off/on", True),
@@ -758,45 +788,56 @@ CHECKS: tuple[tuple[str, str, bool], ...] = (
 """(name, what it proves, needs a GPU), in the order they run."""
 
 
+HOST_WAIT_CALLS = ("cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize")
+"""CUDA runtime calls in which the host waits for the device, as the profiler names them."""
+
+
 def _copies(detector: Any, video: Path, frames: int) -> tuple[str, dict[str, Any]]:
-    """Profile the NVDEC pipeline and count what crossed between host and device."""
+    """Profile the NVDEC pipeline and count, from the profiler's trace, what crossed and waited.
+
+    Copies and their bytes are CUPTI's (``gpu_memcpy`` events); host waits are
+    the CUDA runtime calls that block (:data:`HOST_WAIT_CALLS`); implicit
+    waits are torch's sync debug mode's warnings; model runs are counted at
+    ONNX Runtime's entry point; the bytes the host needed are those of the
+    detections it received.
+    """
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from vstream.transfer import transfers
 
-    _detect(detector, video, 8)  # warm: the first batches allocate and plan
+    _detect(detector, video, 8, decoder="nvdec")  # warm: the first batches allocate and plan
     width, height = _video_size(video)
     frame_bytes = width * height * 3 // 2
-    bytes_before, batches_before = transfers.snapshot()
-    waits_before = transfers.host_waits
     counted_before = transfers.implicit_sync_total()
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, BindingSpy(detector.model) as spy:
         trace = Path(folder) / "trace.json"
         with warnings.catch_warnings(record=True) as syncs:
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             try:
                 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                    records = _detect(detector, video, frames)
+                    records = _detect(detector, video, frames, decoder="nvdec")
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         prof.export_chrome_trace(str(trace))
         events = json.loads(trace.read_text()).get("traceEvents", [])
     copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
-    if not copies:
-        raise Skipped("the profiler recorded no CUDA copies (CUPTI unavailable?)")
-    bytes_after, batches_after = transfers.snapshot()
-    batches = batches_after - batches_before
-    handed = bytes_after - bytes_before
+    runtime = [e for e in events if e.get("cat") == "cuda_runtime"]
+    if not copies or not runtime:
+        raise Skipped("the profiler recorded no CUDA copies or runtime calls (CUPTI unavailable?)")
+    if any(r["decoder"] != "nvdec" for r in records):
+        raise Failed("frames did not come from NVDEC")
 
     def size(event: dict[str, Any]) -> int:
         return int(event.get("args", {}).get("bytes", 0))
 
+    waits = {name: sum(e.get("name") == name for e in runtime) for name in HOST_WAIT_CALLS}
     to_host = [e for e in copies if "DtoH" in e.get("name", "")]
     to_device = [e for e in copies if "HtoD" in e.get("name", "")]
     frame_sized = [e for e in to_host + to_device if size(e) >= frame_bytes]
     count = max(1, len(records))
+    detections = sum(len(r["detections"]) for r in records) * DETECTION_BYTES
     data = {
         "frames": len(records),
         "frame_bytes": frame_bytes,
@@ -805,33 +846,43 @@ def _copies(detector: Any, video: Path, frames: int) -> tuple[str, dict[str, Any
         "htod_copies": len(to_device),
         "htod_bytes_per_frame": round(sum(map(size, to_device)) / count, 1),
         "dtod_copies": sum("DtoD" in e.get("name", "") for e in copies),
-        "metadata_bytes_per_frame": round(handed / count, 1),
-        "host_waits": transfers.host_waits - waits_before,
-        "batches": batches,
+        "detection_bytes_per_frame": round(detections / count, 1),
+        "model_runs": spy.runs,
+        "host_waits": waits,
         "implicit_syncs": len(syncs),
         "implicit_syncs_counted": transfers.implicit_sync_total() - counted_before,
     }
+    problems = []
     if len(syncs) > data["implicit_syncs_counted"]:
-        raise Failed(
+        problems.append(
             f"torch saw {len(syncs)} implicit host waits, vstream counts "
             f"{data['implicit_syncs_counted']}: one in the hot path is not accounted for "
             f"({str(syncs[0].message).strip().splitlines()[0]})"
         )
     if frame_sized:
-        raise Failed(
+        problems.append(
             f"{len(frame_sized)} frame-sized copies between host and device "
             f"({frame_sized[0].get('name')}, {size(frame_sized[0])} bytes)"
         )
-    if sum(map(size, to_host)) > handed + SYNC_SLACK_BYTES * max(1, batches):
-        raise Failed(
+    if sum(map(size, to_host)) > detections + SYNC_SLACK_BYTES * max(1, spy.runs):
+        problems.append(
             f"{data['dtoh_bytes_per_frame']} bytes per frame to the host; the detections are "
-            f"{data['metadata_bytes_per_frame']}"
+            f"{data['detection_bytes_per_frame']}"
         )
+    if waits["cudaEventSynchronize"] != spy.runs or waits["cudaDeviceSynchronize"]:
+        problems.append(f"host waits {waits} for {spy.runs} model runs (one event wait each)")
+    if waits["cudaStreamSynchronize"] > len(syncs):
+        problems.append(
+            f"{waits['cudaStreamSynchronize']} stream synchronisations, {len(syncs)} of them "
+            "implicit waits torch reports"
+        )
+    if problems:
+        raise Failed("; ".join(problems))
     return (
-        f"{len(records)} frames: no frame-sized copy; {data['dtoh_bytes_per_frame']:.0f} B/frame "
-        f"to host (detections {data['metadata_bytes_per_frame']:.0f}), "
-        f"{data['host_waits']} host waits for {batches} batches, "
-        f"{len(syncs)} implicit syncs, each one counted where it is made"
+        f"{len(records)} NVDEC frames: no frame-sized copy; "
+        f"{data['dtoh_bytes_per_frame']:.0f} B/frame to host (detections "
+        f"{data['detection_bytes_per_frame']:.0f}), {waits['cudaEventSynchronize']} event waits "
+        f"for {spy.runs} model runs, {len(syncs)} implicit syncs, each counted where it is made"
     ), data
 
 
