@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from vstream.evaluation import evaluate
 from vstream.evaluation_tracks import (
     evaluate_line_counts,
     evaluate_tracks,
@@ -169,3 +170,56 @@ def test_eval_command_adds_tracking_and_counts(tmp_path: Path, capsys) -> None:
         "line gate in: 1 counted, 0 true (error +1)",
         "line gate out: 0 counted, 0 true (error +0)",
     ]
+
+
+def two_streams() -> tuple[dict, list[dict]]:
+    """Stream "cam1" tracked with one miss in ten; "cam2", empty, has the same frame numbers."""
+    gt = truth(*[[("a", A)]] * 10)
+    cam1 = records(*[[(1, A)]] * 9, [])
+    cam2 = records(*[[]] * 10)
+    for record in cam1:
+        record["stream"] = "cam1"
+        record["events"] = [{"type": "line_crossing", "line": "gate", "direction": "in"}]
+    for record in cam2:
+        record["stream"] = "cam2"
+        record["events"] = [{"type": "line_crossing", "line": "gate", "direction": "out"}]
+    gt["lines"] = [{"name": "gate", "start": [0, 5], "end": [20, 5], "crossings": []}]
+    return gt, cam1 + cam2
+
+
+def test_records_of_several_streams_are_scored_against_the_right_one() -> None:
+    gt, out = two_streams()
+    assert evaluate_tracks(out, gt, stream="cam1").mota == pytest.approx(0.9)
+    assert evaluate_tracks(out, {**gt, "stream": "cam1"}).mota == pytest.approx(0.9)
+    assert evaluate_tracks(out, gt, stream="cam2").mota == 0.0
+    counts = evaluate_line_counts(out, gt, stream="cam1")
+    assert [(c.direction, c.predicted) for c in counts] == [("in", 10), ("out", 0)]
+    assert evaluate(out, gt, stream="cam1").mean == pytest.approx(0.9)
+
+
+def test_which_stream_is_never_guessed() -> None:
+    gt, out = two_streams()
+    for score in (evaluate_tracks, evaluate_line_counts, evaluate):
+        with pytest.raises(ValueError, match=r"2 streams \(cam1, cam2\).*--stream"):
+            score(out, gt)
+        with pytest.raises(ValueError, match=r"no records of stream 'cam3'.*cam1, cam2"):
+            score(out, gt, stream="cam3")
+    with pytest.raises(ValueError, match=r"ground truth is of stream 'cam1', not 'cam2'"):
+        evaluate_tracks(out, {**gt, "stream": "cam1"}, stream="cam2")
+    looped = out[:10] + [{**r, "frame": r["frame"]} for r in out[:10]]
+    with pytest.raises(ValueError, match="stream 'cam1' has frame 0 more than once"):
+        evaluate_tracks(looped, gt, stream="cam1")
+
+
+def test_eval_command_takes_the_stream(tmp_path: Path, capsys) -> None:
+    from vstream.cli import main
+
+    gt, out = two_streams()
+    records_path, truth_path = tmp_path / "out.jsonl", tmp_path / "truth.json"
+    records_path.write_text("".join(json.dumps(r) + "\n" for r in out))
+    truth_path.write_text(json.dumps(gt))
+    assert main(["eval", str(records_path), str(truth_path), "--stream", "cam1"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("MOTA 0.900 IDF1 0.947")
+    assert main(["eval", str(records_path), str(truth_path)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "2 streams (cam1, cam2)" in error

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torchvision.ops import box_iou
 
+from vstream.evaluation_tracks import select_stream
+
 
 @dataclass(frozen=True)
 class Accuracy:
@@ -52,14 +54,18 @@ def evaluate(
     records: Iterable[Mapping[str, Any]],
     ground_truth: Mapping[str, Any],
     iou_threshold: float = 0.5,
+    stream: str | None = None,
 ) -> Accuracy:
     """Compare frame records (as written to JSON Lines) with ground truth.
 
     ``ground_truth`` has ``names`` (class names by id) and ``frames``, each
     ``{"frame": i, "boxes": [[x1, y1, x2, y2, class_id], ...]}``. A prediction
     matches the unmatched truth box of its class with the highest IoU at or
-    above the threshold, highest scores first.
+    above the threshold, highest scores first. Records of several streams are
+    scored against one (``stream``, else the ground truth's ``"stream"``;
+    :func:`vstream.evaluation_tracks.select_stream`).
     """
+    records = select_stream(records, ground_truth, stream)
     names: list[str] = list(ground_truth["names"])
     truth: dict[int, list[list[float]]] = {f["frame"]: f["boxes"] for f in ground_truth["frames"]}
     scores: dict[int, list[float]] = defaultdict(list)
@@ -95,10 +101,13 @@ def evaluate(
 
 
 def evaluate_files(
-    records_path: Path, ground_truth_path: Path, iou_threshold: float = 0.5
+    records_path: Path,
+    ground_truth_path: Path,
+    iou_threshold: float = 0.5,
+    stream: str | None = None,
 ) -> Accuracy:
     """:func:`evaluate` on a JSON Lines output file and a ground-truth JSON file."""
     with records_path.open(encoding="utf-8") as lines:
         records = [json.loads(line) for line in lines if line.strip()]
     ground_truth = json.loads(ground_truth_path.read_text(encoding="utf-8"))
-    return evaluate(records, ground_truth, iou_threshold)
+    return evaluate(records, ground_truth, iou_threshold, stream)

@@ -13,6 +13,12 @@ extended compatibly:
   ``{"name": "gate", "start": [x, y], "end": [x, y], "anchor": "bottom_center",
   "crossings": [{"frame": 41, "id": 3, "direction": "in"}, ...]}``.
 
+Ground truth describes one stream. Records of several streams (a pipeline
+with many sources writes them to one file) are scored against the stream the
+ground truth names in a top-level ``"stream"``, or the one given as
+``stream=`` (``vstream eval --stream``); with neither, the records must hold
+one stream. Frames are never matched across streams (:func:`select_stream`).
+
 Predictions are frame records (as ``vstream run`` writes them): detections
 with a ``track_id`` are the tracker's output; detections without one are not
 tracks and are ignored here. Matching is class-agnostic (tracks are too).
@@ -91,6 +97,47 @@ class LineCount:
         )
 
 
+def select_stream(
+    records: Iterable[Mapping[str, Any]],
+    ground_truth: Mapping[str, Any],
+    stream: str | None = None,
+) -> list[Mapping[str, Any]]:
+    """The records of the one stream ``ground_truth`` is of, each frame once.
+
+    The stream is ``stream``, else the ground truth's ``"stream"``, else the
+    only one in the records (records without a ``"stream"`` key are one
+    stream). Frame numbers restart with each stream, so a wrong choice scores
+    one stream's frames against another's truth: it is never guessed.
+    """
+    records = list(records)
+    named = ground_truth.get("stream")
+    if stream is not None and named is not None and stream != named:
+        raise ValueError(f"the ground truth is of stream {named!r}, not {stream!r}")
+    wanted = stream if stream is not None else named
+    present = sorted({str(r.get("stream")) for r in records})
+    if wanted is not None:
+        records = [r for r in records if r.get("stream") == wanted]
+        if not records:
+            raise ValueError(
+                f"no records of stream {wanted!r}; the records hold {', '.join(present)}"
+            )
+    elif len(present) > 1:
+        raise ValueError(
+            f"the records hold {len(present)} streams ({', '.join(present)}) and the ground "
+            'truth is of one: name it (vstream eval --stream ID, or "stream" in the ground truth)'
+        )
+    seen: set[int] = set()
+    for record in records:
+        frame = int(record["frame"])
+        if frame in seen:
+            raise ValueError(
+                f"stream {record.get('stream')!r} has frame {frame} more than once "
+                "(a looped file?): score one pass of it"
+            )
+        seen.add(frame)
+    return records
+
+
 def has_identities(ground_truth: Mapping[str, Any]) -> bool:
     """Whether the ground truth gives object identities (``"ids"`` in its frames)."""
     return any("ids" in frame for frame in ground_truth.get("frames", []))
@@ -127,14 +174,15 @@ def evaluate_tracks(
     records: Iterable[Mapping[str, Any]],
     ground_truth: Mapping[str, Any],
     iou_threshold: float = 0.5,
+    stream: str | None = None,
 ) -> TrackingAccuracy:
     """Score the tracks in ``records`` against the identities in ``ground_truth``.
 
     Only frames listed in the ground truth are scored; a frame missing from the
-    records counts all its objects as misses.
+    records counts all its objects as misses. ``stream``: see :func:`select_stream`.
     """
     truth = _truth_by_frame(ground_truth)
-    tracks = _tracks_by_frame(records)
+    tracks = _tracks_by_frame(select_stream(records, ground_truth, stream))
     last_match: dict[Any, int] = {}
     overlap: Counter[tuple[Any, int]] = Counter()
     switches = false_positives = misses = matches = truth_boxes = predicted_boxes = 0
@@ -223,11 +271,16 @@ def _identity_true_positives(overlap: Mapping[tuple[Any, int], int]) -> int:
 
 
 def evaluate_line_counts(
-    records: Iterable[Mapping[str, Any]], ground_truth: Mapping[str, Any]
+    records: Iterable[Mapping[str, Any]],
+    ground_truth: Mapping[str, Any],
+    stream: str | None = None,
 ) -> list[LineCount]:
-    """Crossings in the records' events against the ground truth's, per line and direction."""
+    """Crossings in the records' events against the ground truth's, per line and direction.
+
+    ``stream``: see :func:`select_stream`.
+    """
     counted: Counter[tuple[str, str]] = Counter()
-    for record in records:
+    for record in select_stream(records, ground_truth, stream):
         for event in record.get("events", []):
             if event.get("type") == "line_crossing":
                 counted[event["line"], event["direction"]] += 1

@@ -3,7 +3,9 @@
 The first line is always the detection mAP. When the records carry track ids
 and the ground truth carries object identities, a second line gives MOTA,
 IDF1 and ID switches; when the ground truth lists line crossings, one line per
-line and direction compares the run's crossing events with them.
+line and direction compares the run's crossing events with them. Records of
+several streams are scored against the one the ground truth is of
+(``--stream``, or its ``"stream"``), never mixed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="ground-truth JSON (default: the sample video's)",
     )
     evaluate.add_argument("--iou", type=fraction, default=0.5, help="match IoU (default 0.5)")
+    evaluate.add_argument(
+        "--stream",
+        metavar="ID",
+        help="the stream the ground truth is of, when the records hold several "
+        "(default: the ground truth's \"stream\", else the records' only stream)",
+    )
     evaluate.set_defaults(handler=eval_command)
 
 
@@ -49,6 +57,7 @@ def eval_command(args: argparse.Namespace) -> int:
         evaluate_tracks,
         has_identities,
         has_tracks,
+        select_stream,
     )
 
     for path in (args.records, args.ground_truth):
@@ -56,6 +65,15 @@ def eval_command(args: argparse.Namespace) -> int:
             raise VstreamError(f"file not found: {path}")
     try:
         records, ground_truth = _load(args.records, args.ground_truth)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise VstreamError(f"cannot evaluate {args.records}: malformed input ({exc})") from exc
+    try:
+        records = select_stream(records, ground_truth, args.stream)
+    except ValueError as exc:  # which stream: said in the message, not malformed input
+        raise VstreamError(f"cannot evaluate {args.records}: {exc}") from None
+    except (KeyError, TypeError) as exc:
+        raise VstreamError(f"cannot evaluate {args.records}: malformed input ({exc})") from exc
+    try:
         report = [str(evaluate(records, ground_truth, args.iou))]
         if has_identities(ground_truth) and has_tracks(records):
             report.append(str(evaluate_tracks(records, ground_truth, args.iou)))
