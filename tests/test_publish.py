@@ -8,6 +8,7 @@ stream key must never appear in a log line or an error.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import textwrap
 import time
@@ -136,8 +137,54 @@ def test_no_server_costs_the_frames_not_the_caller(
     stats = writer.close(timeout=30)
     assert stats.frames_written == 0 and accounted(stats) == 10 and stats.failures == 0
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "Connection refused" in warnings[0], warnings
+    assert len(warnings) == 2 and "Connection refused" in warnings[0], warnings
+    assert "never published" in warnings[1] and "10 frames lost" in warnings[1], warnings
     assert KEY not in caplog.text and "pa55word" not in caplog.text
+
+
+def test_a_server_that_stays_down_is_tried_again_with_doubling_waits_and_one_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An attempt that only builds the encoder is no connection: it must not end the outage.
+
+    The waits are shortened (0.05 s doubling to 0.4 s) so that the doubling and
+    its ceiling show in a second; each gap between attempts is checked against
+    its lower bound only (the writer must not try sooner), never a deadline.
+    """
+    from servers import free_port
+
+    import vstream.sinks.video as video
+
+    monkeypatch.setattr(video, "RECONNECT_SECONDS", (0.05, 0.4))
+    attempts: list[float] = []
+    opened = VideoWriter._open_backend
+
+    def counted(self: VideoWriter) -> object:
+        attempts.append(time.monotonic())
+        return opened(self)
+
+    monkeypatch.setattr(VideoWriter, "_open_backend", counted)
+    caplog.set_level(logging.INFO, logger="vstream.sinks.video")
+    writer = VideoWriter(
+        f"rtmp://127.0.0.1:{free_port()}/live/{KEY}", WIDTH, HEIGHT, FPS, encoder="cpu"
+    )
+    offered = 0
+    while len(attempts) < 7 and offered < 10_000:  # 0.05+0.1+0.2+0.4+0.4+0.4 s of waits
+        writer.write(picture(offered), offered / FPS)
+        offered += 1
+        time.sleep(0.01)
+    stats = writer.close(timeout=30)
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    assert len(gaps) >= 6, attempts
+    for gap, wait in zip(gaps, (0.05, 0.1, 0.2, 0.4, 0.4, 0.4), strict=False):
+        assert gap >= wait, f"tried again after {gap:.3f} s, before its {wait} s wait: {gaps}"
+    assert (stats.frames_written, stats.reconnects, stats.failures) == (0, 0, 0)
+    assert stats.frames_failed == offered, "every frame of the outage counted as lost"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings  # the outage, and the end: never published
+    assert not any(r.getMessage().endswith(": publishing again") for r in caplog.records)
+    assert "never published to rtmp://127.0.0.1:" in warnings[1]
+    assert f"{offered} frames lost" in warnings[1]
 
 
 def test_a_bug_while_publishing_fails_the_output_once_and_is_not_retried(
@@ -238,6 +285,23 @@ def test_vstream_run_publishes_every_frame_and_shows_the_url_without_its_key(
     assert KEY not in done.stderr + done.stdout
     [recording] = recordings(rtmp_server, tmp_path)
     assert recorded_frames(recording, 6) == 6, "every frame of the 6-frame clip"
+
+
+def test_vstream_run_says_a_video_was_never_published_when_no_server_answered(
+    workdir: Path,
+) -> None:
+    from servers import free_port
+
+    done = run_cli(
+        "run", "--source", workdir / "clip.mp4", "--model", workdir / "model.onnx",
+        "--output", workdir / "out.jsonl",
+        "--save-video", f"rtmp://127.0.0.1:{free_port()}/live/{KEY}", timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr  # every record was written
+    assert "never published to rtmp://127.0.0.1:" in done.stderr, done.stderr
+    assert "6 frames lost" in done.stderr, done.stderr
+    assert "published to" not in done.stderr.replace("never published to", ""), done.stderr
+    assert KEY not in done.stderr + done.stdout
 
 
 def test_video_paths_fill_in_the_pipeline_and_the_stream(workdir: Path) -> None:

@@ -200,13 +200,20 @@ def _run(config: Any, base_dir: Path, signals: Any, *, quiet: bool, single: bool
     return _report(engine, config, signals.received, quiet=quiet, single=single)
 
 
-def _outputs(config: Any) -> list[str]:
-    """Where a one-source run put its files, for the summary."""
+def _outputs(config: Any, engine: Any) -> list[str]:
+    """Where a one-source run put its files, and what its live videos published, for the summary."""
+    from vstream.sinks.video import VideoWriterStats, publish_outcome
+
     shown = {"jsonl": "records", "video": "annotated video", "clips": "event clips"}
+    pipeline = config.pipelines[0]
     places = []
-    for sink in config.pipelines[0].sinks:
+    for sink in pipeline.sinks:
         if sink.type == "video" and sink.live:
-            places.append(f"annotated video published to {publish_display(sink.path)}")
+            url = sink.path.replace("{stream}", pipeline.sources[0].id)
+            target = publish_display(url.replace("{pipeline}", pipeline.name))
+            # No counters: the writer never opened, as no frame reached it.
+            stats = engine.finished_videos().get(target, VideoWriterStats())
+            places.append(f"annotated video {publish_outcome(target, stats)}")
         elif sink.type in shown:
             path = Path(getattr(sink, "path", None) or sink.directory)
             with contextlib.suppress(ValueError):
@@ -257,9 +264,9 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
             counted = {d: sum(by_class.values()) for d, by_class in directions.items()}
             log.info("%s: line %s: %d in, %d out", reader.id, line, counted["in"], counted["out"])
     if single and not quiet and not failures:
-        written = _outputs(config)
+        written = _outputs(config, engine)
         if written:
-            log.info("written: %s", "; ".join(written))
+            log.info("outputs: %s", "; ".join(written))
     if failures:  # each was logged once, as one line, where it happened
         return EXIT_BAD_INPUT if isinstance(failures[0], VstreamError) else EXIT_UNEXPECTED
     if received == signal.SIGINT:

@@ -299,6 +299,15 @@ class Engine(Running):
             for r in self.readers()
         ]
 
+    def finished_videos(self) -> dict[str, Any]:
+        """The last counters of every annotated video, by its target as logged (after stop)."""
+        return {
+            target: stats
+            for pipeline in self.pipelines.values()
+            if pipeline.outputs is not None
+            for target, stats in pipeline.outputs.finished.items()
+        }
+
     def failures(self) -> list[BaseException]:
         """What failed streams, stages and sinks, first-come."""
         found: list[BaseException] = []

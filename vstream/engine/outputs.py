@@ -84,6 +84,9 @@ class FrameOutputs:
         self.preview: Any = None
         """The server's preview hub, when there is one (set by the engine)."""
         self._writers: dict[tuple[int, str], Any] = {}
+        self.finished: dict[str, Any] = {}
+        """The last counters (``VideoWriterStats``) of each video closed by :meth:`close`, by its
+        target as logged: what a summary says was written or published."""
         self._lock = threading.Lock()
         self._names = class_names
 
@@ -182,6 +185,7 @@ class FrameOutputs:
         for writer in writers:
             stats = writer.close()
             if stats is not None:
+                self.finished[writer.target] = stats
                 log.info(
                     "annotated video %s: %d frames written, %d dropped",
                     writer.target, stats.frames_written, stats.frames_dropped,

@@ -273,6 +273,15 @@ class _Backend:
     def finish(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def connect(self) -> None:
+        """Open the output now: for a live one, reach the media server and start publishing.
+
+        FFmpeg otherwise opens it at the first packet, so a server that is down
+        would look reachable until then, and each attempt would count as a
+        reconnection (and end the outage, restarting the backoff at its shortest).
+        """
+        self.container.start_encoding()
+
     def abort(self) -> None:
         container = getattr(self, "container", None)
         if container is not None:
@@ -606,6 +615,16 @@ class VideoWriter:
     # -- the encoder thread -----------------------------------------------------------------
 
     def _open_backend(self) -> _Backend:
+        backend = self._new_backend()
+        if self.url is not None:
+            try:
+                backend.connect()
+            except BaseException:
+                backend.abort()
+                raise
+        return backend
+
+    def _new_backend(self) -> _Backend:
         destination = self.url or self.partial_path
         if self.partial_path is not None:
             # FFmpeg opens the file only when the first packet comes out of the encoder (after
@@ -793,11 +812,27 @@ class VideoWriter:
             except Exception as exc:  # the server went away at the very end
                 backend.abort()
                 log.warning("annotated video %s: %s at the end", self.target, _error_text(exc))
-        stats = self.stats
-        log.info(
-            "annotated video: %d frames published to %s (%s), %d lost to outages, %d reconnects",
-            stats.frames_written, self.target, self.encoder, stats.frames_failed, stats.reconnects,
+        log.log(
+            logging.INFO if self.stats.frames_written else logging.WARNING,
+            "annotated video %s", publish_outcome(self.target, self.stats),
         )  # fmt: skip
+
+
+def publish_outcome(target: str, stats: VideoWriterStats) -> str:
+    """What became of a live output, in words: for its last log line and ``vstream run``'s summary.
+
+    A server that never answered is said so: "published" with zero frames read as a success.
+    """
+    lost = stats.frames_failed + stats.frames_dropped
+    if not stats.frames_written:
+        why = "the output failed" if stats.failures else "no connection to the server"
+        return f"never published to {target}: {why}, {lost} frames lost"
+    outcome = f"published to {target}: {stats.frames_written} frames"
+    if lost:
+        outcome += f", {stats.frames_failed} lost to outages, {stats.frames_dropped} dropped"
+    if stats.reconnects:
+        outcome += f", {stats.reconnects} reconnects"
+    return outcome
 
 
 def _fsync(path: Path) -> None:
