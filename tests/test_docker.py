@@ -4,14 +4,19 @@ No Docker engine runs here, so the files are read as text: every COPY source
 exists, every extra installed is declared in pyproject.toml, each image runs
 ``vstream serve`` on a config that exists, and the compose file's paths exist.
 The GPU image and service ask for the driver's ``video`` capability (NVDEC,
-NVENC) and the image checks its health with ``vstream doctor``.
+NVENC), the GPU wheels are pinned to one CUDA major, and the image's health
+check asks the running service (run here against a stand-in HTTP server).
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import shlex
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -59,14 +64,25 @@ def test_installed_extras_are_declared_and_match_the_image(dockerfile: Path) -> 
     assert kind in EXTRAS and "ray" in EXTRAS
 
 
-def test_the_gpu_image_has_cuda_12_and_the_gpu_extra_has_its_packages() -> None:
+def test_the_gpu_image_and_extra_pin_one_cuda_major() -> None:
+    """torch, onnxruntime-gpu and PyNvVideoCodec of CUDA 13, pinned together (issue 20)."""
     dockerfile = DOCKER / "Dockerfile.gpu"
     (base,) = [args for op, args in instructions(dockerfile) if op == "FROM"]
-    assert re.match(r"nvidia/cuda:12\.", base)
-    assert "cu12" in dockerfile.read_text()  # torch built for CUDA 12
-    packages = " ".join(EXTRAS["gpu"])
-    for package in ("onnxruntime-gpu", "PyNvVideoCodec", "cupy-cuda12x"):
-        assert package in packages
+    assert re.match(r"nvidia/cuda:13\.", base)
+    pins = dict(
+        re.fullmatch(r"([A-Za-z-]+)(?:\[[a-z,]+\])?==([\d.]+)", p).groups() for p in EXTRAS["gpu"]
+    )
+    assert pins == {
+        "torch": "2.14.1",  # PyPI's build of 2.14.1 is for CUDA 13
+        "torchvision": "0.29.1",
+        "onnxruntime-gpu": "1.31.1",  # PyPI's build: CUDA 13, cuDNN 9
+        "PyNvVideoCodec": "2.2.4",  # the driver API only
+    }
+    assert "onnxruntime-gpu[cuda,cudnn]==" in " ".join(EXTRAS["gpu"]), "CUDA 13 libraries as wheels"
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"torch=={pins['torch']} torchvision=={pins['torchvision']}" in makefile
+    assert not any("cupy" in p for p in EXTRAS["gpu"]), "torch does the device work"
+    assert "--index-url" not in dockerfile.read_text(), "torch of the extra's CUDA major"
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -108,15 +124,65 @@ def test_the_gpu_image_grants_the_video_capability_nvdec_needs() -> None:
     assert {"compute", "utility", "video"} <= set(capabilities)
 
 
-def test_the_gpu_image_checks_its_health_with_vstream_doctor() -> None:
+def test_the_gpu_image_checks_its_health_by_asking_the_running_service() -> None:
+    """Not a second CUDA context, ORT session and NVDEC session beside the service (issue 20)."""
     (healthcheck,) = [
         args for op, args in instructions(DOCKER / "Dockerfile.gpu") if op == "HEALTHCHECK"
     ]
     options, command = healthcheck.split("CMD", 1)
-    argv = json.loads(command)
-    assert argv[:2] == ["vstream", "doctor"]
-    assert argv[argv.index("--device") + 1] == "cuda", "unhealthy without a working GPU"
+    assert json.loads(command) == ["python", "docker/healthcheck.py"]
     assert "--interval=" in options and "--timeout=" in options
+
+
+class _Service(http.server.BaseHTTPRequestHandler):
+    """``GET /health`` answering as the server's route does, or 401 / 500."""
+
+    answer: tuple[int, dict[str, str]] = (200, {"status": "ok"})
+
+    def do_GET(self) -> None:
+        code, body = self.answer
+        assert self.path == "/health"
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(json.dumps(body).encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("answer", "healthy"),
+    [
+        ((200, {"status": "ok"}), True),
+        ((200, {"status": "stopping"}), False),
+        ((401, {"error": "missing or wrong bearer token"}), True),
+        ((500, {"error": "internal error"}), False),
+        (None, False),
+    ],
+)
+def test_the_health_check_script(answer: tuple[int, dict[str, str]] | None, healthy: bool) -> None:
+    handler = type("Service", (_Service,), {"answer": answer})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    port = server.server_address[1]
+    if answer is None:
+        server.server_close()  # nothing listens there
+    else:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        done = subprocess.run(
+            [sys.executable, str(DOCKER / "healthcheck.py")],
+            env={"VSTREAM_PORT": str(port)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        if answer is not None:
+            server.shutdown()
+            server.server_close()
+    assert (done.returncode == 0) is healthy, done.stderr
+    assert healthy or done.stderr.startswith("unhealthy: ")
 
 
 def test_the_compose_gpu_service_reserves_the_gpu_with_video() -> None:

@@ -184,7 +184,7 @@ class DoctorOptions:
     frames: int = 120
     """Frames for each throughput figure and pipeline run."""
     quick: bool = False
-    """Only the environment, providers, NVDEC and zero-copy (the container health check)."""
+    """Only the environment, providers, NVDEC and zero-copy."""
 
 
 # -- the environment ------------------------------------------------------------------------------

@@ -19,11 +19,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     doctor = commands.add_parser(
         "doctor",
         help="check the environment and prove the GPU path (zero-copy, correctness, fps)",
-        description="Report drivers, CUDA, torch, ONNX Runtime, PyNvVideoCodec, NVDEC/NVENC "
-        "and cupy, then run checks (pass, fail, or skip with a reason): the ORT provider, "
-        "zero-copy by pointer identity, no frame-sized copies, detections matching the CPU "
-        "path, CUDA graphs, frames per second. Exit status 0 when every check that ran "
-        "passed, 1 when one failed.",
+        description="Report drivers, CUDA, torch, ONNX Runtime, PyNvVideoCodec and NVDEC/NVENC, "
+        "then run checks (pass, fail, or skip with a reason), each on evidence from ONNX "
+        "Runtime, torch's CUDA allocator or the profiler: the ORT provider and its stream, "
+        "ORT computing on the letterbox's tensor, no frame-sized copies, NVDEC detections "
+        "matching the CPU path, CUDA graphs, frames per second. Exit status 0 when every "
+        "check that ran passed, 1 when one failed.",
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.add_argument(
@@ -50,7 +51,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     doctor.add_argument(
         "--quick",
         action="store_true",
-        help="environment, providers, NVDEC and zero-copy only (the container health check)",
+        help="environment, providers, NVDEC and zero-copy only",
     )
     doctor.set_defaults(handler=doctor_command)
 

@@ -1,0 +1,39 @@
+"""The GPU image's health check: ask the running ``vstream serve`` whether it answers.
+
+``GET /health`` on the container's own port: healthy when it answers
+``{"status": "ok"}``; 401 (a token is configured) still means the service
+answers. Unhealthy when it does not answer, answers ``stopping``, or fails.
+Standard library only, one request: nothing of the GPU is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+
+URL = f"http://127.0.0.1:{os.environ.get('VSTREAM_PORT', '8080')}/health"
+
+
+def main() -> int:
+    try:
+        with urllib.request.urlopen(URL, timeout=5) as response:
+            status = json.load(response).get("status")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            return 0
+        print(f"unhealthy: {URL} answered {exc.code}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"unhealthy: {URL}: {exc}", file=sys.stderr)
+        return 1
+    if status != "ok":
+        print(f"unhealthy: {URL} says {status!r}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
