@@ -414,6 +414,11 @@ class _Nvenc(_Backend):
             "colorspace": "bt601",
         }
         on_gpu = device.type == "cuda"
+        if on_gpu:
+            # The writer thread (this backend's only thread) queues its conversions on a
+            # stream of its own, non-blocking: waiting for them before Encode then waits for
+            # nothing else, where the legacy default stream would wait for every pipeline.
+            torch.cuda.set_stream(torch.cuda.Stream(device))
         with torch.cuda.device(gpu) if on_gpu else contextlib.nullcontext():
             self.encoder = nvc.CreateEncoder(
                 width, height, "NV12", not on_gpu, **_gpu_option(gpu), **settings
@@ -427,7 +432,7 @@ class _Nvenc(_Backend):
         image = image.to(self.device)
         nv12 = rgb_to_yuv420(image, interleaved=True)
         if nv12.is_cuda:
-            torch.cuda.current_stream(self.device).synchronize()  # NVENC reads on its own stream
+            torch.cuda.current_stream(self.device).synchronize()  # the writer's own stream only
         else:
             nv12 = nv12.reshape(-1).numpy()  # host input (usecpuinputbuffer): 1-D bytes
         self.muxer.submitted(ticks)
