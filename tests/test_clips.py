@@ -302,6 +302,40 @@ def test_an_unwritable_directory_is_a_counted_failure_and_recording_goes_on(
         recorder.close()
 
 
+def test_clips_are_skipped_below_min_free_bytes_counted_and_logged_once(
+    video: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Clips must not take the disk's last space, which the records need more.
+
+    No disk has 2**50 bytes free, so the real free space of ``tmp_path`` is below it.
+    """
+    clips = tmp_path / "clips"
+    caplog.set_level(logging.INFO, logger="vstream.clips")
+    recorder = ClipRecorder(clips, pre_roll=0.2, post_roll=0.2, min_free_bytes=2**50)
+    try:
+        ring = recorder.ring("cam")
+        feed = Feed(video)
+        for pts in (1.0, 2.0):
+            feed.until(ring, pts + 0.1)
+            recorder.trigger("cam", {"n": pts}, pts, np.zeros((8, 8, 3), np.uint8))
+            feed.until(ring, pts + 0.5)
+            assert recorder.flush(10)
+        assert recorder.stats.skipped_low_space == 2 and recorder.stats.clips == 0
+        assert recorder.clips() == [] and not list(clips.iterdir())
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1, warnings  # one line for the episode, not one per clip
+        assert "below min_free_bytes 1125899906842624" in warnings[0]
+        recorder.min_free_bytes = 1  # space is back
+        feed.until(ring, 3.1)
+        recorder.trigger("cam", {"n": 3}, 3.0)
+        feed.until(ring)
+        assert recorder.flush(10)
+        assert recorder.stats.clips == 1 and recorder.stats.skipped_low_space == 2
+        assert "writing clips (2 skipped so far)" in caplog.text
+    finally:
+        recorder.close()
+
+
 @pytest.fixture
 def tiny_disk(tmp_path: Path):
     """A 200 KiB tmpfs: a disk that fills up (root only; skipped where mounting is refused)."""

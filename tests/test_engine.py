@@ -175,6 +175,71 @@ def test_worker_threads_never_change_process_wide_torch_settings(
     assert callers == [threading.main_thread().name]
 
 
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 128 KiB file system (tmpfs), so the kernel itself says the disk is full.
+
+    Mounting needs root (or CAP_SYS_ADMIN); elsewhere this is skipped, and
+    ``tests/test_sinks.py`` covers the same sink with ``os.write`` failing as
+    the kernel's does.
+    """
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(disk)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip("a tmpfs cannot be mounted here (needs root)")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_is_retried_with_whole_lines_and_ready_says_why(
+    tmp_path: Path, batch_model: Path, small_disk: Path
+) -> None:
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (120 * 1024))
+    write_video(tmp_path / "s0.mp4", frames=60, width=160, height=120)
+    config = parse_data(
+        {
+            "pipelines": [
+                {
+                    "name": "main",
+                    "model": {"path": str(batch_model)},
+                    "runtime": {"device": "cpu", "batch_size": 2},
+                    "sources": [{"id": "s0", "uri": "s0.mp4"}],
+                    "sinks": [{"type": "jsonl", "path": str(small_disk / "out.jsonl")}],
+                }
+            ]
+        },
+        base_dir=tmp_path,
+    )
+    engine = Engine(config, base_dir=tmp_path)
+    engine.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            "No space left on device" in r for r in engine.not_ready()
+        ):
+            time.sleep(0.05)
+        [reason] = [r for r in engine.not_ready() if "No space" in r]
+        assert reason.startswith("sink jsonl (pipeline main) is retrying: cannot write ")
+        written = (small_disk / "out.jsonl").read_bytes()
+        assert written.endswith(b"\n") or not written, "only whole lines while the disk is full"
+        filler.unlink()
+        while time.monotonic() < deadline and not engine.files_done():
+            time.sleep(0.05)
+    finally:
+        engine.stop(timeout=30)
+    lines = (small_disk / "out.jsonl").read_text().splitlines()
+    assert [json.loads(x)["frame"] for x in lines] == list(range(60))
+    assert engine.failures() == []
+
+
 def test_stream_counters_are_exact_under_concurrent_updates() -> None:
     counters = StreamCounters()
 

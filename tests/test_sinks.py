@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -243,6 +245,99 @@ def test_stdout_sink_writes_one_record_a_line(capsys: pytest.CaptureFixture[str]
         result(0).to_record(),
         result(1, detections=0).to_record(),
     ]
+
+
+class FullDisk:
+    """Stands in for ``os.write`` on one file whose disk has ``room`` bytes free.
+
+    It does what the kernel does when a disk fills: a write gets the bytes that
+    fit (a partial write, which may end inside a line), and the next write
+    fails with ``OSError(ENOSPC)``. Other files pass through to the real
+    ``os.write``. Space is given back only by :meth:`free` (a file cut back
+    keeps its blocks here: the stricter case, as every retry then fails until
+    space is freed). It wraps the OS call the sink makes, so the sink's own
+    bookkeeping of what reached the file is what is tested.
+    """
+
+    def __init__(self, path: Path, room: int) -> None:
+        self.inode = path.stat().st_ino
+        self.room: int | None = room
+        self.refused = 0
+        self._real = os.write
+        self._lock = threading.Lock()
+
+    def __call__(self, fd: int, data: bytes | memoryview) -> int:
+        if os.fstat(fd).st_ino != self.inode:
+            return self._real(fd, data)
+        with self._lock:
+            if self.room is None:
+                return self._real(fd, data)
+            if self.room == 0:
+                self.refused += 1
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            written = self._real(fd, bytes(data[: self.room]))
+            self.room -= written
+            return written
+
+    def free(self) -> None:
+        with self._lock:
+            self.room = None
+
+
+def whole_lines(path: Path) -> list[int]:
+    """The frames in ``path``, which must end with a whole line (or be empty)."""
+    data = path.read_bytes()
+    assert not data or data.endswith(b"\n"), f"a partial last line: {data[-60:]!r}"
+    return [json.loads(line)["frame"] for line in data.splitlines()]
+
+
+def test_a_full_disk_keeps_whole_lines_and_is_retried_until_space_is_freed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "out.jsonl"
+    transport = JsonLinesSink(path)
+    line = len(json.dumps(result(0).to_record(), separators=(",", ":"))) + 1
+    disk = FullDisk(path, room=line * 7 + line // 2)  # the 8th line is cut in its middle
+    monkeypatch.setattr(os, "write", disk)
+    sink = BufferedSink(
+        transport, name="jsonl", batch_records=5, overflow="block", retry=FAST_RETRY
+    )
+    sink.write([result(i) for i in range(20)])
+    assert wait_until(lambda: disk.refused >= 3), "retried while the disk is full"
+    assert sink.state == "retrying" and sink.error is None, "a full disk is not a failure"
+    assert sink.outage is not None and "No space left on device" in sink.outage
+    assert "out.jsonl" in sink.outage
+    assert whole_lines(path) == list(range(7)), "cut back to the last whole line"
+    assert sink.stats.delivered == 7 and sink.stats.failures >= 3 and sink.stats.retries >= 3
+    disk.free()
+    assert wait_until(lambda: sink.stats.delivered == 20)
+    assert sink.state == "ok" and sink.outage is None
+    sink.close()
+    assert whole_lines(path) == list(range(20)), "every record once, in order"
+    assert sink.stats.dropped == 0
+
+
+def test_any_other_write_error_fails_the_jsonl_sink_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "out.jsonl"
+    transport = JsonLinesSink(path)
+    inode = path.stat().st_ino
+    real = os.write
+    calls = []
+
+    def broken(fd: int, data: bytes | memoryview) -> int:
+        if os.fstat(fd).st_ino != inode:
+            return real(fd, data)
+        calls.append(fd)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "write", broken)
+    sink = BufferedSink(transport, name="jsonl", overflow="block", retry=FAST_RETRY)
+    sink.write([result(0), result(1)])
+    sink.close()
+    assert sink.state == "failed" and "Input/output error" in str(sink.error)
+    assert len(calls) == 1 and sink.stats.dropped == 2
 
 
 class _Receiver(BaseHTTPRequestHandler):

@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import threading
+import time
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,30 @@ def test_full_disk_mid_video_discards_the_partial_file(
     lines = error_lines(caplog)
     assert len(lines) == 1 and "No space left on device" in lines[0] and "\n" not in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_frames_are_skipped_below_min_free_bytes_counted_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A video must not take the disk's last space; no disk has 2**50 bytes free."""
+    caplog.set_level(logging.INFO, logger="vstream.sinks.video")
+    output = tmp_path / "out.mkv"
+    writer = VideoWriter(output, 64, 48, 10, encoder="cpu", min_free_bytes=2**50)
+    for i in range(5):
+        writer.write(rgb(i), i / 10)
+    deadline = time.monotonic() + WAIT
+    while writer.stats.frames_skipped < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    writer.min_free_bytes = 1  # space is freed
+    for i in range(5, 10):
+        writer.write(rgb(i), i / 10)
+    stats = writer.close()
+    assert (stats.frames_skipped, stats.frames_written, stats.failures) == (5, 5, 0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "below min_free_bytes" in warnings[0], warnings
+    assert "writing frames (5 skipped)" in caplog.text
+    times = [t for t, _ in decoded(output)]
+    assert times == pytest.approx([0.5, 0.6, 0.7, 0.8, 0.9], abs=1e-3), "the gap shows"
 
 
 def test_the_partial_file_never_has_the_final_name(tmp_path: Path) -> None:

@@ -8,7 +8,10 @@ it ends ``post_roll`` seconds after the event, later if more events come
 meanwhile (one clip, not one per event). A worker thread then remuxes the
 original packets to MP4 (no re-encoding), writes the annotated snapshot as a
 JPEG, and the clip's description last, each file atomically. Retention keeps
-the directory within a count and a size, deleting the oldest clips first.
+the directory within a count and a size, deleting the oldest clips first;
+``min_free_bytes`` keeps clips from taking a disk's last space (which the
+records need more): below it, a clip is not written, counted, and the
+episode logged once.
 
 Nothing here stops a pipeline: a full disk or a directory that cannot be
 written gives one clear log line (no traceback) and a counted failure.
@@ -20,6 +23,7 @@ import io
 import json
 import logging
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -64,6 +68,8 @@ class ClipStats:
     """Finished captures dropped because the writer queue was full (also counted as failures)."""
     deleted: int = 0
     """Clips deleted by retention."""
+    skipped_low_space: int = 0
+    """Clips not written because the disk had less than ``min_free_bytes`` free."""
     bytes_written: int = 0
 
     def to_dict(self) -> dict[str, int]:
@@ -143,6 +149,8 @@ class ClipRecorder:
     :meth:`trigger`. ``max_clip_seconds``/``max_clip_bytes`` bound one clip
     however many events extend it. ``stall_seconds``: a clip whose stream
     sends no packet for this long is written with what it has.
+    ``min_free_bytes``: a clip is written only while the directory's disk has
+    at least this much free (0: no check).
     """
 
     def __init__(
@@ -160,6 +168,7 @@ class ClipRecorder:
         queue_size: int = 16,
         stall_seconds: float = 10.0,
         format: str = "mp4",
+        min_free_bytes: int = 0,
     ) -> None:
         if pre_roll < 0 or post_roll < 0 or margin < 0:
             raise ValueError("pre_roll, post_roll and margin must not be negative")
@@ -176,6 +185,9 @@ class ClipRecorder:
         self.jpeg_quality = int(jpeg_quality)
         self.stall_seconds = float(stall_seconds)
         self.format = format
+        self.min_free_bytes = int(min_free_bytes)
+        self._low_space = False
+        """Whether clips are being skipped for want of space (logged once per episode)."""
         self.stats = ClipStats()
         self.index = ClipIndex(self.directory)
         self.index.load()
@@ -419,6 +431,9 @@ class ClipRecorder:
                 f"{_reason(exc)}",
             )
             return
+        if not self._room_for(clip_id):
+            capture.packets = []
+            return
         written: list[str] = []
         info = ClipInfo(
             id=clip_id,
@@ -480,6 +495,36 @@ class ClipRecorder:
         if deleted:
             self._count("deleted", len(deleted))
             log.debug("clips: retention deleted %s", ", ".join(deleted))
+
+    def _room_for(self, clip_id: str) -> bool:
+        """Whether the disk has ``min_free_bytes`` free for ``clip_id``; a skip is counted.
+
+        The first skip of an episode is logged as a warning, the return of space as
+        a line of its own; the skips between are only counted.
+        """
+        if not self.min_free_bytes:
+            return True
+        try:
+            free = shutil.disk_usage(self.directory).free
+        except OSError:
+            return True  # the write itself will say what is wrong, once
+        if free >= self.min_free_bytes:
+            if self._low_space:
+                self._low_space = False
+                log.info(
+                    "clips: %s has %d bytes free again; writing clips (%d skipped so far)",
+                    self.directory, free, self.stats.skipped_low_space,
+                )  # fmt: skip
+            return True
+        self._count("skipped_low_space")
+        if not self._low_space:
+            self._low_space = True
+            log.warning(
+                "clips: %s has %d bytes free, below min_free_bytes %d; clip %s and the next "
+                "ones are not written until space is freed (counted)",
+                self.directory, free, self.min_free_bytes, clip_id,
+            )  # fmt: skip
+        return False
 
     def _write_file(self, name: str, write: Callable[[Path], int], what: str) -> None:
         path = self.directory / name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
@@ -53,6 +53,18 @@ class SinkBase(StrictModel):
     retry: RetryConfig = Field(default_factory=RetryConfig)
     flush_timeout_seconds: Seconds(0, 600, open_low=False) = Field(
         10.0, description="at shutdown, how long to keep delivering what is buffered"
+    )
+
+
+MIN_FREE_BYTES = 256 * 1024**2
+"""Free space a video file or clips leave on their disk: the records need it more."""
+
+
+def _min_free_bytes(what: str) -> Any:
+    return Field(
+        MIN_FREE_BYTES,
+        description=f"{what} while the disk has less free than this (counted, logged once); "
+        "0: no check",
     )
 
 
@@ -270,6 +282,7 @@ class VideoSinkConfig(StrictModel):
     )
     crf: Int(0, 51) = Field(23, description="libx264 quality: lower is better and larger")
     queue_frames: Int(1, 256) = Field(8, description="frames waiting for the encoder")
+    min_free_bytes: Int(0, 2**50) = _min_free_bytes("a video file skips frames")
 
     _path = field_validator("path")(_video_target)
 
@@ -308,6 +321,7 @@ class ClipsSinkConfig(StrictModel):
     max_bytes: Int(1_000_000, 2**44) = Field(
         2 * 1024**3, description="bytes of clips kept; the oldest go first"
     )
+    min_free_bytes: Int(0, 2**50) = _min_free_bytes("no clip is written")
 
     @field_validator("directory")
     @classmethod

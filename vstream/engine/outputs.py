@@ -153,7 +153,7 @@ class FrameOutputs:
                     target if sink.live else Path(target), frame.width, frame.height,
                     fps or DEFAULT_FPS, encoder=sink.encoder, policy=sink.policy,
                     queue_frames=sink.queue_frames, device=self.device, preset=sink.preset,
-                    crf=sink.crf,
+                    crf=sink.crf, min_free_bytes=sink.min_free_bytes,
                 )  # fmt: skip
             except Exception as exc:  # a bad target fails this output, never the pipeline
                 shown = publish_display(target) if sink.live else target
@@ -187,8 +187,9 @@ class FrameOutputs:
             if stats is not None:
                 self.finished[writer.target] = stats
                 log.info(
-                    "annotated video %s: %d frames written, %d dropped",
+                    "annotated video %s: %d frames written, %d dropped, %d skipped for space",
                     writer.target, stats.frames_written, stats.frames_dropped,
+                    stats.frames_skipped,
                 )  # fmt: skip
         for _, recorder in self.recorders:
             recorder.close()
@@ -202,7 +203,7 @@ class FrameOutputs:
             stats = getattr(writer, "stats", None)
             if stats is not None:
                 totals["video_frames_written"] += stats.frames_written
-                totals["video_frames_dropped"] += stats.frames_dropped
+                totals["video_frames_dropped"] += stats.frames_dropped + stats.frames_skipped
                 totals["video_failures"] += stats.failures
         totals["clips"] = sum(r.stats.clips for _, r in self.recorders)
         totals["clip_failures"] = sum(r.stats.failures for _, r in self.recorders)
@@ -218,6 +219,7 @@ def _recorder(sink: ClipsSinkConfig) -> Any:
         pre_roll=sink.pre_roll_seconds,
         post_roll=sink.post_roll_seconds,
         retention=Retention(max_count=sink.max_count, max_bytes=sink.max_bytes),
+        min_free_bytes=sink.min_free_bytes,
     )
 
 

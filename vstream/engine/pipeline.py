@@ -338,6 +338,9 @@ class Pipeline:
         reasons += [
             f"{s.label} has failed" for s in self.sinks if getattr(s, "error", None) is not None
         ]
+        reasons += [
+            f"{s.label} is retrying: {s.outage}" for s in self.sinks if getattr(s, "outage", None)
+        ]
         if not self.stages.alive and not self._stopping.is_set():
             reasons.insert(0, f"pipeline {self.name} has no running model")
         return reasons

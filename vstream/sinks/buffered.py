@@ -100,7 +100,7 @@ class BufferedSink:
         self._cond = threading.Condition()
         self._closing = False
         self._deadline = float("inf")
-        self._outage = False
+        self._outage: str | None = None
         self._unlogged = 0
         self._unlogged_reason = ""
         self._logged_at = float("-inf")
@@ -122,6 +122,11 @@ class BufferedSink:
         if self.error is not None:
             return "failed"
         return "retrying" if self._outage else "ok"
+
+    @property
+    def outage(self) -> str | None:
+        """While the sink retries: why its destination takes nothing (e.g. the disk is full)."""
+        return self._outage
 
     def keeps(self, result: FrameResult) -> bool:
         return not self.events_only or bool(result.detections) or bool(result.events)
@@ -231,11 +236,11 @@ class BufferedSink:
                 self._drop(len(batch), reason)
                 return
             if not self._outage:
-                self._outage = True
+                self._outage = redact(str(error))
                 log.warning(
                     "%s: %s; retrying, buffering up to %d records",
                     self.label,
-                    redact(str(error)),
+                    self._outage,
                     self.capacity,
                 )
             with self._cond:
@@ -246,7 +251,7 @@ class BufferedSink:
 
     def _recovered(self, attempts: int) -> None:
         if self._outage:
-            self._outage = False
+            self._outage = None
             log.info(
                 "%s: delivering again after %d failed attempts (%d records dropped so far)",
                 self.label,

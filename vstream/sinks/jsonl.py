@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
 
 from vstream.errors import VstreamError
-from vstream.sinks.base import Record, make_parents
+from vstream.sinks.base import DeliveryError, Record, make_parents
+
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""Write errors that pass once space is freed: retried, not a failure of the sink."""
 
 
 def encode(record: Record) -> str:
@@ -26,6 +30,13 @@ class JsonLinesSink:
     (``rotate_seconds``): the full file becomes ``PATH.1`` (older ones shift
     to ``.2`` .. ``.keep``, the oldest is deleted) and a new ``PATH`` starts;
     rotation happens between batches, never inside a record.
+
+    A full disk (``ENOSPC``, ``EDQUOT``) is a transient fault: the kernel
+    writes what fits, then refuses, so the file is cut back to its last whole
+    line and :class:`~vstream.sinks.base.DeliveryError` says how many records
+    did get in; the sink retries the rest with backoff until space is freed.
+    A file is written with ``os.write`` (no buffer of its own) so that what
+    is in it is known to the byte.
     """
 
     def __init__(
@@ -38,27 +49,29 @@ class JsonLinesSink:
         keep: int = 5,
     ) -> None:
         self.path = Path(path) if path is not None else None
-        self._owned = self.path is not None
         self.rotate_bytes = rotate_bytes
         self.rotate_seconds = rotate_seconds
         self.keep = keep
         self.records = 0
-        if self.path is None:
-            self._out: IO[str] = sys.stdout
-        else:
-            self._out = self._open("a" if append else "w")
+        self._fd: int | None = None
+        self._size = 0
+        """Bytes of whole lines in the file: where it is cut back to after a partial write."""
+        if self.path is not None:
+            self._open(append=append)
         self._opened_at = time.monotonic()
 
-    def _open(self, mode: str) -> IO[str]:
+    def _open(self, *, append: bool) -> None:
         assert self.path is not None
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
         try:
             make_parents(self.path)
-            return self.path.open(mode, encoding="utf-8")
+            self._fd = os.open(self.path, flags, 0o666)
+            self._size = os.lseek(self._fd, 0, os.SEEK_END)
         except OSError as exc:
             raise VstreamError(f"cannot write output {self.path}: {exc.strerror}") from exc
 
     def send(self, records: Sequence[Record]) -> None:
-        """Write ``records``; a failed write (full disk, closed pipe) fails the sink.
+        """Write ``records``; a full disk is retried, any other failed write fails the sink.
 
         A reader that went away (``BrokenPipeError``) is raised as it is, so
         that ``vstream run | head`` can stop quietly.
@@ -73,40 +86,77 @@ class JsonLinesSink:
             ) from None
 
     def _write_lines(self, records: Sequence[Record]) -> None:
+        if self.path is None:
+            sys.stdout.write("".join(encode(r) for r in records))
+            sys.stdout.flush()
+            self.records += len(records)
+            return
         if self._due_for_rotation():
             self._rotate()
-        self._out.write("".join(encode(r) for r in records))
-        self._out.flush()
+        assert self._fd is not None
+        lines = [encode(r).encode() for r in records]
+        data = memoryview(b"".join(lines))
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                raise
+            whole, kept = self._whole_lines(lines, written)
+            self._cut(self._size + kept)
+            self.records += whole
+            raise DeliveryError(
+                f"cannot write {self.path}: {exc.strerror}", delivered=whole
+            ) from None
+        self._size += written
         self.records += len(records)
 
+    @staticmethod
+    def _whole_lines(lines: list[bytes], written: int) -> tuple[int, int]:
+        """How many of ``lines`` fit whole in the first ``written`` bytes, and their bytes."""
+        count = kept = 0
+        for line in lines:
+            if kept + len(line) > written:
+                break
+            count, kept = count + 1, kept + len(line)
+        return count, kept
+
+    def _cut(self, size: int) -> None:
+        """Cut the file back to ``size`` bytes (its whole lines); the next line goes there."""
+        assert self._fd is not None
+        os.ftruncate(self._fd, size)
+        os.lseek(self._fd, size, os.SEEK_SET)
+        self._size = size
+
     def _due_for_rotation(self) -> bool:
-        if self.path is None:
-            return False
-        if self.rotate_bytes is not None and self._out.tell() >= self.rotate_bytes:
+        if self.rotate_bytes is not None and self._size >= self.rotate_bytes:
             return True
         return (
             self.rotate_seconds is not None
             and time.monotonic() - self._opened_at >= self.rotate_seconds
-            and self._out.tell() > 0
+            and self._size > 0
         )
 
     def _rotate(self) -> None:
-        assert self.path is not None
-        self._out.close()
+        assert self.path is not None and self._fd is not None
+        os.close(self._fd)
+        self._fd = None
         rotated = [self.path.with_name(f"{self.path.name}.{n}") for n in range(1, self.keep + 1)]
         rotated[-1].unlink(missing_ok=True)
         for older, newer in zip(reversed(rotated[1:]), reversed(rotated[:-1]), strict=True):
             if newer.exists():
                 newer.rename(older)
         self.path.rename(rotated[0])
-        self._out = self._open("w")
+        self._open(append=False)
         self._opened_at = time.monotonic()
 
     def close(self, timeout: float = 0.0) -> int:
-        if self._owned:
-            self._out.close()
-        else:
-            self._out.flush()
+        if self.path is None:
+            sys.stdout.flush()
+        elif self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         return 0
 
     def __enter__(self) -> JsonLinesSink:

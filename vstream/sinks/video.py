@@ -28,7 +28,10 @@ crash never leaves a half video named like a whole one. An unwritable
 directory, a full disk or an encoder failure is logged once, as one line
 (:class:`VideoWriteError`), and counted (``stats.failures``, and every frame
 lost in ``stats.frames_failed``); the partial file is removed and the caller's
-thread never sees an exception.
+thread never sees an exception. With ``min_free_bytes``, frames are not
+encoded while the file's disk has less free than that (``stats.frames_skipped``,
+one warning per episode), so a video never takes the space the records need;
+the video shows the gap and goes on when space is freed.
 
 The target may instead be an ``rtmp://`` or ``rtmps://`` URL: the video is then
 published live (FLV, H.264 tuned for low latency, a key frame every two
@@ -50,6 +53,7 @@ import logging
 import math
 import os
 import queue
+import shutil
 import threading
 import time
 from collections import deque
@@ -116,6 +120,8 @@ class VideoWriterStats:
     """Frames refused because the queue was full (``policy="drop"`` only)."""
     frames_failed: int = 0
     """Frames lost to a failure: refused after it, or encoded into a file that was discarded."""
+    frames_skipped: int = 0
+    """Frames of a file not encoded while its disk had less than ``min_free_bytes`` free."""
     failures: int = 0
     """Failures (each logged once): opening, writing or finishing the file."""
     reconnects: int = 0
@@ -468,7 +474,8 @@ class VideoWriter:
     as 4:2:0 needs even ones). ``device`` is where the pictures will be, for
     ``encoder="auto"``; :attr:`encoder` says what was chosen (``"nvenc"`` or
     ``"cpu"``, libx264). ``preset``, ``crf`` and ``threads`` (0: FFmpeg's
-    choice) tune libx264; ``bitrate`` (bits per second) NVENC.
+    choice) tune libx264; ``bitrate`` (bits per second) NVENC. ``min_free_bytes``
+    (files only; 0: no check): frames are skipped while the disk has less free.
     """
 
     def __init__(
@@ -486,6 +493,7 @@ class VideoWriter:
         crf: int = DEFAULT_CRF,
         threads: int = 0,
         bitrate: int | None = None,
+        min_free_bytes: int = 0,
     ) -> None:
         if width <= 1 or height <= 1:
             raise ValueError(f"video size must be at least 2x2, got {width}x{height}")
@@ -530,6 +538,9 @@ class VideoWriter:
         self._retry_at: float | None = None
         """When a live output next tries to connect (None: connected, or a file)."""
         self._retry_delay = RECONNECT_SECONDS[0]
+        self.min_free_bytes = int(min_free_bytes) if self.path is not None else 0
+        self._low_space = False
+        """Whether frames are being skipped for want of space (logged once per episode)."""
         self._thread = threading.Thread(
             target=self._run, name=f"vstream-video-{Path(self.target).name}", daemon=True
         )
@@ -719,6 +730,8 @@ class VideoWriter:
                 with self._lock:
                     self._stats.frames_failed += 1
                 continue
+            if not self._room():
+                continue
             ticks = item.ticks + shift
             if ticks <= last_ticks:
                 # Time went back (a live source started again from zero): carry on one
@@ -741,6 +754,38 @@ class VideoWriter:
                 self._stats.frames_written += 1
                 self._stats.encode_seconds += time.perf_counter() - started
         self._finish(backend)
+
+    def _room(self) -> bool:
+        """Whether the file's disk has ``min_free_bytes`` free for the next frame.
+
+        A skipped frame is counted; the first of an episode is logged as a warning,
+        the return of space as a line of its own.
+        """
+        if not self.min_free_bytes:
+            return True
+        assert self.partial_path is not None
+        try:
+            free = shutil.disk_usage(self.partial_path.parent).free
+        except OSError:
+            return True  # the write itself will say what is wrong, once
+        if free >= self.min_free_bytes:
+            if self._low_space:
+                self._low_space = False
+                log.info(
+                    "annotated video %s: %d bytes free again; writing frames (%d skipped)",
+                    self.target, free, self._stats.frames_skipped,
+                )  # fmt: skip
+            return True
+        with self._lock:
+            self._stats.frames_skipped += 1
+        if not self._low_space:
+            self._low_space = True
+            log.warning(
+                "annotated video %s: %d bytes free, below min_free_bytes %d; frames are "
+                "skipped (counted) until space is freed",
+                self.target, free, self.min_free_bytes,
+            )  # fmt: skip
+        return False
 
     def _transient(self, exc: BaseException) -> bool:
         """Whether ``exc`` is the network failing a live output (retried), not a bug (fails it).
