@@ -176,6 +176,88 @@ def test_broken_configs_name_the_key_and_line(workdir: Path, text: str, expected
     assert any(expected in line for line in errors_of(workdir, text)), errors_of(workdir, text)
 
 
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        (
+            "postprocess: {conf: 1e308}",
+            "pipelines.yaml:4: pipelines[0].postprocess.conf: must be a number, got '1e308', "
+            "which YAML reads as text (write 1.0e+308) (allowed: [0, 1])",
+        ),
+        (
+            "postprocess: {conf: 1.0e+308}",
+            "pipelines.yaml:4: pipelines[0].postprocess.conf: must be in [0, 1], got 1e+308",
+        ),
+        (
+            "postprocess: {iou: .inf}",
+            "pipelines.yaml:4: pipelines[0].postprocess.iou: must be a finite number, got inf "
+            "(allowed: [0, 1])",
+        ),
+        (
+            "runtime: {batch_size: 1e3}",
+            "pipelines.yaml:4: pipelines[0].runtime.batch_size: must be an integer, got '1e3', "
+            "which YAML reads as text (write digits) (allowed: [1, 64])",
+        ),
+        (
+            "runtime: {batch_size: '4'}",
+            "pipelines.yaml:4: pipelines[0].runtime.batch_size: must be an integer, got '4' "
+            "(allowed: [1, 64])",
+        ),
+        (
+            "runtime: {batch_timeout_seconds: 1.0e+308}",
+            "pipelines.yaml:4: pipelines[0].runtime.batch_timeout_seconds: must be in [0, 10], "
+            "got 1e+308",
+        ),
+    ],
+    ids=["1e308-text", "1e308", "infinity", "int-text", "int-quoted", "seconds"],
+)
+def test_numbers_out_of_type_or_range_name_the_allowed_range(
+    workdir: Path, setting: str, expected: str
+) -> None:
+    text = GOOD.replace("    sources:", f"    {setting}\n    sources:")
+    [line] = errors_of(workdir, text)
+    assert line.endswith(f"/{expected}"), line
+
+
+@pytest.mark.parametrize(
+    ("imgsz", "shown"),
+    [
+        ("[0, 640]", "[0, 640]"),
+        ("99999", "99999"),
+        ("[640]", "[640]"),
+        ("x", "'x'"),
+        ("true", "True"),
+        ("[32, 40000]", "[32, 40000]"),
+    ],
+)
+def test_a_bad_imgsz_is_one_line_with_the_value_and_the_rule(
+    workdir: Path, imgsz: str, shown: str
+) -> None:
+    text = GOOD.replace("{path: model.onnx}", f"{{path: model.onnx, imgsz: {imgsz}}}")
+    [line] = errors_of(workdir, text)
+    assert line.endswith(
+        "/pipelines.yaml:3: pipelines[0].model.imgsz: must be an integer in [32, 4096] or "
+        f"[height, width] of two such integers, got {shown}"
+    ), line
+
+
+@pytest.mark.parametrize(
+    "sink",
+    [
+        "{type: jsonl, path: /proc/out.jsonl}",
+        "{type: video, path: /proc/out.mp4}",
+        "{type: clips, directory: /proc/vstream-clips}",
+    ],
+)
+def test_validate_refuses_an_output_that_serve_could_not_open(workdir: Path, sink: str) -> None:
+    """``/proc`` refuses new files, though ``os.access`` tells root it is writable."""
+    config = write_config(workdir, GOOD.replace("{type: jsonl, path: out.jsonl}", sink))
+    done = run_cli("validate", config, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "pipelines[0].sinks[0]" in done.stderr
+    assert "directory not writable: /proc" in done.stderr, done.stderr
+
+
 def test_every_problem_is_reported(workdir: Path) -> None:
     text = GOOD.replace("clip.mp4", "nothere.mp4").replace("out.jsonl", "out.jsonl, qos: 1")
     lines = errors_of(workdir, text)

@@ -14,6 +14,7 @@ Nothing here imports torch, ONNX Runtime or PyAV: ``vstream validate`` and
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -50,18 +51,40 @@ class Cli:
     metavar: str | None = None
 
 
+def _bound_text(value: float) -> str:
+    """A bound as people write it: 10000000, not 1e+07; 0.5 as 0.5."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def _range_text(lo: float, hi: float, open_low: bool) -> str:
-    return f"({lo:g}, {hi:g}]" if open_low else f"[{lo:g}, {hi:g}]"
+    low, high = _bound_text(lo), _bound_text(hi)
+    return f"({low}, {high}]" if open_low else f"[{low}, {high}]"
+
+
+def _not_a_number(value: Any, what: str, allowed: str) -> ValueError:
+    """The message for a value of the wrong type: what it is, and the range that was wanted.
+
+    YAML 1.1 reads ``1e308`` (no dot) as text: said so, since it looks like a number.
+    """
+    hint = ""
+    found = re.fullmatch(r"([-+]?\d+)[eE]([-+]?)(\d+)", value) if isinstance(value, str) else None
+    if found is not None:
+        mantissa, sign, exponent = found.groups()
+        number = "digits" if what == "an integer" else f"{mantissa}.0e{sign or '+'}{exponent}"
+        hint = f", which YAML reads as text (write {number})"
+    return ValueError(f"must be {what}, got {value!r}{hint} (allowed: {allowed})")
 
 
 def Int(lo: int, hi: int) -> Any:
     """An integer in ``[lo, hi]``; booleans, floats and strings are refused."""
 
+    allowed = _range_text(lo, hi, False)
+
     def check(value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"must be an integer, got {value!r}")
+            raise _not_a_number(value, "an integer", allowed)
         if not lo <= value <= hi:
-            raise ValueError(f"must be in {_range_text(lo, hi, False)}, got {value!r}")
+            raise ValueError(f"must be in {allowed}, got {value!r}")
         return value
 
     # The bounds come before the validator so that the JSON schema shows them as
@@ -72,13 +95,15 @@ def Int(lo: int, hi: int) -> Any:
 def Number(lo: float, hi: float, *, open_low: bool = False) -> Any:
     """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``); integers are fine."""
 
+    allowed = _range_text(lo, hi, open_low)
+
     def check(value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"must be a number, got {value!r}")
+            raise _not_a_number(value, "a number", allowed)
         if not math.isfinite(value):
-            raise ValueError(f"must be a finite number, got {value!r}")
+            raise ValueError(f"must be a finite number, got {value!r} (allowed: {allowed})")
         if value > hi or value < lo or (open_low and value == lo):
-            raise ValueError(f"must be in {_range_text(lo, hi, open_low)}, got {value!r}")
+            raise ValueError(f"must be in {allowed}, got {value!r}")
         return value
 
     bound = Field(gt=lo, le=hi) if open_low else Field(ge=lo, le=hi)

@@ -17,12 +17,24 @@ MAX_RUNS = 16
 
 
 def _image_size(value: Any) -> Any:
-    """``640`` or ``[height, width]``: one clear message instead of one per union branch."""
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+    """``640`` or ``[height, width]``, checked whole: one line with the value and the rule.
+
+    Left to the union below, a bad value would get one message per branch, each
+    naming pydantic's validators.
+    """
+    if value is None:
         return value
-    if isinstance(value, list | tuple) and len(value) == 2:
-        return tuple(value)
-    raise ValueError(f"must be an integer or [height, width], got {value!r}")
+    pair = isinstance(value, list | tuple) and len(value) == 2
+    sizes = value if pair else (value,)
+    if all(
+        isinstance(size, int) and not isinstance(size, bool) and 32 <= size <= MAX_IMGSZ
+        for size in sizes
+    ):
+        return tuple(value) if pair else value
+    raise ValueError(
+        f"must be an integer in [32, {MAX_IMGSZ}] or [height, width] of two such integers, "
+        f"got {list(value) if isinstance(value, tuple) else value!r}"
+    )
 
 
 ImageSize = Annotated[

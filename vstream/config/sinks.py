@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -68,6 +69,21 @@ def _min_free_bytes(what: str) -> Any:
     )
 
 
+def _writable_directory(directory: Path) -> None:
+    """Raise unless a file can really be made in ``directory`` (one is made and removed).
+
+    ``os.access`` is not enough: it says yes to root for ``/proc`` and other
+    file systems that refuse new files, which the sink would then find out at
+    start, after ``vstream validate`` had passed the file.
+    """
+    try:
+        descriptor, name = tempfile.mkstemp(prefix=".vstream-check-", dir=directory)
+    except OSError as exc:
+        raise ValueError(f"directory not writable: {directory}: {exc.strerror}") from None
+    os.close(descriptor)
+    os.unlink(name)
+
+
 def _creatable(path: Path) -> None:
     """Raise unless the nearest existing ancestor of ``path`` is a writable directory.
 
@@ -76,16 +92,24 @@ def _creatable(path: Path) -> None:
     existing = next(p for p in path.parents if p.exists())
     if not existing.is_dir():
         raise ValueError(f"not a directory: {existing}")
-    if not os.access(existing, os.W_OK):
-        raise ValueError(f"directory not writable: {existing}")
+    _writable_directory(existing)
 
 
 def writable_file(value: str, info: ValidationInfo) -> str:
-    """``value`` resolved, if a file can be written there (its directories may be missing)."""
+    """``value`` resolved, if a file can be written there (its directories may be missing).
+
+    An existing file is opened for appending (nothing written); a new one's
+    directory is tried with a file of its own: the checks the sink's opening makes.
+    """
     path = resolve_path(value, info)
     if path.is_dir():
         raise ValueError(f"{path} is a directory, not a file")
-    if path.exists():
+    if path.is_file():
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        except OSError as exc:
+            raise ValueError(f"not writable: {path}: {exc.strerror}") from None
+    elif path.exists():  # a device or a pipe: opening one may block or have effects
         if not os.access(path, os.W_OK):
             raise ValueError(f"not writable: {path}")
     else:
@@ -330,8 +354,7 @@ class ClipsSinkConfig(StrictModel):
         if path.exists() and not path.is_dir():
             raise ValueError(f"{path} is not a directory")
         if path.exists():
-            if not os.access(path, os.W_OK):
-                raise ValueError(f"directory not writable: {path}")
+            _writable_directory(path)
         else:
             _creatable(path)
         return str(path)
