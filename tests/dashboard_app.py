@@ -1,9 +1,10 @@
 """A tiny daemon for the dashboard tests: the dashboard router, fake streams, moving frames.
 
 The app mounts :func:`vstream.server.dashboard.dashboard_router` with a
-``GET /streams`` of made-up figures and, with a token, the same auth
-middleware the daemon uses (:meth:`SessionStore.allows`). A :class:`Feeder`
-thread offers moving pictures to the hub as a pipeline's delivery thread would.
+``GET /streams`` of made-up figures behind the guard the daemon uses
+(:class:`RequestGuard`: Host, Origin, Content-Type and, with a token, the
+token). A :class:`Feeder` thread offers moving pictures to the hub as a
+pipeline's delivery thread would.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
 from vstream.server.auth import SessionStore
 from vstream.server.dashboard import dashboard_router
+from vstream.server.guard import RequestGuard
 from vstream.server.http import ApiServer
 from vstream.server.preview import PreviewHub
 
@@ -109,35 +110,38 @@ class FakeStreams:
 
 
 def make_app(
-    hub: PreviewHub, streams: FakeStreams, clips: Any = None, token: str | None = None
+    hub: PreviewHub,
+    streams: FakeStreams,
+    clips: Any = None,
+    token: str | None = None,
+    write_timeout: float = 10.0,
 ) -> tuple[FastAPI, SessionStore]:
     app = FastAPI()
     sessions = SessionStore(token)
-
-    @app.middleware("http")
-    async def require_token(request: Request, call_next: Any) -> Any:
-        if not sessions.allows(request):
-            return JSONResponse(
-                {"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
-                401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        return await call_next(request)
+    app.add_middleware(RequestGuard, sessions=sessions)
 
     @app.get("/streams")
     def list_streams() -> dict[str, Any]:
         return {"streams": streams()}
 
-    app.include_router(dashboard_router(hub, clips, streams, sessions=sessions, check_every=0.2))
+    app.include_router(
+        dashboard_router(
+            hub, clips, streams, sessions=sessions, check_every=0.2, write_timeout=write_timeout
+        )
+    )
     return app, sessions
 
 
 @contextmanager
 def serve(
-    hub: PreviewHub, streams: FakeStreams, clips: Any = None, token: str | None = None
+    hub: PreviewHub,
+    streams: FakeStreams,
+    clips: Any = None,
+    token: str | None = None,
+    write_timeout: float = 10.0,
 ) -> Iterator[str]:
     """The app served by uvicorn on 127.0.0.1 (a free port); yields its base URL."""
-    app, _ = make_app(hub, streams, clips, token)
+    app, _ = make_app(hub, streams, clips, token, write_timeout)
     server = ApiServer(app, "127.0.0.1", 0)
     server.start()
     try:

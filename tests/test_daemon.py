@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 pytest_plugins = ("servers",)
 
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TOKEN = "daemon-test-token"
 SECRET = "S3cretPass"
 START_TIMEOUT = 60.0
@@ -35,14 +36,16 @@ STOP_TIMEOUT = 60.0
 class Daemon:
     """``python -m vstream serve CONFIG --port 0``, its log in a file, always stopped."""
 
-    def __init__(self, config: Path, token: str | None = None, *options: str) -> None:
-        self.log_path = config.with_suffix(".log")
+    def __init__(
+        self, config: Path, token: str | None = None, *options: str, log: Path | None = None
+    ) -> None:
+        self.log_path = log or config.with_suffix(".log")
         self.log_file = self.log_path.open("w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "vstream", "serve", str(config), "--port", "0", *options],
             stdout=subprocess.DEVNULL,
             stderr=self.log_file,
-            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+            env=shipped_environment(),
         )
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = self._wait_for_url()
@@ -99,6 +102,14 @@ class Daemon:
             self.process.kill()
             self.process.wait(10)
         self.log_file.close()
+
+
+def shipped_environment() -> dict[str, str]:
+    """This environment without the variables the shipped configs read: their defaults apply."""
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    for name in ("VSTREAM_HOST", "VSTREAM_API_TOKEN", "MQTT_HOST"):
+        env.pop(name, None)
+    return env
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
@@ -342,3 +353,99 @@ def test_a_broker_outage_costs_counted_records_but_never_stalls_the_pipeline(
     frames = [p["frame"] for _, p in subscriber.received()]
     first_seen = list(dict.fromkeys(frames))  # QoS 1: a frame may arrive twice
     assert first_seen == sorted(first_seen)
+
+
+# -- issue 19: safe by default, with a shipped config and no optional key set -----------------
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """``vstream serve configs/cpu.yaml``: no token, no allowed_paths, no allowed_hosts."""
+    daemon = Daemon(CONFIGS / "cpu.yaml", log=tmp_path_factory.mktemp("shipped") / "serve.log")
+    try:
+        yield daemon
+    finally:
+        daemon.kill()
+
+
+def test_file_sources_are_confined_to_the_config_directory_by_default(shipped: Daemon) -> None:
+    """Finding 1: the default of server.allowed_paths is the config file's directory."""
+    outside = (
+        f"file sources through the API must lie under server.allowed_paths ({CONFIGS.resolve()})"
+    )
+    link = CONFIGS / f".test-link-{os.getpid()}.mp4"  # inside, pointing outside
+    link.symlink_to(CONFIGS.parent / "vstream" / "assets" / "sample.mp4")
+    try:
+        uris = [
+            "/etc/passwd",
+            "/etc/nonexistent",
+            "file:///etc/passwd",
+            "../../../../../../etc/passwd",
+            "/proc/self/environ",
+            "../vstream/assets/sample.mp4",  # a real video, outside
+            link.name,
+        ]
+        for i, uri in enumerate(uris):
+            response = shipped.http.post("/streams", json={"id": f"f{i}", "uri": uri})
+            assert response.status_code == 400, (uri, response.text)
+            assert response.json()["error"] == f"uri: {outside}", uri
+    finally:
+        link.unlink()
+    assert [s["id"] for s in shipped.http.get("/streams").json()["streams"]] == ["sample"]
+
+
+def test_cross_site_requests_and_rebinding_are_refused_without_a_token(shipped: Daemon) -> None:
+    """Finding 2: a page of another origin, or reached by another name, gets nothing."""
+    port = shipped.url.rsplit(":", 1)[1]
+    body = json.dumps({"id": "csrf", "uri": "rtsp://127.0.0.1:9/x"})
+    # What fetch(..., {mode: "no-cors"}) sends from a page on another local port.
+    no_cors = shipped.http.post(
+        "/streams",
+        content=body,
+        headers={"Content-Type": "text/plain;charset=UTF-8", "Origin": "http://127.0.0.1:3000"},
+    )
+    assert no_cors.status_code == 403, no_cors.text
+    assert "cross-origin request refused" in no_cors.json()["error"]
+    # Without an Origin (not a browser), a body that is not JSON is still refused.
+    plain = shipped.http.post("/streams", content=body, headers={"Content-Type": "text/plain"})
+    assert plain.status_code == 415, plain.text
+    # DNS rebinding: the browser sends the attacker's name as Host.
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1:1", "localhost.evil.example"):
+        rebound = shipped.http.get("/streams", headers={"Host": host})
+        assert rebound.status_code == 400, (host, rebound.text)
+        assert "is not this server" in rebound.json()["error"]
+    image = shipped.http.get(
+        "/streams/sample/snapshot.jpg", headers={"Sec-Fetch-Site": "same-site"}
+    )
+    assert image.status_code == 403, image.text
+    assert "csrf" not in [s["id"] for s in shipped.http.get("/streams").json()["streams"]]
+    # The names of this host, and the dashboard's own same-origin JSON requests, pass.
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        assert shipped.http.get("/streams", headers={"Host": host}).status_code == 200
+    own = shipped.http.post(
+        "/streams",
+        json={"id": "own", "uri": "missing.mp4"},
+        headers={"Origin": shipped.url, "Sec-Fetch-Site": "same-origin"},
+    )
+    assert own.status_code == 400 and "video file not found" in own.json()["error"]
+
+
+EXPOSED = ("--host", "0.0.0.0", "--port", "0")
+
+
+def test_listening_beyond_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
+    """Finding 2: exposed without a token, the daemon does not start (one line, exit 2)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "vstream", "serve", str(CONFIGS / "cpu.yaml"), *EXPOSED],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=shipped_environment(),
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "vstream: error: server.host 0.0.0.0 listens beyond loopback, and no server.token is "
+        'set: set one (at least 8 characters, e.g. token: "${VSTREAM_API_TOKEN}") or listen on '
+        "127.0.0.1"
+    ]

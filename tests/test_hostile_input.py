@@ -16,9 +16,11 @@ uvicorn, redis-server, a slow HTTP receiver, an MQTT port nobody listens on.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -34,9 +36,10 @@ from helpers import tiny_detector, write_video
 
 from vstream import assets
 from vstream.cli import main
-from vstream.config import parse_config
+from vstream.config import ConfigError, parse_config, parse_source
 from vstream.config.model import MAX_RUNS
 from vstream.engine import Engine
+from vstream.logs import RedactingFilter, TextFormatter
 from vstream.results import FrameResult
 from vstream.server import ApiServer, create_app
 from vstream.sinks.factory import build_sink
@@ -48,6 +51,7 @@ pytest_plugins = ("servers",)
 
 TOKEN = "hostile-test-token"
 MAX_BODY = 64 * 1024
+JSON = {"Content-Type": "application/json"}
 
 
 # -- the daemon under test -------------------------------------------------------------------
@@ -440,7 +444,7 @@ def test_an_oversized_body_is_refused_while_it_is_read(api: httpx.Client) -> Non
 
     status = None
     with contextlib.suppress(httpx.TransportError):
-        status = api.post("/streams", content=body()).status_code
+        status = api.post("/streams", content=body(), headers=JSON).status_code
     assert status in (413, None)
     # The server stopped reading long before the end: the client could not send it all.
     assert sent < 64 * 2**20, f"{sent / 2**20:.0f} MB went out before the refusal"
@@ -448,7 +452,7 @@ def test_an_oversized_body_is_refused_while_it_is_read(api: httpx.Client) -> Non
 
 
 def test_a_declared_oversized_body_is_refused_before_reading(api: httpx.Client) -> None:
-    response = api.post("/streams", content=b"{" + b" " * MAX_BODY + b"}")
+    response = api.post("/streams", content=b"{" + b" " * MAX_BODY + b"}", headers=JSON)
     assert response.status_code == 413
     assert response.json()["error"] == f"the body is over {MAX_BODY} bytes"
     assert response.headers["connection"] == "close"
@@ -458,7 +462,7 @@ def test_deeply_nested_json_is_a_400_without_a_traceback(
     api: httpx.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    response = api.post("/streams", content=b"[" * 30_000 + b"]" * 30_000)
+    response = api.post("/streams", content=b"[" * 30_000 + b"]" * 30_000, headers=JSON)
     assert response.status_code == 400
     assert response.json()["error"] == "the JSON body nests deeper than 32 levels"
     assert not [r for r in caplog.records if r.exc_info], "no traceback is logged"
@@ -568,3 +572,126 @@ def test_validate_checks_sink_paths(
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert message in err and "pipelines[0].sinks[0].path" in err, err
+
+
+# -- issue 19: masking reads each URL; long names are a clear 400 ----------------------------
+
+
+@contextlib.contextmanager
+def daemon_log() -> Iterator[io.StringIO]:
+    """What the daemon's log handler writes (its redacting filter and formatter), as text."""
+    text = io.StringIO()
+    handler = logging.StreamHandler(text)
+    handler.addFilter(RedactingFilter())
+    handler.setFormatter(TextFormatter(timestamps=True))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield text
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+def shown_for(api: httpx.Client, body: dict[str, object], log: io.StringIO) -> list[str]:
+    """The POST answer, GET /streams and the log once the reader has tried to connect."""
+    added = api.post("/streams", json=body)
+    assert added.status_code == 201, added.text
+    try:
+        assert wait_until(lambda: api.get(f"/streams/{body['id']}").json()["reconnects"] >= 1)
+        return [added.text, api.get("/streams").text, api.get("/metrics").text, log.getvalue()]
+    finally:
+        api.delete(f"/streams/{body['id']}")
+
+
+def test_a_user_name_is_masked_in_its_url_only(api: httpx.Client) -> None:
+    """Finding 3: "admin" of rtsp://admin:...@ is not blanked out of unrelated text."""
+    secret = {"id": "cam", "uri": "rtsp://admin:Adm1n-pw@127.0.0.1:9/x", "open_timeout_seconds": 1}
+    assert api.post("/streams", json=secret).status_code == 201
+    body = {"id": "admin-door", "uri": "inside/ok.mp4", "loop": True, "decoder_threads": 1}
+    assert api.post("/streams", json=body).status_code == 201
+    try:
+        again = api.post("/streams", json=body)
+        assert again.status_code == 409
+        assert again.json()["error"] == "a stream with id 'admin-door' is already running"
+    finally:
+        api.delete("/streams/admin-door")
+        api.delete("/streams/cam")
+
+
+def test_masking_holds_after_thousands_of_rejected_credentials(api: httpx.Client) -> None:
+    """Finding 3: no list of remembered secrets to fill (it failed open past 10,000)."""
+    for i in range(3_400):
+        refused = {"id": "r", "uri": f"rtsp://u{i}:pw-{i:05d}-xyz@127.0.0.1:bad/cam"}
+        with pytest.raises(ConfigError, match=re.escape("bad port in rtsp://***@127.0.0.1:bad/")):
+            parse_source(refused)
+    password = "Fresh/Pass-After-Cap"  # a "/" is past what a pattern alone can mask
+    uri = f"rtsp://viewer:{password}@127.0.0.1:9/cam"
+    with daemon_log() as log:
+        shown = shown_for(api, {"id": "late", "uri": uri, "open_timeout_seconds": 0.5}, log)
+    assert '"uri":"rtsp://***@127.0.0.1:9/cam"' in shown[0]
+    assert "rtsp://***@127.0.0.1:9/cam" in shown[3]
+    for text in shown:
+        assert password not in text and "viewer" not in text
+
+
+def test_secrets_in_query_strings_are_masked(api: httpx.Client) -> None:
+    """Finding 3: ?password=, ?pass=, ?token=, ?key=, ?secret=, ?auth= and the like."""
+    secrets = {
+        "password": "Qs-one-1",
+        "pass": "Qs-two-2",
+        "token": "Qs-three-3",
+        "key": "Qs-four-4",
+        "secret": "Qs-five-5",
+        "auth": "Qs-six-6",
+        "access_token": "Qs-seven-7",
+        "apiKey": "Qs-eight-8",
+    }
+    query = "&".join(f"{name}={value}" for name, value in secrets.items())
+    uri = f"rtsp://127.0.0.1:9/cam?channel=2&{query}"
+    with daemon_log() as log:
+        shown = shown_for(api, {"id": "query", "uri": uri, "open_timeout_seconds": 0.5}, log)
+    masked = "&".join(f"{name}=***" for name in secrets)
+    assert f"rtsp://127.0.0.1:9/cam?channel=2&{masked}" in shown[0]
+    for text in shown:
+        for value in secrets.values():
+            assert value not in text
+
+
+def test_a_file_name_too_long_for_the_system_is_a_clear_400(
+    api: httpx.Client, media: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Finding 6: ENAMETOOLONG was a 500 with a traceback."""
+    caplog.set_level(logging.DEBUG)
+    name = "a" * 300 + ".mp4"
+    inside = api.post("/streams", json={"id": "long", "uri": f"inside/{name}"})
+    assert inside.status_code == 400, inside.text
+    assert inside.json()["error"].startswith(f"uri: cannot use video file {media / 'inside'}")
+    assert inside.json()["error"].endswith("...: File name too long")
+    outside = api.post("/streams", json={"id": "long", "uri": f"/tmp/{name}"})
+    assert outside.status_code == 400, outside.text
+    assert "must lie under server.allowed_paths" in outside.json()["error"]
+    assert not [r for r in caplog.records if r.exc_info], "no traceback is logged"
+
+
+@pytest.mark.parametrize("command", ["validate", "serve"])
+@pytest.mark.parametrize(
+    ("part", "message"),
+    [
+        ("source", "pipelines[0].sources[0].uri: cannot use video file "),
+        ("sink", "cannot check path "),
+    ],
+)
+def test_a_file_name_too_long_in_a_config_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, part: str, message: str
+) -> None:
+    """Finding 6: validate and serve exited 1 ("unexpected error")."""
+    path = write_config(tmp_path)
+    replaced = str(assets.SAMPLE_VIDEO) if part == "source" else "out.jsonl"
+    path.write_text(path.read_text().replace(replaced, "b" * 300 + Path(replaced).suffix))
+    assert main([command, str(path), *(["--port", "0"] if command == "serve" else [])]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert message in err and err.rstrip().endswith(": File name too long"), err

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import socket
 import time
 from pathlib import Path
 
@@ -328,7 +330,7 @@ def test_clip_routes(hub: PreviewHub, tmp_path: Path) -> None:
             assert clip["url"] == f"/clips/{clip_id}/video"
             video = c.get(clip["url"])
             assert video.headers["content-type"] == "video/mp4"
-            assert video.content == Path(clip["path"]).read_bytes()
+            assert video.content == (tmp_path / "clips" / clip["clip"]).read_bytes()
             ranged = c.get(clip["url"], headers={"Range": "bytes=0-99"})
             assert ranged.status_code == 206 and len(ranged.content) == 100
             snapshot = c.get(clip["snapshot_url"])
@@ -345,3 +347,117 @@ def test_no_clip_recorder_lists_nothing(hub: PreviewHub) -> None:
     with serve(hub, FakeStreams()) as url, httpx.Client(base_url=url) as client:
         assert client.get("/clips").json() == {"clips": [], "recording": [], "stats": None}
         assert client.get("/clips/x/video").status_code == 404
+
+
+# -- issue 19: idle viewers, clip links, HEAD, server paths ---------------------------------
+
+
+def idle_viewers(url: str, stream_id: str, count: int) -> list[socket.socket]:
+    """``count`` clients that ask for the preview and then never read a byte."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    clients = []
+    for _ in range(count):
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect((host, int(port)))
+        request = f"GET /streams/{stream_id}/preview.mjpg HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
+        client.sendall(request.encode())
+        clients.append(client)
+    return clients
+
+
+def test_idle_viewers_are_dropped_and_closed_ones_free_their_slot() -> None:
+    """Finding 5: three clients that read nothing held every slot of max_viewers 3."""
+    hub = PreviewHub(max_fps=30, max_width=1280, quality=95, max_viewers=3)
+    try:
+        with (
+            Feeder(hub, ["cam1"], fps=30, width=1280, height=720),
+            serve(hub, FakeStreams(), write_timeout=1.0) as url,
+        ):
+            clients = idle_viewers(url, "cam1", 3)
+            try:
+                assert wait_for(lambda: hub.viewers() == 3, 10)
+                # Their sockets stay open, but they take nothing: dropped after the timeout.
+                assert wait_for(lambda: hub.viewers() == 0, 60), hub.stats()
+                with httpx.stream("GET", f"{url}/streams/cam1/preview.mjpg", timeout=10) as ok:
+                    assert ok.status_code == 200
+                    read_parts(ok, 2)
+            finally:
+                for client in clients:
+                    client.close()
+        with (
+            Feeder(hub, ["cam1"], fps=30, width=1280, height=720),
+            serve(hub, FakeStreams(), write_timeout=600) as url,
+        ):
+            clients = idle_viewers(url, "cam1", 3)
+            assert wait_for(lambda: hub.viewers() == 3, 10)
+            for client in clients:
+                client.close()
+            # Long before the write timeout: a closed socket frees its slot at once.
+            assert wait_for(lambda: hub.viewers() == 0, 30), hub.stats()
+            assert httpx.get(f"{url}/streams/cam1/snapshot.jpg", timeout=10).status_code == 200
+    finally:
+        hub.close()
+
+
+def test_clips_are_plain_files_listed_by_name_and_answer_head(
+    hub: PreviewHub, tmp_path: Path
+) -> None:
+    """Finding 8: links in the clips folder, HEAD on media, absolute paths in GET /clips."""
+    from test_clips import Feed, encode
+
+    from vstream.clips import ClipRecorder
+
+    folder = tmp_path / "clips"
+    recorder = ClipRecorder(folder, pre_roll=0.5, post_roll=0.5)
+    try:
+        ring = recorder.ring("cam1")
+        feed = Feed(encode(tmp_path / "source.mp4", 50))
+        feed.until(ring, 1.1)
+        clip_id = recorder.trigger("cam1", {"type": "line", "line": "gate"}, 1.0, moving_frame(1))
+        feed.until(ring)
+        assert recorder.flush(10)
+    finally:
+        recorder.close()
+    # What someone with write access to the folder leaves there before a restart: a clip
+    # whose video is a link to a secret, and a description that is itself a link.
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the secret\n")
+    described = json.loads((folder / f"{clip_id}.json").read_text())
+    for name in ("evil", "evil2"):
+        fake = {**described, "id": name, "clip": f"{name}.mp4", "snapshot": f"{name}.jpg"}
+        (tmp_path / f"{name}.json").write_text(json.dumps(fake))
+        (folder / f"{name}.mp4").symlink_to(secret)
+        (folder / f"{name}.jpg").symlink_to(secret)
+    (folder / "evil.json").write_text((tmp_path / "evil.json").read_text())
+    (folder / "evil2.json").symlink_to(tmp_path / "evil2.json")
+    restarted = ClipRecorder(folder, pre_roll=0.5, post_roll=0.5)
+    try:
+        with (
+            Feeder(hub, ["cam1"]),
+            serve(hub, FakeStreams(), clips=restarted) as url,
+            httpx.Client(base_url=url, timeout=10) as client,
+        ):
+            listing = client.get("/clips")
+            assert str(tmp_path) not in listing.text
+            clips = {c["id"]: c for c in listing.json()["clips"]}
+            assert "evil2" not in clips
+            assert clips[clip_id]["clip"] == f"{clip_id}.mp4"
+            for name in ("evil", "evil2"):
+                for kind in ("video", "snapshot.jpg"):
+                    refused = client.get(f"/clips/{name}/{kind}")
+                    assert refused.status_code == 404 and "secret" not in refused.text
+            video = client.head(f"/clips/{clip_id}/video")
+            assert video.status_code == 200 and video.content == b""
+            size = (folder / f"{clip_id}.mp4").stat().st_size
+            assert video.headers["content-type"] == "video/mp4"
+            assert int(video.headers["content-length"]) == size
+            assert client.head(f"/clips/{clip_id}/snapshot.jpg").status_code == 200
+            assert client.head("/streams/cam1/snapshot.jpg").status_code == 200
+            mjpeg = client.head("/streams/cam1/preview.mjpg")
+            assert mjpeg.status_code == 200 and mjpeg.content == b""
+            assert mjpeg.headers["content-type"].startswith("multipart/x-mixed-replace")
+            assert client.head("/streams/nope/preview.mjpg").status_code == 404
+            assert hub.viewers() == 0
+    finally:
+        restarted.close()

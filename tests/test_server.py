@@ -147,7 +147,8 @@ def test_with_the_token_every_endpoint_answers(client: Client) -> None:
 def test_every_bad_request_gets_a_json_error(
     client: Client, method: str, path: str, body: bytes | None, status: int, message: str
 ) -> None:
-    response = client.request(method.upper(), path, content=body)
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    response = client.request(method.upper(), path, content=body, headers=headers)
     assert response.status_code == status
     assert response.headers["content-type"] == "application/json"
     assert message in response.json()["error"]

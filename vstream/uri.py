@@ -1,42 +1,47 @@
 """Source addresses as users write them, and as vstream may show them.
 
 Camera URLs often carry credentials (``rtsp://user:password@host/...``), and
-passwords hold anything: spaces, ``/``, ``@``, ``#``, ``%``, unicode. A
-pattern that guesses where a password ends leaks the rest of it, so masking
-works from what is known instead:
+passwords hold anything: spaces, ``/``, ``@``, ``#``, ``%``, unicode. Masking
+works by reading each URL where it is shown, never from a list of secrets
+remembered earlier (a list is either bounded, and then fails open once full,
+or grows with every request; and a remembered user name such as ``admin``
+would be masked in unrelated words). :func:`redact` finds every
+``scheme://`` in a text and masks, as ``***``:
 
-- every URI vstream is given (config file, CLI, HTTP API, Python) is passed to
-  :func:`register_credentials` when it is validated, which takes its user
-  information apart (everything between ``://`` and the last ``@`` before the
-  host) and remembers it, raw and percent-decoded;
-- :func:`redact` replaces every remembered secret in a text by ``***``, then
-  masks any other ``scheme://user:pass@host`` it can still recognise.
+- the user information: everything from ``://`` to the *last* ``@`` on the
+  line (not past the start of another URL), so a password holding a raw
+  ``/``, ``@``, ``#`` or space is masked whole, and ``admin`` with it;
+- the value of every query or fragment parameter whose name holds ``pass``,
+  ``pwd``, ``token``, ``key``, ``secret``, ``auth``, ``sig``, ``credential``,
+  ``session`` or ``cookie`` (``?password=``, ``&access_token=``, ``#key=``);
+- the stream key of an RTMP URL (its last path element): whoever has it can
+  publish on the channel.
 
-Anything that ends up in a log line, an error, a metric label or an API
-response goes through :func:`redact` (the log handlers apply it to every
-record, whichever library logged it).
+A text that is not a URL but holds an ``@`` after one may lose a little more
+than the credentials: masking errs on the side of hiding. Anything that ends
+up in a log line, an error, a metric label or an API response goes through
+:func:`redact` (the log handlers apply it to every record, whichever library
+logged it).
 """
 
 from __future__ import annotations
 
 import re
-import threading
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 NETWORK_SCHEMES = ("rtsp", "rtsps", "rtmp", "http", "https", "udp", "tcp", "srt")
 MASK = "***"
-_MIN_SECRET = 3
-"""Shorter fragments are not masked on their own (they would blank out ordinary words);
-the whole ``user:password`` is always masked."""
-_MAX_SECRETS = 10_000
 
-# A scheme, "://", then an authority: no "/", "?", "#", or line break, up to an "@".
-_AUTHORITY_AT = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/?#\n]*@")
-
-_secrets: set[str] = set()
-_ordered: list[str] = []
-_lock = threading.Lock()
+_SCHEME = r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://"
+# A scheme, then anything on the same line up to its last "@", but not past the start of
+# another URL (after a space, a quote or a bracket).
+_USERINFO = re.compile(rf"(?P<scheme>{_SCHEME})(?:(?![\s\"'<>(\[,]{_SCHEME}).)*@")
+_PARAMETER = re.compile(r"(?P<lead>[?&;#])(?P<name>[^=&;#?\s\"'<>/]+)=(?P<value>[^&;#\s\"'<>]*)")
+_SENSITIVE = re.compile(r"pass|pwd|token|key|secret|auth|sig|credential|session|cookie", re.I)
+_RTMP_KEY = re.compile(
+    r"(?i)(?<![A-Za-z0-9+.-])(?P<head>rtmps?://[^\s\"'<>/]+/[^\s\"'<>?#]*/)[^\s\"'<>/?#]+"
+)
 
 
 def userinfo(uri: str) -> str | None:
@@ -51,27 +56,6 @@ def userinfo(uri: str) -> str | None:
         return None
     info = rest.rsplit("@", 1)[0]
     return info or None
-
-
-def register_credentials(uri: str) -> None:
-    """Remember the credentials in ``uri`` so that :func:`redact` masks them everywhere."""
-    info = userinfo(uri)
-    if info is None:
-        return
-    user, _, password = info.partition(":")
-    candidates = {info, unquote(info)}
-    for part in (user, password):
-        if len(part) >= _MIN_SECRET:
-            candidates |= {part, unquote(part)}
-    strict = urlsplit(uri).netloc.rpartition("@")[0] if "://" in uri else ""
-    if strict:
-        candidates.add(strict)
-    with _lock:
-        new = candidates - _secrets
-        if not new or len(_secrets) + len(new) > _MAX_SECRETS:
-            return
-        _secrets.update(new)
-        _ordered[:] = sorted(_secrets, key=len, reverse=True)
 
 
 PUBLISH_SCHEMES = ("rtmp", "rtmps")
@@ -95,16 +79,22 @@ def publish_display(url: str) -> str:
     return f"{parts.scheme}://{address}{app}/{MASK}"
 
 
+def _parameter(match: re.Match[str]) -> str:
+    if not _SENSITIVE.search(unquote(match["name"])):
+        return match[0]
+    return f"{match['lead']}{match['name']}={MASK}"
+
+
 def redact(text: str) -> str:
-    """``text`` (a URL, or a message quoting one) with every known credential as ``***``."""
+    """``text`` (a URL, or a message quoting URLs) with every credential in it as ``***``."""
     if not isinstance(text, str):
         text = str(text)
-    with _lock:
-        secrets = list(_ordered)
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return _AUTHORITY_AT.sub(rf"\g<scheme>{MASK}@", text)
+    if "://" in text:
+        text = _USERINFO.sub(rf"\g<scheme>{MASK}@", text)
+        text = _RTMP_KEY.sub(rf"\g<head>{MASK}", text)
+    if "=" in text:
+        text = _PARAMETER.sub(_parameter, text)
+    return text
 
 
 redact_uri = redact

@@ -1,7 +1,11 @@
 """``vstream serve``: run every pipeline of a config until stopped, with the HTTP API.
 
 The same engine as ``vstream run CONFIG``; it runs until SIGTERM or SIGINT
-rather than until the files end, and serves the API beside it.
+rather than until the files end, and serves the API beside it. Listening
+beyond loopback without ``server.token`` is refused before anything starts
+(one line, exit 2): anyone on the network could add streams (and read files
+under ``server.allowed_paths``). A token is not generated instead, since it
+would have to be printed, and logs never hold credentials.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 from vstream.cli.args import EXIT_OK
 from vstream.cli.options import SERVE_SECTIONS, add_flags, given
+from vstream.errors import VstreamError
 
 log = logging.getLogger("vstream")
 
@@ -40,8 +45,15 @@ def serve_command(args: argparse.Namespace) -> int:
     from vstream.engine.signals import ShutdownSignals
     from vstream.logs import setup_logging
     from vstream.server import ApiServer, create_app
+    from vstream.server.guard import is_loopback
 
     config = load_config(args.config, overrides=given(args))
+    host = config.server.host
+    if config.server.token is None and not is_loopback(host):
+        raise VstreamError(
+            f"server.host {host} listens beyond loopback, and no server.token is set: set one "
+            '(at least 8 characters, e.g. token: "${VSTREAM_API_TOKEN}") or listen on 127.0.0.1'
+        )
     setup_logging(config.logging.format, config.logging.level, timestamps=True)
     signals = ShutdownSignals().install()
     engine = open_engine(config, base_dir=args.config.resolve().parent)
@@ -55,8 +67,6 @@ def serve_command(args: argparse.Namespace) -> int:
         engine.stop(timeout=5.0)
         raise
     log.info("serving on %s (token %s)", server.url, "required" if token else "not required")
-    if token is None and server.host not in ("127.0.0.1", "::1", "localhost"):
-        log.warning("the API listens on %s without a token: set server.token", server.host)
     try:
         engine.start()
         engine.wait(signals.requested, until_files_done=False)

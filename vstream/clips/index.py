@@ -169,7 +169,10 @@ class ClipIndex:
         self._clips: dict[str, ClipInfo] = {}
 
     def load(self) -> int:
-        """Read the descriptions already on disk and remove crash leftovers; clips found."""
+        """Read the descriptions already on disk and remove crash leftovers; clips found.
+
+        Symbolic links are skipped: neither a description nor a clip's file may be one.
+        """
         found: dict[str, ClipInfo] = {}
         try:
             entries = list(os.scandir(self.directory))
@@ -178,6 +181,9 @@ class ClipIndex:
         except OSError as exc:
             log.warning("clips: cannot read %s: %s", self.directory, exc.strerror or exc)
             return 0
+        # Only plain files are clips: a symbolic link placed here could point anywhere, and
+        # the API serves what the index lists.
+        entries = [entry for entry in entries if not entry.is_symlink()]
         names = {entry.name for entry in entries}
         for entry in entries:
             if entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX):

@@ -29,7 +29,6 @@ from vstream.config.sources import SourceConfig
 from vstream.errors import VstreamError
 from vstream.results import FrameResult
 from vstream.sources.base import ResumePoint
-from vstream.uri import register_credentials
 
 log = logging.getLogger("vstream.cluster")
 
@@ -128,7 +127,6 @@ class ClusterWorker:
 
     def add(self, pipeline: str, source: SourceConfig, resume: ResumePoint | None) -> None:
         """Start reading ``source`` in ``pipeline``, after ``resume`` when it moved here."""
-        register_credentials(source.uri)  # masked in this process's logs too
         self.pipelines[pipeline].add_stream(source, resume)
 
     def remove(self, stream_id: str) -> dict[str, Any] | None:

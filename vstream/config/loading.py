@@ -309,6 +309,19 @@ def parse_data(
         return VstreamConfig.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
     except ValidationError as exc:
         raise ConfigError(issues_from(exc, data, lines or {}, VstreamConfig), source) from None
+    except OSError as exc:
+        raise ConfigError([_path_issue(exc)], source) from None
+
+
+def _path_issue(exc: OSError) -> ConfigIssue:
+    """A path check the system could not even answer (a name over 255 bytes): bad input.
+
+    Checks that know their key turn such errors into messages of their own;
+    this is the one line for any other, instead of a crash.
+    """
+    name = str(exc.filename) if exc.filename is not None else ""
+    shown = f" {name[:77]}..." if len(name) > 80 else f" {name}" if name else ""
+    return ConfigIssue("", None, f"cannot check path{shown}: {exc.strerror or exc}")
 
 
 def parse_source(
@@ -325,6 +338,8 @@ def parse_source(
         return SourceConfig.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError(issues_from(exc, data, {}, SourceConfig)) from None
+    except OSError as exc:
+        raise ConfigError([_path_issue(exc)]) from None
 
 
 def config_schema() -> dict[str, Any]:

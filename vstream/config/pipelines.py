@@ -23,6 +23,7 @@ from vstream.config.base import (
     Int,
     Name,
     Number,
+    Seconds,
     StrictModel,
     base_dir,
     resolve_path,
@@ -85,6 +86,10 @@ class PipelineConfig(StrictModel):
         return self
 
 
+_HOST_PATTERN = r"^(\*|[A-Za-z0-9_.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(:[0-9]{1,5})?$"
+"""An ``allowed_hosts`` entry: a name, an IPv4 address or a bracketed IPv6 one, maybe a port."""
+
+
 class PreviewConfig(StrictModel):
     """The dashboard's live previews: produced only while someone watches."""
 
@@ -92,6 +97,11 @@ class PreviewConfig(StrictModel):
     max_width: Int(64, 3840) = Field(640, description="widest preview, in pixels")
     quality: Int(10, 95) = Field(75, description="JPEG quality")
     max_viewers: Int(1, 1000) = Field(16, description="concurrent preview connections")
+    write_timeout_seconds: Seconds(0, 600) = Field(
+        10.0,
+        description="a viewer that takes no part of the preview for this long is dropped "
+        "(its slot freed): an idle client cannot hold a viewer slot",
+    )
 
 
 class ServerConfig(StrictModel):
@@ -117,8 +127,16 @@ class ServerConfig(StrictModel):
     allowed_paths: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None,
         max_length=100,
-        description="directories a file source added through the API may lie in; "
-        "default: the config file's directory and below",
+        validate_default=True,
+        description="directories a file source added through the API may lie in (symlinks "
+        "resolved first); default: the config file's directory and below",
+    )
+    allowed_hosts: list[Annotated[str, Field(pattern=_HOST_PATTERN)]] = Field(
+        default_factory=list,
+        max_length=100,
+        description="names (host or host:port) a client may reach the API by, in Host and "
+        "Origin, besides 127.0.0.1, localhost, [::1] and the address it connected to, each with "
+        "the listening port; '*': any (only behind a token)",
     )
 
     @field_validator("token")
@@ -131,9 +149,16 @@ class ServerConfig(StrictModel):
     @field_validator("allowed_paths")
     @classmethod
     def _dirs(cls, value: list[str] | None, info: ValidationInfo) -> list[str]:
+        # validate_default: the default is filled in here, never left unset (which would
+        # check nothing).
         if value is None:
             return [str(base_dir(info).resolve())]
         return [str(resolve_path(p, info)) for p in value]
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        return [host.lower().rstrip(".") for host in value]
 
 
 class LimitsConfig(StrictModel):
@@ -158,7 +183,10 @@ class LoggingConfig(StrictModel):
 class VstreamConfig(StrictModel):
     """A pipelines file: ``vstream run``, ``vstream serve`` and ``vstream validate`` read it."""
 
-    server: ServerConfig = Field(default_factory=ServerConfig)
+    server: ServerConfig = Field(
+        default_factory=dict,  # validated (with the file's directory) like a written one
+        validate_default=True,
+    )
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     cluster: ClusterConfig | None = Field(

@@ -25,7 +25,6 @@ from vstream.uri import (
     is_publish_url,
     publish_display,
     redact,
-    register_credentials,
 )
 
 
@@ -207,7 +206,6 @@ class RedisSinkConfig(SinkBase):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        register_credentials(value)
         parts = urlsplit(value)
         if parts.scheme not in ("redis", "rediss", "unix") or not (parts.hostname or parts.path):
             raise ValueError(f"must be a redis://, rediss:// or unix:// URL, got {redact(value)}")
@@ -233,7 +231,6 @@ class WebhookSinkConfig(SinkBase):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        register_credentials(value)
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"must be an http:// or https:// URL, got {redact(value)}")
@@ -251,7 +248,6 @@ def _stream_path(value: str, info: ValidationInfo) -> str:
 def _publish_url(value: str) -> str:
     """An ``rtmp(s)://host[:port]/app/key`` URL that may hold ``{stream}``; the key never shown."""
     _keyed_template(value, "url")
-    register_credentials(value)
     shown = publish_display(value)
     if any(c.isspace() or ord(c) < 32 for c in value):
         raise ValueError(f"{shown}: a publish URL cannot hold spaces or control characters")

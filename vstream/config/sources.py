@@ -28,7 +28,7 @@ from vstream.config.base import (
     resolve_path,
 )
 from vstream.frame import PixelFormat
-from vstream.uri import NETWORK_SCHEMES, redact, register_credentials, userinfo
+from vstream.uri import NETWORK_SCHEMES, redact, userinfo
 
 MAX_DECODER_THREADS = 64
 """Most FFmpeg threads one stream may ask for; the process-wide total is a deployment limit."""
@@ -170,19 +170,27 @@ def _allowed(path: Path, allowed: list[Path]) -> bool:
     return any(path == root or root in path.parents for root in allowed)
 
 
+def _control_character(text: str) -> bool:
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
 def check_source_uri(uri: str, info: ValidationInfo) -> str:
     """A stream URL with a host, a V4L2 device, or a video file; file paths made absolute.
 
     With ``allowed_paths`` in the validation context (sources that arrive
-    through the HTTP API), a file must resolve inside one of those
-    directories, and a refusal does not say whether the file exists.
-    Messages quote the URI without credentials.
+    through the HTTP API), a file must resolve (symlinks followed) inside one
+    of those directories, and a refusal does not say whether the file
+    exists. A path the system cannot even look up (a name over 255 bytes) is
+    a ValueError like any other bad value. Messages quote the URI without
+    credentials.
     """
     uri = uri.strip()
     if not uri:
         raise ValueError("must not be empty")
-    register_credentials(uri)
     shown = redact(uri)
+    if _control_character(uri):
+        # A line break would let a URI forge log lines (and hide a password's tail from masking).
+        raise ValueError(f"must not contain control characters, got {shown!r}")
     context = info.context or {}
     allowed = context.get("allowed_paths")
     if "://" in uri:
@@ -207,15 +215,28 @@ def check_source_uri(uri: str, info: ValidationInfo) -> str:
             return uri
     if uri.startswith("/dev/"):
         return check_device(uri)
-    path = resolve_path(uri, info)
+    outside = (
+        "file sources through the API must lie under server.allowed_paths "
+        f"({', '.join(str(p) for p in allowed or ())})"
+    )
+    try:
+        path = resolve_path(uri, info)
+    except OSError as exc:
+        raise ValueError(outside if allowed is not None else _unusable(uri, exc)) from None
     if allowed is not None and not _allowed(path, [Path(p) for p in allowed]):
-        raise ValueError(
-            "file sources through the API must lie under server.allowed_paths "
-            f"({', '.join(str(p) for p in allowed)})"
-        )
-    if not path.is_file():
+        raise ValueError(outside)
+    try:
+        found = path.is_file()
+    except OSError as exc:
+        raise ValueError(_unusable(str(path), exc)) from None
+    if not found:
         raise ValueError(f"video file not found: {path}")
     return str(path)
+
+
+def _unusable(path: str, exc: OSError) -> str:
+    shown = path if len(path) <= 80 else path[:77] + "..."
+    return f"cannot use video file {shown}: {exc.strerror or exc}"
 
 
 class SourceConfig(SourceOptions):

@@ -1,17 +1,18 @@
 """The HTTP API of ``vstream serve`` (FastAPI).
 
 Every response is JSON except ``/metrics``; every error is
-``{"error": "<one clear sentence>"}`` with a fitting status. When a token is
-configured, every request must carry ``Authorization: Bearer <token>`` (the
-scheme in any case). Request bodies are bounded while they are read, and
-JSON nesting before it is parsed; stream descriptions never show credentials.
+``{"error": "<one clear sentence>"}`` with a fitting status. Before a route
+sees a request, :class:`~vstream.server.guard.RequestGuard` checks ``Host``,
+``Origin``, the body's ``Content-Type`` and, when a token is configured,
+``Authorization: Bearer <token>`` (the scheme in any case). Request bodies
+are bounded while they are read, and JSON nesting before it is parsed;
+stream descriptions never show credentials.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request, Response
@@ -33,6 +34,7 @@ from vstream.errors import LimitExceeded, VstreamError, describe
 from vstream.metrics import CONTENT_TYPE
 from vstream.server.auth import SessionStore, bearer_token  # noqa: F401 - part of the API module
 from vstream.server.dashboard import dashboard_router
+from vstream.server.guard import RequestGuard, error
 from vstream.server.preview import PreviewHub
 from vstream.uri import redact
 
@@ -44,14 +46,6 @@ log = logging.getLogger("vstream.server")
 
 class BodyTooLarge(VstreamError):
     """The request body is over ``server.max_body_bytes`` (413)."""
-
-
-def error(status: int, message: str, **extra: Any) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
-    if status == 413:
-        # The rest of the body is never read: close the connection instead of draining it.
-        headers["Connection"] = "close"
-    return JSONResponse({"error": redact(message), **extra}, status, headers=headers or None)
 
 
 _STATUS: tuple[tuple[type[VstreamError], int], ...] = (
@@ -130,13 +124,7 @@ def create_app(engine: Engine | ClusterEngine, token: str | None = None) -> Fast
     engine.attach_preview(hub)
     app.state.preview = hub
 
-    @app.middleware("http")
-    async def require_token(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        if not sessions.allows(request):
-            return error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
-        return await call_next(request)
+    app.add_middleware(RequestGuard, sessions=sessions, allowed_hosts=server.allowed_hosts)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -151,7 +139,7 @@ def create_app(engine: Engine | ClusterEngine, token: str | None = None) -> Fast
 
     @app.exception_handler(ConfigError)
     async def bad_source(request: Request, exc: ConfigError) -> JSONResponse:
-        lines = exc.lines()
+        lines = [redact(line) for line in exc.lines()]
         return error(400, "; ".join(lines), issues=lines)
 
     @app.exception_handler(VstreamError)
@@ -207,5 +195,13 @@ def create_app(engine: Engine | ClusterEngine, token: str | None = None) -> Fast
     def remove_stream(stream_id: str) -> dict[str, Any]:
         return {"removed": engine.remove_stream(stream_id)}
 
-    app.include_router(dashboard_router(hub, engine.clips(), engine.streams, sessions=sessions))
+    app.include_router(
+        dashboard_router(
+            hub,
+            engine.clips(),
+            engine.streams,
+            sessions=sessions,
+            write_timeout=preview.write_timeout_seconds,
+        )
+    )
     return app

@@ -8,6 +8,12 @@
 - ``GET /clips``, ``GET /clips/{id}/video``, ``GET /clips/{id}/snapshot.jpg``;
 - ``POST /session`` and ``DELETE /session``.
 
+Media paths answer ``HEAD`` as well as ``GET``. A preview viewer that takes
+no part of the stream for ``write_timeout`` seconds (a client that stopped
+reading, its socket still open) is dropped and its slot freed; one that
+closes its socket is gone at once. Clips are listed with names relative to
+their folder, and a clip file that is a symbolic link is never served.
+
 With a token configured, the page asks for it once, keeps it in the tab's
 ``sessionStorage`` and sends it as ``Authorization: Bearer`` on its API calls.
 An ``<img>`` or ``<video>`` cannot send that header, so ``POST /session``
@@ -21,10 +27,12 @@ auth middleware makes one call: :meth:`vstream.server.auth.SessionStore.allows`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -35,8 +43,75 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Streamin
 from vstream.server.auth import SESSION_COOKIE, SessionStore
 from vstream.server.preview import MEDIA_TYPE, PreviewHub, TooManyViewers
 
+log = logging.getLogger(__name__)
+
 StreamsProvider = Callable[[], Iterable[Any]]
 """Returns the streams now: their ids, or dictionaries with an ``"id"`` (as ``GET /streams``)."""
+MEDIA = ["GET", "HEAD"]
+"""Methods of the media routes: a HEAD tells a player the type and size without the body."""
+_PREVIEW_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+_UNFINISHED = "ASGI callable returned without completing response"
+
+
+class _AbandonedResponses(logging.Filter):
+    """Hides uvicorn's error line for a preview response ended on purpose before its end.
+
+    A viewer that takes nothing for ``write_timeout`` seconds is dropped by
+    returning from its response mid-body; uvicorn then closes the connection,
+    which is what is wanted, and logs that as an error. The response logs a
+    line of its own, so uvicorn's is dropped, once per dropped viewer (both
+    happen on the event loop's thread, one right after the other).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expected = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.expected and record.getMessage().startswith(_UNFINISHED):
+            self.expected -= 1
+            return False
+        return True
+
+
+_ABANDONED = _AbandonedResponses()
+logging.getLogger("uvicorn.error").addFilter(_ABANDONED)
+
+
+class MjpegResponse(StreamingResponse):
+    """An MJPEG response each part of which must be taken within ``write_timeout`` seconds.
+
+    uvicorn waits as long as it takes for a client's socket to take a part;
+    a client that stops reading would hold its viewer slot for as long as it
+    keeps the socket open. Past the timeout the response ends (the body
+    iterator is closed, which releases the viewer) and the connection is closed.
+    """
+
+    def __init__(self, content: AsyncIterator[bytes], write_timeout: float, label: str) -> None:
+        super().__init__(content, media_type=MEDIA_TYPE, headers=_PREVIEW_HEADERS)
+        self.write_timeout = write_timeout
+        self.label = label
+        self.parts = content
+
+    async def stream_response(self, send: Any) -> None:
+        start = {"type": "http.response.start", "status": self.status_code}
+        await send({**start, "headers": self.raw_headers})
+        try:
+            async for part in self.parts:
+                try:
+                    async with asyncio.timeout(self.write_timeout):
+                        await send({"type": "http.response.body", "body": part, "more_body": True})
+                except TimeoutError:
+                    log.warning(
+                        "%s: the viewer took nothing for %g s; dropped",
+                        self.label,
+                        self.write_timeout,
+                    )
+                    _ABANDONED.expected += 1
+                    return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await self.parts.aclose()  # type: ignore[attr-defined]  # an async generator
 
 
 @cache
@@ -75,12 +150,14 @@ def dashboard_router(
     *,
     sessions: SessionStore | None = None,
     check_every: float = 1.0,
+    write_timeout: float = 10.0,
 ) -> APIRouter:
     """The dashboard's routes over ``hub``, a ``ClipRecorder`` (or None) and the streams.
 
     ``streams_provider`` tells which stream ids exist (unknown ones get 404;
     None accepts any). ``sessions`` holds browser sessions (None: no token).
     ``check_every``: seconds between checks that an idle MJPEG client is still there.
+    ``write_timeout``: seconds a preview viewer may take no part before it is dropped.
     """
     sessions = SessionStore(None) if sessions is None else sessions
     router = APIRouter()
@@ -101,10 +178,12 @@ def dashboard_router(
             },
         )
 
-    @router.get("/streams/{stream_id}/preview.mjpg")
-    async def preview(stream_id: str) -> Response:
+    @router.api_route("/streams/{stream_id}/preview.mjpg", methods=MEDIA)
+    async def preview(request: Request, stream_id: str) -> Response:
         if not known(stream_id):
             return _error(404, f"no such stream: {stream_id}")
+        if request.method == "HEAD":  # no body: no viewer joins
+            return Response(media_type=MEDIA_TYPE, headers=_PREVIEW_HEADERS)
         # Uvicorn tells a departed client by cancelling the response (Starlette listens for
         # the disconnect), which ends the generator and releases the viewer at once.
         jpegs = hub.mjpeg(stream_id, check_every=check_every)
@@ -121,13 +200,9 @@ def dashboard_router(
             finally:
                 await jpegs.aclose()
 
-        return StreamingResponse(
-            body(),
-            media_type=MEDIA_TYPE,
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        return MjpegResponse(body(), write_timeout, f"preview of {stream_id}")
 
-    @router.get("/streams/{stream_id}/snapshot.jpg")
+    @router.api_route("/streams/{stream_id}/snapshot.jpg", methods=MEDIA)
     async def snapshot(stream_id: str) -> Response:
         if not known(stream_id):
             return _error(404, f"no such stream: {stream_id}")
@@ -142,6 +217,9 @@ def dashboard_router(
             return {"clips": [], "recording": [], "stats": None}
         listed = clips.clips(stream)
         for clip in listed:
+            # Server paths stay on the server: "clip" and "snapshot" name the files in the folder.
+            clip.pop("path", None)
+            clip.pop("snapshot_path", None)
             base = f"/clips/{clip['id']}"
             clip["url"] = f"{base}/video" if clip.get("clip") else None
             clip["snapshot_url"] = f"{base}/snapshot.jpg" if clip.get("snapshot") else None
@@ -149,17 +227,18 @@ def dashboard_router(
 
     def clip_file(clip_id: str, kind: str, media_type: str | None) -> Response:
         path = clips.file(clip_id, kind) if clips is not None else None
-        if path is None or not path.is_file():
+        # A link placed in the clips folder could point anywhere: only plain files are served.
+        if path is None or path.is_symlink() or not path.is_file():
             return _error(404, f"no such clip {kind}: {clip_id}")
         if media_type is None:
             media_type = "video/mp4" if path.suffix == ".mp4" else "video/x-matroska"
         return FileResponse(path, media_type=media_type, filename=path.name)
 
-    @router.get("/clips/{clip_id}/video")
+    @router.api_route("/clips/{clip_id}/video", methods=MEDIA)
     def clip_video(clip_id: str) -> Response:
         return clip_file(clip_id, "video", None)
 
-    @router.get("/clips/{clip_id}/snapshot.jpg")
+    @router.api_route("/clips/{clip_id}/snapshot.jpg", methods=MEDIA)
     def clip_snapshot(clip_id: str) -> Response:
         return clip_file(clip_id, "snapshot", "image/jpeg")
 
