@@ -240,6 +240,49 @@ def test_a_full_disk_is_retried_with_whole_lines_and_ready_says_why(
     assert engine.failures() == []
 
 
+@pytest.mark.parametrize("loop", [False, True], ids=["range", "looped-range"])
+def test_decoded_frames_add_up_to_processed_failed_dropped_and_skipped(
+    tmp_path: Path, batch_model: Path, loop: bool
+) -> None:
+    """decoded = processed + failed + dropped + skipped, once a stream has stopped."""
+    write_video(tmp_path / "s0.mp4", frames=50, width=160, height=120)
+    source = {"id": "s0", "uri": "s0.mp4", "start_seconds": 0.8, "stride": 2, "loop": loop}
+    if not loop:
+        source["end_seconds"] = 1.6
+    config = parse_data(
+        {
+            "pipelines": [
+                {
+                    "name": "main",
+                    "model": {"path": str(batch_model)},
+                    "runtime": {"device": "cpu", "batch_size": 2},
+                    "sources": [source],
+                    "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
+                }
+            ]
+        },
+        base_dir=tmp_path,
+    )
+    engine = Engine(config, base_dir=tmp_path)
+    engine.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+            engine.stream("s0")["frames_processed"] >= 40 if loop else engine.files_done()
+        ):
+            time.sleep(0.05)
+    finally:
+        engine.stop(timeout=30)
+    counts = engine.stream("s0")
+    accounted = sum(
+        counts[k] for k in ("frames_processed", "frames_failed", "frames_dropped", "frames_skipped")
+    )
+    assert counts["frames_decoded"] == accounted, counts
+    assert counts["frames_skipped"] > counts["frames_processed"], "before start, and stride"
+    if not loop:
+        assert (counts["frames_decoded"], counts["frames_processed"]) == (41, 10)
+
+
 def test_stream_counters_are_exact_under_concurrent_updates() -> None:
     counters = StreamCounters()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -63,9 +64,15 @@ def test_damaged_packets_are_skipped_counted_and_reported(tmp_path: Path, suffix
     assert f"{len(frames)} frames were read" in str(error.value)
     assert source.state is SourceState.FAILED
     # Skipped, not stopped: frames after the damage were delivered, in order, once.
+    # `frame` is the picture's place among those decoded (README, "Using it"): it goes on
+    # by one over the pictures lost to the damage, while the time stamps show the gap.
     indices = [f.index for f in frames]
     assert indices == list(range(len(frames)))
     assert FRAMES // 2 < len(frames) < FRAMES
+    steps = [b.pts_seconds - a.pts_seconds for a, b in itertools.pairwise(frames)]
+    assert max(steps) > 1.5 / 25, "the lost pictures leave a gap in the time stamps"
+    decoded = source.stats.frames_decoded
+    assert decoded == source.stats.frames_delivered + source.stats.frames_skipped == len(frames)
 
 
 def test_truncated_mkv_is_reported_after_its_frames(tmp_path: Path) -> None:

@@ -81,3 +81,28 @@ def test_variable_frame_rate_mp4_range(tmp_path: Path) -> None:
     in_range = [ms / 1000 for ms in VFR_PTS_MS if 200 <= ms < 1100]
     assert [f.pts_seconds for f in frames] == pytest.approx(in_range)
     assert [f.index for f in frames] == list(range(len(in_range)))
+
+
+def test_every_decoded_frame_is_delivered_or_counted_as_skipped(tmp_path: Path) -> None:
+    """decoded = delivered + skipped: the frames before start (decoding begins at the key
+    frame before it), between stride picks, and the one that reached the end."""
+    path = write_video(tmp_path / "clip.mp4", frames=50)  # 25 fps, one key frame, at 0
+    options = SourceOptions(start_seconds=0.8, end_seconds=1.6, stride=2)
+    with open_source(str(path), options=options) as source:
+        frames = list(source)
+    stats = source.stats
+    assert [f.index for f in frames] == list(range(0, 20, 2))
+    assert (stats.frames_decoded, stats.frames_delivered, stats.frames_skipped) == (41, 10, 31)
+
+
+def test_a_looped_range_counts_what_every_pass_skips(tmp_path: Path) -> None:
+    path = write_video(tmp_path / "clip.mp4", frames=30)
+    options = SourceOptions(start_seconds=0.8, loop=True)
+    with open_source(str(path), options=options) as source:
+        for taken, _ in enumerate(source, 1):
+            if taken == 25:  # 10 frames a pass: the third pass
+                break
+        stats = source.stats
+        assert stats.frames_delivered == 25
+        assert stats.frames_decoded == stats.frames_delivered + stats.frames_skipped
+        assert stats.frames_skipped == 3 * 20, "20 frames before start, decoded in every pass"

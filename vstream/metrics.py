@@ -48,6 +48,7 @@ class StreamSample:
     reconnects: int
     fps: float
     frame_age_seconds: float | None
+    frames_skipped: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,8 @@ class _RuntimeCollector(Collector):
             "frames_processed": "Frames that went through the model",
             "frames_failed": "Frames whose preprocessing, inference or postprocessing failed",
             "frames_dropped": "Frames dropped before inference (freshness policy, removal)",
+            "frames_skipped": "Frames decoded but not selected (start, end, stride); "
+            "decoded = processed + failed + dropped + skipped",
             "reconnects": "Reconnections of a live source",
         }
         for field, doc in counters.items():

@@ -746,6 +746,7 @@ class ClusterEngine(Running):
                 frames_processed=s.counters.frames_processed,
                 frames_failed=s.total("frames_failed"),
                 frames_dropped=s.total("frames_dropped"),
+                frames_skipped=s.total("frames_skipped"),
                 reconnects=s.total("reconnects"),
                 fps=s.counters.fps(),
                 frame_age_seconds=s.frame_age_seconds,

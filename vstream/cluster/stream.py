@@ -25,7 +25,14 @@ from vstream.uri import is_live, redact
 
 log = logging.getLogger("vstream.cluster")
 
-_SUMMED = ("frames_decoded", "frames_failed", "frames_dropped", "reconnects", "corrupt_packets")
+_SUMMED = (
+    "frames_decoded",
+    "frames_failed",
+    "frames_dropped",
+    "frames_skipped",
+    "reconnects",
+    "corrupt_packets",
+)
 """Counters a worker reports that add up over the workers a stream ran on."""
 
 
@@ -163,6 +170,7 @@ class ClusterStream:
             "frames_processed": self.counters.frames_processed,
             "frames_failed": self.total("frames_failed"),
             "frames_dropped": self.total("frames_dropped"),
+            "frames_skipped": self.total("frames_skipped"),
             "detections": self.counters.detections,
             "reconnects": self.total("reconnects"),
             "corrupt_packets": self.total("corrupt_packets"),

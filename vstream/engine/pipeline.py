@@ -360,6 +360,7 @@ class Pipeline:
                     frames_processed=counters.frames_processed,
                     frames_failed=counters.frames_failed,
                     frames_dropped=reader.frames_dropped,
+                    frames_skipped=stats.frames_skipped,
                     reconnects=stats.reconnects,
                     fps=counters.fps(),
                     frame_age_seconds=counters.frame_age_seconds,

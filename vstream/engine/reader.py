@@ -205,6 +205,7 @@ class StreamReader:
         self._state = SourceState.STREAMING
         for frame in self._source:
             if not self._intake.put(self.id, frame, self._stop):
+                self.counters.discarded(1)  # decoded when the stop came: counted, not lost
                 return
         if self.config is not None and not self._stop.is_set():
             log.info("stream %s: finished (%d frames)", self.id, self.source_stats.frames_decoded)
@@ -253,6 +254,7 @@ class StreamReader:
             "frames_processed": counters.frames_processed,
             "frames_failed": counters.frames_failed,
             "frames_dropped": self.frames_dropped,
+            "frames_skipped": stats.frames_skipped,
             "detections": counters.detections,
             "reconnects": stats.reconnects,
             "corrupt_packets": stats.corrupt_packets,

@@ -22,11 +22,19 @@ class SourceState(str, enum.Enum):
 
 @dataclass
 class SourceStats:
-    """Counters of one source since it was opened."""
+    """Counters of one source since it was opened.
+
+    Every decoded picture is delivered or skipped: ``frames_decoded ==
+    frames_delivered + frames_skipped`` whenever the source is between frames.
+    """
 
     frames_decoded: int = 0
     frames_delivered: int = 0
-    """Frames handed to the consumer (decoded minus dropped, stride-skipped or out of range)."""
+    """Frames handed to the consumer."""
+    frames_skipped: int = 0
+    """Frames decoded but not selected: before ``start_seconds`` (decoding starts at the key
+    frame before it), from ``end_seconds`` on, between ``stride`` picks, or delivered
+    already before a resume."""
     frames_dropped: int = 0
     """Frames discarded by the freshness policy (live sources only)."""
     reconnects: int = 0

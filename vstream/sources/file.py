@@ -174,17 +174,21 @@ class VideoFileSource:
                     pts = picture.pts_seconds
                     if pts is None:
                         pts = start + in_pass / (self.fps or 1.0)
-                    if pts < start - _PTS_TOLERANCE:
+                    before = pts < start - _PTS_TOLERANCE or (
+                        skip_through is not None and pts <= skip_through + _PTS_TOLERANCE
+                    )
+                    after = end is not None and pts >= end - _PTS_TOLERANCE
+                    if before or after:
+                        self.stats.frames_skipped += 1  # decoded, not selected: counted
+                        if after:
+                            break
                         continue
-                    if skip_through is not None and pts <= skip_through + _PTS_TOLERANCE:
-                        continue
-                    if end is not None and pts >= end - _PTS_TOLERANCE:
-                        break
                     first = pts if first is None else first
                     last = pts
                     in_pass += 1
                     index, next_index = next_index, next_index + 1
                     if index % options.stride:
+                        self.stats.frames_skipped += 1
                         continue
                     if pace is not None:
                         pace(pts + pts_offset)

@@ -223,6 +223,7 @@ class LiveSource:
                     else now - started
                 )
                 if self.options.end_seconds is not None and pts >= self.options.end_seconds:
+                    self.stats.frames_skipped += 1
                     self._end_reached = True
                     return None, last_frame
                 last_frame = now
