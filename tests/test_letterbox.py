@@ -9,7 +9,6 @@ from vstream.config import PostprocessOptions
 from vstream.frame import Frame, PixelFormat
 from vstream.postprocess import OutputFormat, Postprocessor
 from vstream.preprocess import PAD_VALUE, Letterboxer, LetterboxGeometry
-from vstream.preprocess.colour import to_rgb_planar
 
 # (source w, h, imgsz) -> (resized w, h, left, top, box pad x, box pad y), worked out by hand:
 # gain = min(imgsz / h, imgsz / w); resized = round-half-even(size * gain); the total padding
@@ -76,23 +75,6 @@ def test_letterbox_resizes_like_bilinear_interpolation() -> None:
     assert torch.allclose(window, reference, atol=1.001 / 255)
     levels = window * 255
     assert torch.allclose(levels, levels.round(), atol=1e-4)
-
-
-def test_yuv_frames_resize_in_float() -> None:
-    """NV12 goes through the float colour conversion, then float bilinear, not rounded."""
-    torch.manual_seed(0)
-    nv12 = torch.randint(16, 236, (96 * 3 // 2, 160), dtype=torch.uint8)
-    frame = Frame(nv12, PixelFormat.NV12, 160, 96)
-    buffer = torch.empty((1, 3, 64, 64))
-    g = Letterboxer(buffer).load(0, frame)
-    reference = (
-        torch.nn.functional.interpolate(
-            to_rgb_planar(frame), size=(g.resized_height, g.resized_width), mode="bilinear"
-        )[0]
-        / 255
-    )
-    window = buffer[0, :, g.top : g.top + g.resized_height, :]
-    assert torch.allclose(window, reference, atol=1e-6)
 
 
 def test_padding_is_repainted_when_a_slot_changes_size() -> None:

@@ -134,7 +134,7 @@ class Detector:
                 f"{self.model.spec.path.name}: the model input is "
                 f"{self.model.spec.input.dtype_name}, the config says {model.dtype}"
             )
-        self.letterboxers = tuple(Letterboxer(b.input) for b in self.model.buffers)
+        self.letterboxers = tuple(Letterboxer(b.input, model.resize) for b in self.model.buffers)
         """One per model buffer, each remembering the padding of its own slots."""
         self.staging = HostStaging(pinned=self.model.device.type == "cuda")
         detections_output = self.model.outputs[0]

@@ -73,6 +73,12 @@ class ModelConfig(StrictModel):
     imgsz: Annotated[ImageSize, Cli("--imgsz")] = Field(
         None, description="input size for dynamic models: 640 or [h, w]; default: the model's"
     )
+    resize: Annotated[Literal["linear", "area"], Cli("--resize")] = Field(
+        "linear",
+        description="how frames shrink into the model input: linear is the reference letterbox "
+        "(OpenCV's bilinear on FFmpeg's RGB, what Ultralytics validates models on); area "
+        "averages every pixel, cheaper on a CPU, but changes the detections",
+    )
     dtype: Literal["auto", "float32", "float16"] = Field(
         "auto", description="expected input type; the model's own is used, a mismatch is an error"
     )

@@ -47,7 +47,7 @@ def _matrix_on(colour: ColourSpace, device: torch.device) -> torch.Tensor:
     return torch.tensor(matrix, dtype=torch.float32, device=device).view(3, 3)
 
 
-def _chroma_planes(frame: Frame) -> tuple[torch.Tensor, torch.Tensor]:
+def chroma_planes(frame: Frame) -> tuple[torch.Tensor, torch.Tensor]:
     """The U and V planes of a 4:2:0 frame, each ``(height/2, width/2)``."""
     h, w = frame.height, frame.width
     chroma = frame.data[h:]
@@ -68,7 +68,7 @@ def to_rgb_planar(frame: Frame) -> torch.Tensor:
         return frame.data.permute(2, 0, 1).unsqueeze(0).float()
     _, (luma_offset, chroma_offset) = yuv_to_rgb_coefficients(frame.colour)
     h, w = frame.height, frame.width
-    u, v = _chroma_planes(frame)
+    u, v = chroma_planes(frame)
     yuv = torch.empty((3, h, w), dtype=torch.float32, device=frame.device)
     torch.sub(frame.data[:h], luma_offset, out=yuv[0])
     yuv[1].view(h // 2, 2, w // 2, 2).copy_(u[:, None, :, None].expand(-1, 2, -1, 2))

@@ -1,31 +1,49 @@
 """Letterbox resize into the model's persistent input tensor.
 
 The geometry follows the Ultralytics convention exactly (scale, rounding of the
-resized size and of the padding, pad value 114), so models exported by
-Ultralytics see the same pixels they were validated on, and boxes map back to
-the same original-frame coordinates.
+resized size and of the padding, pad value 114), and so do the pixels: by
+default (``resize: linear``) every frame, from the CPU decoder or NVDEC, goes
+through :mod:`vstream.preprocess.resample`, which makes the picture Ultralytics
+validates its models on (FFmpeg's RGB, OpenCV's ``INTER_LINEAR``) with integer
+arithmetic that is the same on every device. Boxes map back to the same
+original-frame coordinates.
 
-Two ways into a slot, with the same geometry:
+``resize: area`` averages every source pixel instead (no aliasing when a
+large frame shrinks a lot): FFmpeg's area scaler for pictures the CPU decoder
+left in FFmpeg's memory (:mod:`vstream.preprocess.scale`), torch's area
+interpolation for tensor frames. It is cheaper on the CPU, but the model then
+sees pixels it was not validated on: scores near the threshold move, so
+detections differ from the reference's (see the README's "Models").
 
-- a picture the CPU decoder left in FFmpeg's memory is converted and resized
-  in one pass of FFmpeg's scaler (:mod:`vstream.preprocess.scale`), then only
-  copied into its window of the slot and normalised, in place: no tensor is
-  allocated per frame;
-- a tensor frame (NV12/I420 from NVDEC, or RGB) is converted to RGB and
-  resized on its device with torch.
+Either way nothing is allocated per frame: each slot's window is written in place.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+import av
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from vstream.decoders.cpu import PyAVPicture
+from vstream.devices import same_device
 from vstream.frame import Frame, PixelFormat
-from vstream.preprocess.colour import to_rgb_planar
+from vstream.preprocess.colour import chroma_planes, to_rgb_planar
+from vstream.preprocess.resample import Resampler
 from vstream.preprocess.scale import Scaler
+
+Resize = Literal["linear", "area"]
+"""How a frame is resized into its window: the reference's bilinear, or area averaging."""
+
+_FFMPEG_420 = {"yuv420p", "yuvj420p"}
+"""Formats of decoded pictures whose planes :class:`Resampler` converts as FFmpeg does."""
+
+_FFMPEG_MATRICES = {0, 1, 2, 5, 6}
+"""FFmpeg colour spaces converted with the BT.601 or BT.709 matrix (RGB, BT.709,
+unspecified, BT.470BG, SMPTE 170M); pictures in others are converted by FFmpeg itself."""
 
 PAD_VALUE = 114
 """Grey level of the letterbox bars, as in Ultralytics."""
@@ -90,14 +108,18 @@ class Letterboxer:
     padding of a slot is painted only when the geometry of that slot changes.
     """
 
-    def __init__(self, input_tensor: torch.Tensor) -> None:
+    def __init__(self, input_tensor: torch.Tensor, resize: Resize = "linear") -> None:
         if input_tensor.dim() != 4 or input_tensor.shape[1] != 3:
             raise ValueError(f"input tensor must be (N, 3, H, W), got {tuple(input_tensor.shape)}")
+        if resize not in ("linear", "area"):
+            raise ValueError(f"resize must be 'linear' or 'area', got {resize!r}")
         self.input = input_tensor
+        self.resize = resize
         self._slot_geometry: list[LetterboxGeometry | None] = [None] * input_tensor.shape[0]
+        self._resampler = Resampler()
         self._scaler = Scaler()
-        self._unit = torch.tensor(1 / 255, dtype=input_tensor.dtype, device=input_tensor.device)
-        """0..255 to 0..1, as a tensor made once (a Python float is boxed anew at every call)."""
+        self._levels = torch.tensor(255, dtype=input_tensor.dtype, device=input_tensor.device)
+        """255 as a tensor made once (a Python number is boxed anew at every call)."""
 
     @property
     def batch_size(self) -> int:
@@ -105,7 +127,7 @@ class Letterboxer:
 
     def load(self, slot: int, frame: Frame) -> LetterboxGeometry:
         """Letterbox ``frame`` into batch slot ``slot``; return its geometry."""
-        if frame.device != self.input.device:
+        if not same_device(frame.device, self.input.device):
             raise ValueError(
                 f"frame is on {frame.device} but the model input is on {self.input.device}"
             )
@@ -120,38 +142,62 @@ class Letterboxer:
             geometry.top : geometry.top + geometry.resized_height,
             geometry.left : geometry.left + geometry.resized_width,
         ]
+        if self.resize == "area":
+            self._area(frame, window)
+        else:
+            self._linear(frame, window)
+        return geometry
+
+    def _linear(self, frame: Frame, window: torch.Tensor) -> None:
+        """The reference's pixels: YUV planes as decoded where possible, else FFmpeg's RGB."""
+        picture = frame.picture
+        if isinstance(picture, PyAVPicture):
+            decoded = picture.frame
+            if (
+                decoded.format.name in _FFMPEG_420
+                and decoded.colorspace in _FFMPEG_MATRICES
+                and not (decoded.width % 2 or decoded.height % 2)
+            ):
+                self._resampler.yuv420(*_planes(decoded), frame.colour, window)
+            else:  # another layout or colour space: FFmpeg converts it, as for the reference
+                self._resampler.rgb(picture.to_tensor(PixelFormat.RGB24), window)
+            return
+        if frame.pixel_format is PixelFormat.RGB24:
+            self._resampler.rgb(frame.data, window)
+            return
+        u, v = chroma_planes(frame)
+        self._resampler.yuv420(frame.data[: frame.height], u, v, frame.colour, window)
+
+    def _area(self, frame: Frame, window: torch.Tensor) -> None:
+        """Area averaging: FFmpeg's scaler for its own pictures, torch's for tensor frames."""
+        height, width = window.shape[1:]
         if isinstance(frame.picture, PyAVPicture) and window.device.type == "cpu":
-            planes = self._scaler.rgb_planes(
-                frame.picture.frame, geometry.resized_width, geometry.resized_height
-            )
-            # copy_ converts uint8 to the input's type as it goes and mul_ works in place
-            # with a scale made once: nothing is allocated (torch.mul(..., out=window)
-            # would allocate for the type promotion, a Python float for the scalar).
+            planes = self._scaler.rgb_planes(frame.picture.frame, width, height)
+            # copy_ converts uint8 to the input's type as it goes and div_ works in place
+            # with a divisor made once: nothing is allocated.
             for channel, plane in zip(window, planes, strict=True):
                 channel.copy_(plane)
-            window.mul_(self._unit)
-            return geometry
+            window.div_(self._levels)
+            return
         image = self._planar(frame)
-        if (geometry.resized_width, geometry.resized_height) != (frame.width, frame.height):
-            image = F.interpolate(
-                image,
-                size=(geometry.resized_height, geometry.resized_width),
-                mode="bilinear",
-                align_corners=False,
-            )
-        torch.mul(image[0], 1.0 / 255.0, out=window)
-        return geometry
+        if (width, height) != (frame.width, frame.height):
+            image = F.interpolate(image.float(), size=(height, width), mode="area")
+        torch.div(image[0], self._levels, out=window)
 
     @staticmethod
     def _planar(frame: Frame) -> torch.Tensor:
-        """The frame as ``(1, 3, height, width)`` RGB in 0..255, as cheaply as the device allows.
-
-        On the CPU a packed RGB frame stays uint8 (a channels-last view, no
-        copy): resizing it moves a quarter of the bytes of float32, which on a
-        small CPU is most of the preprocessing time, and it rounds to whole
-        levels as OpenCV's resize (what Ultralytics uses) does. Other cases go
-        through float32, which every device interpolates.
-        """
-        if frame.pixel_format is PixelFormat.RGB24 and frame.device.type == "cpu":
+        """The frame as ``(1, 3, height, width)`` RGB in 0..255 (a view for packed RGB)."""
+        if frame.pixel_format is PixelFormat.RGB24:
             return frame.data.permute(2, 0, 1).unsqueeze(0)
         return to_rgb_planar(frame)
+
+
+def _planes(picture: av.VideoFrame) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The Y, U and V planes of an even-sized 4:2:0 picture, as views of FFmpeg's memory."""
+    luma = (picture.height, picture.width)
+    chroma = (picture.height // 2, picture.width // 2)
+    y, u, v = [
+        torch.from_numpy(np.ndarray(shape, np.uint8, plane, strides=(plane.line_size, 1)))
+        for plane, shape in zip(picture.planes, (luma, chroma, chroma), strict=True)
+    ]
+    return y, u, v
