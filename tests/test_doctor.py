@@ -18,7 +18,9 @@ from vstream.cli import main
 from vstream.detector import Detector
 from vstream.doctor import CHECKS, Failed, match_records
 
-CPU_CHECKS = {"runtime-wheels", "provider-cpu", "zero-copy-cpu", "demo-cpu", "fps-cpu"}
+CPU_CHECKS = {
+    "runtime-wheels", "provider-cpu", "zero-copy-cpu", "demo-cpu", "reference-cpu", "fps-cpu"
+}  # fmt: skip
 GPU_CHECKS = {name for name, _, needs_gpu in CHECKS if needs_gpu}
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 

@@ -32,6 +32,10 @@ gather its evidence says ``skip`` and why, never ``pass``:
 ``demo-cpu``        the bundled demo on the CPU reaches mAP@0.5 >= 0.9.
 ``demo-gpu``        NVDEC + GPU detections match the CPU's: >= 98 % of boxes matched at
                     IoU >= 0.9.
+``reference-cpu``   Ultralytics' own predictions, stored with the parity videos
+``reference-gpu``   (``vstream/assets/parity``): vstream run the same way finds the same
+                    boxes, recall and precision >= 0.99 (same class, IoU >= 0.85), on the
+                    CPU and with NVDEC + the device letterbox (:mod:`vstream.parity`).
 ``graphs-gpu``      CUDA graphs capture, and replay equals eager for every bucket.
 ``fps-cpu``         frames per second of each stage alone and end to end (with
 ``fps-gpu``         the device synchronised before each clock stop, so GPU work
@@ -382,14 +386,6 @@ def _detector(model: Path, device: str, *, graphs: bool = False) -> Any:
     return Detector(model, device=device, batch_size=BATCH, providers=providers)
 
 
-def _iou(a: list[float], b: list[float]) -> float:
-    x1, y1 = max(a[0], b[0]), max(a[1], b[1])
-    x2, y2 = min(a[2], b[2]), min(a[3], b[3])
-    inter = max(0.0, x2 - x1) * max(0.0, y2 - y1)
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
-
-
 def match_records(
     reference: list[dict[str, Any]], candidate: list[dict[str, Any]], iou: float = MATCH_IOU
 ) -> tuple[int, int]:
@@ -398,23 +394,15 @@ def match_records(
     ``total`` counts the larger side's boxes of each frame, so a box missing
     on either side counts against the match.
     """
+    from vstream.parity import count_matches
+
     by_frame = {(r["stream"], r["frame"]): r["detections"] for r in candidate}
-    matched = total = 0
-    frames = {(r["stream"], r["frame"]) for r in reference} | set(by_frame)
     reference_by_frame = {(r["stream"], r["frame"]): r["detections"] for r in reference}
-    for key in frames:
-        mine, theirs = reference_by_frame.get(key, []), list(by_frame.get(key, []))
+    matched = total = 0
+    for key in set(reference_by_frame) | set(by_frame):
+        mine, theirs = reference_by_frame.get(key, []), by_frame.get(key, [])
         total += max(len(mine), len(theirs))
-        for box in mine:
-            best, best_iou = None, iou
-            for other in theirs:
-                if other["class_id"] == box["class_id"]:
-                    overlap = _iou(box["bbox"], other["bbox"])
-                    if overlap >= best_iou:
-                        best, best_iou = other, overlap
-            if best is not None:
-                theirs.remove(best)
-                matched += 1
+        matched += count_matches(mine, theirs, iou)
     return matched, total
 
 
@@ -719,6 +707,15 @@ class Doctor:
             f"({data['decoder']} decoder)"
         ), data
 
+    def check_reference_cpu(self) -> tuple[str, dict[str, Any]]:
+        self._quick_skip()
+        return _reference(device="cpu")
+
+    def check_reference_gpu(self) -> tuple[str, dict[str, Any]]:
+        self._quick_skip()
+        self._require_nvdec()
+        return _reference(device="cuda", decoder="nvdec")
+
     def check_graphs_gpu(self) -> tuple[str, dict[str, Any]]:
         self._quick_skip()
         import torch
@@ -781,6 +778,8 @@ CHECKS: tuple[tuple[str, str, bool], ...] = (
     ("copies-gpu", "no frame-sized host<->device copy per frame (profiler)", True),
     ("demo-cpu", "bundled demo on the CPU: mAP@0.5 >= 0.9", False),
     ("demo-gpu", "NVDEC + GPU detections match the CPU's (IoU >= 0.9, >= 98 %)", True),
+    ("reference-cpu", "Ultralytics' detections on the parity videos (recall, precision)", False),
+    ("reference-gpu", "the same with NVDEC and the device letterbox", True),
     ("graphs-gpu", "CUDA graphs capture; replay equals eager", True),
     ("fps-cpu", "frames per second per stage and end to end (CPU)", False),
     ("fps-gpu", "frames per second per stage and end to end, graphs off/on", True),
@@ -883,6 +882,28 @@ def _copies(detector: Any, video: Path, frames: int) -> tuple[str, dict[str, Any
         f"{data['dtoh_bytes_per_frame']:.0f} B/frame to host (detections "
         f"{data['detection_bytes_per_frame']:.0f}), {waits['cudaEventSynchronize']} event waits "
         f"for {spy.runs} model runs, {len(syncs)} implicit syncs, each counted where it is made"
+    ), data
+
+
+def _reference(**options: Any) -> tuple[str, dict[str, Any]]:
+    """vstream against Ultralytics' stored answers on every parity video (:mod:`vstream.parity`)."""
+    from vstream.parity import MATCH_IOU, REQUIRED, measure, references
+
+    found = references()
+    if not found:
+        raise Skipped("no reference answers in vstream/assets/parity")
+    agreements = {r.video.name: measure(r, **options) for r in found}
+    data = {
+        name: {"recall": round(a.recall, 4), "precision": round(a.precision, 4), "boxes": a.ours}
+        for name, a in agreements.items()
+    }
+    short = [f"{name}: {a}" for name, a in agreements.items() if not a.met]
+    if short:
+        raise Failed(f"below {REQUIRED} at IoU >= {MATCH_IOU}: " + "; ".join(short))
+    worst = min(min(a.recall, a.precision) for a in agreements.values())
+    return (
+        f"{len(agreements)} videos, recall and precision >= {worst:.3f} at IoU >= {MATCH_IOU} "
+        f"(same class)"
     ), data
 
 
