@@ -354,3 +354,30 @@ def test_vstream_doctor_passes_on_this_gpu(tmp_path: Path, ort_cuda, nvdec: None
         assert checks[name]["status"] == "pass", checks[name]
     assert checks["demo-gpu"]["data"]["decoder"] == "nvdec"
     assert checks["zero-copy-gpu"]["data"]["decoder"] == "nvdec"
+
+
+@pytest.mark.usefixtures("nvdec", "stream")
+def test_nvdec_frames_letterbox_to_the_cpu_paths_input_exactly() -> None:
+    """One definition on every path: NVDEC's NV12 on the device gives the CPU decoder's input."""
+    from vstream.parity import PARITY_DIR
+
+    for video in sorted(PARITY_DIR.glob("*.mp4")):
+        with VideoFileSource(video, device=CUDA, options=SourceOptions(decoder="nvdec")) as source:
+            gpu_frames = list(itertools.islice(source, 4))
+            assert source.decoder_name == "nvdec"
+        with VideoFileSource(video) as source:
+            cpu_frames = list(itertools.islice(source, 4))
+        on_gpu, on_cpu = torch.zeros((4, 3, 320, 320), device=CUDA), torch.zeros((4, 3, 320, 320))
+        for slot, (g, c) in enumerate(zip(gpu_frames, cpu_frames, strict=True)):
+            Letterboxer(on_gpu[slot : slot + 1]).load(0, g)
+            Letterboxer(on_cpu[slot : slot + 1]).load(0, c)
+        assert torch.equal(on_gpu.cpu(), on_cpu), video.name
+
+
+@pytest.mark.usefixtures("ort_cuda", "nvdec")
+def test_nvdec_and_the_device_letterbox_find_what_ultralytics_finds() -> None:
+    from vstream.parity import measure, references
+
+    for reference in references():
+        score = measure(reference, device="cuda", decoder="nvdec")
+        assert score.met, f"{reference.video.name}: {score}"
