@@ -1,18 +1,22 @@
-"""Tracking on the demo video (MOTA, IDF1, line counts) and the tracker's cost per frame.
+"""Tracking on a video with ground truth (MOTA, IDF1, line counts) and the tracker's cost per frame.
 
-``accuracy``: the demo model runs through the vstream pipeline
-(:class:`vstream.Detector` on :class:`vstream.VideoFileSource`) on the sample
-video; every frame's detections then go through
-:class:`vstream.analytics.StreamAnalytics` with the default tracking settings
-and the ground truth's counting line. The resulting records (detections with
-``track_id``, crossing events) are scored by :mod:`vstream.evaluation_tracks`
-against the ground truth's identities and crossings, as ``vstream eval`` does.
+``accuracy``: the model runs through :class:`vstream.Engine` with tracking on
+and the ground truth's counting line, as ``vstream run --track --line`` runs
+it (the detector keeps low scores for ByteTrack's second stage, the records
+are cut back to ``--conf``), with vstream's default tracking settings. The
+records it writes (detections with ``track_id``, crossing events) are scored
+by :mod:`vstream.evaluation_tracks` against the ground truth's identities and
+crossings, as ``vstream eval`` does.
 
 ``ultralytics``: the same ONNX model, video, score threshold and NMS IoU through
 Ultralytics (``pip install -e '.[bench]'``, offline): ``model.track(...,
 tracker="bytetrack.yaml")`` scored the same way, and its ``ObjectCounter``
 on the same line, beside vstream's figures. Ultralytics is AGPL-3.0: it is
 only ever run here, as a separate measurement, never imported by vstream.
+
+By default both run the demo model on the demo video; ``--parity`` runs them
+on the parity model (trained by Ultralytics, with a real model's spread of
+scores, ``tools/parity/``) and the parity tracking clip (854x480, 90 frames).
 
 ``cost``: 50 synthetic objects drift across a 1920x1080 frame, leaving and
 being replaced, with box noise, a few misses and low scores. The time of
@@ -22,7 +26,8 @@ other jobs on the machine matter less; wall time is printed too).
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/tracking.py [accuracy|ultralytics|cost|all] [--frames 5000]
+    .venv/bin/python benchmarks/tracking.py [accuracy|ultralytics|cost|all] [--parity] \\
+        [--frames 5000]
 """
 
 from __future__ import annotations
@@ -34,13 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vstream.analytics import (
-    AnalyticsConfig,
-    LineConfig,
-    StreamAnalytics,
-    TrackingConfig,
-    ZoneConfig,
-)
+from vstream.analytics import AnalyticsConfig, LineConfig, StreamAnalytics, ZoneConfig
 from vstream.evaluation_tracks import evaluate_line_counts, evaluate_tracks
 from vstream.tracking import ByteTracker
 
@@ -48,40 +47,54 @@ NMS_IOU = 0.45
 """NMS IoU on both sides (vstream's default; Ultralytics' own is 0.7)."""
 
 
-def ground_truth_lines(ground_truth: dict) -> list[LineConfig]:
-    return [
-        LineConfig(name=line["name"], start=tuple(line["start"]), end=tuple(line["end"]))
+PARITY_DIR = Path(__file__).resolve().parents[1] / "vstream" / "assets" / "parity"
+PARITY_MODEL = PARITY_DIR / "yolov8n_shapes.onnx"
+PARITY_CLIP = "landscape_854x480"
+"""The parity clip made for tracking: 5 objects passing each other, 3 crossings of ``gate``."""
+
+
+def tracked_records(
+    model: Path, video: Path, ground_truth: dict, conf: float, threads: int
+) -> list[dict]:
+    """What ``vstream run --track --line ...`` writes for ``video``: one record per frame."""
+    import tempfile
+    import threading
+
+    from vstream import Engine, VstreamConfig
+
+    lines = [
+        {"name": line["name"], "start": line["start"], "end": line["end"]}
         for line in ground_truth.get("lines", [])
     ]
+    with tempfile.TemporaryDirectory(prefix="tracking-") as tmp:
+        output = Path(tmp) / "records.jsonl"
+        pipeline = {
+            "name": "tracking",
+            "model": {"path": str(model), "intra_op_threads": threads},
+            "postprocess": {"conf": conf, "iou": NMS_IOU},
+            "runtime": {"device": "cpu"},
+            "analytics": {"tracking": {}, "lines": lines},
+            "sources": [{"id": video.stem, "uri": str(video)}],
+            "sinks": [{"type": "jsonl", "path": str(output)}],
+        }
+        with Engine(VstreamConfig.model_validate({"pipelines": [pipeline]})) as engine:
+            engine.wait(threading.Event(), until_files_done=True)
+        return [json.loads(line) for line in output.read_text().splitlines()]
 
 
 def accuracy(
-    video: Path, ground_truth_path: Path, conf: float, threads: int, output: Path | None
+    model: Path,
+    video: Path,
+    ground_truth_path: Path,
+    conf: float,
+    threads: int,
+    output: Path | None,
 ) -> None:
-    from vstream import Detector, VideoFileSource, assets, evaluate
+    from vstream import evaluate
 
     ground_truth = json.loads(ground_truth_path.read_text())
-    lines = ground_truth_lines(ground_truth)
-    detector = Detector(
-        assets.DEMO_MODEL, device="cpu", conf=conf, iou=NMS_IOU, intra_op_threads=threads
-    )
-    analytics = StreamAnalytics(AnalyticsConfig(tracking=TrackingConfig(), lines=lines), [])
-    records = []
-    for result in detector.stream(VideoFileSource(video)):
-        record = result.to_record()
-        dets = record["detections"]
-        boxes = np.array([d["bbox"] for d in dets], dtype=np.float64).reshape(-1, 4)
-        scores = np.array([d["score"] for d in dets])
-        classes = np.array([d["class_id"] for d in dets], dtype=np.int64)
-        update = analytics.update(
-            boxes, scores, classes, result.pts_seconds, frame_size=(result.width, result.height)
-        )
-        for det, track_id in zip(dets, update.track_ids.tolist(), strict=True):
-            if track_id > 0:
-                det["track_id"] = track_id
-        record["events"] = [event.to_record() for event in update.events]
-        records.append(record)
-    print(f"{video.name}: {len(records)} frames, detector conf {conf}")
+    records = tracked_records(model, video, ground_truth, conf, threads)
+    print(f"vstream {video.name}: {len(records)} frames, {model.name}, conf {conf}")
     print(f"detection   {evaluate(records, ground_truth)}")
     print(f"tracking    {evaluate_tracks(records, ground_truth)}")
     for count in evaluate_line_counts(records, ground_truth):
@@ -91,7 +104,7 @@ def accuracy(
         print(f"wrote {output} (score it with: vstream eval {output} {ground_truth_path})")
 
 
-def ultralytics_tracking(video: Path, ground_truth_path: Path, conf: float) -> None:
+def ultralytics_tracking(model: Path, video: Path, ground_truth_path: Path, conf: float) -> None:
     """Ultralytics' ByteTrack and ObjectCounter on the same model, video and thresholds."""
     import os
 
@@ -99,17 +112,17 @@ def ultralytics_tracking(video: Path, ground_truth_path: Path, conf: float) -> N
     import av
     from ultralytics import YOLO, settings, solutions
 
-    from vstream import assets, evaluate
+    from vstream import evaluate
 
     settings.update({"sync": False})
     ground_truth = json.loads(ground_truth_path.read_text())
     imgsz = 320
     # rect=False: square inputs, as vstream feeds the model (and what its fixed input takes).
     common = {"conf": conf, "iou": NMS_IOU, "imgsz": imgsz, "device": "cpu"}
-    model = YOLO(str(assets.DEMO_MODEL), task="detect")
+    yolo = YOLO(str(model), task="detect")
     records = []
     started = time.perf_counter()
-    tracked = model.track(
+    tracked = yolo.track(
         source=str(video), tracker="bytetrack.yaml", stream=True, rect=False, verbose=False,
         **common,
     )  # fmt: skip
@@ -131,13 +144,14 @@ def ultralytics_tracking(video: Path, ground_truth_path: Path, conf: float) -> N
     print(f"tracking    {evaluate_tracks(records, ground_truth)}")
     for line in ground_truth.get("lines", []):
         counter = solutions.ObjectCounter(
-            model=str(assets.DEMO_MODEL), region=[tuple(line["start"]), tuple(line["end"])],
+            model=str(model), region=[tuple(line["start"]), tuple(line["end"])],
             tracker="bytetrack.yaml", show=False, verbose=False, **common,
         )  # fmt: skip
         counter.track_add_args["rect"] = False
         with av.open(str(video)) as container:
             for frame in container.decode(video=0):
-                counter(frame.to_ndarray(format="bgr24"))
+                # Rows of an odd width are padded: Ultralytics' annotator wants them packed.
+                counter(np.ascontiguousarray(frame.to_ndarray(format="bgr24")))
         truth = {"in": 0, "out": 0}
         for crossing in line["crossings"]:
             truth[crossing["direction"]] += 1
@@ -219,32 +233,38 @@ def main() -> None:
     parser.add_argument(
         "what", nargs="?", choices=["accuracy", "ultralytics", "cost", "all"], default="all"
     )
-    parser.add_argument("--video", type=Path, help="default: the sample video")
-    parser.add_argument("--ground-truth", type=Path, help="default: the sample's")
-    parser.add_argument("--conf", type=float, default=0.1, help="detector score threshold")
+    parser.add_argument(
+        "--parity", action="store_true", help="the parity model and tracking clip (tools/parity)"
+    )
+    parser.add_argument("--model", type=Path, help="default: the demo model (or the parity one)")
+    parser.add_argument("--video", type=Path, help="default: the sample video (or parity clip)")
+    parser.add_argument("--ground-truth", type=Path, help="default: the video's")
+    parser.add_argument(
+        "--conf",
+        type=float,
+        default=0.25,
+        help="score threshold (vstream's and Ultralytics' default)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads")
     parser.add_argument("--output", type=Path, help="also write the tracked records (JSON Lines)")
     parser.add_argument("--frames", type=int, default=5000, help="synthetic frames for cost")
     parser.add_argument("--objects", type=int, default=50)
     args = parser.parse_args()
-    if args.what in ("accuracy", "all"):
+    if args.what in ("accuracy", "ultralytics", "all"):
         from vstream import assets
 
-        accuracy(
-            args.video or assets.SAMPLE_VIDEO,
-            args.ground_truth or assets.SAMPLE_GROUND_TRUTH,
-            args.conf,
-            args.threads,
-            args.output,
-        )
-    if args.what == "ultralytics":
-        from vstream import assets
-
-        ultralytics_tracking(
-            args.video or assets.SAMPLE_VIDEO,
-            args.ground_truth or assets.SAMPLE_GROUND_TRUTH,
-            args.conf,
-        )
+        if args.parity:
+            model = args.model or PARITY_MODEL
+            video = args.video or PARITY_DIR / f"{PARITY_CLIP}.mp4"
+            truth = args.ground_truth or PARITY_DIR / f"{PARITY_CLIP}_ground_truth.json"
+        else:
+            model = args.model or assets.DEMO_MODEL
+            video = args.video or assets.SAMPLE_VIDEO
+            truth = args.ground_truth or assets.SAMPLE_GROUND_TRUTH
+        if args.what in ("accuracy", "all"):
+            accuracy(model, video, truth, args.conf, args.threads, args.output)
+        if args.what == "ultralytics":
+            ultralytics_tracking(model, video, truth, args.conf)
     if args.what in ("cost", "all"):
         cost(args.frames, args.objects)
 
