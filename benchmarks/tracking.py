@@ -15,8 +15,8 @@ on the same line, beside vstream's figures. Ultralytics is AGPL-3.0: it is
 only ever run here, as a separate measurement, never imported by vstream.
 
 By default both run the demo model on the demo video; ``--parity`` runs them
-on the parity model (trained by Ultralytics, with a real model's spread of
-scores, ``tools/parity/``) and the parity tracking clip (854x480, 90 frames).
+on a YOLOv8n trained by Ultralytics (a real model's spread of scores; made by
+``tools/parity/train.py``, never committed) and the parity tracking clip (854x480, 90 frames).
 
 ``cost``: 50 synthetic objects drift across a 1920x1080 frame, leaving and
 being replaced, with box noise, a few misses and low scores. The time of
@@ -48,7 +48,8 @@ NMS_IOU = 0.45
 
 
 PARITY_DIR = Path(__file__).resolve().parents[1] / "vstream" / "assets" / "parity"
-PARITY_MODEL = PARITY_DIR / "yolov8n_shapes.onnx"
+PARITY_MODEL = Path(__file__).resolve().parent / "generated" / "yolov8n_shapes.onnx"
+"""YOLOv8n trained by Ultralytics' trainer (``tools/parity/train.py``, ~17 min), never committed."""
 PARITY_CLIP = "landscape_854x480"
 """The parity clip made for tracking: 5 objects passing each other, 3 crossings of ``gate``."""
 

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import videos  # tools/parity, beside this script
 
-MODEL_NAME = "yolov8n_shapes.onnx"
+MODEL_NAME = "demo_tempered.onnx"
+"""The model the answers are for: the demo with realistic scores (``tempered.py``)."""
 ARGUMENTS: dict[str, Any] = {
     "imgsz": 320,
     "conf": 0.25,

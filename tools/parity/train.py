@@ -14,7 +14,7 @@ a few others, saved as JPEG so they carry chroma subsampling and compression
 noise as decoded video does. Nothing is downloaded: Ultralytics runs offline
 with its settings in the work directory. Needs ``pip install -e '.[bench]'``::
 
-    .venv/bin/python tools/parity/train.py [--epochs 10] [--output vstream/assets/parity/...]
+    .venv/bin/python tools/parity/train.py [--epochs 10] [--output PATH]
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT / "tools" / "demo_assets"))
 
 import scenes  # noqa: E402
 
-DEFAULT_OUTPUT = ROOT / "vstream" / "assets" / "parity" / "yolov8n_shapes.onnx"
+DEFAULT_OUTPUT = ROOT / "benchmarks" / "generated" / "yolov8n_shapes.onnx"
+"""For the benchmarks, never committed: Ultralytics licenses the models it makes under the AGPL."""
 IMGSZ = 320
 FRAME_SHAPES: tuple[tuple[int, int], ...] = ((854, 480), (480, 848), (640, 480), (640, 360))
 """(width, height) of the parity videos and the demo video; half the images have one of these."""
