@@ -16,7 +16,8 @@ only ever run here, as a separate measurement, never imported by vstream.
 
 By default both run the demo model on the demo video; ``--parity`` runs them
 on a YOLOv8n trained by Ultralytics (a real model's spread of scores; made by
-``tools/parity/train.py``, never committed) and the parity tracking clip (854x480, 90 frames).
+``tools/parity/train.py``, never committed) and the parity tracking clip
+(854x480, 90 frames).
 
 ``cost``: 50 synthetic objects drift across a 1920x1080 frame, leaving and
 being replaced, with box noise, a few misses and low scores. The time of
