@@ -32,10 +32,14 @@ from vstream.inference.session import ModelSession
 from vstream.inference.wheels import load_onnxruntime
 from vstream.postprocess.decode import Postprocessor
 from vstream.postprocess.formats import (
+    FAMILIES,
     OutputFormat,
-    check_output_shape,
+    OutputInfo,
+    Preprocessing,
+    Recognition,
     class_count,
-    detect_output_format,
+    recognise,
+    resolve_preprocessing,
 )
 from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
 from vstream.results import FrameResult, split_by_frame
@@ -134,26 +138,63 @@ class Detector:
                 f"{self.model.spec.path.name}: the model input is "
                 f"{self.model.spec.input.dtype_name}, the config says {model.dtype}"
             )
-        self.letterboxers = tuple(Letterboxer(b.input, model.resize) for b in self.model.buffers)
+        self.recognition = self._recognise(model)
+        """The family, which output plays which part, and why (``vstream info`` prints it)."""
+        self.output_format = self.recognition.format
+        family = FAMILIES[self.output_format]
+        self.preprocessing: Preprocessing
+        self.preprocessing, self.preprocessing_reasons = resolve_preprocessing(
+            family.preprocessing,
+            self.model.spec.metadata,
+            model.resize_mode,
+            model.input_range,
+            model.mean,
+            model.std,
+        )
+        normalise = self.preprocessing.normalisation()
+        self.letterboxers = tuple(
+            Letterboxer(b.input, model.resize, self.preprocessing.resize_mode, normalise)
+            for b in self.model.buffers
+        )
         """One per model buffer, each remembering the padding of its own slots."""
         self.staging = HostStaging(pinned=self.model.device.type == "cuda")
-        detections_output = self.model.outputs[0]
-        if detections_output is None:
-            raise ModelError(
-                f"{self.model.spec.path.name}: the size of output "
-                f"{self.model.spec.outputs[0].name!r} is not fixed; a detector output must be"
-            )
-        shape = tuple(detections_output.shape)
-        if model.format is None:
-            self.output_format = detect_output_format(shape)
-        else:
-            self.output_format = OutputFormat(model.format)
-            check_output_shape(self.output_format, shape)
-        self.class_names = self._class_names(model.names(), shape)
-        self.postprocessor = Postprocessor(self.output_format, postprocess, self.model.device)
+        shapes = [tuple(self._fixed_outputs()[i].shape) for i in self.recognition.order]
+        self.class_names = self._class_names(model.names(), shapes)
+        self.postprocessor = Postprocessor(
+            self.output_format,
+            postprocess,
+            self.model.device,
+            self.model.input_size,
+            self.recognition.order,
+        )
+
+    def _fixed_outputs(self) -> list[torch.Tensor]:
+        """The model's preallocated outputs; an output sized only per run is refused here."""
+        for spec, tensor in zip(self.model.spec.outputs, self.model.outputs, strict=True):
+            if tensor is None:
+                raise ModelError(
+                    f"{self.model.spec.path.name}: the size of output {spec.name!r} is not "
+                    "fixed; a detector output must be"
+                )
+        return self.model.outputs  # type: ignore[return-value]
+
+    def _recognise(self, model: ModelConfig) -> Recognition:
+        spec = self.model.spec
+        outputs = [
+            OutputInfo(o.name, tuple(t.shape))
+            for o, t in zip(spec.outputs, self._fixed_outputs(), strict=True)
+        ]
+        return recognise(
+            outputs,
+            self.model.input_size,
+            spec.metadata,
+            [i.name for i in spec.size_inputs],
+            OutputFormat(model.format) if model.format is not None else None,
+            len(spec.class_names),
+        )
 
     def _class_names(
-        self, given: Mapping[int, str] | Sequence[str] | None, shape: tuple[int, ...]
+        self, given: Mapping[int, str] | Sequence[str] | None, shapes: list[tuple[int, ...]]
     ) -> dict[int, str]:
         if given is None:
             names = dict(self.model.spec.class_names)
@@ -161,7 +202,7 @@ class Detector:
             names = {int(k): str(v) for k, v in given.items()}
         else:
             names = dict(enumerate(given))
-        expected = class_count(self.output_format, shape)
+        expected = class_count(self.output_format, shapes)
         if names and expected is not None and len(names) != expected:
             raise ModelError(
                 f"{self.model.spec.path.name}: {len(names)} class names for a model "
@@ -201,17 +242,20 @@ class Detector:
         """Letterbox ``frame`` into batch slot ``slot`` of model buffer ``buffer``."""
         return self.letterboxers[buffer].load(slot, frame)
 
-    def infer(self, buffer: int, frames: int) -> torch.Tensor:
-        """Run the model on the first ``frames`` slots of ``buffer``; its detector output.
+    def infer(self, buffer: int, frames: int) -> list[torch.Tensor]:
+        """Run the model on the first ``frames`` slots of ``buffer``; its outputs.
 
         The batch runs in the smallest bucket that holds it; rows past
         ``frames`` hold whatever the bucket's other slots held and are ignored.
         """
         bucket = self.model.buffers[buffer].bucket_for(frames)
-        return self.model.run(bucket)[0]
+        return self.model.run(bucket)
 
     def postprocess(
-        self, raw: torch.Tensor, geometries: Sequence[LetterboxGeometry], frames: Sequence[Frame]
+        self,
+        raw: Sequence[torch.Tensor],
+        geometries: Sequence[LetterboxGeometry],
+        frames: Sequence[Frame],
     ) -> list[FrameResult]:
         """Boxes of ``frames`` from the model output, in each frame's own pixels, on the host."""
         detections = self.postprocessor(raw, geometries)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from vstream import assets
 from vstream.cli.args import EXIT_OK
+from vstream.postprocess.formats import FAMILIES
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -33,13 +34,24 @@ def info_command(args: argparse.Namespace) -> int:
     detector = Detector(args.model, device="cpu")
     spec = detector.model.spec
     height, width = detector.model.input_size
+    family = FAMILIES[detector.output_format]
+    pre = detector.preprocessing
     names = ", ".join(f"{k}={v}" for k, v in sorted(detector.class_names.items())) or "(none)"
     lines = [
         f"model:    {spec.path}",
         f"runtime:  {describe_runtime()}",
         f"input:    {spec.input.name} {spec.input.type_name} {_shape(spec.input.shape)}",
+        *(
+            f"input:    {i.name} {i.type_name} {_shape(i.shape)} (bound once to {width}, {height})"
+            for i in spec.size_inputs
+        ),
         *(f"output:   {o.name} {o.type_name} {_shape(o.shape)}" for o in spec.outputs),
-        f"format:   {detector.output_format.value}",
+        f"format:   {detector.output_format.value} ({family.models})",
+        *(f"  because {reason}" for reason in detector.recognition.reasons),
+        f"boxes:    {family.box}{', normalised' if family.normalised else ', input pixels'}, "
+        f"{'NMS by vstream' if family.nms else 'no NMS (top-k on the device)'}",
+        f"preprocess: {pre.describe()}, {detector.config.resize} interpolation",
+        *(f"  because {reason}" for reason in detector.preprocessing_reasons),
         f"imgsz:    {width}x{height}",
         f"classes:  {names}",
         *(f"metadata: {k}={v}" for k, v in sorted(spec.metadata.items()) if k != "names"),

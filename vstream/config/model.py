@@ -8,12 +8,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from vstream.config.base import Cli, Flag, Int, Number, Seconds, StrictModel, existing_file
-from vstream.postprocess.formats import OutputFormat
+from vstream.postprocess.formats import OutputFormat, ResizeMode
 
 MAX_BATCH = 64
 MAX_IMGSZ = 4096
 MAX_THREADS = 64
 MAX_RUNS = 16
+
+Std = Number(0, 1000, open_low=True)
 
 
 def _image_size(value: Any) -> Any:
@@ -79,11 +81,33 @@ class ModelConfig(StrictModel):
         "(OpenCV's bilinear on FFmpeg's RGB, what Ultralytics validates models on); area "
         "averages every pixel, cheaper on a CPU, but changes the detections",
     )
+    resize_mode: Annotated[ResizeMode | None, Cli("--resize-mode")] = Field(
+        None,
+        description="where frames go in the model input: letterbox keeps their proportions "
+        "with grey bars (YOLO families), stretch fills the input (RT-DETR, RF-DETR, D-FINE, "
+        "DEIM were trained so); default: the model family's. Independent of resize, which "
+        "is the interpolation",
+    )
+    input_range: Literal[1, 255] | None = Field(
+        None, description="model input values 0..1 or 0..255; default: the family's"
+    )
+    mean: tuple[Number(-1000, 1000), Number(-1000, 1000), Number(-1000, 1000)] | None = Field(
+        None,
+        description="per-channel (R, G, B) mean subtracted, in input_range units; default: "
+        "the model metadata's mean, else the family's",
+    )
+    std: tuple[Std, Std, Std] | None = Field(
+        None,
+        description="per-channel (R, G, B) divisor after the mean, in input_range units; "
+        "default: the model metadata's std, else the family's",
+    )
     dtype: Literal["auto", "float32", "float16"] = Field(
         "auto", description="expected input type; the model's own is used, a mismatch is an error"
     )
     format: Annotated[OutputFormat | None, Cli("--format")] = Field(
-        None, description="detector output layout; default: detected from the output shape"
+        None,
+        description="detector family (output layout); default: recognised from the output "
+        "names and shapes, the input size and the metadata (vstream info says why)",
     )
     class_names: Annotated[
         list[ClassName] | dict[Annotated[str, Field(pattern=r"^\d{1,6}$")], ClassName] | None,

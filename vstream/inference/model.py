@@ -72,6 +72,9 @@ class ModelSpec:
     outputs: tuple[TensorSpec, ...]
     class_names: dict[int, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
+    size_inputs: tuple[TensorSpec, ...] = ()
+    """``[B, 2]`` inputs beside the image (``orig_target_sizes``): bound once to the
+    input's (width, height), see :meth:`ModelSession._size_input`."""
 
     @property
     def fixed_batch(self) -> int | None:
@@ -137,13 +140,32 @@ def _tensor_spec(node: Any) -> TensorSpec:
     return TensorSpec(name=node.name, type_name=node.type, shape=shape)
 
 
+def _is_size_input(spec: TensorSpec) -> bool:
+    """A ``[B, 2]`` integer or float input: the image size DETR exports take."""
+    return (
+        spec.supported
+        and len(spec.shape) == 2
+        and spec.shape[1] in (2, None)
+        and spec.dtype_name in ("int64", "int32", "float32")
+    )
+
+
 def read_model_spec(session: Any, path: Path) -> ModelSpec:
-    """Describe the model loaded in ``session`` and check it can be a detector."""
-    inputs = session.get_inputs()
-    if len(inputs) != 1:
-        names = [i.name for i in inputs]
-        raise ModelError(f"{path.name}: a detector takes one image input, this model takes {names}")
-    image = _tensor_spec(inputs[0])
+    """Describe the model loaded in ``session`` and check it can be a detector.
+
+    One input is the image (the 4-dimensional one); the others may only be
+    ``[B, 2]`` image sizes, which DETR exports take to scale their boxes.
+    """
+    inputs = [_tensor_spec(i) for i in session.get_inputs()]
+    images = [i for i in inputs if len(i.shape) == 4] if len(inputs) > 1 else inputs
+    others = [i for i in inputs if i not in images]
+    if len(images) != 1 or not all(_is_size_input(i) for i in others):
+        described = ", ".join(f"{i.name} {i.type_name} {list(i.shape)}" for i in inputs)
+        raise ModelError(
+            f"{path.name}: a detector takes one image input and at most [B, 2] image sizes "
+            f"(orig_target_sizes) beside it; this model takes {described}"
+        )
+    image = images[0]
     channels = image.shape[1] if len(image.shape) == 4 else None
     if len(image.shape) != 4 or (isinstance(channels, int) and channels != 3):
         raise ModelError(
@@ -168,6 +190,7 @@ def read_model_spec(session: Any, path: Path) -> ModelSpec:
         outputs=outputs,
         class_names=parse_class_names(metadata.get("names")),
         metadata=metadata,
+        size_inputs=tuple(others),
     )
 
 

@@ -397,16 +397,33 @@ class ModelSession:
         full_input = torch.empty(
             (sizes[-1], 3, *size), dtype=self.spec.input.torch_dtype, device=self.device
         )
+        size_inputs = [self._size_input(spec, sizes[-1], size) for spec in self.spec.size_inputs]
         buckets: list[Bucket] = []
         for position in reversed(range(len(sizes))):
             graph_id = index * len(sizes) + position if self.cuda_graphs else None
             largest = buckets[0].outputs if buckets else None
-            buckets.insert(0, self._bucket(full_input, sizes[position], graph_id, largest))
+            buckets.insert(
+                0, self._bucket(full_input, size_inputs, sizes[position], graph_id, largest)
+            )
         return BatchBuffer(full_input, tuple(buckets))
+
+    def _size_input(self, spec: Any, batch: int, size: tuple[int, int]) -> torch.Tensor:
+        """``orig_target_sizes``: (width, height) of the model input for every slot, made once.
+
+        DETR exports scale their normalised boxes by it. The original exports
+        want each frame's own size there, which changes per frame; vstream
+        gives the input's size instead, so the input is bound once and the
+        boxes come out in input pixels, then go back through the letterbox or
+        stretch like every other family's (:mod:`vstream.postprocess.decode`).
+        """
+        height, width = size
+        host = torch.tensor([[width, height]] * batch, dtype=spec.torch_dtype)
+        return host.to(self.device)
 
     def _bucket(
         self,
         full_input: torch.Tensor,
+        size_inputs: list[torch.Tensor],
         size: int,
         graph_id: int | None,
         largest: list[torch.Tensor | None] | None,
@@ -414,7 +431,9 @@ class ModelSession:
         ort = load_onnxruntime()
         binding = self.session.io_binding()
         view = full_input[:size]
-        self._bind(binding, self.spec.input.name, view, self.spec.input.numpy_dtype)
+        self._bind(binding.bind_input, self.spec.input.name, view, self.spec.input.numpy_dtype)
+        for spec, sizes in zip(self.spec.size_inputs, size_inputs, strict=True):
+            self._bind(binding.bind_input, spec.name, sizes[:size], spec.numpy_dtype)
         outputs: list[torch.Tensor | None] = []
         for position, out in enumerate(self.spec.outputs):
             shape = self._shapes[size][out.name]
@@ -427,7 +446,7 @@ class ModelSession:
                 tensor = full[:size]
             else:
                 tensor = torch.empty(shape, dtype=out.torch_dtype, device=self.device)
-            self._bind(binding, out.name, tensor, out.numpy_dtype)
+            self._bind(binding.bind_output, out.name, tensor, out.numpy_dtype)
             outputs.append(tensor)
         run_options = ort.RunOptions()
         if self.device.type == "cuda":
@@ -438,8 +457,7 @@ class ModelSession:
             run_options.add_run_config_entry("gpu_graph_id", str(graph_id))
         return Bucket(size, view, outputs, binding, run_options, graph_id)
 
-    def _bind(self, binding: Any, name: str, tensor: torch.Tensor, dtype: Any) -> None:
-        bind = binding.bind_input if name == self.spec.input.name else binding.bind_output
+    def _bind(self, bind: Any, name: str, tensor: torch.Tensor, dtype: Any) -> None:
         bind(
             name,
             self.device.type,

@@ -1,8 +1,13 @@
 """Turning raw detector output into final boxes, on the device, with as few host waits as possible.
 
-Candidates are filtered by confidence and class, suppressed with
-torchvision's NMS kernel (:mod:`vstream.postprocess.nms`), capped per frame
-and mapped back to the pixels of each original frame. The result is one
+Each family's outputs (:mod:`vstream.postprocess.formats`) are first read
+into the same dense form: per frame and row a box in input pixels, a score
+and a class. Candidates are then filtered by confidence and class,
+suppressed with torchvision's NMS kernel (:mod:`vstream.postprocess.nms`)
+where the family needs it (NMS-free models are cut to their best
+``max_det`` rows per frame by a ``topk`` instead), capped per frame and
+mapped back to the pixels of each original frame, through the letterbox or
+the stretch (separate x and y gains). The result is one
 compact tensor per batch, the only data the pipeline ever copies to the host.
 
 **Host waits.** On CUDA, an operation whose output size depends on the data
@@ -35,7 +40,13 @@ from collections.abc import Sequence
 import torch
 
 from vstream.config.model import PostprocessOptions
-from vstream.postprocess.formats import OutputFormat, check_output_shape, class_count
+from vstream.postprocess.formats import (
+    FAMILIES,
+    STRIDES,
+    OutputFormat,
+    check_output_shape,
+    class_count,
+)
 from vstream.postprocess.nms import batched_nms, cxcywh_to_xyxy
 from vstream.preprocess.letterbox import LetterboxGeometry
 from vstream.transfer import transfers, upload
@@ -57,29 +68,49 @@ def _group_by_frame(frame: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
 
 
 class Postprocessor:
-    """Decodes one detector output format into the detections tensor.
+    """Decodes one detector family's outputs into the detections tensor.
 
-    Safe to call from several threads at once (on different outputs): its
-    only state is caches that are replaced whole, never changed in place.
+    ``input_size`` ``(height, width)`` scales normalised boxes to input pixels
+    and sizes YOLOX's grid. Safe to call from several threads at once (on
+    different outputs): its only state is caches that are replaced whole,
+    never changed in place.
     """
 
-    def __init__(self, fmt: OutputFormat, config: PostprocessOptions, device: torch.device) -> None:
+    def __init__(
+        self,
+        fmt: OutputFormat,
+        config: PostprocessOptions,
+        device: torch.device,
+        input_size: tuple[int, int] = (640, 640),
+        order: Sequence[int] = (0,),
+    ) -> None:
         self.format = fmt
+        self.family = FAMILIES[fmt]
         self.config = config
         self.device = device
+        self.order = tuple(order)
+        """Model output positions in the order this family's decoding takes them."""
+        height, width = input_size
+        self._input_scale = upload(
+            torch.tensor([width, height, width, height], dtype=torch.float32), device
+        )
         self._geometry: tuple[tuple[LetterboxGeometry, ...], torch.Tensor] = (
             (),
-            torch.empty((0, 5), device=device),
+            torch.empty((0, 6), device=device),
         )
         self._allowed: dict[int, torch.Tensor] = {}
+        self._grid = _yolox_grid(input_size, device) if fmt is OutputFormat.YOLOX else None
 
     def _geometry_tensor(self, geometries: Sequence[LetterboxGeometry]) -> torch.Tensor:
-        """Per frame (pad_x, pad_y, gain, width, height), rebuilt only when frames change size."""
+        """Per frame (pad_x, pad_y, gain_x, gain_y, width, height), rebuilt when frames change."""
         key = tuple(geometries)
         cached_key, cached = self._geometry
         if key == cached_key:
             return cached
-        rows = [(g.box_pad_x, g.box_pad_y, g.gain, g.source_width, g.source_height) for g in key]
+        rows = [
+            (g.box_pad_x, g.box_pad_y, g.gain_x, g.gain_y, g.source_width, g.source_height)
+            for g in key
+        ]
         tensor = upload(torch.tensor(rows, dtype=torch.float32), self.device)
         self._geometry = (key, tensor)
         return tensor
@@ -97,56 +128,77 @@ class Postprocessor:
         inside = (class_id >= 0) & (class_id < size)
         return table[class_id.clamp(0, size - 1)] & inside
 
+    def _dense(
+        self, outputs: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Boxes ``[B, N, 4]`` (the family's layout), scores and class ids ``[B, N]``."""
+        fmt, first = self.format, outputs[0]
+        if fmt in (OutputFormat.END_TO_END, OutputFormat.RTDETR_TOPK):
+            return first[..., :4], first[..., 4], first[..., 5].round().long()
+        if fmt is OutputFormat.DETR_SIZED:
+            labels, boxes, scores = outputs
+            return boxes, scores, labels.long()
+        if fmt in (OutputFormat.DETR, OutputFormat.YOLO_NAS):
+            score, class_id = outputs[1].max(dim=-1)
+            # The logits' sigmoid, taken after the max: it keeps the order, on N not N x nc.
+            return outputs[0], score.sigmoid() if fmt is OutputFormat.DETR else score, class_id
+        rows = first.transpose(1, 2) if fmt is OutputFormat.YOLOV8 else first
+        if fmt in (OutputFormat.YOLOV8, OutputFormat.RTDETR):
+            score, class_id = rows[..., 4:].max(dim=-1)
+        else:
+            score, class_id = (rows[..., 5:] * rows[..., 4:5]).max(dim=-1)
+        return rows[..., :4], score, class_id
+
     def _candidates(
-        self, output: torch.Tensor, classes: int | None
+        self, outputs: Sequence[torch.Tensor], classes: int | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Boxes (xyxy, input pixels), scores, class ids and frame positions above ``conf``.
 
-        At most ``max_candidates`` per frame, the best ones; rows come grouped
-        by frame.
+        At most ``max_candidates`` per frame (``max_det`` for NMS-free
+        families), the best ones; rows come grouped by frame.
         """
-        if self.format is OutputFormat.END_TO_END:
-            boxes = output[..., :4]
-            score = output[..., 4]
-            class_id = output[..., 5].round().long()
-        else:
-            rows = output.transpose(1, 2) if self.format is OutputFormat.YOLOV8 else output
-            if self.format is OutputFormat.YOLOV8:
-                class_scores = rows[..., 4:]
-            else:
-                class_scores = rows[..., 5:] * rows[..., 4:5]
-            score, class_id = class_scores.max(dim=-1)
-            boxes = rows[..., :4]
+        boxes, score, class_id = self._dense(outputs)
         keep = score > self.config.conf
         if self.config.classes is not None:
             keep &= self._class_allowed(class_id, classes)
-        if score.shape[1] > self.config.max_candidates:
-            # The best max_candidates of each frame, a fixed number: no host wait.
+        limit = self.config.max_candidates if self.family.nms else self.config.max_det
+        if score.shape[1] > limit:
+            # The best rows of each frame, a fixed number: no host wait.
             masked = torch.where(keep, score, torch.full_like(score, -torch.inf))
-            score, anchor = masked.topk(self.config.max_candidates, dim=1)
+            score, anchor = masked.topk(limit, dim=1)
             keep = torch.gather(keep, 1, anchor)
             class_id = torch.gather(class_id, 1, anchor)
             boxes = torch.gather(boxes, 1, anchor[..., None].expand(-1, -1, 4))
         transfers.implicit_sync("candidates")  # nonzero: the number of candidates
         frame, index = keep.nonzero(as_tuple=True)
         boxes = boxes[frame, index].float()
-        if self.format is not OutputFormat.END_TO_END:
+        if self._grid is not None:
+            boxes = _yolox_decode(boxes, self._grid[index])
+        if self.family.box == "cxcywh":
             boxes = cxcywh_to_xyxy(boxes)
+        if self.family.normalised:
+            boxes = boxes * self._input_scale
         return boxes, score[frame, index].float(), class_id[frame, index], frame
 
     def __call__(
-        self, output: torch.Tensor, geometries: Sequence[LetterboxGeometry]
+        self,
+        outputs: torch.Tensor | Sequence[torch.Tensor],
+        geometries: Sequence[LetterboxGeometry],
     ) -> torch.Tensor:
-        """Detections for the first ``len(geometries)`` frames of ``output``.
+        """Detections for the first ``len(geometries)`` frames of the model's ``outputs``.
 
-        Returns a float32 tensor of shape ``(M, 7)`` with columns
+        ``outputs`` are the model's outputs in its own order (or its one
+        output). Returns a float32 tensor of shape ``(M, 7)`` with columns
         :data:`DETECTION_COLUMNS`, grouped by frame, highest score first.
         """
-        shape = tuple(output.shape)
-        check_output_shape(self.format, shape)
-        classes = class_count(self.format, shape)
-        boxes, score, class_id, frame = self._candidates(output[: len(geometries)], classes)
-        if self.format is OutputFormat.END_TO_END:
+        given = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+        ordered = [given[i][: len(geometries)] for i in self.order]
+        shapes = [tuple(given[i].shape) for i in self.order]
+        if self.family.outputs == 1:
+            check_output_shape(self.format, shapes[0])
+        classes = class_count(self.format, shapes)
+        boxes, score, class_id, frame = self._candidates(ordered, classes)
+        if not self.family.nms:
             order = _group_by_frame(frame, score)
         else:
             kept = batched_nms(boxes, score, frame * (classes or 1) + class_id, self.config.iou)
@@ -160,9 +212,29 @@ class Postprocessor:
 
         geometry = self._geometry_tensor(geometries)[frame]
         pad = geometry[:, 0:2].repeat(1, 2)
-        boxes = (boxes - pad) / geometry[:, 2:3]
-        limits = geometry[:, 3:5].repeat(1, 2)
+        boxes = (boxes - pad) / geometry[:, 2:4].repeat(1, 2)
+        limits = geometry[:, 4:6].repeat(1, 2)
         boxes = torch.minimum(boxes.clamp_(min=0.0), limits)
         return torch.cat(
             [frame[:, None].float(), boxes, score[:, None], class_id[:, None].float()], dim=1
         )
+
+
+def _yolox_grid(input_size: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """Per row of a YOLOX raw output: (cell x, cell y, stride), strides 8, 16, 32 in order."""
+    rows = []
+    for stride in STRIDES:
+        ys, xs = torch.meshgrid(
+            torch.arange(input_size[0] // stride),
+            torch.arange(input_size[1] // stride),
+            indexing="ij",
+        )
+        cells = torch.stack([xs.flatten(), ys.flatten()], dim=1).float()
+        rows.append(torch.cat([cells, torch.full((len(cells), 1), float(stride))], dim=1))
+    return upload(torch.cat(rows), device)
+
+
+def _yolox_decode(raw: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """YOLOX's raw (tx, ty, tw, th) as cx, cy, w, h in input pixels, as its demo decodes them."""
+    stride = grid[:, 2:3]
+    return torch.cat([(raw[:, :2] + grid[:, :2]) * stride, raw[:, 2:4].exp() * stride], dim=1)

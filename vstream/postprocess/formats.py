@@ -1,28 +1,222 @@
-"""The detector output layouts vstream decodes, and how to tell them apart."""
+"""The detector families vstream decodes, and how each is recognised from the model itself.
+
+A family fixes three things: how its outputs are read (which tensor holds
+boxes, scores, classes; box layout; pixels or normalised; NMS or not), how
+its input is made (letterbox or stretch, value range, mean and std) and any
+extra input it takes. :func:`recognise` picks the family from the output
+names and shapes, the input size and the metadata, and says why in words,
+so ``vstream info`` can show a wrong guess; ``model.format`` overrides it.
+
+Shapes alone cannot tell some families apart, so the input size is used:
+at an input of ``H x W`` a dense head over strides 8, 16 and 32 has
+``G = sum(H/s * W/s)`` cells. YOLOX (anchor-free) and YOLO-NAS have ``G``
+rows, YOLOv5 (three anchors a cell) ``3 G``; DETR-like models have a fixed
+number of queries (300 in most exports), which is neither. A single
+``[B, Q, 4 + nc]`` output is RT-DETR only where the metadata says so
+(Ultralytics writes its ``description`` and ``head``); without, it is read as
+YOLOv5, as before.
+"""
 
 from __future__ import annotations
 
 import enum
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 from vstream.errors import ModelError
 
 END_TO_END_MAX_DETECTIONS = 1000
 """An ``[B, K, 6]`` output with at most this many rows is read as end-to-end."""
 
+STRIDES = (8, 16, 32)
+"""Strides of the dense heads (YOLOv5, YOLOX, YOLO-NAS) whose row count identifies them."""
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
 
 class OutputFormat(str, enum.Enum):
-    """Layout of a detector's raw output tensor."""
+    """Layout of a detector's raw outputs (the ``--format`` values)."""
 
     YOLOV8 = "yolov8"
     """``[B, 4 + nc, N]``: cx, cy, w, h then one score per class (Ultralytics YOLOv8/YOLO11)."""
     YOLOV5 = "yolov5"
     """``[B, N, 5 + nc]``: cx, cy, w, h, objectness, then class scores."""
+    YOLOX = "yolox"
+    """``[B, G, 5 + nc]`` like YOLOv5, but raw grid offsets (YOLOX's default export)."""
     END_TO_END = "end2end"
-    """``[B, K, 6]``: x1, y1, x2, y2, score, class, NMS already done in the model."""
+    """``[B, K, 6]``: x1, y1, x2, y2, score, class, NMS already done (YOLOv10, YOLO26)."""
+    RTDETR = "rtdetr"
+    """``[B, Q, 4 + nc]``: normalised cx, cy, w, h, sigmoid scores (Ultralytics RT-DETR to 8.3)."""
+    RTDETR_TOPK = "rtdetr_topk"
+    """``[B, K, 6]``: normalised cx, cy, w, h, score, class (Ultralytics RT-DETR from 8.4)."""
+    DETR = "detr"
+    """boxes ``[B, Q, 4]`` normalised cx, cy, w, h + logits ``[B, Q, nc]`` (RF-DETR, D-FINE)."""
+    DETR_SIZED = "detr_sized"
+    """labels ``[B, K]``, boxes ``[B, K, 4]`` xyxy, scores ``[B, K]``, given ``orig_target_sizes``
+    (RT-DETR's original export, D-FINE and DEIM with their postprocessor)."""
+    YOLO_NAS = "yolo_nas"
+    """boxes ``[B, G, 4]`` xyxy input pixels + scores ``[B, G, nc]`` (YOLO-NAS, without NMS)."""
+
+
+ResizeMode = Literal["letterbox", "stretch"]
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How a family's input is made: ``value = (pixel * input_range - mean) / std``."""
+
+    resize_mode: ResizeMode = "letterbox"
+    input_range: Literal[1, 255] = 1
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
+
+    def describe(self) -> str:
+        text = f"{self.resize_mode}, values 0..{self.input_range}"
+        if self.mean != (0.0, 0.0, 0.0) or self.std != (1.0, 1.0, 1.0):
+            text += f", mean {list(self.mean)}, std {list(self.std)}"
+        return text
+
+    def normalisation(self) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+        """(offset, divisor) per channel for pixels in 0..1, or None where values stay 0..1."""
+        offset = tuple(m / self.input_range for m in self.mean)
+        divisor = tuple(s / self.input_range for s in self.std)
+        return None if offset == (0.0,) * 3 and divisor == (1.0,) * 3 else (offset, divisor)
+
+
+def _triple(text: str | None) -> tuple[float, float, float] | None:
+    """Three numbers from metadata such as ``[0.485, 0.456, 0.406]``, else None."""
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    numbers = isinstance(value, list) and all(isinstance(v, int | float) for v in value)
+    if numbers and len(value) == 3:
+        return float(value[0]), float(value[1]), float(value[2])
+    return None
+
+
+def resolve_preprocessing(
+    family: Preprocessing,
+    metadata: Mapping[str, str],
+    resize_mode: ResizeMode | None,
+    input_range: Literal[1, 255] | None,
+    mean: Sequence[float] | None,
+    std: Sequence[float] | None,
+) -> tuple[Preprocessing, tuple[str, ...]]:
+    """The preprocessing to run: the config's, else the metadata's (``mean``, ``std``), else
+    the family's; with where each part came from, for ``vstream info``."""
+    reasons = []
+    chosen = {}
+    for name, given in (("resize_mode", resize_mode), ("input_range", input_range)):
+        if given is not None:
+            chosen[name] = given
+            reasons.append(f"{name} {given} from the config")
+    for name, given in (("mean", mean), ("std", std)):
+        found = _triple(metadata.get(name))
+        if given is not None:
+            chosen[name] = tuple(float(v) for v in given)
+            reasons.append(f"{name} from the config")
+        elif found is not None:
+            chosen[name] = found
+            reasons.append(f"{name} {list(found)} from the model metadata")
+    made = Preprocessing(**{**family.__dict__, **chosen})
+    return made, tuple(reasons) or ("the family's defaults",)
+
+
+@dataclass(frozen=True)
+class Family:
+    """What vstream knows of one output format: its models, boxes and preprocessing."""
+
+    models: str
+    """Who exports it, for people reading ``vstream info``."""
+    box: Literal["cxcywh", "xyxy"]
+    normalised: bool
+    """Boxes as fractions of the input size rather than input pixels."""
+    nms: bool
+    """Whether vstream runs NMS (False: the model's queries or its own NMS are final)."""
+    preprocessing: Preprocessing = field(default_factory=Preprocessing)
+    outputs: int = 1
+
+
+FAMILIES: dict[OutputFormat, Family] = {
+    OutputFormat.YOLOV8: Family("Ultralytics YOLOv8, YOLO11", "cxcywh", False, True),
+    OutputFormat.YOLOV5: Family("YOLOv5, YOLOv7", "cxcywh", False, True),
+    OutputFormat.YOLOX: Family(
+        "YOLOX (raw grids)", "cxcywh", False, True, Preprocessing(input_range=255)
+    ),
+    OutputFormat.END_TO_END: Family("Ultralytics YOLOv10, YOLO26", "xyxy", False, False),
+    OutputFormat.RTDETR: Family(
+        "Ultralytics RT-DETR", "cxcywh", True, False, Preprocessing(resize_mode="stretch")
+    ),
+    OutputFormat.RTDETR_TOPK: Family(
+        "Ultralytics RT-DETR (8.4+)", "cxcywh", True, False, Preprocessing(resize_mode="stretch")
+    ),
+    OutputFormat.DETR: Family(
+        "RF-DETR, D-FINE, DEIM (boxes + logits)",
+        "cxcywh",
+        True,
+        False,
+        Preprocessing("stretch", 1, IMAGENET_MEAN, IMAGENET_STD),
+        outputs=2,
+    ),
+    OutputFormat.DETR_SIZED: Family(
+        "RT-DETR (lyuwenyu/PaddleDetection), D-FINE, DEIM (labels, boxes, scores)",
+        "xyxy",
+        False,
+        False,
+        Preprocessing(resize_mode="stretch"),
+        outputs=3,
+    ),
+    OutputFormat.YOLO_NAS: Family("YOLO-NAS", "xyxy", False, True, outputs=2),
+}
+
+KNOWN_LAYOUTS = (
+    "yolov8 [B, 4+nc, N]; yolov5 [B, 3G, 5+nc]; yolox [B, G, 5+nc]; end2end [B, K, 6]; "
+    "rtdetr [B, Q, 4+nc]; rtdetr_topk [B, K, 6]; detr boxes [B, Q, 4] + logits [B, Q, nc]; "
+    "detr_sized labels [B, K] + boxes [B, K, 4] + scores [B, K]; "
+    "yolo_nas boxes [B, G, 4] + scores [B, G, nc]"
+)
+
+
+@dataclass(frozen=True)
+class OutputInfo:
+    """An output as recognition sees it: its name and resolved shape."""
+
+    name: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Recognition:
+    """The family chosen, which output plays which part, and the reasons, in words."""
+
+    format: OutputFormat
+    order: tuple[int, ...]
+    """Model output positions in the order the decoder takes them (see :func:`decode_order`)."""
+    reasons: tuple[str, ...]
+
+
+def grid_cells(input_size: tuple[int, int]) -> int:
+    """Cells of a dense head over :data:`STRIDES` at ``(height, width)``."""
+    return sum((input_size[0] // s) * (input_size[1] // s) for s in STRIDES)
+
+
+def _shapes(outputs: Sequence[OutputInfo]) -> str:
+    return ", ".join(f"{o.name} {list(o.shape)}" for o in outputs)
+
+
+def _unknown(outputs: Sequence[OutputInfo], why: str) -> ModelError:
+    return ModelError(
+        f"cannot tell the detector output format ({why}) from outputs {_shapes(outputs)}: "
+        f"known layouts: {KNOWN_LAYOUTS}; set model.format (--format) if it is one of them"
+    )
 
 
 def detect_output_format(shape: tuple[int, ...]) -> OutputFormat:
-    """Infer the format from a resolved output shape.
+    """The single-output format from its shape alone (no input size, names or metadata).
 
     ``[B, K, 6]`` is ambiguous with a one-class YOLOv5 model; small K (at most
     :data:`END_TO_END_MAX_DETECTIONS`) is read as end-to-end, since dense heads
@@ -45,21 +239,158 @@ def detect_output_format(shape: tuple[int, ...]) -> OutputFormat:
     )
 
 
-def class_count(fmt: OutputFormat, shape: tuple[int, ...]) -> int | None:
-    """Number of classes the output carries, or None where the layout does not say."""
+def _metadata_family(metadata: Mapping[str, str]) -> tuple[OutputFormat | None, str]:
+    """A family the metadata names (Ultralytics' ``description``, ``end2end``), if any."""
+    description = metadata.get("description", "").strip()
+    head = metadata.get("head", "")
+    if head == "RTDETRDecoder":
+        return OutputFormat.RTDETR, "metadata head=RTDETRDecoder"
+    if "rtdetr" in description.lower().replace("-", ""):
+        return OutputFormat.RTDETR, f"metadata description {description!r} names RT-DETR"
+    if metadata.get("end2end", "").lower() == "true":
+        return OutputFormat.END_TO_END, "metadata end2end=True (NMS inside the model)"
+    return None, ""
+
+
+def _one_output(
+    out: OutputInfo, input_size: tuple[int, int], metadata: Mapping[str, str], class_names: int
+) -> tuple[OutputFormat, str]:
+    if len(out.shape) != 3:
+        raise _unknown([out], "one output, not 3-dimensional")
+    _, rows, cols = out.shape
+    cells = grid_cells(input_size)
+    named, why = _metadata_family(metadata)
+    if named is OutputFormat.RTDETR and cols == 6 and class_names != 2:
+        return OutputFormat.RTDETR_TOPK, why + (
+            f"; output [B, {rows}, 6] with {class_names or 'no'} class names: the top-k "
+            "cx cy w h score class rows of Ultralytics 8.4+"
+        )
+    if named is OutputFormat.RTDETR and cols > 4:
+        return named, why + f"; output [B, {rows} queries, 4+{cols - 4}]"
+    if named is OutputFormat.END_TO_END and cols == 6:
+        return named, why + f"; output [B, {rows}, 6]"
+    if cols == 6 and rows <= END_TO_END_MAX_DETECTIONS and rows not in (cells, 3 * cells):
+        return OutputFormat.END_TO_END, f"output [B, {rows}, 6]: x1 y1 x2 y2 score class rows"
+    if 5 <= rows < cols:
+        return OutputFormat.YOLOV8, f"output [B, 4+{rows - 4}, {cols}]: channels before anchors"
+    if cols >= 6 and rows == 3 * cells:
+        return OutputFormat.YOLOV5, (
+            f"output [B, {rows}, 5+{cols - 5}]: {rows} rows = 3 anchors x {cells} cells at "
+            f"{input_size[1]}x{input_size[0]} (strides 8/16/32)"
+        )
+    if cols >= 6 and rows == cells:
+        return OutputFormat.YOLOX, (
+            f"output [B, {rows}, 5+{cols - 5}]: {rows} rows = one per cell at "
+            f"{input_size[1]}x{input_size[0]} (anchor-free, strides 8/16/32): YOLOX raw grids"
+        )
+    if cols >= 6 and rows > cols:
+        return OutputFormat.YOLOV5, (
+            f"output [B, {rows}, 5+{cols - 5}]: rows after channels, no metadata naming "
+            "RT-DETR (whose [B, Q, 4+nc] looks the same: --format rtdetr)"
+        )
+    raise _unknown([out], "no rule matches its shape")
+
+
+def _named(outputs: Sequence[OutputInfo], *words: str) -> int | None:
+    """Position of the output whose name contains one of ``words`` (lower case)."""
+    for position, out in enumerate(outputs):
+        if any(word in out.name.lower() for word in words):
+            return position
+    return None
+
+
+def _several_outputs(
+    outputs: Sequence[OutputInfo], input_size: tuple[int, int], extra_inputs: Sequence[str]
+) -> Recognition:
+    ranks = [len(o.shape) for o in outputs]
+    if len(outputs) == 3 and sorted(ranks) == [2, 2, 3]:
+        boxes = ranks.index(3)
+        labels = _named(outputs, "label")
+        scores = _named(outputs, "score")
+        if labels is None or scores is None or len({boxes, labels, scores}) != 3:
+            raise _unknown(outputs, "three outputs, but no 'labels' and 'scores' among them")
+        sized = f"; extra input {', '.join(extra_inputs)} bound once" if extra_inputs else ""
+        return Recognition(
+            OutputFormat.DETR_SIZED,
+            (labels, boxes, scores),
+            (
+                f"three outputs {outputs[labels].name!r} [B, K], {outputs[boxes].name!r} "
+                f"[B, K, 4], {outputs[scores].name!r} [B, K]: labels, xyxy boxes, scores{sized}",
+            ),
+        )
+    if len(outputs) == 2 and ranks == [3, 3]:
+        four = [i for i, o in enumerate(outputs) if o.shape[2] == 4]
+        if not four or outputs[0].shape[1] != outputs[1].shape[1]:
+            raise _unknown(outputs, "two outputs, but not boxes [B, N, 4] and scores [B, N, nc]")
+        named = _named(outputs, "box", "det")  # RF-DETR: dets; D-FINE: pred_boxes
+        boxes = named if named in four else four[0]
+        scores = 1 - boxes
+        rows = outputs[boxes].shape[1]
+        cells = grid_cells(input_size)
+        pair = f"{outputs[boxes].name!r} [B, {rows}, 4] + {outputs[scores].name!r} [B, {rows}, nc]"
+        if rows == cells:
+            return Recognition(
+                OutputFormat.YOLO_NAS,
+                (boxes, scores),
+                (f"two outputs {pair}: {rows} rows = one per cell (strides 8/16/32): YOLO-NAS",),
+            )
+        return Recognition(
+            OutputFormat.DETR,
+            (boxes, scores),
+            (f"two outputs {pair}: {rows} rows is no dense head's cell count: DETR queries",),
+        )
+    raise _unknown(outputs, f"{len(outputs)} outputs")
+
+
+def recognise(
+    outputs: Sequence[OutputInfo],
+    input_size: tuple[int, int],
+    metadata: Mapping[str, str] | None = None,
+    extra_inputs: Sequence[str] = (),
+    forced: OutputFormat | None = None,
+    class_names: int = 0,
+) -> Recognition:
+    """The family of a model with these outputs at ``input_size`` ``(height, width)``.
+
+    ``forced`` (``model.format``) skips the guess but still checks the shapes fit;
+    ``class_names`` is how many the metadata names (0: none).
+    """
+    metadata = metadata or {}
+    if forced is not None and FAMILIES[forced].outputs == 1:
+        check_output_shape(forced, outputs[0].shape)
+        return Recognition(forced, (0,), (f"model.format is {forced.value}",))
+    if forced is not None:
+        found = _several_outputs(outputs, input_size, extra_inputs) if len(outputs) > 1 else None
+        if found is None or FAMILIES[found.format].outputs != FAMILIES[forced].outputs:
+            raise ModelError(f"outputs {_shapes(outputs)} do not fit the {forced.value} format")
+        return Recognition(forced, found.order, (f"model.format is {forced.value}",))
+    if len(outputs) == 1:
+        fmt, why = _one_output(outputs[0], input_size, metadata, class_names)
+        return Recognition(fmt, (0,), (why,))
+    return _several_outputs(outputs, input_size, extra_inputs)
+
+
+def class_count(fmt: OutputFormat, shapes: Sequence[tuple[int, ...]]) -> int | None:
+    """Number of classes the outputs carry (in decoder order), or None where they do not say."""
+    shape = shapes[0]
     if fmt is OutputFormat.YOLOV8:
         return shape[1] - 4
-    if fmt is OutputFormat.YOLOV5:
+    if fmt in (OutputFormat.YOLOV5, OutputFormat.YOLOX):
         return shape[2] - 5
+    if fmt is OutputFormat.RTDETR:
+        return shape[2] - 4
+    if fmt in (OutputFormat.DETR, OutputFormat.YOLO_NAS):
+        return shapes[1][2]
     return None
 
 
 def check_output_shape(fmt: OutputFormat, shape: tuple[int, ...]) -> None:
-    """Raise :class:`ModelError` when ``shape`` cannot hold ``fmt``."""
+    """Raise :class:`ModelError` when ``shape`` cannot hold single-output ``fmt``."""
     fits = len(shape) == 3 and (
         (fmt is OutputFormat.YOLOV8 and shape[1] >= 5)
-        or (fmt is OutputFormat.YOLOV5 and shape[2] >= 6)
-        or (fmt is OutputFormat.END_TO_END and shape[2] == 6)
+        or (fmt in (OutputFormat.YOLOV5, OutputFormat.YOLOX) and shape[2] >= 6)
+        or (fmt in (OutputFormat.END_TO_END, OutputFormat.RTDETR_TOPK) and shape[2] == 6)
+        or (fmt is OutputFormat.RTDETR and shape[2] >= 5)
     )
     if not fits:
         raise ModelError(f"output shape {list(shape)} does not fit the {fmt.value} format")

@@ -15,15 +15,22 @@ interpolation for tensor frames. It is cheaper on the CPU, but the model then
 sees pixels it was not validated on: scores near the threshold move, so
 detections differ from the reference's (see the README's "Models").
 
+``resize_mode: stretch`` (models trained without a letterbox: RT-DETR,
+RF-DETR, D-FINE, DEIM) fills the whole input instead, with separate x and y
+gains and no padding. A family's normalisation (value range, mean, std) is
+applied to the window in place with per-channel tensors made once.
+
 Either way nothing is allocated per frame: each slot's window is written in place.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Literal
 
-import av
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -38,12 +45,13 @@ from vstream.preprocess.scale import Scaler
 Resize = Literal["linear", "area"]
 """How a frame is resized into its window: the reference's bilinear, or area averaging."""
 
-_FFMPEG_420 = {"yuv420p", "yuvj420p"}
-"""Formats of decoded pictures whose planes :class:`Resampler` converts as FFmpeg does."""
+ResizeMode = Literal["letterbox", "stretch"]
+"""Where the frame goes: kept in proportion with grey bars, or stretched to the whole input."""
 
-_FFMPEG_MATRICES = {0, 1, 2, 5, 6}
-"""FFmpeg colour spaces converted with the BT.601 or BT.709 matrix (RGB, BT.709,
-unspecified, BT.470BG, SMPTE 170M); pictures in others are converted by FFmpeg itself."""
+RGB24 = PixelFormat.RGB24
+
+MAX_SIZES = 8
+"""Resized-picture buffers kept per letterboxer, one per window size."""
 
 PAD_VALUE = 114
 """Grey level of the letterbox bars, as in Ultralytics."""
@@ -66,19 +74,44 @@ class LetterboxGeometry:
     gain: float
     """Scale from source pixels to input pixels, ``min(input_h / h, input_w / w)``."""
     box_pad_x: float
-    """Horizontal offset subtracted from boxes before dividing by ``gain``."""
+    """Horizontal offset subtracted from boxes before dividing by ``gain_x``."""
     box_pad_y: float
-    """Vertical offset subtracted from boxes before dividing by ``gain``."""
+    """Vertical offset subtracted from boxes before dividing by ``gain_y``."""
+    gain_x: float
+    """Horizontal scale from source to input pixels: ``gain``, or ``input_w / w`` stretched."""
+    gain_y: float
+    """Vertical scale from source to input pixels: ``gain``, or ``input_h / h`` stretched."""
 
     @classmethod
     def fit(
-        cls, source_width: int, source_height: int, input_width: int, input_height: int
+        cls,
+        source_width: int,
+        source_height: int,
+        input_width: int,
+        input_height: int,
+        mode: ResizeMode = "letterbox",
     ) -> LetterboxGeometry:
         """Compute the geometry for a ``source_width x source_height`` frame."""
         if min(source_width, source_height, input_width, input_height) <= 0:
             raise ValueError(
                 f"letterbox sizes must be positive, got source {source_width}x{source_height} "
                 f"and input {input_width}x{input_height}"
+            )
+        if mode == "stretch":
+            return cls(
+                source_width=source_width,
+                source_height=source_height,
+                input_width=input_width,
+                input_height=input_height,
+                resized_width=input_width,
+                resized_height=input_height,
+                left=0,
+                top=0,
+                gain=min(input_height / source_height, input_width / source_width),
+                box_pad_x=0.0,
+                box_pad_y=0.0,
+                gain_x=input_width / source_width,
+                gain_y=input_height / source_height,
             )
         gain = min(input_height / source_height, input_width / source_width)
         resized_width = round(source_width * gain)
@@ -97,6 +130,8 @@ class LetterboxGeometry:
             gain=gain,
             box_pad_x=round((input_width - source_width * gain) / 2 - 0.1),
             box_pad_y=round((input_height - source_height * gain) / 2 - 0.1),
+            gain_x=gain,
+            gain_y=gain,
         )
 
 
@@ -108,15 +143,36 @@ class Letterboxer:
     padding of a slot is painted only when the geometry of that slot changes.
     """
 
-    def __init__(self, input_tensor: torch.Tensor, resize: Resize = "linear") -> None:
+    def __init__(
+        self,
+        input_tensor: torch.Tensor,
+        resize: Resize = "linear",
+        mode: ResizeMode = "letterbox",
+        normalise: tuple[Sequence[float], Sequence[float]] | None = None,
+    ) -> None:
+        """``normalise`` is (offset, divisor) per channel: ``value = (pixel - offset) / divisor``
+        for pixels in 0..1 (see :meth:`ModelConfig.normalisation`); None leaves 0..1."""
         if input_tensor.dim() != 4 or input_tensor.shape[1] != 3:
             raise ValueError(f"input tensor must be (N, 3, H, W), got {tuple(input_tensor.shape)}")
         if resize not in ("linear", "area"):
             raise ValueError(f"resize must be 'linear' or 'area', got {resize!r}")
+        if mode not in ("letterbox", "stretch"):
+            raise ValueError(f"resize mode must be 'letterbox' or 'stretch', got {mode!r}")
         self.input = input_tensor
         self.resize = resize
+        self.mode = mode
+        self._offset: torch.Tensor | None = None
+        self._divisor: torch.Tensor | None = None
+        self._pad = [PAD_VALUE / 255.0] * 3
+        if normalise is not None:
+            offset, divisor = normalise
+            made = dict(dtype=input_tensor.dtype, device=input_tensor.device)
+            self._offset = torch.tensor(list(offset), **made).view(3, 1, 1)
+            self._divisor = torch.tensor(list(divisor), **made).view(3, 1, 1)
+            self._pad = [(PAD_VALUE / 255.0 - o) / d for o, d in zip(offset, divisor, strict=True)]
         self._slot_geometry: list[LetterboxGeometry | None] = [None] * input_tensor.shape[0]
         self._resampler = Resampler()
+        self._resized: dict[tuple[int, int], np.ndarray] = {}
         self._scaler = Scaler()
         self._levels = torch.tensor(255, dtype=input_tensor.dtype, device=input_tensor.device)
         """255 as a tensor made once (a Python number is boxed anew at every call)."""
@@ -132,10 +188,13 @@ class Letterboxer:
                 f"frame is on {frame.device} but the model input is on {self.input.device}"
             )
         _, _, input_height, input_width = self.input.shape
-        geometry = LetterboxGeometry.fit(frame.width, frame.height, input_width, input_height)
+        geometry = LetterboxGeometry.fit(
+            frame.width, frame.height, input_width, input_height, self.mode
+        )
         target = self.input[slot]
         if self._slot_geometry[slot] != geometry:
-            target.fill_(PAD_VALUE / 255.0)
+            for channel, value in zip(target, self._pad, strict=True):
+                channel.fill_(value)
             self._slot_geometry[slot] = geometry
         window = target[
             :,
@@ -146,27 +205,43 @@ class Letterboxer:
             self._area(frame, window)
         else:
             self._linear(frame, window)
+        if self._offset is not None and self._divisor is not None:
+            window.sub_(self._offset).div_(self._divisor)  # in place, broadcast: no allocation
         return geometry
 
     def _linear(self, frame: Frame, window: torch.Tensor) -> None:
-        """The reference's pixels: YUV planes as decoded where possible, else FFmpeg's RGB."""
+        """The reference's pixels: made by the reference's own libraries on the CPU."""
+        on_cpu = window.device.type == "cpu"
+        if on_cpu and (isinstance(frame.picture, PyAVPicture) or frame.pixel_format is RGB24):
+            self._opencv(frame, window)
+        elif frame.pixel_format is RGB24:
+            self._resampler.rgb(frame.data, window)
+        else:
+            u, v = chroma_planes(frame)
+            self._resampler.yuv420(frame.data[: frame.height], u, v, frame.colour, window)
+
+    def _opencv(self, frame: Frame, window: torch.Tensor) -> None:
+        """FFmpeg's RGB of the picture, resized by OpenCV's ``INTER_LINEAR``: the reference itself.
+
+        The full-size RGB is FFmpeg's, converted on this thread and dropped
+        after the resize (the frame keeps no full-size copy); the resized
+        picture goes into a buffer kept per size, then into the window.
+        """
+        cv2 = _opencv()
         picture = frame.picture
         if isinstance(picture, PyAVPicture):
-            decoded = picture.frame
-            if (
-                decoded.format.name in _FFMPEG_420
-                and decoded.colorspace in _FFMPEG_MATRICES
-                and not (decoded.width % 2 or decoded.height % 2)
-            ):
-                self._resampler.yuv420(*_planes(decoded), frame.colour, window)
-            else:  # another layout or colour space: FFmpeg converts it, as for the reference
-                self._resampler.rgb(picture.to_tensor(PixelFormat.RGB24), window)
-            return
-        if frame.pixel_format is PixelFormat.RGB24:
-            self._resampler.rgb(frame.data, window)
-            return
-        u, v = chroma_planes(frame)
-        self._resampler.yuv420(frame.data[: frame.height], u, v, frame.colour, window)
+            rgb = picture.frame.to_ndarray(format="rgb24", threads=1)
+        else:
+            rgb = frame.data.numpy()
+        height, width = window.shape[1:]
+        if (width, height) != (frame.width, frame.height):
+            resized = self._resized.get((height, width))
+            if resized is None:
+                if len(self._resized) >= MAX_SIZES:
+                    self._resized.clear()
+                resized = self._resized[height, width] = np.empty((height, width, 3), np.uint8)
+            rgb = cv2.resize(rgb, (width, height), dst=resized, interpolation=cv2.INTER_LINEAR)
+        window.copy_(torch.from_numpy(rgb).permute(2, 0, 1)).div_(self._levels)
 
     def _area(self, frame: Frame, window: torch.Tensor) -> None:
         """Area averaging: FFmpeg's scaler for its own pictures, torch's for tensor frames."""
@@ -192,12 +267,15 @@ class Letterboxer:
         return to_rgb_planar(frame)
 
 
-def _planes(picture: av.VideoFrame) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The Y, U and V planes of an even-sized 4:2:0 picture, as views of FFmpeg's memory."""
-    luma = (picture.height, picture.width)
-    chroma = (picture.height // 2, picture.width // 2)
-    y, u, v = [
-        torch.from_numpy(np.ndarray(shape, np.uint8, plane, strides=(plane.line_size, 1)))
-        for plane, shape in zip(picture.planes, (luma, chroma, chroma), strict=True)
-    ]
-    return y, u, v
+@functools.cache
+def _opencv() -> ModuleType:
+    """OpenCV, imported on first use, with its own thread pool off.
+
+    Letterboxing runs on the pipeline's stage threads beside the model runs;
+    OpenCV would otherwise spread every resize over a thread per core. The
+    setting is OpenCV's, process-wide.
+    """
+    import cv2
+
+    cv2.setNumThreads(1)
+    return cv2
