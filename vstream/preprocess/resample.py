@@ -174,6 +174,12 @@ class _Plan:
         self.cols = tuple(
             tensor(np.broadcast_to(col_index // factor, (n_rows, n_cols))) for factor in (1, 2)
         )
+        # Where every tap is an evenly spaced run of source indices (a whole-number scale: 720p
+        # or 1080p to 320, 640 to 320), the samples are strided views: copied, not gathered.
+        self.runs = tuple(
+            (_runs(rows.index[:taps] // factor), _runs(cols.index[:taps] // factor))
+            for factor in (1, 2)
+        )
         self.row_scratch = {w: empty(n_rows, w, dtype=torch.uint8) for w in set(plane_widths)}
         self.samples = empty(3, n_rows, n_cols, dtype=torch.uint8)
         self.rgb = empty(3, n_rows, n_cols)
@@ -197,9 +203,17 @@ class _Plan:
         """The source samples the output reads, ``(3, rows, cols)`` uint8, plane by plane."""
         for index, plane in enumerate(planes):
             halved = chroma and index > 0
+            row_runs, col_runs = self.runs[halved]
+            out = self.samples[index]
+            if row_runs is not None and col_runs is not None:
+                blocks = out.view(len(row_runs), -1, len(col_runs), out.shape[1] // len(col_runs))
+                for i, rows in enumerate(row_runs):
+                    for j, cols in enumerate(col_runs):
+                        blocks[i, :, j].copy_(plane[rows, cols])
+                continue
             rows = self.row_scratch[plane.shape[1]]
             torch.index_select(plane, 0, self.rows[halved], out=rows)
-            torch.gather(rows, 1, self.cols[halved], out=self.samples[index])
+            torch.gather(rows, 1, self.cols[halved], out=out)
         return self.samples
 
     def _coefficients_of(self, k: FixedPoint) -> tuple[torch.Tensor, ...]:
@@ -246,6 +260,17 @@ class _Plan:
             rgb = self.down[:, 0].add_(self.down[:, 1]).add_(self.constants[2])
             rgb.bitwise_right_shift_(self.constants[2])
         out.copy_(rgb).div_(self.levels)  # as Ultralytics scales: float, then divided by 255
+
+
+def _runs(taps: np.ndarray) -> tuple[slice, ...] | None:
+    """Each tap's source indices as a slice, if every tap's are evenly spaced; else None."""
+    runs = []
+    for index in taps:
+        step = int(index[1] - index[0]) if len(index) > 1 else 1
+        if step <= 0 or not np.array_equal(index, index[0] + step * np.arange(len(index))):
+            return None
+        runs.append(slice(int(index[0]), int(index[-1]) + 1, step))
+    return tuple(runs)
 
 
 class Resampler:
