@@ -6,6 +6,8 @@ machine runs) to fill a letterbox window of the model input:
 
 - ``vstream linear``: the default, the reference's pixels (``resample.py``);
 - ``vstream area``: the ``resize: area`` opt-in (FFmpeg's area scaler);
+- ``vstream NV12 tensor``: the path NVDEC frames take (``resample.py``), here
+  on the CPU, from NV12 tensors converted beforehand (not timed);
 - ``full RGB + torch``: FFmpeg's RGB at full size, torch's bilinear on uint8;
 - ``full RGB + OpenCV`` (with ``opencv-python-headless``): the reference itself.
 
@@ -27,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from vstream.frame import Frame
+from vstream.frame import Frame, PixelFormat
 from vstream.preprocess import Letterboxer, LetterboxGeometry
 from vstream.sources import VideoFileSource
 
@@ -47,9 +49,20 @@ def methods(frames: list[Frame], size: int) -> dict[str, Callable[[Frame], None]
         image = F.interpolate(rgb.permute(2, 0, 1)[None], size=shape, mode="bilinear")
         torch.div(image[0], 255, out=target)
 
+    nv12 = {
+        id(frame): Frame(
+            torch.from_numpy(frame.picture.frame.to_ndarray(format="nv12")),
+            PixelFormat.NV12,
+            frame.width,
+            frame.height,
+            colour=frame.colour,
+        )
+        for frame in frames
+    }
     found = {
         "vstream linear": lambda frame: linear.load(0, frame) and None,
         "vstream area": lambda frame: area.load(0, frame) and None,
+        "vstream NV12 tensor": lambda frame: linear.load(0, nv12[id(frame)]) and None,
         "full RGB + torch": full_torch,
     }
     try:
