@@ -102,8 +102,9 @@ def main() -> None:
                 work(frame)
             costs[name].append((time.thread_time() - started) / len(frames) * 1e3)
     first = frames[0]
-    print(f"{args.video.name}: {first.width}x{first.height} -> imgsz {args.imgsz}, "
-          f"{len(frames)} frames x {args.rounds} rounds, CPU ms per frame (median, min)")  # fmt: skip
+    size = f"{first.width}x{first.height} -> imgsz {args.imgsz}"
+    runs = f"{len(frames)} frames x {args.rounds} rounds"
+    print(f"{args.video.name}: {size}, {runs}, CPU ms per frame (median, min)")
     for name, values in costs.items():
         print(f"  {name:<20} {statistics.median(values):6.2f}  {min(values):6.2f}")
 
