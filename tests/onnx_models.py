@@ -187,3 +187,52 @@ def partly_inferred_model(path: Path) -> Path:
         initializer=[numpy_helper.from_array(np.array([6, 10], dtype=np.int64), "rows_cols")],
     )
     return _save(graph, path)
+
+
+def family_model(
+    path: Path,
+    outputs: dict[str, np.ndarray],
+    *,
+    imgsz: tuple[int, int] = (320, 320),
+    metadata: dict[str, str] | None = None,
+    sized: str | None = None,
+) -> Path:
+    """A detector with a family's output names, shapes and dtypes and known output values.
+
+    Each output is its constant (plus 0 * sum(image), so the image flows
+    through). With ``sized``, the model also takes ``orig_target_sizes``
+    (``[B, 2]`` int64, width then height, as RT-DETR, D-FINE and DEIM do) and
+    the output named ``sized``, normalised xyxy boxes, is multiplied by it:
+    the boxes are only right if the size input is bound right.
+    """
+    batch = next(iter(outputs.values())).shape[0]
+    nodes = [
+        helper.make_node("ReduceSum", ["images"], ["total"], keepdims=0),
+        helper.make_node("Mul", ["total", "zero"], ["nothing"]),
+    ]
+    initializers = [numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")]
+    graph_outputs = []
+    for name, value in outputs.items():
+        elem_type = helper.np_dtype_to_tensor_dtype(value.dtype)
+        initializers.append(numpy_helper.from_array(value, f"{name}_value"))
+        nodes.append(helper.make_node("Cast", ["nothing"], [f"{name}_nothing"], to=elem_type))
+        result = f"{name}_unsized" if name == sized else name
+        nodes.append(helper.make_node("Add", [f"{name}_value", f"{name}_nothing"], [result]))
+        graph_outputs.append(helper.make_tensor_value_info(name, elem_type, list(value.shape)))
+    inputs = [_image_input(batch, imgsz[0], imgsz[1])]
+    if sized is not None:
+        inputs.append(
+            helper.make_tensor_value_info("orig_target_sizes", TensorProto.INT64, [batch, 2])
+        )
+        initializers.append(numpy_helper.from_array(np.array([1, 2], dtype=np.int64), "twice"))
+        initializers.append(numpy_helper.from_array(np.array([1], dtype=np.int64), "axis1"))
+        nodes += [
+            helper.make_node("Cast", ["orig_target_sizes"], ["sizes"], to=TensorProto.FLOAT),
+            helper.make_node("Tile", ["sizes", "twice"], ["whwh"]),
+            helper.make_node("Unsqueeze", ["whwh", "axis1"], ["whwh_rows"]),
+            helper.make_node("Mul", [f"{sized}_unsized", "whwh_rows"], [sized]),
+        ]
+    graph = helper.make_graph(
+        nodes, "family_detector", inputs, graph_outputs, initializer=initializers
+    )
+    return _save(graph, path, metadata)

@@ -229,6 +229,8 @@ class ModelSession:
             raise ModelError(
                 f"{path.name}: CUDA graphs need outputs whose size is known before the run"
             )
+        self._size_inputs: list[torch.Tensor] = []
+        """The bound ``orig_target_sizes`` tensors: ORT holds only their addresses."""
         self.buffers = tuple(
             self._buffer(i, sizes, (height, width)) for i in range(runtime.in_flight)
         )
@@ -398,6 +400,7 @@ class ModelSession:
             (sizes[-1], 3, *size), dtype=self.spec.input.torch_dtype, device=self.device
         )
         size_inputs = [self._size_input(spec, sizes[-1], size) for spec in self.spec.size_inputs]
+        self._size_inputs += size_inputs
         buckets: list[Bucket] = []
         for position in reversed(range(len(sizes))):
             graph_id = index * len(sizes) + position if self.cuda_graphs else None

@@ -328,11 +328,14 @@ def _several_outputs(
         rows = outputs[boxes].shape[1]
         cells = grid_cells(input_size)
         pair = f"{outputs[boxes].name!r} [B, {rows}, 4] + {outputs[scores].name!r} [B, {rows}, nc]"
-        if rows == cells:
+        if rows == cells or _named(outputs, "pre_nms") is not None:
+            why = (
+                f"{rows} rows = one per cell (strides 8/16/32)"
+                if rows == cells
+                else "'pre_nms' output names (super-gradients' export)"
+            )
             return Recognition(
-                OutputFormat.YOLO_NAS,
-                (boxes, scores),
-                (f"two outputs {pair}: {rows} rows = one per cell (strides 8/16/32): YOLO-NAS",),
+                OutputFormat.YOLO_NAS, (boxes, scores), (f"two outputs {pair}: {why}: YOLO-NAS",)
             )
         return Recognition(
             OutputFormat.DETR,

@@ -1,0 +1,334 @@
+"""Each detector family end to end: real names, shapes and dtypes, known outputs, odd frames.
+
+Every model here is an ONNX graph with the interface of that family's real
+export (output names, shapes, dtypes, extra inputs, metadata) whose outputs
+are constants written from boxes chosen in the pixels of two frames of odd
+sizes (641x479 and 480x848), through the geometry the family's
+preprocessing gives them (letterbox or stretch). ``Detector.detect`` must
+recognise the family from the model alone and give those boxes back.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import run_cli
+from onnx_models import family_model
+
+from vstream import Detector, Frame, ModelError, PixelFormat
+from vstream.postprocess.formats import OutputInfo, grid_cells, recognise
+from vstream.preprocess import LetterboxGeometry
+
+SIZES = ((641, 479), (480, 848))
+"""(width, height) of the two frames of every batch."""
+
+TRUTH = (
+    ((100.5, 50.25, 300.75, 400.0), 2, 0.9),
+    ((10.0, 600.0, 200.0, 840.0), 1, 0.7),
+)
+"""Per frame: the one box (x1, y1, x2, y2 in frame pixels), its class and score."""
+
+NAMES = {0: "person", 1: "bicycle", 2: "car"}
+NC = len(NAMES)
+
+
+def frames() -> list[Frame]:
+    return [
+        Frame(torch.zeros((h, w, 3), dtype=torch.uint8), PixelFormat.RGB24, w, h) for w, h in SIZES
+    ]
+
+
+def geometries(imgsz: int, mode: str) -> list[LetterboxGeometry]:
+    return [LetterboxGeometry.fit(w, h, imgsz, imgsz, mode) for w, h in SIZES]  # type: ignore[arg-type]
+
+
+def input_boxes(imgsz: int, mode: str) -> list[tuple[float, float, float, float]]:
+    """The true boxes in model input pixels (xyxy), as the model would see them."""
+    boxes = []
+    for g, ((x1, y1, x2, y2), _, _) in zip(geometries(imgsz, mode), TRUTH, strict=True):
+        boxes.append(
+            (
+                x1 * g.gain_x + g.box_pad_x,
+                y1 * g.gain_y + g.box_pad_y,
+                x2 * g.gain_x + g.box_pad_x,
+                y2 * g.gain_y + g.box_pad_y,
+            )
+        )
+    return boxes
+
+
+def cxcywh(box: tuple[float, float, float, float]) -> list[float]:
+    x1, y1, x2, y2 = box
+    return [(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]
+
+
+def logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def check(model: Path, family: str, **options) -> Detector:
+    detector = Detector(model, device="cpu", batch_size=2, **options)
+    assert detector.output_format.value == family, detector.recognition.reasons
+    results = detector.detect(frames())
+    for result, (box, class_id, score) in zip(results, TRUTH, strict=True):
+        (det,) = result.detections
+        assert det.class_id == class_id
+        assert det.label == NAMES[class_id]
+        assert det.score == pytest.approx(score, abs=1e-5)
+        assert det.bbox == pytest.approx(box, abs=1e-3)
+    return detector
+
+
+ULTRALYTICS = {"names": str(NAMES), "stride": "32", "task": "detect"}
+
+
+def test_yolov8(tmp_path: Path) -> None:
+    raw = np.zeros((2, 4 + NC, 84), np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(64, "letterbox"), TRUTH, strict=True)
+    ):
+        raw[frame, :4, 5] = cxcywh(box)
+        raw[frame, 4 + cls, 5] = score
+        raw[frame, :4, 9] = cxcywh(box)
+        raw[frame, 4 + cls, 9] = 0.2  # below conf
+    check(
+        family_model(tmp_path / "m.onnx", {"output0": raw}, imgsz=(64, 64), metadata=ULTRALYTICS),
+        "yolov8",
+    )
+
+
+def test_yolov5_by_its_three_anchors_per_cell(tmp_path: Path) -> None:
+    rows = 3 * grid_cells((64, 64))
+    raw = np.zeros((2, rows, 5 + NC), np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(64, "letterbox"), TRUTH, strict=True)
+    ):
+        raw[frame, 7, :5] = [*cxcywh(box), 0.5]
+        raw[frame, 7, 5 + cls] = score / 0.5  # objectness x class score
+    model = family_model(tmp_path / "m.onnx", {"output0": raw}, imgsz=(64, 64))
+    detector = check(model, "yolov5", class_names=list(NAMES.values()))
+    assert "3 anchors x 84 cells" in detector.recognition.reasons[0]
+
+
+def test_yolox_raw_grids_are_decoded(tmp_path: Path) -> None:
+    """YOLOX's default export: (tx, ty, tw, th) per cell, sigmoid objectness and classes."""
+    raw = np.zeros((2, grid_cells((64, 64)), 5 + NC), np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(64, "letterbox"), TRUTH, strict=True)
+    ):
+        cx, cy, w, h = cxcywh(box)
+        row = 64 + 5  # stride 16 level (after 8 x 8 cells of stride 8): cell (1, 1)
+        stride, cell_x, cell_y = 16, 1, 1
+        raw[frame, row, :5] = [cx / stride - cell_x, cy / stride - cell_y, 0, 0, 1.0]
+        raw[frame, row, 2:4] = [math.log(w / stride), math.log(h / stride)]
+        raw[frame, row, 5 + cls] = score
+    model = family_model(tmp_path / "yolox.onnx", {"output": raw}, imgsz=(64, 64))
+    detector = check(model, "yolox", class_names=list(NAMES.values()))
+    assert detector.preprocessing.input_range == 255
+    assert detector.letterboxer.input[0, :, 0, 0].tolist() == [114.0] * 3  # the grey, in 0..255
+
+
+@pytest.mark.parametrize("description", ["Ultralytics YOLOv10n model", "Ultralytics YOLO26n model"])
+def test_nms_free_end2end(tmp_path: Path, description: str) -> None:
+    raw = np.zeros((2, 300, 6), np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(320, "letterbox"), TRUTH, strict=True)
+    ):
+        raw[frame, 0] = [*box, score, cls]
+        raw[frame, 1] = [*box, score - 0.01, cls]  # a duplicate NMS would remove: kept
+    metadata = {**ULTRALYTICS, "description": description, "end2end": "True"}
+    detector = Detector(
+        family_model(tmp_path / "m.onnx", {"output0": raw}, metadata=metadata),
+        device="cpu",
+        batch_size=2,
+    )
+    assert detector.output_format.value == "end2end"
+    assert "end2end=True" in detector.recognition.reasons[0]
+    results = detector.detect(frames())
+    assert [len(r.detections) for r in results] == [2, 2]
+    for result, (box, _, _) in zip(results, TRUTH, strict=True):
+        assert result.detections[0].bbox == pytest.approx(box, abs=1e-3)
+
+
+def test_ultralytics_rtdetr_queries_stretched(tmp_path: Path) -> None:
+    """Ultralytics RT-DETR up to 8.3: [B, 300, 4+nc], normalised cxcywh, stretched input."""
+    raw = np.zeros((2, 300, 4 + NC), np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(320, "stretch"), TRUTH, strict=True)
+    ):
+        raw[frame, 3, :4] = np.array(cxcywh(box)) / 320
+        raw[frame, 3, 4 + cls] = score
+    metadata = {**ULTRALYTICS, "description": "Ultralytics rtdetr-l model"}
+    detector = check(
+        family_model(tmp_path / "m.onnx", {"output0": raw}, metadata=metadata), "rtdetr"
+    )
+    assert detector.preprocessing.resize_mode == "stretch"
+
+
+def test_ultralytics_rtdetr_topk_rows(tmp_path: Path) -> None:
+    """Ultralytics RT-DETR from 8.4: [B, 300, 6] top-k rows, normalised cxcywh, score, class."""
+    raw = np.zeros((2, 300, 6), np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(320, "stretch"), TRUTH, strict=True)
+    ):
+        raw[frame, 0] = [*(np.array(cxcywh(box)) / 320), score, cls]
+    metadata = {**ULTRALYTICS, "head": "RTDETRDecoder", "description": "Ultralytics rtdetr-l"}
+    check(family_model(tmp_path / "m.onnx", {"output0": raw}, metadata=metadata), "rtdetr_topk")
+
+
+def test_rf_detr_boxes_and_logits_with_imagenet_normalisation(tmp_path: Path) -> None:
+    dets = np.zeros((2, 300, 4), np.float32)
+    labels = np.full((2, 300, NC), -10.0, np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(320, "stretch"), TRUTH, strict=True)
+    ):
+        dets[frame, 42] = np.array(cxcywh(box)) / 320
+        labels[frame, 42, cls] = logit(score)
+    model = family_model(tmp_path / "rfdetr.onnx", {"dets": dets, "labels": labels})
+    detector = check(model, "detr", class_names=list(NAMES.values()))
+    assert detector.preprocessing.mean == pytest.approx((0.485, 0.456, 0.406))
+    black = (0 - 0.485) / 0.229  # stretched: a frame pixel, no grey bar
+    assert detector.letterboxer.input[0, 0, 0, 0].item() == pytest.approx(black, abs=1e-3)
+
+
+def test_dfine_labels_boxes_scores_with_orig_target_sizes_bound_once(tmp_path: Path) -> None:
+    """D-FINE / DEIM / RT-DETR (lyuwenyu): boxes scaled in the graph by orig_target_sizes."""
+    labels = np.zeros((2, 300), np.int64)
+    boxes = np.zeros((2, 300, 4), np.float32)
+    scores = np.zeros((2, 300), np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(640, "stretch"), TRUTH, strict=True)
+    ):
+        labels[frame, 0], scores[frame, 0] = cls, score
+        boxes[frame, 0] = np.array(box) / 640  # the graph multiplies by the bound (640, 640)
+    model = family_model(
+        tmp_path / "dfine.onnx",
+        {"labels": labels, "boxes": boxes, "scores": scores},
+        imgsz=(640, 640),
+        sized="boxes",
+    )
+    detector = check(model, "detr_sized", class_names=list(NAMES.values()))
+    assert [i.name for i in detector.model.spec.size_inputs] == ["orig_target_sizes"]
+
+
+def test_yolo_nas_boxes_and_scores(tmp_path: Path) -> None:
+    rows = grid_cells((64, 64))
+    boxes = np.zeros((2, rows, 4), np.float32)
+    scores = np.zeros((2, rows, NC), np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(64, "letterbox"), TRUTH, strict=True)
+    ):
+        boxes[frame, 11] = box
+        scores[frame, 11, cls] = score
+        boxes[frame, 12] = box  # the same box a little lower: NMS removes it
+        scores[frame, 12, cls] = score - 0.1
+    model = family_model(
+        tmp_path / "nas.onnx",
+        {"pre_nms_bboxes_xyxy": boxes, "pre_nms_scores": scores},
+        imgsz=(64, 64),
+    )
+    check(model, "yolo_nas", class_names=list(NAMES.values()))
+
+
+def test_format_overrides_the_guess(tmp_path: Path) -> None:
+    """An RT-DETR stripped of its metadata reads as YOLOv5; --format rtdetr reads it right."""
+    raw = np.zeros((2, 300, 4 + NC), np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(320, "stretch"), TRUTH, strict=True)
+    ):
+        raw[frame, 3, :4] = np.array(cxcywh(box)) / 320
+        raw[frame, 3, 4 + cls] = score
+    model = family_model(tmp_path / "m.onnx", {"output0": raw})
+    names = list(NAMES.values())
+    assert Detector(model, device="cpu").output_format.value == "yolov5"
+    check(model, "rtdetr", format="rtdetr", class_names=names)
+
+
+def test_stretch_and_normalisation_from_the_config(tmp_path: Path) -> None:
+    """resize_mode, input_range, mean and std in the config override the family's."""
+    raw = np.zeros((2, 300, 6), np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(320, "stretch"), TRUTH, strict=True)
+    ):
+        raw[frame, 0] = [*box, score, cls]
+    model = family_model(tmp_path / "m.onnx", {"output0": raw}, metadata=ULTRALYTICS)
+    detector = check(
+        model, "end2end", resize_mode="stretch", input_range=255, mean=(10, 20, 30), std=(2, 2, 2)
+    )
+    # A black pixel, stretched (no grey bars): (0 * 255 - mean) / std.
+    assert detector.letterboxer.input[0, :, 0, 0].tolist() == pytest.approx([-5, -10, -15])
+    assert "resize_mode stretch from the config" in detector.preprocessing_reasons
+
+
+def test_mean_and_std_from_the_metadata(tmp_path: Path) -> None:
+    raw = np.zeros((2, 300, 6), np.float32)
+    metadata = {**ULTRALYTICS, "mean": "[0.5, 0.5, 0.5]", "std": "[0.25, 0.25, 0.25]"}
+    model = family_model(tmp_path / "m.onnx", {"output0": raw}, metadata=metadata)
+    detector = Detector(model, device="cpu")
+    assert detector.preprocessing.mean == (0.5, 0.5, 0.5)
+    assert any("from the model metadata" in r for r in detector.preprocessing_reasons)
+
+
+def test_unknown_layouts_fail_with_one_line_naming_shapes_and_layouts(tmp_path: Path) -> None:
+    outputs = {"a": np.zeros((1, 10, 3), np.float32), "b": np.zeros((1, 7), np.float32)}
+    model = family_model(tmp_path / "m.onnx", outputs)
+    with pytest.raises(ModelError) as error:
+        Detector(model, device="cpu")
+    message = str(error.value)
+    assert "\n" not in message
+    assert "a [1, 10, 3], b [1, 7]" in message
+    assert "yolox [B, G, 5+nc]" in message and "detr_sized" in message
+
+
+def test_recognition_by_names_and_shapes_without_a_model() -> None:
+    dfine = [
+        OutputInfo("labels", (1, 300)),
+        OutputInfo("boxes", (1, 300, 4)),
+        OutputInfo("scores", (1, 300)),
+    ]
+    found = recognise(dfine, (640, 640), extra_inputs=["orig_target_sizes"])
+    assert (found.format.value, found.order) == ("detr_sized", (0, 1, 2))
+    rfdetr = [OutputInfo("dets", (1, 300, 4)), OutputInfo("labels", (1, 300, 91))]
+    assert recognise(rfdetr, (560, 560)).format.value == "detr"
+    # Four classes: both outputs are [B, N, 4]; the name says which holds the boxes.
+    four = [OutputInfo("pred_logits", (1, 300, 4)), OutputInfo("pred_boxes", (1, 300, 4))]
+    assert recognise(four, (640, 640)).order == (1, 0)
+    nas = [
+        OutputInfo("pre_nms_bboxes_xyxy", (1, 8400, 4)),
+        OutputInfo("pre_nms_scores", (1, 8400, 80)),
+    ]
+    assert recognise(nas, (640, 640)).format.value == "yolo_nas"
+    assert recognise([OutputInfo("output", (1, 8400, 85))], (640, 640)).format.value == "yolox"
+    assert recognise([OutputInfo("output0", (1, 25200, 85))], (640, 640)).format.value == "yolov5"
+
+
+def test_info_says_the_family_the_preprocessing_and_why(tmp_path: Path) -> None:
+    labels = np.zeros((1, 300), np.int64)
+    boxes = np.zeros((1, 300, 4), np.float32)
+    scores = np.zeros((1, 300), np.float32)
+    model = family_model(
+        tmp_path / "dfine.onnx",
+        {"labels": labels, "boxes": boxes, "scores": scores},
+        imgsz=(640, 640),
+        sized="boxes",
+    )
+    result = run_cli("info", model)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "format:   detr_sized (RT-DETR (lyuwenyu/PaddleDetection), D-FINE, DEIM" in out
+    assert "because three outputs 'labels' [B, K], 'boxes' [B, K, 4], 'scores' [B, K]" in out
+    assert "orig_target_sizes tensor(int64) [1, 2] (bound once to 640, 640)" in out
+    assert "preprocess: stretch, values 0..1" in out
+
+
+def test_info_refuses_an_unknown_layout_in_one_line(tmp_path: Path) -> None:
+    model = family_model(tmp_path / "m.onnx", {"a": np.zeros((1, 10, 3), np.float32)})
+    result = run_cli("info", model)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if "error" in line]
+    assert "cannot tell the detector output format" in error and "a [1, 10, 3]" in error
