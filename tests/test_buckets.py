@@ -13,6 +13,7 @@ from helpers import model_session
 from onnx_models import brightness_model, constant_output_model, nonzero_model, scale_model
 
 from vstream import Detector, Frame, ModelError, PixelFormat
+from vstream.engine import detect_iter
 from vstream.inference import ProviderChoice
 from vstream.inference import session as engine_module
 from vstream.inference.buckets import bucket_sizes
@@ -106,7 +107,7 @@ def test_fixed_batch_model_has_one_bucket_and_runs_frame_by_frame(tmp_path: Path
         Frame(torch.zeros((32, 32, 3), dtype=torch.uint8), PixelFormat.RGB24, 32, 32, index=i)
         for i in range(5)
     ]
-    results = list(detector.stream(frames))
+    results = list(detect_iter(detector, [frames]))
     assert [r.frame_index for r in results] == list(range(5))
     assert len(recorder.ran) == 5, "one run per frame"
 

@@ -385,8 +385,8 @@ def _model_of(annotation: object) -> type[BaseModel] | None:
 
 
 def test_every_option_is_defined_once_and_reachable_from_flags_yaml_and_python() -> None:
-    from vstream.analytics.config import AnalyticsConfig
     from vstream.config import ModelConfig, PostprocessOptions, RuntimeOptions, SourceOptions
+    from vstream.config.analytics import AnalyticsConfig
     from vstream.detector import split_options
 
     sections = {

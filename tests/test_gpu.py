@@ -28,6 +28,7 @@ from vstream.decoders import nvdec_status, open_decoder
 from vstream.decoders.nvdec import NvdecDecoder
 from vstream.detector import Detector
 from vstream.doctor import _copies, match_records
+from vstream.engine.pipeline import detect_iter
 from vstream.frame import Frame, PixelFormat
 from vstream.inference.providers import pipeline_stream
 from vstream.preprocess.colour import to_rgb_planar
@@ -200,7 +201,7 @@ def test_four_streams_of_500_frames_give_the_cpu_paths_records(ort_cuda) -> None
                 )
                 for i in range(streams)
             ]
-            results = list(detector.streams([itertools.islice(s, frames) for s in sources]))
+            results = list(detect_iter(detector, [itertools.islice(s, frames) for s in sources]))
         by_stream: dict[str, list[dict]] = {}
         for result in results:
             by_stream.setdefault(str(result.stream_id), []).append(result.to_record())
@@ -235,7 +236,7 @@ def test_cuda_graph_replay_equals_eager_and_detections_do_not_change(ort_cuda) -
 
     def records(d: Detector) -> list[dict]:
         with VideoFileSource(SAMPLE_VIDEO, device=d.device) as source:
-            return [r.to_record() for r in d.stream(itertools.islice(source, 120))]
+            return [r.to_record() for r in detect_iter(d, [itertools.islice(source, 120)])]
 
     with_graphs, without = records(detector), records(plain)
     matched, total = match_records(without, with_graphs)
@@ -316,7 +317,7 @@ def test_decoding_the_stages_and_ort_share_the_pipelines_stream(ort_cuda, nvdec:
                 seen.add(torch.cuda.current_stream().cuda_stream)  # the reader thread
                 yield frame
 
-        assert len(list(detector.stream(itertools.islice(frames(), 24)))) == 24
+        assert len(list(detect_iter(detector, [itertools.islice(frames(), 24)]))) == 24
     assert seen == {handle}
 
 

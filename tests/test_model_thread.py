@@ -21,6 +21,7 @@ from helpers import model_session
 from onnx_models import brightness_model, scale_model
 
 from vstream import Detector, Frame, ModelError, PixelFormat
+from vstream.engine import detect_iter
 from vstream.inference import session as session_module
 from vstream.inference.providers import ProviderChoice, session_providers
 from vstream.inference.session import EAGER_GRAPH_ID, ModelThread
@@ -72,7 +73,7 @@ def test_runs_from_any_thread_replay_on_the_model_thread(
         for i in range(7)
     ]
     detector.detect(frames[:2])  # the caller's thread
-    results = list(detector.stream(frames))  # the inference thread, maybe postprocessing's
+    results = list(detect_iter(detector, [frames]))  # the inference thread, maybe postprocessing's
     assert len(results) == 7
     after_build = runs[built:]
     assert after_build and {thread for thread, _ in after_build} == {"model-b"}

@@ -20,7 +20,7 @@ from vstream.config import ModelConfig, RuntimeOptions, load_config
 from vstream.config.loading import ConfigError
 from vstream.cores import available_cores
 from vstream.engine import Engine
-from vstream.engine.plan import plan_runs
+from vstream.inference.plan import plan_runs
 
 MODEL = "vstream/assets/demo.onnx"
 

@@ -16,7 +16,7 @@ from onnx_models import brightness_model
 
 from vstream import Detector, Frame, ModelError, PixelFormat, VideoFileSource
 from vstream.config import load_config
-from vstream.engine import Engine
+from vstream.engine import Engine, detect_iter
 from vstream.engine.intake import Intake
 from vstream.engine.queue import FrameQueue
 from vstream.engine.stages import Batch, OverlappedStages
@@ -64,7 +64,7 @@ def test_results_land_in_their_stream_with_its_coordinates_in_order(model: Path)
     wide = frames_of("wide", 13, 640, 360)
     tall = frames_of("tall", 9, 240, 320, shade=11)
     small = frames_of("small", 11, 64, 48, shade=23)
-    results = list(detector.streams([wide, tall, small]))
+    results = list(detect_iter(detector, [wide, tall, small]))
 
     by_stream: dict[str, list] = {}
     for result in results:
@@ -117,7 +117,7 @@ def test_a_slow_stream_does_not_hold_back_a_fast_one(model: Path) -> None:
 
     fast = frames_of("fast", 40, 64, 48, shade=3)
     order: list[tuple[str, int]] = []
-    for result in detector.streams([slow(), fast]):
+    for result in detect_iter(detector, [slow(), fast]):
         order.append((result.stream_id, result.frame_index))
         if sum(1 for s, _ in order if s == "fast") == len(fast):
             release.set()
@@ -130,7 +130,7 @@ def test_a_slow_stream_does_not_hold_back_a_fast_one(model: Path) -> None:
 def test_a_file_goes_through_every_frame_once_in_order(model: Path, small_video: Path) -> None:
     detector = Detector(model, device="cpu", batch_size=4)
     with VideoFileSource(small_video) as source:
-        indices = [r.frame_index for r in detector.stream(source)]
+        indices = [r.frame_index for r in detect_iter(detector, [source])]
     assert indices == list(range(30))
 
 
@@ -143,7 +143,7 @@ def test_frames_before_a_source_error_are_delivered_then_it_is_raised(model: Pat
 
     seen: list[int] = []
     with pytest.raises(SourceError, match="camera fell over"):
-        for result in detector.stream(failing()):
+        for result in detect_iter(detector, [failing()]):
             seen.append(result.frame_index)
     assert seen == list(range(6))
     assert wait_for_no_stage_threads() == []
@@ -161,7 +161,7 @@ def test_an_inference_error_fails_the_stream_once_and_every_stage_ends(
 
     monkeypatch.setattr(detector, "infer", broken)
     with pytest.raises(ModelError, match="out of memory"):
-        list(detector.stream(frames_of("a", 10, 64, 48)))
+        list(detect_iter(detector, [frames_of("a", 10, 64, 48)]))
     assert calls == [2], "the failed stream stops: its later frames are not run again"
     assert wait_for_no_stage_threads() == []
 
@@ -186,7 +186,7 @@ def test_a_failing_frame_fails_only_its_own_stream(model: Path, monkeypatch) -> 
     good_a, good_b = frames_of("a", 12, 64, 48), frames_of("b", 12, 64, 48, shade=9)
     results = []
     with pytest.raises(ModelError, match="NaN"):
-        for result in detector.streams([good_a, bad, good_b]):
+        for result in detect_iter(detector, [good_a, bad, good_b]):
             results.append(result)
     by_stream: dict[str, list[int]] = {}
     for result in results:
@@ -204,7 +204,7 @@ def test_leaving_early_stops_every_thread(model: Path) -> None:
         while True:
             yield frame
 
-    for count, _ in enumerate(detector.streams([endless(), endless()]), 1):
+    for count, _ in enumerate(detect_iter(detector, [endless(), endless()]), 1):
         if count == 25:
             break
     assert wait_for_no_stage_threads() == []

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from synthetic import Mover, render
 
 from vstream.assets import SAMPLE_GROUND_TRUTH
+from vstream.config.tracking import Thresholds
 from vstream.evaluation_tracks import evaluate_tracks
 from vstream.tracking import ByteTracker, Tracker, TrackingConfig, iou_matrix, kalman
-from vstream.tracking.config import Thresholds
 
 
 def track(

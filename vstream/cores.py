@@ -1,6 +1,6 @@
 """How many cores this process may use, for every default that divides them up.
 
-The model's concurrent runs (:mod:`vstream.engine.plan`) and FFmpeg's
+The model's concurrent runs (:mod:`vstream.inference.plan`) and FFmpeg's
 decoding threads (:mod:`vstream.decoders.cpu`) share the same cores, so both
 count them the same way.
 """

@@ -6,15 +6,17 @@ writes into its preallocated outputs, boxes are decoded on the device, and
 only the compact detections tensor is copied to the host
 (:func:`vstream.transfer.to_host`). :meth:`Detector.detect` runs the three
 steps one after the other on the calling thread; the engine
-(:mod:`vstream.engine`) runs them overlapped, through the three step methods
+(:mod:`vstream.engine`, :func:`vstream.engine.detect_iter` for any iterables
+of frames) runs them overlapped, through the three step methods
 (:meth:`preprocess`, :meth:`infer`, :meth:`postprocess`), which is all it
-needs to know of a detector.
+needs to know of a detector. The detector knows nothing of the engine: the
+arrow points one way only (``tests/test_imports.py``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,9 +26,9 @@ from pydantic import ValidationError
 
 from vstream.config.loading import ConfigError, ConfigIssue, issues_from
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
-from vstream.engine.plan import plan_runs
 from vstream.errors import ModelError
 from vstream.frame import Frame
+from vstream.inference.plan import plan_runs
 from vstream.inference.providers import resolve_device
 from vstream.inference.session import ModelSession
 from vstream.inference.wheels import load_onnxruntime
@@ -267,24 +269,3 @@ class Detector:
             raise ValueError(f"expected 1 to {self.batch_size} frames, got {len(frames)}")
         geometries = [self.preprocess(0, slot, f) for slot, f in enumerate(frames)]
         return self.postprocess(self.infer(0, len(frames)), geometries, frames)
-
-    def stream(self, frames: Iterable[Frame]) -> Iterator[FrameResult]:
-        """Every frame of ``frames`` through the overlapped engine, results in order.
-
-        Decoding (iterating ``frames``), preprocessing, the model and
-        postprocessing overlap on threads of their own. If ``frames`` raises,
-        the results of the frames before the error are yielded, then the error
-        is raised.
-        """
-        return self.streams([frames])
-
-    def streams(self, sources: Sequence[Iterable[Frame]]) -> Iterator[FrameResult]:
-        """Several sources at once, their frames batched together.
-
-        Each source's results come in its own order, interleaved with the
-        others' as batches finish; the first source error is raised once
-        every frame read before it has its result.
-        """
-        from vstream.engine.pipeline import detect_iter
-
-        return detect_iter(self, sources)

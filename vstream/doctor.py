@@ -352,6 +352,7 @@ def _detect(detector: Any, video: Path, frames: int | None, *, decoder: str = "a
     ``frames`` frames of the video looped, or (None) the whole video once;
     each record says which decoder read it.
     """
+    from vstream.engine.pipeline import detect_iter
     from vstream.transfer import settle
 
     names: list[str] = []
@@ -370,7 +371,7 @@ def _detect(detector: Any, video: Path, frames: int | None, *, decoder: str = "a
                 yield frame
 
         frames_in: Iterable[Any] = feed() if frames is None else itertools.islice(feed(), frames)
-        results = list(detector.stream(frames_in))
+        results = list(detect_iter(detector, [frames_in]))
     settle(detector.device)
     name = names[0] if names else None
     return [r.to_record() | {"decoder": name} for r in results]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vstream import Detector, VideoFileSource, evaluate
+from vstream.engine import detect_iter
 
 
 @dataclass
@@ -38,7 +39,7 @@ def score(
     ground_truth = json.loads(gt_path.read_text())
     detector = Detector(onnx_path, device="cpu", conf=conf, iou=iou, intra_op_threads=threads)
     start = time.perf_counter()
-    records = [r.to_record() for r in detector.stream(VideoFileSource(video_path))]
+    records = [r.to_record() for r in detect_iter(detector, [VideoFileSource(video_path)])]
     elapsed = time.perf_counter() - start
     if len(records) != len(ground_truth["frames"]):
         raise RuntimeError(

@@ -30,12 +30,12 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "AnalyticsConfig": "vstream.analytics.config",
-        "Anchor": "vstream.analytics.config",
-        "LineConfig": "vstream.analytics.config",
-        "TrackingConfig": "vstream.analytics.config",
-        "ZoneConfig": "vstream.analytics.config",
-        "parse_line_spec": "vstream.analytics.config",
+        "AnalyticsConfig": "vstream.config.analytics",
+        "Anchor": "vstream.config.analytics",
+        "LineConfig": "vstream.config.analytics",
+        "TrackingConfig": "vstream.config.analytics",
+        "ZoneConfig": "vstream.config.analytics",
+        "parse_line_spec": "vstream.config.analytics",
         "Event": "vstream.analytics.events",
         "AnalyticsUpdate": "vstream.analytics.stream",
         "StreamAnalytics": "vstream.analytics.stream",

@@ -3,14 +3,14 @@
 Image coordinates: ``x`` to the right, ``y`` down. With ``y`` down, the 2-D
 cross product ``(end - start) x (p - start)`` is positive for points on the
 right of the line as seen on the screen when looking from ``start`` to
-``end``: the side an ``in`` crossing ends on (:class:`~vstream.analytics.config.LineConfig`).
+``end``: the side an ``in`` crossing ends on (:class:`~vstream.config.analytics.LineConfig`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from vstream.analytics.config import Anchor
+from vstream.config.analytics import Anchor
 
 ANCHOR_FRACTIONS: dict[Anchor, tuple[float, float]] = {
     Anchor.CENTER: (0.5, 0.5),

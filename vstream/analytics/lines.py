@@ -52,9 +52,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vstream.analytics.config import LineConfig
 from vstream.analytics.events import Direction, Event
 from vstream.analytics.geometry import Segment
+from vstream.config.analytics import LineConfig
 
 IN_SIDE, OUT_SIDE = 1, -1
 

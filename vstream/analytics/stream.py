@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vstream.analytics.config import AnalyticsConfig
 from vstream.analytics.events import Direction, Event
 from vstream.analytics.geometry import anchor_points
 from vstream.analytics.lines import LineCounter
 from vstream.analytics.zones import ZoneMonitor
+from vstream.config.analytics import AnalyticsConfig
+from vstream.config.tracking import DEFAULT_CONF
 from vstream.tracking import ByteTracker, Tracker
-from vstream.tracking.config import DEFAULT_CONF
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vstream.analytics.config import ZoneConfig
 from vstream.analytics.events import Event, EventType
 from vstream.analytics.geometry import Polygon
+from vstream.config.analytics import ZoneConfig
 
 INSIDE, OUTSIDE, UNKNOWN = 1, -1, 0
 

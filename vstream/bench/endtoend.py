@@ -18,6 +18,7 @@ from pathlib import Path
 from vstream.bench.measure import Measurement, Stopwatch, rss_bytes
 from vstream.bench.stages import looped_source
 from vstream.detector import Detector
+from vstream.engine.pipeline import detect_iter
 from vstream.errors import VstreamError
 from vstream.frame import Frame
 from vstream.results import FrameResult
@@ -78,7 +79,7 @@ def end_to_end(
     bytes_before, _ = transfers.snapshot()
     try:
         with JsonLinesSink(os.devnull) as sink:
-            for result in detector.streams(limited):
+            for result in detect_iter(detector, limited):
                 now = time.perf_counter()
                 latency = clock.latency(result, now)
                 pending.append(result)

@@ -1,6 +1,6 @@
 """``vstream bench --tune``: the few plausible plans, measured end to end, the best as config.
 
-The automatic plan (:mod:`vstream.engine.plan`) is a rule; the user's
+The automatic plan (:mod:`vstream.inference.plan`) is a rule; the user's
 machine, model and video decide. Tuning runs the real pipeline (decoding,
 preprocessing, the model, postprocessing, the streams asked for) with each
 plausible plan for the same share of a time budget and prints the fastest as
@@ -24,6 +24,7 @@ from typing import Any
 from vstream.bench.stages import looped_source
 from vstream.config.model import MAX_RUNS, ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.detector import Detector
+from vstream.engine.pipeline import detect_iter
 
 WARMUP_FRAMES = 8
 """Results per stream taken before timing: session warm-up and the first key frame."""
@@ -83,7 +84,7 @@ def detector_for(
 def measure_fps(detector: Detector, video: Path, streams: int, seconds: float) -> float:
     """Frames per second of the whole pipeline over ``seconds`` of steady state."""
     sources = [looped_source(video, detector.device, f"s{i}") for i in range(streams)]
-    results = detector.streams(sources)
+    results = detect_iter(detector, sources)
     try:
         for _ in itertools.islice(results, WARMUP_FRAMES * streams):
             pass

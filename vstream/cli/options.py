@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from vstream.analytics.config import AnalyticsConfig
+from vstream.config.analytics import AnalyticsConfig
 from vstream.config.base import Cli
 from vstream.config.loading import ConfigError, ConfigIssue, format_path, parse_data
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
@@ -254,7 +254,7 @@ class RunExtras:
 
 def line_spec(text: str) -> Any:
     """``--line NAME=X1,Y1,X2,Y2``."""
-    from vstream.analytics.config import parse_line_spec
+    from vstream.config.analytics import parse_line_spec
 
     try:
         return parse_line_spec(text)

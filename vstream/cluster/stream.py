@@ -15,7 +15,7 @@ import logging
 import time
 from typing import Any
 
-from vstream.analytics.config import AnalyticsConfig
+from vstream.config.analytics import AnalyticsConfig
 from vstream.config.sources import SourceConfig
 from vstream.engine.reader import StreamCounters, analytics_state
 from vstream.errors import VstreamError

@@ -3,12 +3,14 @@
 - :mod:`~vstream.config.base`: strict, bounded types and the CLI marker;
 - :mod:`~vstream.config.sources`: decoder, freshness, reconnection, file playback;
 - :mod:`~vstream.config.model`: the model, postprocessing, runtime (device, batching);
+- :mod:`~vstream.config.tracking`, :mod:`~vstream.config.analytics`: the tracker, lines, zones;
 - :mod:`~vstream.config.sinks`: where records go;
 - :mod:`~vstream.config.cluster`: streams placed on the workers of a Ray cluster;
 - :mod:`~vstream.config.pipelines`: the whole file (server, limits, logging, cluster, pipelines);
 - :mod:`~vstream.config.loading`: YAML with line numbers and ``${ENV}`` interpolation.
 
-Nothing here imports torch, ONNX Runtime or PyAV.
+Nothing here imports torch, ONNX Runtime or PyAV, nor any part of vstream that reads
+the options (only small leaves: uri, frame, errors, lazy), so every part may read them.
 """
 
 from vstream.lazy import lazy_exports

@@ -2,13 +2,46 @@
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from vstream.config.base import Cli, Flag, Int, Number, Seconds, StrictModel, existing_file
-from vstream.postprocess.formats import OutputFormat, ResizeMode
+
+
+class OutputFormat(str, enum.Enum):
+    """Layout of a detector's raw outputs (the ``--format`` values).
+
+    Defined with the options that name it; :mod:`vstream.postprocess.formats`
+    decodes each one and re-exports it.
+    """
+
+    YOLOV8 = "yolov8"
+    """``[B, 4 + nc, N]``: cx, cy, w, h then one score per class (Ultralytics YOLOv8/YOLO11)."""
+    YOLOV5 = "yolov5"
+    """``[B, N, 5 + nc]``: cx, cy, w, h, objectness, then class scores."""
+    YOLOX = "yolox"
+    """``[B, G, 5 + nc]`` like YOLOv5, but raw grid offsets (YOLOX's default export)."""
+    END_TO_END = "end2end"
+    """``[B, K, 6]``: x1, y1, x2, y2, score, class, NMS already done (YOLOv10, YOLO26)."""
+    RTDETR = "rtdetr"
+    """``[B, Q, 4 + nc]``: normalised cx, cy, w, h, sigmoid scores (Ultralytics RT-DETR to 8.3)."""
+    RTDETR_TOPK = "rtdetr_topk"
+    """``[B, K, 6]``: normalised cx, cy, w, h, score, class (Ultralytics RT-DETR from 8.4)."""
+    DETR = "detr"
+    """boxes ``[B, Q, 4]`` normalised cx, cy, w, h + logits ``[B, Q, nc]`` (RF-DETR, D-FINE)."""
+    DETR_SIZED = "detr_sized"
+    """labels ``[B, K]``, boxes ``[B, K, 4]`` xyxy, scores ``[B, K]``, given ``orig_target_sizes``
+    (RT-DETR's original export, D-FINE and DEIM with their postprocessor)."""
+    YOLO_NAS = "yolo_nas"
+    """boxes ``[B, G, 4]`` xyxy input pixels + scores ``[B, G, nc]`` (YOLO-NAS, without NMS)."""
+
+
+ResizeMode = Literal["letterbox", "stretch"]
+"""How a frame becomes the model input: scaled whole with padding, or stretched to fill it."""
+
 
 MAX_BATCH = 64
 MAX_IMGSZ = 4096

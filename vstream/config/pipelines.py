@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from vstream.analytics.config import AnalyticsConfig
+from vstream.config.analytics import AnalyticsConfig
 from vstream.config.base import (
     Cli,
     EmptyIsNone,
@@ -69,7 +69,7 @@ class PipelineConfig(StrictModel):
     def detector_postprocess(self) -> PostprocessOptions:
         """The postprocessing the detector runs: ``postprocess``, with ``conf`` lowered to what
         the tracker's second stage needs when tracking is on
-        (:meth:`~vstream.analytics.config.AnalyticsConfig.candidate_conf`); the records are
+        (:meth:`~vstream.config.analytics.AnalyticsConfig.candidate_conf`); the records are
         cut back to ``postprocess.conf`` after tracking."""
         conf = self.analytics.candidate_conf(self.postprocess.conf)
         return self.postprocess.model_copy(update={"conf": conf})

@@ -3,7 +3,6 @@
 - :mod:`~vstream.engine.reader`: a thread per stream, from its source into the intake;
 - :mod:`~vstream.engine.intake`: a bounded queue per stream, with its freshness policy;
 - :mod:`~vstream.engine.stages`: preprocessing, the model, postprocessing, overlapped;
-- :mod:`~vstream.engine.plan`: how many model runs at once, with how many threads each;
 - :mod:`~vstream.engine.pipeline`: one detector, its streams, stages and sinks;
 - :mod:`~vstream.engine.engine`: every pipeline of a config, started and stopped together;
 - :mod:`~vstream.engine.signals`: SIGTERM and SIGINT, graceful then immediate.

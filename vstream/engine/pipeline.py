@@ -21,12 +21,13 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from vstream.analytics.config import AnalyticsConfig
 from vstream.analytics.stream import StreamAnalytics
+from vstream.config.analytics import AnalyticsConfig
 from vstream.config.model import RuntimeOptions
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import FRAME_SINK_TYPES
 from vstream.config.sources import SourceConfig
+from vstream.config.tracking import DEFAULT_CONF
 from vstream.engine.errors import ShuttingDown, StreamNotFound
 from vstream.engine.intake import Intake
 from vstream.engine.outputs import FrameOutputs, analyze
@@ -38,7 +39,6 @@ from vstream.metrics import Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
 from vstream.sinks.buffered import SinkStats
 from vstream.sources.base import ResumePoint, SourceState
-from vstream.tracking.config import DEFAULT_CONF
 
 log = logging.getLogger("vstream.engine")
 
@@ -449,8 +449,10 @@ def detect_iter(
 ) -> Iterator[FrameResult]:
     """Every frame of every source through ``detector`` on the overlapped stages.
 
-    What ``Detector.stream()`` and ``Detector.streams()`` run: the same
-    readers, stages and error semantics as ``vstream run``. Each source's
+    What :func:`vstream.detect` runs, and the way to run a
+    :class:`~vstream.detector.Detector` over any iterables of frames
+    (``detect_iter(detector, [frames])``): the same readers, stages and error
+    semantics as ``vstream run``. Each source's
     results come in its own order. A stream that fails stops alone; the
     first failure is raised once every other frame has its result. Leaving
     the iteration early stops every thread before it returns.

@@ -8,7 +8,7 @@ free buffer, or no room in the next stage's queue, waits (backpressure all
 the way back to the readers).
 
 Concurrent runs: the model stage is ``concurrent_runs`` threads (see
-:mod:`vstream.engine.plan`), each taking the next gathered batch and running
+:mod:`vstream.inference.plan`), each taking the next gathered batch and running
 it on that batch's own buffer and IO bindings (ONNX Runtime runs a session
 from several threads at once, and its run releases the GIL). Runs finish in
 any order; postprocessing takes batches back in the order they were gathered

@@ -19,12 +19,12 @@ YOLOv5, as before.
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from vstream.config.model import OutputFormat, ResizeMode  # defined with the options, read here
 from vstream.errors import ModelError
 
 END_TO_END_MAX_DETECTIONS = 1000
@@ -35,33 +35,6 @@ STRIDES = (8, 16, 32)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-class OutputFormat(str, enum.Enum):
-    """Layout of a detector's raw outputs (the ``--format`` values)."""
-
-    YOLOV8 = "yolov8"
-    """``[B, 4 + nc, N]``: cx, cy, w, h then one score per class (Ultralytics YOLOv8/YOLO11)."""
-    YOLOV5 = "yolov5"
-    """``[B, N, 5 + nc]``: cx, cy, w, h, objectness, then class scores."""
-    YOLOX = "yolox"
-    """``[B, G, 5 + nc]`` like YOLOv5, but raw grid offsets (YOLOX's default export)."""
-    END_TO_END = "end2end"
-    """``[B, K, 6]``: x1, y1, x2, y2, score, class, NMS already done (YOLOv10, YOLO26)."""
-    RTDETR = "rtdetr"
-    """``[B, Q, 4 + nc]``: normalised cx, cy, w, h, sigmoid scores (Ultralytics RT-DETR to 8.3)."""
-    RTDETR_TOPK = "rtdetr_topk"
-    """``[B, K, 6]``: normalised cx, cy, w, h, score, class (Ultralytics RT-DETR from 8.4)."""
-    DETR = "detr"
-    """boxes ``[B, Q, 4]`` normalised cx, cy, w, h + logits ``[B, Q, nc]`` (RF-DETR, D-FINE)."""
-    DETR_SIZED = "detr_sized"
-    """labels ``[B, K]``, boxes ``[B, K, 4]`` xyxy, scores ``[B, K]``, given ``orig_target_sizes``
-    (RT-DETR's original export, D-FINE and DEIM with their postprocessor)."""
-    YOLO_NAS = "yolo_nas"
-    """boxes ``[B, G, 4]`` xyxy input pixels + scores ``[B, G, nc]`` (YOLO-NAS, without NMS)."""
-
-
-ResizeMode = Literal["letterbox", "stretch"]
 
 
 @dataclass(frozen=True)

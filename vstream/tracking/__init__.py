@@ -14,7 +14,7 @@ from vstream.lazy import lazy_exports
 
 __all__ = ["NO_TRACK", "ByteTracker", "Tracker", "TrackingConfig", "iou_matrix"]
 
-# Lazy: the options (config.py) are read by every config, the tracker needs scipy.
+# Lazy: the tracker needs scipy; its options live in vstream.config.tracking.
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
@@ -22,6 +22,6 @@ __getattr__, __dir__ = lazy_exports(
         "Tracker": "vstream.tracking.base",
         "iou_matrix": "vstream.tracking.base",
         "ByteTracker": "vstream.tracking.bytetrack",
-        "TrackingConfig": "vstream.tracking.config",
+        "TrackingConfig": "vstream.config.tracking",
     },
 )

@@ -45,9 +45,9 @@ import math
 
 import numpy as np
 
+from vstream.config.tracking import DEFAULT_CONF, TrackingConfig
 from vstream.tracking import kalman
 from vstream.tracking.base import NO_TRACK, iou_matrix
-from vstream.tracking.config import DEFAULT_CONF, TrackingConfig
 
 TENTATIVE, TRACKED, LOST = 0, 1, 2
 """Track states: not yet confirmed; confirmed and seen in the last frame; confirmed, unseen."""

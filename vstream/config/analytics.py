@@ -20,7 +20,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from vstream.config.base import NAME_PATTERN, Cli, Int, Name, Number, StrictModel
-from vstream.tracking.config import MAX_TRACK_SECONDS, TrackingConfig
+from vstream.config.tracking import MAX_TRACK_SECONDS, TrackingConfig
 
 MAX_COORDINATE = 100_000.0
 """Largest absolute coordinate, in pixels; points may lie outside the frame."""
