@@ -229,7 +229,7 @@ def _one_output(
     out: OutputInfo, input_size: tuple[int, int], metadata: Mapping[str, str], class_names: int
 ) -> tuple[OutputFormat, str]:
     if len(out.shape) != 3:
-        raise _unknown([out], "one output, not 3-dimensional")
+        raise _unknown([out], "a single output must have 3 dimensions")
     _, rows, cols = out.shape
     cells = grid_cells(input_size)
     named, why = _metadata_family(metadata)
