@@ -13,7 +13,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from vstream import Detector, Frame, ModelError, PixelFormat
 from vstream.config import PostprocessOptions
-from vstream.postprocess import OutputFormat, Postprocessor, detect_output_format
+from vstream.postprocess import OutputFormat, Postprocessor, recognise
+from vstream.postprocess.formats import OutputInfo
 from vstream.preprocess import LetterboxGeometry
 from vstream.transfer import transfers
 
@@ -48,13 +49,13 @@ def post(fmt: OutputFormat, **config) -> Postprocessor:
     ],
 )
 def test_format_is_detected_from_shape(shape, fmt) -> None:
-    assert detect_output_format(shape) is fmt
+    assert recognise([OutputInfo("output0", shape)], (640, 640)).format is fmt
 
 
 @pytest.mark.parametrize("shape", [(1, 8400), (1, 4, 4), (1, 2, 3, 4), (1, 3, 5)])
 def test_unfit_shapes_are_refused_with_the_shape(shape) -> None:
     with pytest.raises(ModelError, match=r"\[" + ", ".join(map(str, shape)) + r"\]"):
-        detect_output_format(shape)
+        recognise([OutputInfo("output0", shape)], (640, 640))
 
 
 def test_yolov8_nms_threshold_and_classes() -> None:

@@ -2,7 +2,7 @@
 
 from vstream.lazy import lazy_exports
 
-__all__ = ["DETECTION_COLUMNS", "OutputFormat", "Postprocessor", "detect_output_format"]
+__all__ = ["DETECTION_COLUMNS", "OutputFormat", "Postprocessor", "recognise"]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -10,6 +10,6 @@ __getattr__, __dir__ = lazy_exports(
         "DETECTION_COLUMNS": "vstream.postprocess.decode",
         "Postprocessor": "vstream.postprocess.decode",
         "OutputFormat": "vstream.postprocess.formats",
-        "detect_output_format": "vstream.postprocess.formats",
+        "recognise": "vstream.postprocess.formats",
     },
 )

@@ -28,7 +28,9 @@ from vstream.config.model import OutputFormat, ResizeMode  # defined with the op
 from vstream.errors import ModelError
 
 END_TO_END_MAX_DETECTIONS = 1000
-"""An ``[B, K, 6]`` output with at most this many rows is read as end-to-end."""
+"""An ``[B, K, 6]`` output with at most this many rows is read as end-to-end (dense heads
+have thousands of rows), unless K is a dense head's G or 3 G at the input size: a one-class
+YOLOX or YOLOv5 at a small input."""
 
 STRIDES = (8, 16, 32)
 """Strides of the dense heads (YOLOv5, YOLOX, YOLO-NAS) whose row count identifies them."""
@@ -185,30 +187,6 @@ def _unknown(outputs: Sequence[OutputInfo], why: str) -> ModelError:
     return ModelError(
         f"cannot tell the detector output format ({why}) from outputs {_shapes(outputs)}: "
         f"known layouts: {KNOWN_LAYOUTS}; set model.format (--format) if it is one of them"
-    )
-
-
-def detect_output_format(shape: tuple[int, ...]) -> OutputFormat:
-    """The single-output format from its shape alone (no input size, names or metadata).
-
-    ``[B, K, 6]`` is ambiguous with a one-class YOLOv5 model; small K (at most
-    :data:`END_TO_END_MAX_DETECTIONS`) is read as end-to-end, since dense heads
-    have thousands of anchors. Pass the format explicitly to override.
-    """
-    if len(shape) != 3:
-        raise ModelError(
-            f"detector output must have 3 dimensions [batch, ..., ...], got shape {list(shape)}"
-        )
-    _, rows, cols = shape
-    if cols == 6 and rows <= END_TO_END_MAX_DETECTIONS:
-        return OutputFormat.END_TO_END
-    if 5 <= rows < cols:
-        return OutputFormat.YOLOV8
-    if 6 <= cols < rows:
-        return OutputFormat.YOLOV5
-    raise ModelError(
-        f"cannot tell the detector output format from shape {list(shape)}: expected "
-        "[B, 4+nc, N] (yolov8), [B, N, 5+nc] (yolov5) or [B, K, 6] (end2end)"
     )
 
 
