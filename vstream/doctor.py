@@ -71,6 +71,7 @@ from typing import Any
 
 from vstream import __version__
 from vstream.assets import DEMO_MODEL, SAMPLE_GROUND_TRUTH, SAMPLE_VIDEO
+from vstream.errors import first_line
 
 log = logging.getLogger("vstream.doctor")
 
@@ -171,11 +172,6 @@ def _flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
         yield prefix, str(value)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
-
-
 @dataclass(frozen=True)
 class DoctorOptions:
     """What ``vstream doctor`` checks with: the device to hold to, the model and the video."""
@@ -198,7 +194,7 @@ def _safely(function: Callable[[], Any]) -> Any:
     try:
         return function()
     except Exception as exc:  # the environment report never fails the command
-        return f"unknown ({_first_line(exc)})"
+        return f"unknown ({first_line(exc)})"
 
 
 def _version(distribution: str) -> str | None:
@@ -294,7 +290,7 @@ def _codec_support() -> dict[str, Any]:
         try:
             encode[name] = "yes" if query(gpuid=0, codec=name) else "no"
         except Exception as exc:  # the binding raises several types
-            encode[name] = f"no ({_first_line(exc)})"
+            encode[name] = f"no ({first_line(exc)})"
     return {"nvdec_8bit_420": decode, "nvenc": encode}
 
 
@@ -760,7 +756,7 @@ class Doctor:
         try:
             graphs = _detector(self.options.model, "cuda", graphs=True)
         except Exception as exc:  # a model that cannot be captured: figures without graphs
-            figures["graphs_on"] = {"refused": _first_line(exc)}
+            figures["graphs_on"] = {"refused": first_line(exc)}
             return f"graphs off: {_fps_line(figures['graphs_off'])}; graphs refused", figures
         figures["graphs_on"] = _throughput(graphs, self.options.video, self.options.frames)
         return (
@@ -983,7 +979,7 @@ def run_doctor(
         try:
             doctor.gpu_reason = gpu_problem()
         except Exception as exc:
-            doctor.gpu_reason = _first_line(exc)
+            doctor.gpu_reason = first_line(exc)
     checks = []
     for name, title, needs_gpu in CHECKS:
         if progress is not None:
@@ -1004,7 +1000,7 @@ def run_doctor(
             check.status, check.detail = FAIL, str(exc)
         except Exception as exc:  # a check that breaks is a failed check, with its reason
             log.debug("check %s failed", name, exc_info=True)
-            check.status, check.detail = FAIL, f"{type(exc).__name__}: {_first_line(exc)}"
+            check.status, check.detail = FAIL, f"{type(exc).__name__}: {first_line(exc)}"
         check.seconds = time.perf_counter() - started
         checks.append(check)
     return Report(env, checks)

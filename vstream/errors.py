@@ -50,3 +50,14 @@ def describe(exc: BaseException) -> str:
     else:
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its type's name when it has none.
+
+    For a reason quoted inside a message of our own (``cannot load model m.onnx:
+    <first line>``), where a library's multi-line message or traceback text
+    would break the one-line rule.
+    """
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

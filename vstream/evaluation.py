@@ -14,10 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torchvision.ops import box_iou
 
-from vstream.evaluation_tracks import select_stream
+from vstream.errors import VstreamError
+from vstream.evaluation_tracks import (
+    evaluate_line_counts,
+    evaluate_tracks,
+    has_identities,
+    has_tracks,
+    select_stream,
+)
+from vstream.tracking.base import iou_matrix
 
 
 @dataclass(frozen=True)
@@ -82,12 +88,12 @@ def evaluate(
             if not gt:
                 hits[class_id].extend(False for _ in dets)
                 continue
-            ious = box_iou(torch.tensor([d["bbox"] for d in dets]), torch.tensor(gt))
-            matched = torch.zeros(len(gt), dtype=torch.bool)
+            ious = iou_matrix(np.array([d["bbox"] for d in dets]), np.array(gt))
+            matched = np.zeros(len(gt), dtype=bool)
             for row in range(len(dets)):
-                candidates = ious[row].masked_fill(matched, -1.0)
+                candidates = np.where(matched, -1.0, ious[row])
                 best = int(candidates.argmax())
-                hit = float(candidates[best]) >= iou_threshold
+                hit = bool(candidates[best] >= iou_threshold)
                 matched[best] |= hit
                 hits[class_id].append(hit)
     n_truth: dict[int, int] = defaultdict(int)
@@ -105,9 +111,43 @@ def evaluate_files(
     ground_truth_path: Path,
     iou_threshold: float = 0.5,
     stream: str | None = None,
-) -> Accuracy:
-    """:func:`evaluate` on a JSON Lines output file and a ground-truth JSON file."""
-    with records_path.open(encoding="utf-8") as lines:
-        records = [json.loads(line) for line in lines if line.strip()]
-    ground_truth = json.loads(ground_truth_path.read_text(encoding="utf-8"))
-    return evaluate(records, ground_truth, iou_threshold, stream)
+) -> list[str]:
+    """What ``vstream eval`` prints, one line each, for a JSON Lines output and a ground truth.
+
+    The detection mAP always; MOTA and IDF1 when the records carry track ids
+    and the ground truth identities; line counts when the ground truth lists
+    crossings. Records of several streams are scored against one
+    (:func:`~vstream.evaluation_tracks.select_stream`). Missing or malformed
+    files raise :class:`~vstream.errors.VstreamError`, naming the records file.
+    """
+    for path in (records_path, ground_truth_path):
+        if not path.is_file():
+            raise VstreamError(f"file not found: {path}")
+
+    def malformed(exc: Exception) -> VstreamError:
+        return VstreamError(f"cannot evaluate {records_path}: malformed input ({exc})")
+
+    try:
+        with records_path.open(encoding="utf-8") as lines:
+            records = [json.loads(line) for line in lines if line.strip()]
+        ground_truth = json.loads(ground_truth_path.read_text(encoding="utf-8"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise malformed(exc) from exc
+    try:
+        records = select_stream(records, ground_truth, stream)
+    except ValueError as exc:  # which stream: said in the message, not malformed input
+        raise VstreamError(f"cannot evaluate {records_path}: {exc}") from None
+    except (KeyError, TypeError) as exc:
+        raise malformed(exc) from exc
+    try:
+        report = [str(evaluate(records, ground_truth, iou_threshold))]
+        if has_identities(ground_truth) and has_tracks(records):
+            report.append(str(evaluate_tracks(records, ground_truth, iou_threshold)))
+        if ground_truth.get("lines"):
+            if not any("events" in record for record in records):
+                report.append("line counts: the records have no events (run with --line)")
+            else:
+                report.extend(str(count) for count in evaluate_line_counts(records, ground_truth))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise malformed(exc) from exc
+    return report

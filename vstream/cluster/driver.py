@@ -58,7 +58,7 @@ from vstream.engine.engine import (
 from vstream.engine.errors import ShuttingDown, StreamConflict, StreamNotFound
 from vstream.engine.outputs import analyze
 from vstream.engine.pipeline import sink_samples
-from vstream.errors import LimitExceeded, VstreamError, describe
+from vstream.errors import LimitExceeded, VstreamError, describe, first_line
 from vstream.metrics import ClusterSample, Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
 from vstream.sources.base import SourceState
@@ -217,7 +217,7 @@ class ClusterEngine(Running):
                     self._opened(slot, self._ray.get(ref))
                 except self._ray.exceptions.RayActorError as exc:
                     raise VstreamError(
-                        f"{slot.name} died while loading its models: {_first_line(exc)}"
+                        f"{slot.name} died while loading its models: {first_line(exc)}"
                     ) from None
                 except self._ray.exceptions.RayTaskError as exc:
                     raise _cause(exc) from None
@@ -306,7 +306,7 @@ class ClusterEngine(Running):
                     )
                 )
         slot.streams.clear()
-        log.error("%s lost: %s; moving %d streams", slot.name, _first_line(error), moved)
+        log.error("%s lost: %s; moving %d streams", slot.name, first_line(error), moved)
         if self.stopping.is_set():
             return
         if self._restarts < self.cluster.max_worker_restarts:
@@ -786,8 +786,3 @@ def _cause(exc: Exception) -> Exception:
     """The exception a worker's method raised, out of Ray's wrapper."""
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, Exception) else exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -73,7 +73,7 @@ import torch
 from vstream.decoders.base import Picture
 from vstream.decoders.demux import Demuxer
 from vstream.devices import indexed, same_device
-from vstream.errors import SourceError
+from vstream.errors import SourceError, first_line
 from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
 
 log = logging.getLogger(__name__)
@@ -141,14 +141,9 @@ def load_pynvvideocodec() -> ModuleType:
             raise SourceError(
                 "the nvdec decoder needs PyNvVideoCodec: pip install 'vstream[gpu]'"
             ) from exc
-        raise SourceError(f"PyNvVideoCodec cannot be imported: {_first_line(exc)}") from exc
+        raise SourceError(f"PyNvVideoCodec cannot be imported: {first_line(exc)}") from exc
     except Exception as exc:  # 2.2 raises RuntimeError when a driver library is missing
-        raise SourceError(f"PyNvVideoCodec cannot be imported: {_first_line(exc)}") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
+        raise SourceError(f"PyNvVideoCodec cannot be imported: {first_line(exc)}") from exc
 
 
 def _refusal(exc: BaseException) -> str | None:
@@ -347,7 +342,7 @@ def decoder_caps(nvc: ModuleType, gpu: int, codec: str) -> Mapping[str, Any] | N
                     query(gpuid=gpu, codec=getattr(nvc.cudaVideoCodec, codec)) if query else None
                 )
             except Exception as exc:  # the binding raises several types
-                log.debug("GetDecoderCaps(%s) failed: %s", codec, _first_line(exc))
+                log.debug("GetDecoderCaps(%s) failed: %s", codec, first_line(exc))
                 found = None
             _caps[key] = dict(found) if found else None
         return _caps[key]
@@ -499,7 +494,7 @@ class NvdecDecoder:
             )
         except Exception as exc:
             raise SourceError(
-                f"{self.demuxer.display_name}: cannot create the NVDEC decoder: {_first_line(exc)}"
+                f"{self.demuxer.display_name}: cannot create the NVDEC decoder: {first_line(exc)}"
             ) from exc
 
     def _annex_b_filter(self) -> av.bitstream.BitStreamFilterContext | None:
@@ -642,7 +637,7 @@ class NvdecDecoder:
                 ) from exc
             raise SourceError(
                 f"{self.demuxer.display_name}: NVDEC failed: {type(exc).__name__}: "
-                f"{_first_line(exc)}"
+                f"{first_line(exc)}"
             ) from exc
         if pictures:
             self._hand_over()
@@ -715,7 +710,7 @@ def probe(device: torch.device) -> ProbeResult:
     try:
         decoder = NvdecDecoder(str(PROBE_CLIP), device=device, cache=None)
     except Exception as exc:  # the binding and the driver raise several types
-        return ProbeResult(False, _first_line(exc))
+        return ProbeResult(False, first_line(exc))
     try:
         frames = [p.data for p in decoder.pictures()]
         with av.open(str(PROBE_CLIP)) as container:
@@ -734,6 +729,6 @@ def probe(device: torch.device) -> ProbeResult:
             True, f"decoded the probe clip: {len(frames)} frames, {worst:.2f} levels from FFmpeg"
         )
     except Exception as exc:  # the binding raises several types
-        return ProbeResult(False, _first_line(exc))
+        return ProbeResult(False, first_line(exc))
     finally:
         decoder.close()

@@ -119,10 +119,3 @@ class Intake:
         """Wake every waiting reader, e.g. so that it sees its stop flag."""
         with self._cond:
             self._cond.notify_all()
-
-    def wait_drained(self, stream_id: str, timeout: float) -> bool:
-        """Wait until the stages have taken every queued frame of ``stream_id``."""
-        with self._cond:
-            return self._cond.wait_for(
-                lambda: not (lane := self._lanes.get(stream_id)) or not lane.frames, timeout
-            )

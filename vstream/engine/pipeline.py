@@ -320,12 +320,6 @@ class Pipeline:
             readers = list(self.streams.values())
         return all(not r.running for r in readers) and self.intake.queued() == 0
 
-    @property
-    def threads_alive(self) -> bool:
-        with self._lock:
-            readers = [*self.streams.values(), *self._retired.values()]
-        return self.stages.alive or any(r.running for r in readers)
-
     def not_ready(self) -> list[str]:
         """Why this pipeline is not ready: no running model, failed sinks, or idle streams."""
         with self._lock:

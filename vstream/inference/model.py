@@ -217,22 +217,6 @@ def infer_output_shapes(
     return shapes
 
 
-def declared_batch(path: Path) -> int | None:
-    """The batch the model file fixes for its image input; None if dynamic or unreadable.
-
-    Read from the graph without creating a session, for callers that choose a
-    batch size before loading the model (loading reports unreadable files).
-    """
-    import onnx
-
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-        dim = model.graph.input[0].type.tensor_type.shape.dim[0]
-    except Exception:  # missing or corrupt: loading the model reports it properly
-        return None
-    return dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None
-
-
 def input_size(spec: ModelSpec, imgsz: int | tuple[int, int] | None) -> tuple[int, int]:
     """The ``(height, width)`` the model runs at: fixed by the model, asked for, or a default."""
     requested = (imgsz, imgsz) if isinstance(imgsz, int) else imgsz

@@ -61,8 +61,8 @@ itself keeps the order and no thread waits for it::
 Concurrent runs (several batches in the model at once) are for the CPU,
 where each run takes its own cores. ONNX Runtime's CUDA provider has one
 compute stream per session (``user_compute_stream``, or its own), so runs of
-one session on CUDA cannot overlap on the GPU: :attr:`ModelSession.concurrent_runs`
-is 1 there, runs are serialised, and asking for more logs one notice line.
+one session on CUDA cannot overlap on the GPU: the run plan
+(:mod:`vstream.inference.plan`) gives one run there, and runs are serialised.
 
 CUDA graphs
 -----------
@@ -100,7 +100,7 @@ from typing import Any
 import torch
 
 from vstream.config.model import ModelConfig, RuntimeOptions
-from vstream.errors import ModelError
+from vstream.errors import ModelError, first_line
 from vstream.inference.buckets import BatchBuffer, Bucket, bucket_sizes
 from vstream.inference.model import (
     batch_size,
@@ -124,11 +124,6 @@ log = logging.getLogger("vstream")
 
 EAGER_GRAPH_ID = "-1"
 """``gpu_graph_id`` that makes ONNX Runtime run without capturing or replaying a graph."""
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
 
 
 class ModelThread:
@@ -183,7 +178,7 @@ class ModelSession:
     wasteful when decoding and preprocessing run beside it on the same cores.
 
     :meth:`run` may be called from several threads at once, each on its own
-    buffer (up to :attr:`concurrent_runs` overlap; on CUDA they are serialised).
+    buffer (as many as the run plan has in flight; on CUDA they are serialised).
     """
 
     def __init__(self, model: ModelConfig, runtime: RuntimeOptions) -> None:
@@ -218,7 +213,7 @@ class ModelSession:
             # requested by the user as ..."): control flow, nodes left on the CPU.
             if self.cuda_graphs and ("cuda graph" in str(exc).lower() or "capture" in str(exc)):
                 raise ModelError(self._no_graphs(path, exc)) from exc
-            raise ModelError(f"cannot load model {path}: {_first_line(exc)}") from exc
+            raise ModelError(f"cannot load model {path}: {first_line(exc)}") from exc
         if self.device.type == "cuda":
             self._check_gpu_provider(ort, path)
         self.spec = read_model_spec(self.session, path)
@@ -235,8 +230,6 @@ class ModelSession:
             self._buffer(i, sizes, (height, width)) for i in range(runtime.in_flight)
         )
         """Persistent inputs, outputs and bindings, created once; see :class:`BatchBuffer`."""
-        self.concurrent_runs = self._concurrent_runs(runtime)
-        """Model runs that may be in flight at once (on different buffers); 1 on CUDA."""
         self._gpu_lock = threading.Lock() if self.device.type == "cuda" else None
         self._model_thread: ModelThread | None = None
         if self.cuda_graphs:
@@ -264,19 +257,6 @@ class ModelSession:
             f"({cuda_provider_load_error(ort)}), the session would run on {', '.join(running)}: "
             "install the matching wheels (README, 'The GPU path') or set runtime.device: cpu"
         )
-
-    def _concurrent_runs(self, runtime: RuntimeOptions) -> int:
-        """How many runs may overlap: as asked on the CPU, one on CUDA (said once, here)."""
-        asked = runtime.concurrent_runs or 1
-        if self.device.type != "cuda" or asked <= 1:
-            return max(1, asked)
-        log.warning(
-            "runtime.concurrent_runs=%d: on CUDA the model runs one batch at a time (ONNX "
-            "Runtime's CUDA provider has one compute stream per session, so runs cannot "
-            "overlap on the GPU); running 1",
-            asked,
-        )
-        return 1
 
     # -- the stream ----------------------------------------------------------------------------
 
@@ -317,7 +297,7 @@ class ModelSession:
 
     def _no_graphs(self, path: Path, exc: BaseException) -> str:
         return (
-            f"{path.name}: CUDA graphs cannot capture this model ({_first_line(exc)}); "
+            f"{path.name}: CUDA graphs cannot capture this model ({first_line(exc)}); "
             "run it without enable_cuda_graph"
         )
 
@@ -528,7 +508,7 @@ class ModelSession:
             with self._ordered(), self._gpu_lock or contextlib.nullcontext():
                 self._call(self._run_bound, bucket, run_options)
         except Exception as exc:
-            raise ModelError(f"inference failed: {_first_line(exc)}") from exc
+            raise ModelError(f"inference failed: {first_line(exc)}") from exc
         if all(t is not None for t in bucket.outputs):
             return bucket.outputs  # type: ignore[return-value]
         produced = bucket.binding.get_outputs()

@@ -129,9 +129,6 @@ class VideoWriterStats:
     encode_seconds: float = 0.0
     """Time the encoder thread spent encoding and writing frames."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def partial_path(path: str | Path) -> Path:
     """Where the video is written until it is complete: ``PATH.partial``, same directory."""

@@ -80,11 +80,13 @@ def _associate(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
 
 def _shape_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``(N, M)`` IoU of ``x1, y1, x2, y2`` boxes moved onto the same centre: size alone."""
-    wa, ha = a[:, 2] - a[:, 0], a[:, 3] - a[:, 1]
-    wb, hb = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
-    both = np.minimum(wa[:, None], wb[None, :]) * np.minimum(ha[:, None], hb[None, :])
-    union = (wa * ha)[:, None] + (wb * hb)[None, :] - both
-    return np.divide(both, union, out=np.zeros_like(both), where=union > 0)
+    return iou_matrix(_centred(a), _centred(b))
+
+
+def _centred(boxes: np.ndarray) -> np.ndarray:
+    """``boxes`` of the same size, centred on the origin."""
+    half = (boxes[:, 2:4] - boxes[:, 0:2]) / 2
+    return np.concatenate([-half, half], axis=1)
 
 
 def _duplicates(
