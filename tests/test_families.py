@@ -18,10 +18,11 @@ import pytest
 import torch
 from helpers import run_cli
 from onnx_models import family_model
+from torch.profiler import ProfilerActivity, profile
 
 from vstream import Detector, Frame, ModelError, PixelFormat
 from vstream.postprocess.formats import OutputInfo, grid_cells, recognise
-from vstream.preprocess import LetterboxGeometry
+from vstream.preprocess import Letterboxer, LetterboxGeometry
 
 SIZES = ((641, 479), (480, 848))
 """(width, height) of the two frames of every batch."""
@@ -332,3 +333,21 @@ def test_info_refuses_an_unknown_layout_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     (error,) = [line for line in result.stderr.splitlines() if "error" in line]
     assert "cannot tell the detector output format" in error and "a [1, 10, 3]" in error
+
+
+@pytest.mark.parametrize("mode", ["letterbox", "stretch"])
+def test_normalisation_and_stretch_allocate_no_tensor_per_frame(mode: str) -> None:
+    """The mean and std go in place with tensors made once, as the letterbox does."""
+    model_input = torch.zeros((2, 3, 64, 64))
+    offset, divisor = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    letterboxer = Letterboxer(model_input, mode=mode, normalise=(offset, divisor))  # type: ignore[arg-type]
+    loads = frames() * 5
+    for slot, frame in enumerate(loads[:2]):  # warm-up: padding painted
+        letterboxer.load(slot, frame)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiled:
+        for i, frame in enumerate(loads):
+            letterboxer.load(i % 2, frame)
+    allocated = sum(max(0, e.cpu_memory_usage) for e in profiled.events())
+    assert allocated == 0, f"{allocated} bytes of tensors allocated over {len(loads)} frames"
+    black = [(0 - o) / d for o, d in zip(offset, divisor, strict=True)]
+    assert model_input[1, :, 32, 32].tolist() == pytest.approx(black, abs=1e-5)
