@@ -40,9 +40,16 @@ def test_on_a_cpu_the_cores_become_runs_of_one_thread(cores: int, expected: tupl
     assert plan(cores=cores) == expected
 
 
-def test_on_cuda_one_run_unless_told() -> None:
+def test_on_cuda_one_run_and_more_asked_is_said_once_by_the_plan(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The plan is the one place runs are decided: the session and the stages take it as it is."""
     assert plan("cuda", cores=16) == (1, 0, 3)
-    assert plan("cuda", cores=16, concurrent_runs=2) == (2, 0, 4)
+    assert not caplog.records
+    assert plan("cuda", cores=16, concurrent_runs=3) == (1, 0, 3)
+    (notice,) = [r.getMessage() for r in caplog.records]
+    assert notice.startswith("runtime.concurrent_runs=3: on CUDA the model runs one batch at a")
+    assert notice.endswith("running 1")
 
 
 def test_what_the_user_sets_wins_and_the_rest_is_derived() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import onnxruntime as ort
@@ -23,13 +22,10 @@ from onnx_models import (
 )
 
 from vstream import Detector, Frame, ModelError, PixelFormat, VstreamError
-from vstream.config.model import RuntimeOptions
-from vstream.detector import split_options
 from vstream.devices import indexed, same_device
 from vstream.inference import providers
 from vstream.inference.model import infer_output_shapes
 from vstream.inference.providers import resolve_device
-from vstream.inference.session import ModelSession
 
 
 @pytest.fixture
@@ -193,7 +189,6 @@ def test_runs_on_different_buffers_from_several_threads_at_once_keep_their_own_o
     engine = model_session(
         scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=2, imgsz=64, in_flight=4
     )
-    assert engine.concurrent_runs == 1, "without concurrent_runs in the config: one at a time"
     start = threading.Barrier(len(engine.buffers))
     wrong: list[str] = []
 
@@ -213,20 +208,6 @@ def test_runs_on_different_buffers_from_several_threads_at_once_keep_their_own_o
     for thread in threads:
         thread.join(120)
     assert not any(t.is_alive() for t in threads) and wrong == []
-
-
-def test_concurrent_runs_are_taken_as_asked_on_the_cpu_and_clamped_to_one_on_cuda(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    asked = RuntimeOptions(device="cpu", in_flight=4).model_copy(update={"concurrent_runs": 3})
-    model, _, _ = split_options(scale_model(tmp_path / "s.onnx"), {"imgsz": 32})
-    assert ModelSession(model, asked).concurrent_runs == 3
-    assert not caplog.records
-    on_cuda = SimpleNamespace(device=torch.device("cuda", 0))
-    assert ModelSession._concurrent_runs(on_cuda, asked) == 1
-    (notice,) = [r.getMessage() for r in caplog.records]
-    assert notice.startswith("runtime.concurrent_runs=3: on CUDA the model runs one batch at a")
-    assert notice.endswith("running 1")
 
 
 # -- CUDA, on a fake cuda:0 (fakes.fake_cuda) ------------------------------------------------------

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +130,7 @@ class Detector:
                 }
             ),
         )
-        # The session may run fewer at once than planned (one on CUDA, said there).
-        self.plan = replace(plan, concurrent_runs=self.model.concurrent_runs)
+        self.plan = plan
         """How many runs the engine keeps in flight, with how many threads and buffers."""
         log.info("%s on %s: model runs: %s", Path(model.path).name, device, self.plan.describe())
         if model.dtype != "auto" and self.model.spec.input.dtype_name != model.dtype:

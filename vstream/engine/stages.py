@@ -189,7 +189,7 @@ class OverlappedStages:
         self._deliver = deliver
         self._on_end = on_end
         depth = model.buffers
-        runs = max(1, min(model.concurrent_runs, depth))
+        runs = model.concurrent_runs  # the plan keeps a buffer free for each run and two more
         self._free: FrameQueue[int] = FrameQueue(depth, FreshnessPolicy.BLOCK)
         for index in range(depth):
             self._free.put(index)

@@ -11,9 +11,12 @@ divided among them: one thread each up to 8 cores. Decoding and the other
 stages share the same cores; ONNX Runtime's threads do not spin by default
 (``model.spin_wait``), so they yield to them.
 
-On CUDA the default is one run: the GPU already runs a model's kernels in
-parallel, and runs in flight at once need a CUDA stream each
-(:mod:`vstream.inference.session` decides how they are ordered).
+On CUDA it is always one run: the GPU already runs a model's kernels in
+parallel, and ONNX Runtime's CUDA provider has one compute stream per
+session, so runs of one session cannot overlap there. A
+``runtime.concurrent_runs`` above 1 on CUDA is said once, here, and run as
+1. This plan is the one place the number of runs is decided: the session,
+the detector and the stages take it as it is.
 
 What the user sets always wins: ``runtime.concurrent_runs``
 (``--concurrent-runs``) and ``model.intra_op_threads`` (``--threads``); the
@@ -89,7 +92,14 @@ def plan_runs(
     ]
     room = max(1, buffers - EXTRA_BUFFERS) if buffers is not None else MAX_AUTO_RUNS
     if device != "cpu":
-        runs = runs or 1
+        if runs is not None and runs > 1:
+            log.warning(
+                "runtime.concurrent_runs=%d: on CUDA the model runs one batch at a time (ONNX "
+                "Runtime's CUDA provider has one compute stream per session, so runs cannot "
+                "overlap on the GPU); running 1",
+                runs,
+            )
+        runs = 1
     elif runs is None:
         runs = max(1, min(cores // threads if threads else cores, MAX_AUTO_RUNS, room))
     if device == "cpu" and not threads:
