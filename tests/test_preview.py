@@ -16,6 +16,7 @@ import torch
 from dashboard_app import FakeStreams, Feeder, moving_frame, serve, wait_for
 from PIL import Image
 
+from vstream.config import PreviewConfig
 from vstream.server.auth import SESSION_COOKIE, SessionStore
 from vstream.server.dashboard import page
 from vstream.server.preview import PreviewHub, TooManyViewers
@@ -461,3 +462,21 @@ def test_clips_are_plain_files_listed_by_name_and_answer_head(
             assert hub.viewers() == 0
     finally:
         restarted.close()
+
+
+@pytest.mark.parametrize(
+    "option", [{"quality": 5}, {"quality": 100}, {"max_width": 32}, {"max_fps": 0}]
+)
+def test_a_hub_made_in_python_has_the_bounds_of_server_preview(option: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(option))):
+        PreviewHub(**option)
+
+
+def test_a_hub_made_in_python_has_the_defaults_of_server_preview() -> None:
+    hub, config = PreviewHub(), PreviewConfig()
+    assert (hub.max_fps, hub.max_width, hub.quality, hub.max_viewers) == (
+        config.max_fps,
+        config.max_width,
+        config.quality,
+        config.max_viewers,
+    )

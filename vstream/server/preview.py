@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vstream.clips.jpeg import encode_jpeg
+from vstream.config.pipelines import PreviewConfig
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,10 @@ class _Watcher:
     def wake(self) -> None:
         with suppress(RuntimeError):  # its loop is closed: the viewer is gone
             self.loop.call_soon_threadsafe(self.event.set)
+
+
+_DEFAULTS = PreviewConfig()
+"""The defaults of ``server.preview``, which a hub made in Python gets too."""
 
 
 @dataclass(eq=False)
@@ -80,24 +85,21 @@ class PreviewHub:
     def __init__(
         self,
         *,
-        max_fps: float = 5.0,
-        max_width: int = 640,
-        quality: int = 75,
-        max_viewers: int = 16,
+        max_fps: float = _DEFAULTS.max_fps,
+        max_width: int = _DEFAULTS.max_width,
+        quality: int = _DEFAULTS.quality,
+        max_viewers: int = _DEFAULTS.max_viewers,
         snapshot_wait: float = 2.0,
     ) -> None:
-        if max_fps <= 0:
-            raise ValueError(f"max_fps must be positive, got {max_fps}")
-        if max_width < 16:
-            raise ValueError(f"max_width must be at least 16 pixels, got {max_width}")
-        if not 1 <= quality <= 100:
-            raise ValueError(f"quality must be within 1..100, got {quality}")
-        if max_viewers < 1:
-            raise ValueError(f"max_viewers must be at least 1, got {max_viewers}")
-        self.max_fps = float(max_fps)
-        self.max_width = int(max_width)
-        self.quality = int(quality)
-        self.max_viewers = int(max_viewers)
+        # The bounds are PreviewConfig's (server.preview), checked there: one rule for the
+        # file and for Python, one message (a ValueError) for a value out of them.
+        options = PreviewConfig(
+            max_fps=max_fps, max_width=max_width, quality=quality, max_viewers=max_viewers
+        )
+        self.max_fps = float(options.max_fps)
+        self.max_width = options.max_width
+        self.quality = options.quality
+        self.max_viewers = options.max_viewers
         self.snapshot_wait = float(snapshot_wait)
         self._period = 1.0 / self.max_fps
         self._streams: dict[str, _Stream] = {}
