@@ -19,8 +19,8 @@ import torch
 from helpers import write_video
 from torch.profiler import ProfilerActivity, profile
 
-from vstream.decoders import cpu as cpu_decoder
-from vstream.decoders.cpu import PyAVDecoder, PyAVPicture, auto_threads
+from vstream.cores import auto_decoder_threads as auto_threads
+from vstream.decoders.cpu import PyAVDecoder, PyAVPicture
 from vstream.frame import Frame, PixelFormat
 from vstream.preprocess import PAD_VALUE, Letterboxer
 from vstream.sources import VideoFileSource
@@ -186,7 +186,7 @@ def test_decoder_threads_are_shared_out_among_the_streams(
     assert [auto_threads(n, cores=2) for n in (1, 2, 4)] == [1, 1, 1]
     assert [auto_threads(n, cores=8) for n in (1, 2, 4)] == [4, 2, 1]
     assert [auto_threads(n, cores=64) for n in (1, 8, 16, 32, 100)] == [4, 4, 2, 1, 1]
-    monkeypatch.setattr(cpu_decoder, "available_cores", lambda: 8)
+    monkeypatch.setattr("vstream.cores.available_cores", lambda: 8)
     video = write_video(tmp_path / "clip.mp4", frames=2, width=64, height=48)
     cpu = torch.device("cpu")
     decoders = [PyAVDecoder(str(video), device=cpu) for _ in range(3)]

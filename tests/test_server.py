@@ -193,3 +193,36 @@ def test_a_stream_added_to_one_pipeline_does_not_touch_the_other(
     removed = client.delete("/streams/cam9").json()["removed"]
     assert removed["frames_processed"] == 10 and removed["frames_dropped"] == 0
     assert runtime.pipelines["main"].streams["cam1"].counters.frames_processed > before
+
+
+def test_automatic_decoder_threads_count_the_same_in_validate_and_the_api_on_64_cores(
+    client: Client, runtime: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``decoder_threads: 0`` counts as the decoder's own automatic share, everywhere.
+
+    On 64 cores that is 4 threads a stream: with the default limits (256
+    threads) five automatic streams fit beside cam1, as ``validate`` says.
+    """
+    monkeypatch.setattr("vstream.cores.available_cores", lambda: 64)
+    ids = [f"auto{i}" for i in range(5)]
+    try:
+        for stream_id in ids:
+            body = {"pipeline": "other", "id": stream_id, "uri": "rtsp://127.0.0.1:9/live"}
+            added = client.post("/streams", json=body)
+            assert added.status_code == 201, added.text
+        metrics = client.get("/metrics").text
+        assert 'vstream_limit_used{limit="max_decoder_threads"} 24.0' in metrics
+    finally:
+        for stream_id in ids:
+            client.delete(f"/streams/{stream_id}")
+    sources = "".join(f"\n      - {{id: s{i}, uri: rtsp://127.0.0.1:9/live}}" for i in range(5))
+    text = f"""
+limits: {{max_decoder_threads: 16}}
+pipelines:
+  - name: main
+    model: {{path: model.onnx}}
+    sinks: [{{type: stdout}}]
+    sources:{sources}
+"""
+    with pytest.raises(VstreamError, match=r"ask for 20 decoder threads, more than .*\(16\)"):
+        parse_config(text, base_dir=runtime.base_dir)

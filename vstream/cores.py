@@ -2,7 +2,11 @@
 
 The model's concurrent runs (:mod:`vstream.inference.plan`) and FFmpeg's
 decoding threads (:mod:`vstream.decoders.cpu`) share the same cores, so both
-count them the same way.
+count them the same way. The rule for automatic decoding threads lives here
+too, because three places need it: the decoder that opens, ``vstream
+validate`` and the engines that count a source against
+``limits.max_decoder_threads``; all three must mean the same by
+``decoder_threads: 0``.
 """
 
 from __future__ import annotations
@@ -32,3 +36,34 @@ def available_cores() -> int:
     except (OSError, ValueError):
         pass
     return max(1, cores)
+
+
+MAX_AUTO_DECODER_THREADS = 4
+"""Most FFmpeg threads ``decoder_threads: 0`` gives one stream: past a few, frame threads add
+only delay."""
+
+
+def auto_decoder_threads(streams: int, cores: int | None = None) -> int:
+    """FFmpeg threads for one of ``streams`` streams decoded at once: half the cores, shared.
+
+    Decoding gets at most half the cores (the model runs need the rest),
+    shared among the streams: ``cores // (2 * streams)``, at least 1 and at
+    most :data:`MAX_AUTO_DECODER_THREADS`. One stream on 2 cores decodes on
+    its reader thread alone (frame threads would cost 5 % more CPU per
+    picture, and one thread decodes 720p H.264 several times faster than the
+    model runs); one stream on 16 cores gets 4 threads; 32 streams on 64
+    cores get 1 each.
+    """
+    cores = cores or available_cores()
+    return max(1, min(MAX_AUTO_DECODER_THREADS, cores // (2 * max(1, streams))))
+
+
+def counted_decoder_threads(threads: int) -> int:
+    """What a source's ``decoder_threads`` counts against ``limits.max_decoder_threads``.
+
+    0 (automatic) counts as the most :func:`auto_decoder_threads` gives a
+    stream, its share when decoded alone: the threads it may really take,
+    not 0 (which let ``validate`` pass what the engine then refused) nor
+    every core (which refused the fifth automatic stream on 64 cores).
+    """
+    return threads or auto_decoder_threads(1)

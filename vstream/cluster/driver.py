@@ -34,7 +34,6 @@ records, moves streams); API calls add and remove streams under the same lock.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -48,6 +47,7 @@ from vstream.cluster.stream import ClusterStream, StreamLost, analytics_for
 from vstream.cluster.worker import ClusterWorker, WorkerInfo, WorkerPipeline, WorkerReport
 from vstream.config.pipelines import VstreamConfig
 from vstream.config.sinks import FRAME_SINK_TYPES
+from vstream.cores import counted_decoder_threads
 from vstream.engine.engine import (
     Running,
     StreamSummary,
@@ -559,10 +559,11 @@ class ClusterEngine(Running):
         return Catalogue([])
 
     def decoder_threads(self) -> int:
-        """FFmpeg threads asked for by the streams (0 counts as the cores of this machine)."""
-        cores = os.cpu_count() or 1
+        """FFmpeg threads the streams count against ``limits.max_decoder_threads``."""
         with self._lock:
-            return sum(s.config.decoder_threads or cores for s in self._streams.values())
+            return sum(
+                counted_decoder_threads(s.config.decoder_threads) for s in self._streams.values()
+            )
 
     def streams(self) -> list[dict[str, Any]]:
         with self._lock:

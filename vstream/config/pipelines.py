@@ -32,6 +32,7 @@ from vstream.config.cluster import ClusterConfig
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.config.sinks import FRAME_SINK_TYPES, SinkConfig
 from vstream.config.sources import SourceConfig
+from vstream.cores import counted_decoder_threads
 
 
 class PipelineConfig(StrictModel):
@@ -245,7 +246,9 @@ class VstreamConfig(StrictModel):
                         f"pipeline {pipeline.name} asks for device {device}; with cluster: use "
                         "cuda or auto: each worker sees only the GPUs Ray gives it, from cuda:0"
                     )
-        threads = sum(s.decoder_threads for p in self.pipelines for s in p.sources)
+        threads = sum(
+            counted_decoder_threads(s.decoder_threads) for p in self.pipelines for s in p.sources
+        )
         if threads > limits.max_decoder_threads:
             raise ValueError(
                 f"the sources ask for {threads} decoder threads, more than "

@@ -237,7 +237,7 @@ def open_decoder(
     ``cuda_stream`` is the CUDA stream NVDEC works on, by default torch's
     current stream of the calling thread (the reader's: the pipeline's
     stream); ``threads`` caps the CPU decoder's threads (0: a share of the
-    cores among the streams open, see :func:`vstream.decoders.cpu.auto_threads`;
+    cores among the streams open, see :func:`vstream.cores.auto_decoder_threads`;
     NVDEC needs none); ``low_delay`` asks the CPU decoder to hand out each
     picture as soon as it is decoded (live input).
 

@@ -10,7 +10,8 @@ RGB by default, or ``nv12``/``yuv420p`` for the shared device colour
 conversion. Frames meant for a GPU are converted and copied at once.
 
 Threads: ``threads=0`` shares half the cores among the streams being
-decoded when a decoder opens (:func:`auto_threads`), so N streams never each
+decoded when a decoder opens (:func:`vstream.cores.auto_decoder_threads`), so N
+streams never each
 start a thread per core.
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Iterator, Mapping
 import av
 import torch
 
-from vstream.cores import available_cores
+from vstream.cores import auto_decoder_threads
 from vstream.decoders.base import Picture
 from vstream.decoders.demux import Demuxer
 from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
@@ -32,26 +33,9 @@ from vstream.transfer import upload
 _AVCOL_SPC_BT709 = 1
 _AVCOL_RANGE_JPEG = 2
 
-MAX_AUTO_THREADS = 4
-"""Most FFmpeg threads ``threads=0`` gives one stream: past a few, frame threads add only delay."""
-
 _open_lock = threading.Lock()
 _open_decoders = 0
-"""CPU decoders open in this process, for :func:`auto_threads`."""
-
-
-def auto_threads(streams: int, cores: int | None = None) -> int:
-    """FFmpeg threads for one of ``streams`` streams decoded at once: half the cores, shared.
-
-    Decoding gets at most half the cores (the model runs need the rest),
-    shared among the streams: ``cores // (2 * streams)``, at least 1 and at
-    most :data:`MAX_AUTO_THREADS`. One stream on 2 cores decodes on its reader
-    thread alone (frame threads would cost 5 % more CPU per picture, and one
-    thread decodes 720p H.264 several times faster than the model runs); one
-    stream on 16 cores gets 4 threads; 32 streams on 64 cores get 1 each.
-    """
-    cores = cores or available_cores()
-    return max(1, min(MAX_AUTO_THREADS, cores // (2 * max(1, streams))))
+"""CPU decoders open in this process, for :func:`auto_decoder_threads`."""
 
 
 class PyAVPicture:
@@ -82,7 +66,7 @@ class PyAVDecoder:
     Damaged packets (flagged by the demuxer or rejected by the decoder) are
     skipped and counted in :attr:`corrupt_packets`; see :class:`Demuxer` for
     ``options``, ``input_format``, ``timeout`` and ``stall_seconds``.
-    ``threads`` sets FFmpeg's decoding threads (0: :func:`auto_threads` of the
+    ``threads`` sets FFmpeg's decoding threads (0: :func:`auto_decoder_threads` of the
     streams open now, this one included); ``low_delay``
     (live input) decodes with slice threads and FFmpeg's low-delay flag, so no
     picture waits in the decoder for the ones after it.
@@ -124,7 +108,7 @@ class PyAVDecoder:
         with _open_lock:
             _open_decoders += 1
             self._counted = True
-            codec.thread_count = threads or auto_threads(_open_decoders)
+            codec.thread_count = threads or auto_decoder_threads(_open_decoders)
         self.threads = codec.thread_count
         """FFmpeg threads this stream decodes with."""
         self.info = self.demuxer.info

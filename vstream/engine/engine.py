@@ -11,7 +11,6 @@ flushes; then every thread has been joined.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 from vstream.config.loading import parse_source
 from vstream.config.pipelines import LimitsConfig, VstreamConfig
 from vstream.config.sources import SourceConfig
+from vstream.cores import counted_decoder_threads
 from vstream.engine.errors import PipelineNotFound, ShuttingDown, StreamConflict, StreamNotFound
 from vstream.engine.pipeline import Pipeline
 from vstream.engine.reader import StreamReader
@@ -70,7 +70,7 @@ def check_limits(
             f"limits.max_streams_per_pipeline reached in pipeline {pipeline} "
             f"({limits.max_streams_per_pipeline} streams)"
         )
-    threads = decoder_threads + (source.decoder_threads or os.cpu_count() or 1)
+    threads = decoder_threads + counted_decoder_threads(source.decoder_threads)
     if threads > limits.max_decoder_threads:
         raise LimitExceeded(
             f"limits.max_decoder_threads would be exceeded ({threads} of "
@@ -206,10 +206,9 @@ class Engine(Running):
         )
 
     def decoder_threads(self) -> int:
-        """FFmpeg threads asked for by the running streams (0 counts as the cores)."""
-        cores = os.cpu_count() or 1
+        """FFmpeg threads the running streams count against ``limits.max_decoder_threads``."""
         return sum(
-            (r.config.decoder_threads or cores) if r.config is not None else 0
+            counted_decoder_threads(r.config.decoder_threads) if r.config is not None else 0
             for r in self.readers()
         )
 
