@@ -447,3 +447,17 @@ def test_a_clip_from_a_live_rtsp_camera(tmp_path: Path) -> None:
     frames = decode(Path(info["path"]))
     assert len(frames) == int(probe(Path(info["path"]))["streams"][0]["nb_read_frames"])
     assert len(frames) >= 40 and frames[0].key_frame  # 2 s at 25 fps, from a keyframe
+
+
+def test_a_recorder_made_in_python_has_the_clips_sinks_rolls(tmp_path: Path) -> None:
+    from vstream.config.sinks import ClipsSinkConfig
+
+    recorder = ClipRecorder(tmp_path / "clips")
+    config = ClipsSinkConfig(type="clips", directory=str(tmp_path / "clips"))
+    try:
+        assert (recorder.pre_roll, recorder.post_roll) == (
+            config.pre_roll_seconds,
+            config.post_roll_seconds,
+        )
+    finally:
+        recorder.close()

@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 import torch
 from helpers import ffprobe_frame_count, write_timed_video, write_video
+from pydantic import ValidationError
 
 from vstream.annotate import Annotator, class_colour
+from vstream.config.sinks import VideoSinkConfig
 from vstream.results import Detection, FrameResult
 from vstream.sinks import video as video_module
 from vstream.sinks.video import (
@@ -317,6 +319,15 @@ def test_bad_arguments_fail_at_once() -> None:
         VideoWriter("out.mp4", 64, 48, 0)
     with pytest.raises(ValueError, match="preset"):
         VideoWriter("out.mp4", 64, 48, 25, preset="warp")
+
+
+@pytest.mark.parametrize("preset", ["slow", "veryslow", "placebo"])
+def test_a_writer_takes_only_the_presets_a_video_sink_may_have(preset: str) -> None:
+    """One list, the config's: a preset the pipelines file refuses is refused here too."""
+    with pytest.raises(ValidationError):
+        VideoSinkConfig(type="video", path="out.mp4", preset=preset)
+    with pytest.raises(ValueError, match="preset"):
+        VideoWriter("out.mp4", 64, 48, 25, preset=preset)
 
 
 def test_close_is_idempotent_and_writes_after_it_are_refused(tmp_path: Path) -> None:

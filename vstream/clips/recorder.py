@@ -42,8 +42,13 @@ from vstream.clips.index import (
     write_bytes_atomic,
 )
 from vstream.clips.ring import Capture, PacketRing, StoredPacket, Template
+from vstream.config.sinks import ClipsSinkConfig
 
 log = logging.getLogger(__name__)
+
+DEFAULT_PRE_ROLL: float = ClipsSinkConfig.model_fields["pre_roll_seconds"].default
+"""Seconds before an event: the ``clips`` sink's default, which a recorder made in Python gets."""
+DEFAULT_POST_ROLL: float = ClipsSinkConfig.model_fields["post_roll_seconds"].default
 
 Snapshot = Any
 """An RGB ``uint8`` ``(H, W, 3)`` picture (torch tensor on any device, or NumPy array)."""
@@ -157,8 +162,8 @@ class ClipRecorder:
         self,
         directory: str | Path,
         *,
-        pre_roll: float = 5.0,
-        post_roll: float = 5.0,
+        pre_roll: float = DEFAULT_PRE_ROLL,
+        post_roll: float = DEFAULT_POST_ROLL,
         margin: float = 3.0,
         retention: Retention | None = None,
         max_clip_seconds: float = 120.0,

@@ -277,6 +277,10 @@ def _video_target(value: str, info: ValidationInfo) -> str:
     return _stream_path(value, info)
 
 
+X264Preset = Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"]
+"""The libx264 presets an annotated video may use: the slower ones cannot keep up with a stream."""
+
+
 class VideoSinkConfig(StrictModel):
     """The annotated video of each stream: boxes, labels, tracks, lines, zones and counts."""
 
@@ -297,9 +301,7 @@ class VideoSinkConfig(StrictModel):
         "kept; the default for files), drop drops frames of the video (counted; the default "
         "for rtmp:// outputs); detection records are never lost",
     )
-    preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"] = Field(
-        "veryfast", description="libx264 speed/size trade-off"
-    )
+    preset: X264Preset = Field("veryfast", description="libx264 speed/size trade-off")
     crf: Int(0, 51) = Field(23, description="libx264 quality: lower is better and larger")
     queue_frames: Int(1, 256) = Field(8, description="frames waiting for the encoder")
     min_free_bytes: Int(0, 2**50) = _min_free_bytes("a video file skips frames")

@@ -60,10 +60,11 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 
+from vstream.config.sinks import VideoSinkConfig, X264Preset
 from vstream.errors import VstreamError, describe
 from vstream.sinks.base import make_parents
 from vstream.uri import is_publish_url, publish_display
@@ -76,15 +77,14 @@ Policy = Literal["block", "drop"]
 TIME_BASE = Fraction(1, 90000)
 """Time base of the written stream: 90 kHz, fine enough for any frame timing."""
 
-DEFAULT_PRESET = "veryfast"
+_OPTIONS = VideoSinkConfig.model_fields
+DEFAULT_PRESET: str = _OPTIONS["preset"].default
 """libx264 preset: measured by ``benchmarks/annotate.py`` as the speed/size balance for live use."""
-DEFAULT_CRF = 23
-DEFAULT_QUEUE_FRAMES = 8
+DEFAULT_CRF: int = _OPTIONS["crf"].default
+DEFAULT_QUEUE_FRAMES: int = _OPTIONS["queue_frames"].default
 """Pictures waiting for the encoder (each ``W * H * 3`` bytes where it was drawn)."""
-X264_PRESETS = (
-    "ultrafast", "superfast", "veryfast", "faster", "fast",
-    "medium", "slow", "slower", "veryslow", "placebo",
-)  # fmt: skip
+X264_PRESETS: tuple[str, ...] = get_args(X264Preset)
+"""The presets of the ``video`` sink's options (:data:`vstream.config.sinks.X264Preset`)."""
 NVENC_PRESET = "P4"
 
 CONTAINER_FORMATS = {
