@@ -244,3 +244,23 @@ def test_whole_processes_get_the_model_and_runtime_flags_the_bench_was_given() -
     ), "each as vstream run takes it; --imgsz is the whole-process run's own"
     run = build_parser().parse_args(["run", *flags])
     assert run.handler.__name__ == "run_command"
+
+
+def test_tune_prints_the_flags_of_vstream_run_for_its_settings() -> None:
+    from vstream.bench.tune import render_tuning
+
+    plan = {"concurrent_runs": 2, "threads_per_run": 1, "batch_size": 4, "fps": 10.0}
+    found = {
+        "plans": [plan],
+        "best": plan,
+        "streams": 1,
+        "seconds_per_plan": 1,
+        "cores": 2,
+        "device": "cpu",
+        "config": {
+            "runtime": {"concurrent_runs": 2, "batch_size": 4},
+            "model": {"intra_op_threads": 1},
+        },
+    }
+    line = next(x for x in render_tuning(found, Path("v.mp4")).splitlines() if "run with" in x)
+    assert line.endswith("run with: --concurrent-runs 2 --batch 4 --threads 1")

@@ -379,3 +379,13 @@ def test_run_command_refuses_options_that_belong_in_the_config(workdir: Path) ->
         "vstream: error: --batch, --conf cannot be combined with a config file: "
         "set them in the config"
     ]
+
+
+def test_run_command_refuses_its_own_flags_with_a_config(workdir: Path) -> None:
+    config = write_config(workdir, GOOD)
+    result = run_cli("run", config, "--track", "-o", "x.jsonl", "--conf", "0.5", timeout=120)
+    assert result.returncode == 2
+    assert result.stderr_lines == [
+        "vstream: error: --output, --track, --conf cannot be combined with a config file: "
+        "set them in the config"
+    ]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vstream.bench.stages import looped_source
+from vstream.cli.options import flag
 from vstream.config.model import MAX_RUNS, ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.detector import Detector
 from vstream.engine.pipeline import detect_iter
@@ -169,9 +170,8 @@ def render_tuning(found: dict[str, Any], video: Path) -> str:
             f"{plan['fps']:>9.1f}{mark}"
         )
     runtime, model = found["config"]["runtime"], found["config"]["model"]
-    flags = {"concurrent_runs": "--concurrent-runs", "batch_size": "--batch"}
-    given = [f"{flags[k]} {v}" for k, v in runtime.items()]
-    given.append(f"--threads {model['intra_op_threads']}")
+    given = [f"{flag(RuntimeOptions, k)} {v}" for k, v in runtime.items()]
+    given += [f"{flag(ModelConfig, k)} {v}" for k, v in model.items()]
     lines.append(f"# merge into the pipeline's sections, or run with: {' '.join(given)}")
     for section, settings in (("runtime", runtime), ("model", model)):
         lines.append(f"{section}:")

@@ -83,6 +83,14 @@ def _walk(prefix: Path_, model: type[BaseModel]) -> Iterator[Option]:
             yield from _walk((*prefix, name), nested)
 
 
+def flag(model: type[BaseModel], name: str) -> str:
+    """The flag of ``model``'s field ``name`` (``--batch`` for ``batch_size``), from its marker."""
+    marker = _marker(model.model_fields[name])
+    if marker is None:
+        raise KeyError(f"{model.__name__}.{name} has no flag")
+    return marker.flag
+
+
 def _marker(item: Any, depth: int = 0) -> Cli | None:
     if isinstance(item, Cli):
         return item

@@ -34,6 +34,15 @@ from vstream.uri import is_live, publish_display, redact
 log = logging.getLogger("vstream")
 
 _FLAGS: dict[str, Any] = {}
+"""The flags made from the config models (:mod:`vstream.cli.options`), by flag."""
+_OWN: dict[str, str] = {}
+"""``run``'s own flags (a source, outputs, tracking shortcuts), by flag: their ``args`` names."""
+
+
+def _own(group: Any, *names: str, **options: Any) -> None:
+    """Add one of ``run``'s own flags, noting it: with a config file, none of them may be given."""
+    action = group.add_argument(*names, **options)
+    _OWN[action.option_strings[0]] = action.dest
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -52,25 +61,29 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         nargs="?",
         help="pipelines file (see vstream validate); the other options then come from it",
     )
-    run.add_argument(
+    _own(
+        run,
         "--source",
         default=argparse.SUPPRESS,
         help="video file, rtsp:// or http(s):// URL, or /dev/videoN "
         "(default: the bundled sample video)",
     )
-    run.add_argument(
+    _own(
+        run,
         "--output",
         "-o",
         type=Path,
         default=argparse.SUPPRESS,
         help="JSON Lines file, replaced if it exists (default: stdout)",
     )
-    run.add_argument(
+    _own(
+        run,
         "--save-video", default=argparse.SUPPRESS, metavar="PATH.mp4|rtmp://HOST/APP/KEY",
         help="also write the annotated video (every frame, boxes, labels, tracks, lines, "
         "counts), or publish it live to an RTMP server",
     )  # fmt: skip
-    run.add_argument(
+    _own(
+        run,
         "--clips", type=Path, default=argparse.SUPPRESS, metavar="DIR",
         help="write an event clip (original video, pre- and post-roll) and a snapshot per event",
     )  # fmt: skip
@@ -82,12 +95,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "sources": run.add_argument_group("source"),
         "analytics": run.add_argument_group("tracking and counting"),
     }
-    groups["analytics"].add_argument(
-        "--track", action="store_true", default=argparse.SUPPRESS,
+    _own(
+        groups["analytics"], "--track", action="store_true", default=argparse.SUPPRESS,
         help="track objects: each detection on a confirmed track gets a track_id",
     )  # fmt: skip
-    groups["analytics"].add_argument(
-        "--line", type=line_spec, action="append", default=argparse.SUPPRESS,
+    _own(
+        groups["analytics"], "--line", type=line_spec, action="append", default=argparse.SUPPRESS,
         metavar="NAME=X1,Y1,X2,Y2",
         help="count crossings of this segment (pixels; repeatable); 'in' is crossing from the "
         "left of the segment, looking from its start to its end, to its right",
@@ -137,8 +150,7 @@ def run_command(args: argparse.Namespace) -> int:
     from vstream.engine.signals import ShutdownSignals
     from vstream.logs import setup_logging
 
-    own = ("--source", "--output", "--save-video", "--clips", "--track", "--line")
-    given = sorted(f for f in own if hasattr(args, f[2:].replace("-", "_"))) + sorted(
+    given = sorted(f for f, dest in _OWN.items() if hasattr(args, dest)) + sorted(
         f for f, o in _FLAGS.items() if hasattr(args, o.dest)
     )
     if args.config is not None:
