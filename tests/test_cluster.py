@@ -464,3 +464,90 @@ def test_losses_past_the_bounds_fail_once_and_loudly(daemon: Daemon) -> None:
     assert 'vstream_cluster_workers{state="failed"} 2.0' in metrics
     assert "vstream_cluster_worker_restarts_total 1.0" in metrics  # none past the bound
     assert "vstream_cluster_worker_failures_total 3.0" in metrics
+
+
+class ReaddWorker:
+    """A stand-in worker with the real :class:`Relay`, for a stream removed and added again.
+
+    Each added stream writes frames 0 to 232 into the relay, except that the
+    first stream's last twelve (221 to 232) are still "in the pipeline" when
+    it is removed: they reach the relay only after the next add, as records
+    in a real pipeline's stages do.
+    """
+
+    def __init__(self, torch_threads: int) -> None:
+        self.relay: Any = None
+        self.in_pipeline: list[Any] = []
+
+    def open(self, pipelines: list[Any], buffered_records: int) -> Any:
+        from vstream.cluster.relay import Relay
+        from vstream.cluster.worker import WorkerInfo
+
+        self.relay = Relay(buffered_records)
+        names = {p.name: {0: "a"} for p in pipelines}
+        return WorkerInfo(os.getpid(), "here", "127.0.0.1", "stand-in", 100.0, names)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def add(self, pipeline: str, source: Any, resume: Any) -> None:
+        from vstream.results import FrameResult
+
+        records = [FrameResult(source.id, i, i / FPS, 64, 48, ()) for i in range(233)]
+        first = not self.in_pipeline
+        self.relay.write(self.in_pipeline)
+        self.relay.write(records[:221] if first else records)
+        self.in_pipeline = records[221:] if first else []
+
+    def remove(self, stream_id: str) -> None:
+        return None
+
+    def take(self, limit: int, wait: float) -> Any:
+        from vstream.cluster.worker import WorkerReport
+
+        taken = self.relay.take(limit, wait)
+        return WorkerReport(taken.records, None, taken.ended)
+
+    def stop_taking_frames(self) -> None:
+        pass
+
+    def finish(self, timeout: float) -> None:
+        self.relay.close()
+
+
+def test_a_stream_added_again_with_its_id_gets_none_of_the_removed_ones_records(
+    local_ray: RayConnection, tmp_path: Path
+) -> None:
+    """Records name the stream's incarnation: the old one's late records are dropped, counted."""
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    document = {
+        "cluster": {"engine": "ray", "workers": 1},
+        "pipelines": [
+            {
+                "name": "p",
+                "model": {"path": str(MODEL)},
+                "runtime": {"device": "cpu"},
+                "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")}],
+            }
+        ],
+    }
+    config = parse_config(json.dumps(document), base_dir=tmp_path)
+    engine = ClusterEngine(config, base_dir=tmp_path, worker_class=ReaddWorker)
+    camera = {"id": "cam", "uri": "rtsp://127.0.0.1:9/cam"}
+    try:
+        engine.start()
+        engine.add_stream(camera)
+        wait_for(lambda: engine.records_received == 221, 60, "the first stream's records")
+        engine.remove_stream("cam")
+        engine.add_stream(camera)
+        wait_for(lambda: engine.records_received == 221 + 12 + 233, 60, "every record")
+        new = engine.stream("cam")
+        dropped = engine.metrics.render().decode()
+    finally:
+        engine.stop()
+    assert new["frames_processed"] == 233
+    assert frames_by_stream(tmp_path / "out.jsonl")["cam"] == [*range(221), *range(233)]
+    assert 'vstream_cluster_records_dropped_total{reason="removed"} 12.0' in dropped
+    assert 'reason="duplicate"' not in dropped

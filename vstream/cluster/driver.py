@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +131,9 @@ class ClusterEngine(Running):
         self.sinks: dict[str, list[Any]] = {}
         self._lock = threading.RLock()
         self._streams: dict[str, ClusterStream] = {}
+        self._placed: dict[str, ClusterStream] = {}
+        """Each placed stream by the id its worker knows (``ClusterStream.worker_id``)."""
+        self._placements = 0
         self._slots: list[WorkerSlot] = []
         self._restarts = 0
         self._losses = 0
@@ -262,13 +265,15 @@ class ClusterEngine(Running):
             if placement is None:
                 continue
             slot = self._slots[placement.slot]
-            source = stream.config
-            if placement.decoder is not source.decoder:
-                source = source.model_copy(update={"decoder": placement.decoder})
+            self._placements += 1
+            worker_id = stream.placed(slot.slot, placement.nvdec, self._placements)
+            self._placed[worker_id] = stream
+            source = stream.config.model_copy(
+                update={"id": worker_id, "decoder": placement.decoder}
+            )
             ref = slot.actor.add.remote(stream.pipeline, source, stream.resume)
             slot.adding[ref] = stream.id
             slot.streams.add(stream.id)
-            stream.placed(slot.slot, placement.nvdec)
             load = loads[slot.slot]
             loads[slot.slot] = WorkerLoad(
                 load.slot,
@@ -292,6 +297,7 @@ class ClusterEngine(Running):
             stream = self._streams.get(stream_id)
             if stream is None or stream.terminal:
                 continue
+            self._placed.pop(stream.worker_id or "", None)
             if stream.error is not None:  # failed there: its last records went with the worker
                 stream.done = True
                 continue
@@ -450,10 +456,13 @@ class ClusterEngine(Running):
             slot.taking = None
             self._received += len(report.records)
             for result in report.records:
-                stream = self._streams.get(result.stream_id)
+                # Named by the worker id: a removed stream's records, and an earlier
+                # incarnation's of a stream added again with the same id, find no stream.
+                stream = self._placed.get(result.stream_id)
                 if stream is None or stream.removed or not self._runs_on(stream, slot):
                     self._dropped["removed"] += 1
                     continue
+                result = replace(result, stream_id=stream.id)
                 if stream.resume is not None and result.frame_index <= stream.resume.index:
                     self._dropped["duplicate"] += 1
                     log.error(
@@ -470,8 +479,8 @@ class ClusterEngine(Running):
             for sink in self.sinks[pipeline]:
                 sink.write(results)
         with self._lock:
-            for stream_id, status in (report.streams or {}).items():
-                stream = self._streams.get(stream_id)
+            for worker_id, status in (report.streams or {}).items():
+                stream = self._placed.get(worker_id)
                 if stream is not None and not stream.removed and self._runs_on(stream, slot):
                     stream.report(status)
             if report.ended:
@@ -611,11 +620,12 @@ class ClusterEngine(Running):
             if stream is None:
                 raise StreamNotFound(f"no stream {stream_id!r}")
             stream.removed = True
+            self._placed.pop(stream.worker_id or "", None)
             slot = self._slots[stream.slot] if stream.slot is not None else None
             call = None
             if slot is not None and slot.state == "ready":
                 slot.streams.discard(stream_id)
-                call = slot.actor.remove.remote(stream_id)
+                call = slot.actor.remove.remote(stream.worker_id)
         final = None
         if call is not None:
             try:

@@ -63,6 +63,8 @@ class ClusterStream:
         """The worker it runs on; None while it waits for one."""
         self.nvdec = False
         """It decodes with NVDEC where it runs (counted against the worker's sessions)."""
+        self.worker_id: str | None = None
+        """The id its worker knows it by, naming this placement: ``cam#7``; None while waiting."""
         self.resume: ResumePoint | None = None
         """The last frame delivered: where the stream starts again after a move."""
         self.moves = 0
@@ -112,15 +114,24 @@ class ClusterStream:
     def error_text(self) -> str | None:
         return str(self.error) if self.error is not None else None
 
-    def placed(self, slot: int, nvdec: bool) -> None:
+    def placed(self, slot: int, nvdec: bool, placement: int) -> str:
+        """Placed on worker ``slot`` as the run's ``placement``-th placement of any stream.
+
+        The worker reads it as ``<id>#<placement>``, so every record and status
+        it sends names this incarnation of the stream: records of an earlier
+        one (removed, then added again with the same id on the same worker,
+        still in that worker's pipeline or relay) are told apart and dropped.
+        """
         self.slot, self.nvdec = slot, nvdec
+        self.worker_id = f"{self.id}#{placement}"
+        return self.worker_id
 
     def lost_worker(self) -> None:
         """Its worker is gone: keep what it counted there and wait for another."""
         for key in _SUMMED:
             self._earlier[key] += int(self._status.get(key, 0))
         self._status = {}
-        self.slot, self.nvdec = None, False
+        self.slot, self.nvdec, self.worker_id = None, False, None
         self.moves += 1
         self._moved_at = time.time()
 
