@@ -142,6 +142,13 @@ def test_every_option_reaches_source_options(workdir: Path) -> None:
             "pipelines.yaml:1: pipelines: pipelines[0] and pipelines[1] are both named 'main'",
         ),
         (
+            GOOD
+            + "  - name: other\n    model: {path: model.onnx}\n    runtime: {torch_threads: 2}\n"
+            "    sinks: [{type: stdout}]\n",
+            "pipelines.yaml:1: pipelines: runtime.torch_threads is process-wide (torch has one "
+            "setting), so every pipeline must give the same; they give 'main' 1, 'other' 2",
+        ),
+        (
             GOOD.replace("    sinks:", "      - {id: cam, uri: clip.mp4}\n    sinks:"),
             "pipelines[0].sources[0] and pipelines[0].sources[1] both have id 'cam'",
         ),
@@ -165,6 +172,7 @@ def test_every_option_reaches_source_options(workdir: Path) -> None:
         "unknown-sink",
         "bad-id",
         "duplicate-pipeline",
+        "torch-threads-differ",
         "duplicate-stream",
         "no-pipelines",
         "bad-yaml",

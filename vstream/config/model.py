@@ -226,8 +226,9 @@ class RuntimeOptions(StrictModel):
     )
     torch_threads: Annotated[Int(1, MAX_THREADS), Cli("--torch-threads")] = Field(
         1,
-        description="torch's intra-op threads for preprocessing and postprocessing; set once, "
-        "process-wide, when the engine starts",
+        description="torch's intra-op threads for preprocessing and postprocessing; "
+        "process-wide (torch has one setting, made when the engine starts), so every pipeline "
+        "of a file must give the same",
     )
 
     @model_validator(mode="after")

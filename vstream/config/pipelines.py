@@ -219,6 +219,19 @@ class VstreamConfig(StrictModel):
                 streams[source.id] = here
         return pipelines
 
+    @field_validator("pipelines")
+    @classmethod
+    def _one_torch_threads(cls, pipelines: list[PipelineConfig]) -> list[PipelineConfig]:
+        """``runtime.torch_threads`` is torch's, and torch has one setting per process."""
+        values = {p.runtime.torch_threads for p in pipelines}
+        if len(values) > 1:
+            each = ", ".join(f"{p.name!r} {p.runtime.torch_threads}" for p in pipelines)
+            raise ValueError(
+                f"runtime.torch_threads is process-wide (torch has one setting), so every "
+                f"pipeline must give the same; they give {each}"
+            )
+        return pipelines
+
     @model_validator(mode="after")
     def _within_limits(self) -> VstreamConfig:
         limits = self.limits
