@@ -351,3 +351,17 @@ def test_normalisation_and_stretch_allocate_no_tensor_per_frame(mode: str) -> No
     assert allocated == 0, f"{allocated} bytes of tensors allocated over {len(loads)} frames"
     black = [(0 - o) / d for o, d in zip(offset, divisor, strict=True)]
     assert model_input[1, :, 32, 32].tolist() == pytest.approx(black, abs=1e-5)
+
+
+def test_yolox_decoded_in_the_graph_reads_as_yolov5(tmp_path: Path) -> None:
+    """``--decode_in_inference``: YOLOX's shape with pixel boxes, YOLOv5's layout exactly."""
+    raw = np.zeros((2, grid_cells((64, 64)), 5 + NC), np.float32)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(64, "letterbox"), TRUTH, strict=True)
+    ):
+        raw[frame, 30, :5] = [*cxcywh(box), 1.0]
+        raw[frame, 30, 5 + cls] = score
+    model = family_model(tmp_path / "yolox.onnx", {"output": raw}, imgsz=(64, 64))
+    names = list(NAMES.values())
+    assert Detector(model, device="cpu", class_names=names).output_format.value == "yolox"
+    check(model, "yolov5", format="yolov5", class_names=names)

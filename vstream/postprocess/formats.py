@@ -117,7 +117,7 @@ class Family:
 
 
 FAMILIES: dict[OutputFormat, Family] = {
-    OutputFormat.YOLOV8: Family("Ultralytics YOLOv8, YOLO11", "cxcywh", False, True),
+    OutputFormat.YOLOV8: Family("Ultralytics YOLOv8, YOLO11, YOLO26", "cxcywh", False, True),
     OutputFormat.YOLOV5: Family("YOLOv5, YOLOv7", "cxcywh", False, True),
     OutputFormat.YOLOX: Family(
         "YOLOX (raw grids)", "cxcywh", False, True, Preprocessing(input_range=255)
@@ -232,7 +232,8 @@ def _one_output(
     if cols >= 6 and rows == cells:
         return OutputFormat.YOLOX, (
             f"output [B, {rows}, 5+{cols - 5}]: {rows} rows = one per cell at "
-            f"{input_size[1]}x{input_size[0]} (anchor-free, strides 8/16/32): YOLOX raw grids"
+            f"{input_size[1]}x{input_size[0]} (anchor-free, strides 8/16/32): YOLOX raw grids "
+            "(an export with --decode_in_inference has the same shape: --format yolov5)"
         )
     if cols >= 6 and rows > cols:
         return OutputFormat.YOLOV5, (
