@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vstream.bench.stages import looped_source
-from vstream.cli.options import flag
+from vstream.config.base import flag
 from vstream.config.model import MAX_RUNS, ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.detector import Detector
 from vstream.engine.pipeline import detect_iter

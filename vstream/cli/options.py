@@ -26,7 +26,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from vstream.config.analytics import AnalyticsConfig
-from vstream.config.base import Cli
+from vstream.config.base import Cli, cli_marker
 from vstream.config.loading import ConfigError, ConfigIssue, format_path, parse_data
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.config.pipelines import LoggingConfig, ServerConfig, VstreamConfig
@@ -75,32 +75,12 @@ def options(sections: tuple[tuple[Path_, type[BaseModel]], ...]) -> Iterator[Opt
 
 def _walk(prefix: Path_, model: type[BaseModel]) -> Iterator[Option]:
     for name, field in model.model_fields.items():
-        marker = _marker(field)
+        marker = cli_marker(field)
         if marker is not None:
             yield Option((*prefix, name), field, marker)
         nested = _base_type(field.annotation)
         if isinstance(nested, type) and issubclass(nested, BaseModel):
             yield from _walk((*prefix, name), nested)
-
-
-def flag(model: type[BaseModel], name: str) -> str:
-    """The flag of ``model``'s field ``name`` (``--batch`` for ``batch_size``), from its marker."""
-    marker = _marker(model.model_fields[name])
-    if marker is None:
-        raise KeyError(f"{model.__name__}.{name} has no flag")
-    return marker.flag
-
-
-def _marker(item: Any, depth: int = 0) -> Cli | None:
-    if isinstance(item, Cli):
-        return item
-    if depth > 4:
-        return None
-    for child in (*getattr(item, "metadata", ()), *getattr(item, "__metadata__", ())):
-        found = _marker(child, depth + 1)
-        if found is not None:
-            return found
-    return None
 
 
 def _base_type(annotation: Any) -> Any:

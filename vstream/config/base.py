@@ -51,6 +51,27 @@ class Cli:
     metavar: str | None = None
 
 
+def cli_marker(item: Any, depth: int = 0) -> Cli | None:
+    """The :class:`Cli` marker of a field (or of a type inside its annotations), if it has one."""
+    if isinstance(item, Cli):
+        return item
+    if depth > 4:
+        return None
+    for child in (*getattr(item, "metadata", ()), *getattr(item, "__metadata__", ())):
+        found = cli_marker(child, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def flag(model: type[BaseModel], name: str) -> str:
+    """The flag of ``model``'s field ``name`` (``--batch`` for ``batch_size``), from its marker."""
+    marker = cli_marker(model.model_fields[name])
+    if marker is None:
+        raise KeyError(f"{model.__name__}.{name} has no flag")
+    return marker.flag
+
+
 def _bound_text(value: float) -> str:
     """A bound as people write it: 10000000, not 1e+07; 0.5 as 0.5."""
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
