@@ -461,3 +461,19 @@ def test_a_recorder_made_in_python_has_the_clips_sinks_rolls(tmp_path: Path) -> 
         )
     finally:
         recorder.close()
+
+
+def test_a_clips_directory_fills_in_pipeline_and_refuses_stream(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from vstream.config.sinks import ClipsSinkConfig
+    from vstream.engine.outputs import _recorder
+
+    sink = ClipsSinkConfig(type="clips", directory=str(tmp_path / "clips-{pipeline}"))
+    recorder = _recorder(sink, "main")
+    try:
+        assert recorder.directory == tmp_path / "clips-main"
+    finally:
+        recorder.close()
+    with pytest.raises(ValidationError, match="one directory holds the clips of every stream"):
+        ClipsSinkConfig(type="clips", directory=str(tmp_path / "{stream}"))

@@ -517,3 +517,44 @@ def test_broker_restart_resumes_delivery_and_counts_drops(
         client.close()
         frames = [int(fields[b"frame"]) for _, fields in entries]
         assert frames == sorted(set(frames)) and frames[-1] == len(write_times) - 1
+
+
+def test_every_jsonl_path_fills_in_stream_and_pipeline(tmp_path: Path) -> None:
+    """One rule for every sink path: {stream} is a file per stream, {pipeline} the pipeline's."""
+    from vstream.config.sinks import JsonlSinkConfig
+    from vstream.sinks.factory import build_transport
+
+    def lines(path: Path) -> list[tuple[str, int]]:
+        return [(r["stream"], r["frame"]) for r in map(json.loads, path.read_text().splitlines())]
+
+    records = [{"stream": s, "frame": f} for s, f in (("a", 0), ("b", 0), ("a", 1))]
+    per_stream = JsonlSinkConfig(type="jsonl", path=str(tmp_path / "{pipeline}-{stream}.jsonl"))
+    transport = build_transport(per_stream, "main")
+    transport.send(records)
+    transport.close(0)
+    assert lines(tmp_path / "main-a.jsonl") == [("a", 0), ("a", 1)]
+    assert lines(tmp_path / "main-b.jsonl") == [("b", 0)]
+    assert not (tmp_path / "{pipeline}-{stream}.jsonl").exists()
+
+    one_file = JsonlSinkConfig(type="jsonl", path=str(tmp_path / "{pipeline}.jsonl"))
+    transport = build_transport(one_file, "main")
+    transport.send(records)
+    transport.close(0)
+    assert lines(tmp_path / "main.jsonl") == [("a", 0), ("b", 0), ("a", 1)]
+
+
+def test_a_full_disk_in_one_streams_file_counts_the_records_before_it(tmp_path: Path) -> None:
+    from vstream.sinks.jsonl import JsonLinesPerStream
+
+    transport = JsonLinesPerStream(str(tmp_path / "{stream}.jsonl"), "main")
+    records = [{"stream": s, "frame": f} for s, f in (("a", 0), ("a", 1), ("b", 0), ("a", 2))]
+
+    def full(batch: Sequence[dict]) -> None:
+        raise DeliveryError("disk full", delivered=0)
+
+    transport.send(records[:1])
+    transport.files["a"].send = full  # type: ignore[method-assign]
+    with pytest.raises(DeliveryError) as raised:
+        transport.send(records[2:])
+    assert raised.value.delivered == 1  # b's record got in; a's did not
+    transport.close(0)

@@ -28,6 +28,7 @@ from vstream.cli.options import (
     build_run_config,
     line_spec,
 )
+from vstream.config.sinks import fill
 from vstream.errors import VstreamError
 from vstream.uri import is_live, publish_display, redact
 
@@ -219,15 +220,18 @@ def _outputs(config: Any, engine: Any) -> list[str]:
     shown = {"jsonl": "records", "video": "annotated video", "clips": "event clips"}
     pipeline = config.pipelines[0]
     places = []
+
+    def filled(template: str) -> str:
+        return fill(template, stream=pipeline.sources[0].id, pipeline=pipeline.name)
+
     for sink in pipeline.sinks:
         if sink.type == "video" and sink.live:
-            url = sink.path.replace("{stream}", pipeline.sources[0].id)
-            target = publish_display(url.replace("{pipeline}", pipeline.name))
+            target = publish_display(filled(sink.path))
             # No counters: the writer never opened, as no frame reached it.
             stats = engine.finished_videos().get(target, VideoWriterStats())
             places.append(f"annotated video {publish_outcome(target, stats)}")
         elif sink.type in shown:
-            path = Path(getattr(sink, "path", None) or sink.directory)
+            path = Path(filled(getattr(sink, "path", None) or sink.directory))
             with contextlib.suppress(ValueError):
                 path = path.relative_to(Path.cwd())
             places.append(f"{shown[sink.type]} {path}")

@@ -118,7 +118,11 @@ def writable_file(value: str, info: ValidationInfo) -> str:
 
 class JsonlSinkConfig(SinkBase):
     type: Literal["jsonl"]
-    path: str = Field(max_length=4096, description="JSON Lines file, relative to the config file")
+    path: str = Field(
+        max_length=4096,
+        description="JSON Lines file, relative to the config file; {stream} (a file per "
+        "stream) and {pipeline} are filled in",
+    )
     overflow: Literal["drop_oldest", "block"] = Field(
         "block", description="a local file keeps up: by default nothing is dropped"
     )
@@ -138,7 +142,7 @@ class JsonlSinkConfig(SinkBase):
     @field_validator("path")
     @classmethod
     def _path(cls, value: str, info: ValidationInfo) -> str:
-        return writable_file(value, info)
+        return _stream_path(value, info)
 
 
 class StdoutSinkConfig(SinkBase):
@@ -148,8 +152,17 @@ class StdoutSinkConfig(SinkBase):
     )
 
 
+PLACEHOLDERS = ("stream", "pipeline")
+"""What a sink's path, URL, topic or key may hold, filled in per record or per stream."""
+
+
+def fill(template: str, *, stream: str, pipeline: str) -> str:
+    """``template`` with ``{stream}`` and ``{pipeline}`` filled in: the one rule for every sink."""
+    return template.replace("{stream}", stream).replace("{pipeline}", pipeline)
+
+
 def _keyed_template(value: str, what: str) -> str:
-    unknown = set(re.findall(r"{([^}]*)}", value)) - {"stream", "pipeline"}
+    unknown = set(re.findall(r"{([^}]*)}", value)) - set(PLACEHOLDERS)
     if unknown:
         raise ValueError(
             f"unknown placeholder {{{sorted(unknown)[0]}}} in the {what}; "
@@ -238,9 +251,9 @@ class WebhookSinkConfig(SinkBase):
 
 
 def _stream_path(value: str, info: ValidationInfo) -> str:
-    """A path that may hold ``{stream}``, checked as :func:`writable_file` checks."""
+    """A path that may hold ``{stream}`` and ``{pipeline}``, checked as :func:`writable_file`."""
     _keyed_template(value, "path")
-    path = resolve_path(value.replace("{stream}", "x").replace("{pipeline}", "x"), info)
+    path = resolve_path(fill(value, stream="x", pipeline="x"), info)
     writable_file(str(path), info)
     return str(resolve_path(value, info))
 
@@ -251,7 +264,7 @@ def _publish_url(value: str) -> str:
     shown = publish_display(value)
     if any(c.isspace() or ord(c) < 32 for c in value):
         raise ValueError(f"{shown}: a publish URL cannot hold spaces or control characters")
-    parts = urlsplit(value.replace("{stream}", "x").replace("{pipeline}", "x"))
+    parts = urlsplit(fill(value, stream="x", pipeline="x"))
     try:
         parts.port  # noqa: B018 - raises on a port out of range
     except ValueError:
@@ -348,14 +361,20 @@ class ClipsSinkConfig(StrictModel):
     @field_validator("directory")
     @classmethod
     def _directory(cls, value: str, info: ValidationInfo) -> str:
-        path = resolve_path(value, info)
+        _keyed_template(value, "directory")
+        if "{stream}" in value:
+            raise ValueError(
+                "one directory holds the clips of every stream of the pipeline (each clip "
+                "named by its stream): {stream} cannot be filled in here; {pipeline} can"
+            )
+        path = resolve_path(fill(value, stream="", pipeline="x"), info)  # a name: one segment
         if path.exists() and not path.is_dir():
             raise ValueError(f"{path} is not a directory")
         if path.exists():
             _writable_directory(path)
         else:
             _creatable(path)
-        return str(path)
+        return str(resolve_path(value, info))
 
 
 SinkConfig = Annotated[

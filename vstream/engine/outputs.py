@@ -24,7 +24,7 @@ import numpy as np
 
 from vstream.analytics.stream import StreamAnalytics
 from vstream.config.pipelines import PipelineConfig
-from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig
+from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig, fill
 from vstream.frame import Frame
 from vstream.results import Detection, FrameResult
 from vstream.uri import publish_display
@@ -79,7 +79,9 @@ class FrameOutputs:
         )
         self.videos = [s for s in config.sinks if isinstance(s, VideoSinkConfig)]
         self.recorders = [
-            (sink, _recorder(sink)) for sink in config.sinks if isinstance(sink, ClipsSinkConfig)
+            (sink, _recorder(sink, config.name))
+            for sink in config.sinks
+            if isinstance(sink, ClipsSinkConfig)
         ]
         self.preview: Any = None
         """The server's preview hub, when there is one (set by the engine)."""
@@ -164,7 +166,7 @@ class FrameOutputs:
 
     def _target(self, sink: VideoSinkConfig, stream: str) -> str:
         """The file or URL of ``stream``'s video: the sink's path with its placeholders filled."""
-        return sink.path.replace("{stream}", stream).replace("{pipeline}", self.pipeline)
+        return fill(sink.path, stream=stream, pipeline=self.pipeline)
 
     def remove_stream(self, stream_id: str) -> None:
         """Finish the stream's videos and forget its clip ring."""
@@ -210,12 +212,12 @@ class FrameOutputs:
         return totals
 
 
-def _recorder(sink: ClipsSinkConfig) -> Any:
+def _recorder(sink: ClipsSinkConfig, pipeline: str) -> Any:
     from vstream.clips.index import Retention
     from vstream.clips.recorder import ClipRecorder
 
     return ClipRecorder(
-        sink.directory,
+        fill(sink.directory, stream="", pipeline=pipeline),  # {stream}: refused by the config
         pre_roll=sink.pre_roll_seconds,
         post_roll=sink.post_roll_seconds,
         retention=Retention(max_count=sink.max_count, max_bytes=sink.max_bytes),

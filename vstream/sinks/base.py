@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from vstream.config.sinks import fill
+
 Record = dict[str, Any]
 """One frame's record, as :meth:`vstream.results.FrameResult.to_record` makes it."""
 
@@ -59,6 +61,4 @@ class Transport(Protocol):
 
 def stream_key(template: str, record: Record, pipeline: str) -> str:
     """A per-stream topic or key from a template with ``{stream}`` and ``{pipeline}``."""
-    return template.replace("{stream}", str(record.get("stream", ""))).replace(
-        "{pipeline}", pipeline
-    )
+    return fill(template, stream=str(record.get("stream", "")), pipeline=pipeline)

@@ -11,23 +11,26 @@ from vstream.config.sinks import (
     SinkBase,
     StdoutSinkConfig,
     WebhookSinkConfig,
+    fill,
 )
 from vstream.errors import VstreamError
 from vstream.sinks.base import Transport
 from vstream.sinks.buffered import BufferedSink, RetryPolicy
-from vstream.sinks.jsonl import JsonLinesSink
+from vstream.sinks.jsonl import JsonLinesPerStream, JsonLinesSink
 
 
 def build_transport(config: SinkBase, pipeline: str) -> Transport:
     """The transport a sink config describes; client libraries are imported only when used."""
     if isinstance(config, JsonlSinkConfig):
-        return JsonLinesSink(
-            Path(config.path),
-            append=config.append,
-            rotate_bytes=config.rotate_bytes,
-            rotate_seconds=config.rotate_seconds,
-            keep=config.keep,
-        )
+        options = {
+            "append": config.append,
+            "rotate_bytes": config.rotate_bytes,
+            "rotate_seconds": config.rotate_seconds,
+            "keep": config.keep,
+        }
+        if "{stream}" in config.path:
+            return JsonLinesPerStream(config.path, pipeline, **options)
+        return JsonLinesSink(Path(fill(config.path, stream="", pipeline=pipeline)), **options)
     if isinstance(config, StdoutSinkConfig):
         return JsonLinesSink(None)
     if isinstance(config, MqttSinkConfig):

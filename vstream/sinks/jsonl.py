@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from vstream.config.sinks import fill
 from vstream.errors import VstreamError
 from vstream.sinks.base import DeliveryError, Record, make_parents
 
@@ -164,3 +167,42 @@ class JsonLinesSink:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class JsonLinesPerStream:
+    """JSON Lines files, one per stream: ``{stream}`` in the path filled in with each record's.
+
+    A pipeline's records come mixed; each run of one stream's records goes to
+    that stream's :class:`JsonLinesSink` (opened at its first record, rotated
+    on its own), in order, so a full disk part-way still means "the first
+    ``delivered`` records of the batch got in", as for one file.
+    """
+
+    def __init__(self, template: str, pipeline: str, **options: Any) -> None:
+        self.template = template
+        self.pipeline = pipeline
+        self.options = options
+        self.files: dict[str, JsonLinesSink] = {}
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files.values())
+
+    def send(self, records: Sequence[Record]) -> None:
+        delivered = 0
+        for stream, run in itertools.groupby(records, key=lambda r: str(r.get("stream", ""))):
+            batch = list(run)
+            sink = self.files.get(stream)
+            if sink is None:
+                path = fill(self.template, stream=stream, pipeline=self.pipeline)
+                sink = self.files[stream] = JsonLinesSink(path, **self.options)
+            try:
+                sink.send(batch)
+            except DeliveryError as exc:
+                raise DeliveryError(str(exc), delivered=delivered + exc.delivered) from None
+            delivered += len(batch)
+
+    def close(self, timeout: float = 0.0) -> int:
+        for sink in self.files.values():
+            sink.close()
+        return 0
