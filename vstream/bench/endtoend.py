@@ -2,7 +2,7 @@
 
 Each stream is the benchmark video read by its own source (looped, so every
 stream has as many frames as asked), all of them batched together through
-:meth:`Detector.streams`, with every record encoded by the JSON Lines sink
+:func:`~vstream.engine.detect_iter`, with every record encoded by the JSON Lines sink
 into ``os.devnull``: decoding, preprocessing, the model, postprocessing and
 the sink all run, as in ``vstream run``.
 """
