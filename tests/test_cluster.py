@@ -29,6 +29,7 @@ from vstream.cluster.connect import RayConnection
 from vstream.cluster.driver import ClusterEngine
 from vstream.config import parse_config
 from vstream.config.cluster import ClusterConfig
+from vstream.config.sources import SourceConfig
 from vstream.errors import ModelError, VstreamError
 
 MODEL = assets.DEMO_MODEL
@@ -535,13 +536,13 @@ def test_a_stream_added_again_with_its_id_gets_none_of_the_removed_ones_records(
     }
     config = parse_config(json.dumps(document), base_dir=tmp_path)
     engine = ClusterEngine(config, base_dir=tmp_path, worker_class=ReaddWorker)
-    camera = {"id": "cam", "uri": "rtsp://127.0.0.1:9/cam"}
+    camera = SourceConfig(id="cam", uri="rtsp://127.0.0.1:9/cam")
     try:
         engine.start()
-        engine.add_stream(camera)
+        engine.add_stream("p", camera)
         wait_for(lambda: engine.records_received == 221, 60, "the first stream's records")
         engine.remove_stream("cam")
-        engine.add_stream(camera)
+        engine.add_stream("p", camera)
         wait_for(lambda: engine.records_received == 221 + 12 + 233, 60, "every record")
         new = engine.stream("cam")
         dropped = engine.metrics.render().decode()

@@ -14,12 +14,15 @@ extra ``vstream[ray]``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vstream.config.pipelines import VstreamConfig
 
+if TYPE_CHECKING:
+    from vstream.engine.interface import StreamEngine
 
-def open_engine(config: VstreamConfig, *, base_dir: Path | None = None) -> Any:
+
+def open_engine(config: VstreamConfig, *, base_dir: Path | None = None) -> StreamEngine:
     """The engine a config asks for: one process (:class:`~vstream.engine.Engine`) or a cluster.
 
     With a ``cluster:`` section this connects to Ray (or starts it) and

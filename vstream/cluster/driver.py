@@ -39,7 +39,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vstream.cluster.connect import RayConnection
 from vstream.cluster.placement import WorkerLoad, choose_worker
@@ -47,21 +47,19 @@ from vstream.cluster.stream import ClusterStream, StreamLost, analytics_for
 from vstream.cluster.worker import ClusterWorker, WorkerInfo, WorkerPipeline, WorkerReport
 from vstream.config.pipelines import VstreamConfig
 from vstream.config.sinks import FRAME_SINK_TYPES
-from vstream.cores import counted_decoder_threads
-from vstream.engine.engine import (
-    Running,
-    StreamSummary,
-    check_limits,
-    limit_samples,
-    stream_request,
-)
-from vstream.engine.errors import ShuttingDown, StreamConflict, StreamNotFound
+from vstream.config.sources import SourceConfig
+from vstream.engine.errors import PipelineNotFound, StreamNotFound
+from vstream.engine.interface import EngineBase
 from vstream.engine.outputs import analyze
 from vstream.engine.pipeline import sink_samples
 from vstream.errors import LimitExceeded, VstreamError, describe, first_line
-from vstream.metrics import ClusterSample, Metrics, SinkSample, StreamSample
+from vstream.metrics import ClusterSample, LimitSample, Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
 from vstream.sources.base import SourceState
+
+if TYPE_CHECKING:
+    from vstream.clips.catalogue import Catalogue
+    from vstream.sinks.video import VideoWriterStats
 
 log = logging.getLogger("vstream.cluster")
 
@@ -102,7 +100,7 @@ class WorkerSlot:
         return f"worker {self.slot}{where}"
 
 
-class ClusterEngine(Running):
+class ClusterEngine(EngineBase):
     """Every pipeline of a config, its streams placed on the workers of a Ray cluster."""
 
     def __init__(
@@ -516,10 +514,6 @@ class ClusterEngine(Running):
         self._collector.start()
 
     @property
-    def elapsed_seconds(self) -> float:
-        return time.monotonic() - self._started_at if self._started_at is not None else 0.0
-
-    @property
     def device(self) -> str:
         """Where the models run, for the summary line."""
         with self._lock:
@@ -561,46 +555,22 @@ class ClusterEngine(Running):
     def attach_preview(self, hub: Any) -> None:
         """No previews: they need the frames, which stay on the workers."""
 
-    def clips(self) -> Any:
+    def clips(self) -> Catalogue:
         """No clips: they need the frames, which stay on the workers."""
         from vstream.clips.catalogue import Catalogue
 
         return Catalogue([])
 
-    def decoder_threads(self) -> int:
-        """FFmpeg threads the streams count against ``limits.max_decoder_threads``."""
-        with self._lock:
-            return sum(
-                counted_decoder_threads(s.config.decoder_threads) for s in self._streams.values()
-            )
+    def finished_videos(self) -> dict[str, VideoWriterStats]:
+        """No annotated videos: they need the frames, which stay on the workers."""
+        return {}
 
-    def streams(self) -> list[dict[str, Any]]:
+    def add_stream(self, pipeline: str, source: SourceConfig) -> dict[str, Any]:
+        """Place ``source`` of ``pipeline`` on a worker with room, as :meth:`Engine.add_stream`."""
+        if pipeline not in self.pipelines:
+            raise PipelineNotFound(f"no pipeline {pipeline!r}")
         with self._lock:
-            return [s.describe() for s in self._streams.values()]
-
-    def stream(self, stream_id: str) -> dict[str, Any]:
-        with self._lock:
-            stream = self._streams.get(stream_id)
-            if stream is None:
-                raise StreamNotFound(f"no stream {stream_id!r}")
-            return stream.describe()
-
-    def add_stream(self, body: Any) -> dict[str, Any]:
-        """Place a source given like a config entry, as :meth:`Engine.add_stream` does."""
-        name, source = stream_request(body, self.config, self.base_dir)
-        with self._lock:
-            if self.stopping.is_set():
-                raise ShuttingDown("shutting down: no new streams")
-            if source.id in self._streams:
-                raise StreamConflict(f"a stream with id {source.id!r} is already running")
-            check_limits(
-                self.config.limits,
-                source,
-                pipeline=name,
-                streams=len(self._streams),
-                in_pipeline=sum(s.pipeline == name for s in self._streams.values()),
-                decoder_threads=self.decoder_threads(),
-            )
+            self._admit(pipeline, source)
             live = sum(s.state in ("starting", "ready") for s in self._slots)
             active = sum(not s.terminal for s in self._streams.values())
             if active >= live * self.cluster.max_streams_per_worker:
@@ -608,9 +578,9 @@ class ClusterEngine(Running):
                     f"every worker holds cluster.max_streams_per_worker "
                     f"({self.cluster.max_streams_per_worker}) streams"
                 )
-            stream = self._streams[source.id] = ClusterStream(name, source)
+            stream = self._streams[source.id] = ClusterStream(pipeline, source)
             self._place_waiting()
-            log.info("stream %s: added to pipeline %s", source.id, name)
+            log.info("stream %s: added to pipeline %s", source.id, pipeline)
             return stream.describe()
 
     def remove_stream(self, stream_id: str) -> dict[str, Any]:
@@ -670,13 +640,9 @@ class ClusterEngine(Running):
                 return False
         return True
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def _stop(self, timeout: float) -> None:
         """Stop intake everywhere, take every record in flight, flush the sinks, let Ray go."""
         with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-            self.stopping.set()
             log.debug("stopping: finishing frames in flight on the workers")
             for slot in self._slots:
                 if slot.state == "ready":
@@ -713,39 +679,15 @@ class ClusterEngine(Running):
                 self._kill(slot)
         self._connection.close()
 
-    def summary(self) -> list[StreamSummary]:
-        """One entry per stream still known to the driver."""
-        with self._lock:
-            return [
-                StreamSummary(
-                    id=s.id,
-                    pipeline=s.pipeline,
-                    state=s.state.value,
-                    frames=s.counters.frames_processed,
-                    detections=s.counters.detections,
-                    dropped=s.total("frames_dropped"),
-                    failed_frames=s.total("frames_failed"),
-                    error=s.error_text,
-                )
-                for s in self._streams.values()
-            ]
+    def _own_failures(self) -> list[BaseException]:
+        return [self.failure] if self.failure is not None else []
 
-    def failures(self) -> list[BaseException]:
-        """What failed: the cluster, streams and sinks, first-come."""
-        found: list[BaseException] = [self.failure] if self.failure is not None else []
-        with self._lock:
-            found += [s.error for s in self._streams.values() if s.error is not None]
-        found += [
-            s.error
-            for sinks in self.sinks.values()
-            for s in sinks
-            if getattr(s, "error", None) is not None
-        ]
-        return found
+    def _record_sinks(self) -> list[Any]:
+        return [s for sinks in self.sinks.values() for s in sinks]
 
     # -- metrics ---------------------------------------------------------------------------
 
-    def _samples(self) -> tuple[list[StreamSample], list[SinkSample], Any]:
+    def _samples(self) -> tuple[list[StreamSample], list[SinkSample], list[LimitSample]]:
         with self._lock:
             streams = list(self._streams.values())
         samples = [
@@ -766,13 +708,7 @@ class ClusterEngine(Running):
         ]
         sinks = [k for name, group in self.sinks.items() for k in sink_samples(name, group)]
         per_pipeline = {name: sum(s.pipeline == name for s in streams) for name in self.pipelines}
-        limits = limit_samples(
-            self.config.limits,
-            streams=len(streams),
-            decoder_threads=self.decoder_threads(),
-            per_pipeline=per_pipeline,
-        )
-        return samples, sinks, limits
+        return samples, sinks, self._limit_samples(per_pipeline)
 
     def _cluster_sample(self) -> ClusterSample:
         with self._lock:

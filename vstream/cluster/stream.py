@@ -169,6 +169,14 @@ class ClusterStream:
         """A counter summed over every worker the stream ran on."""
         return self._earlier[key] + int(self._status.get(key, 0))
 
+    @property
+    def frames_dropped(self) -> int:
+        return self.total("frames_dropped")
+
+    @property
+    def frames_failed(self) -> int:
+        return self.total("frames_failed")
+
     def describe(self) -> dict[str, Any]:
         """What the API shows, as a single process shows it, plus where it runs."""
         return {
@@ -179,8 +187,8 @@ class ClusterStream:
             "error": self.error_text,
             "frames_decoded": self.total("frames_decoded"),
             "frames_processed": self.counters.frames_processed,
-            "frames_failed": self.total("frames_failed"),
-            "frames_dropped": self.total("frames_dropped"),
+            "frames_failed": self.frames_failed,
+            "frames_dropped": self.frames_dropped,
             "frames_skipped": self.total("frames_skipped"),
             "detections": self.counters.detections,
             "reconnects": self.total("reconnects"),

@@ -4,6 +4,8 @@
 - :mod:`~vstream.engine.intake`: a bounded queue per stream, with its freshness policy;
 - :mod:`~vstream.engine.stages`: preprocessing, the model, postprocessing, overlapped;
 - :mod:`~vstream.engine.pipeline`: one detector, its streams, stages and sinks;
+- :mod:`~vstream.engine.interface`: the interface every engine offers (:class:`StreamEngine`),
+  and what the two engines share;
 - :mod:`~vstream.engine.engine`: every pipeline of a config, started and stopped together;
 - :mod:`~vstream.engine.signals`: SIGTERM and SIGINT, graceful then immediate.
 """
@@ -16,6 +18,7 @@ __all__ = [
     "PipelineNotFound",
     "ShuttingDown",
     "StreamConflict",
+    "StreamEngine",
     "StreamNotFound",
     "StreamReader",
     "detect_iter",
@@ -28,6 +31,7 @@ __getattr__, __dir__ = lazy_exports(
         "Pipeline": "vstream.engine.pipeline",
         "detect_iter": "vstream.engine.pipeline",
         "StreamReader": "vstream.engine.reader",
+        "StreamEngine": "vstream.engine.interface",
         "PipelineNotFound": "vstream.engine.errors",
         "ShuttingDown": "vstream.engine.errors",
         "StreamConflict": "vstream.engine.errors",

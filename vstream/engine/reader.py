@@ -160,6 +160,10 @@ class StreamReader:
         return self._intake.dropped(self.id) + self.counters.frames_discarded
 
     @property
+    def frames_failed(self) -> int:
+        return self.counters.frames_failed
+
+    @property
     def running(self) -> bool:
         return self._thread.is_alive()
 

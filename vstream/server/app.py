@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -23,23 +23,21 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vstream import __version__
 from vstream.config.loading import ConfigError
-from vstream.engine.engine import Engine
 from vstream.engine.errors import (
     PipelineNotFound,
     ShuttingDown,
     StreamConflict,
     StreamNotFound,
 )
+from vstream.engine.interface import StreamEngine
 from vstream.errors import LimitExceeded, VstreamError, describe
 from vstream.metrics import CONTENT_TYPE
 from vstream.server.auth import SessionStore, bearer_token  # noqa: F401 - part of the API module
 from vstream.server.dashboard import dashboard_router
 from vstream.server.guard import RequestGuard, error
 from vstream.server.preview import PreviewHub
+from vstream.server.requests import stream_request
 from vstream.uri import redact
-
-if TYPE_CHECKING:
-    from vstream.cluster.driver import ClusterEngine
 
 log = logging.getLogger("vstream.server")
 
@@ -99,12 +97,11 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def create_app(engine: Engine | ClusterEngine, token: str | None = None) -> FastAPI:
+def create_app(engine: StreamEngine, token: str | None = None) -> FastAPI:
     """The API and the dashboard over ``engine``; with ``token``, requests without it get 401.
 
     ``engine`` runs the pipelines in this process, or places their streams on
-    the workers of a cluster (:class:`~vstream.cluster.driver.ClusterEngine`,
-    the same interface).
+    the workers of a cluster: the same interface (:class:`StreamEngine`).
 
     The live-preview hub is ``app.state.preview``: close it before stopping the
     server, so that open MJPEG responses end at once.
@@ -189,7 +186,8 @@ def create_app(engine: Engine | ClusterEngine, token: str | None = None) -> Fast
             data = json.loads(body or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise VstreamError(f"the body is not valid JSON: {exc}") from None
-        return await run_in_threadpool(engine.add_stream, data)
+        pipeline, source = stream_request(data, engine.config, engine.base_dir)
+        return await run_in_threadpool(engine.add_stream, pipeline, source)
 
     @app.delete("/streams/{stream_id}")
     def remove_stream(stream_id: str) -> dict[str, Any]:

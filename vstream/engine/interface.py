@@ -1,0 +1,296 @@
+"""The one interface of every engine, and what both engines share, written once.
+
+Two engines run a pipelines file: :class:`~vstream.engine.engine.Engine`
+(every pipeline in this process) and
+:class:`~vstream.cluster.driver.ClusterEngine` (their streams on the workers
+of a Ray cluster). The CLI and the HTTP API hold a :class:`StreamEngine` and
+never ask which. :class:`EngineBase` is what the two have in common: waiting,
+stopping once, streams by id, admitting a new stream against the limits, the
+summary and the failures; each engine supplies only where its streams, sinks
+and own failures live (the ``_`` hooks).
+
+Request bodies never reach an engine: the server turns them into a pipeline
+name and a validated :class:`~vstream.config.sources.SourceConfig` first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from vstream.config.pipelines import LimitsConfig, VstreamConfig
+from vstream.config.sources import SourceConfig
+from vstream.cores import counted_decoder_threads
+from vstream.engine.errors import ShuttingDown, StreamConflict, StreamNotFound
+from vstream.errors import LimitExceeded
+from vstream.metrics import LimitSample, Metrics
+from vstream.sources.base import SourceState
+
+if TYPE_CHECKING:
+    from vstream.analytics.stream import StreamAnalytics
+    from vstream.clips.catalogue import Catalogue
+    from vstream.engine.reader import StreamCounters
+    from vstream.sinks.video import VideoWriterStats
+
+_POLL_SECONDS = 0.2
+
+
+class StreamView(Protocol):
+    """One stream as an engine keeps it: a reader in this process, or a stream on a worker."""
+
+    id: str
+    pipeline: str
+    config: SourceConfig | None
+    error: BaseException | None
+    counters: StreamCounters
+    """Frames processed (delivered), detections, rate."""
+    analytics: StreamAnalytics | None
+
+    @property
+    def expected_frames(self) -> int | None: ...
+
+    @property
+    def state(self) -> SourceState: ...
+
+    @property
+    def error_text(self) -> str | None: ...
+
+    @property
+    def frames_dropped(self) -> int: ...
+
+    @property
+    def frames_failed(self) -> int: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    """What happened to one stream, for the summary lines and the exit status."""
+
+    id: str
+    pipeline: str
+    state: str
+    frames: int
+    detections: int
+    dropped: int
+    failed_frames: int
+    error: str | None
+
+    @classmethod
+    def of(cls, stream: StreamView) -> StreamSummary:
+        return cls(
+            id=stream.id,
+            pipeline=stream.pipeline,
+            state=stream.state.value,
+            frames=stream.counters.frames_processed,
+            detections=stream.counters.detections,
+            dropped=stream.frames_dropped,
+            failed_frames=stream.frames_failed,
+            error=stream.error_text,
+        )
+
+
+class StreamEngine(Protocol):
+    """What the CLI and the HTTP API use of an engine, whichever runs the streams."""
+
+    config: VstreamConfig
+    base_dir: Path
+    """Where relative paths of the config, and of sources added later, start from."""
+    metrics: Metrics
+    stopping: threading.Event
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def elapsed_seconds(self) -> float: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float = 30.0) -> None: ...
+
+    def wait(self, stop: threading.Event, *, until_files_done: bool) -> None: ...
+
+    def files_done(self) -> bool: ...
+
+    def not_ready(self) -> list[str]: ...
+
+    def streams(self) -> list[dict[str, Any]]: ...
+
+    def stream(self, stream_id: str) -> dict[str, Any]: ...
+
+    def readers(self) -> Sequence[StreamView]: ...
+
+    def add_stream(self, pipeline: str, source: SourceConfig) -> dict[str, Any]: ...
+
+    def remove_stream(self, stream_id: str) -> dict[str, Any]: ...
+
+    def summary(self) -> list[StreamSummary]: ...
+
+    def failures(self) -> list[BaseException]: ...
+
+    def decoder_threads(self) -> int: ...
+
+    def attach_preview(self, hub: Any) -> None: ...
+
+    def clips(self) -> Catalogue: ...
+
+    def finished_videos(self) -> dict[str, VideoWriterStats]: ...
+
+
+_Engine = TypeVar("_Engine", bound="EngineBase")
+
+
+class EngineBase:
+    """What both engines do the same way; each defines the hooks below and start/files_done."""
+
+    config: VstreamConfig
+    stopping: threading.Event
+    _lock: threading.Lock | threading.RLock
+    _started_at: float | None
+    _stopped: bool
+
+    # -- the hooks ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def files_done(self) -> bool:
+        raise NotImplementedError
+
+    def readers(self) -> Sequence[StreamView]:
+        """Every stream the engine knows now (a copy: safe to walk while streams change)."""
+        raise NotImplementedError
+
+    def _stop(self, timeout: float) -> None:
+        """Stop taking frames, finish those in flight, flush the sinks (once)."""
+        raise NotImplementedError
+
+    def _record_sinks(self) -> list[Any]:
+        """Every sink, for the failures."""
+        raise NotImplementedError
+
+    def _own_failures(self) -> list[BaseException]:
+        """What failed besides streams and sinks (a pipeline's stage, the cluster)."""
+        raise NotImplementedError
+
+    # -- shared ------------------------------------------------------------------------------
+
+    def __enter__(self: _Engine) -> _Engine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def elapsed_seconds(self) -> float:
+        return time.monotonic() - self._started_at if self._started_at is not None else 0.0
+
+    def wait(self, stop: threading.Event, *, until_files_done: bool) -> None:
+        """Block until ``stop`` is set (or, with ``until_files_done``, every stream has ended).
+
+        Waits in short steps: Python runs a signal handler only when the main
+        thread is back in the interpreter, which an untimed wait never does.
+        """
+        while not stop.wait(_POLL_SECONDS):
+            if until_files_done and self.files_done():
+                return
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop taking frames, finish what is in flight, flush every sink; once, however called."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self.stopping.set()
+        self._stop(timeout)
+
+    def _find(self, stream_id: str) -> StreamView | None:
+        return next((s for s in self.readers() if s.id == stream_id), None)
+
+    def streams(self) -> list[dict[str, Any]]:
+        return [s.describe() for s in self.readers()]
+
+    def stream(self, stream_id: str) -> dict[str, Any]:
+        found = self._find(stream_id)
+        if found is None:
+            raise StreamNotFound(f"no stream {stream_id!r}")
+        return found.describe()
+
+    def _admit(self, pipeline: str, source: SourceConfig) -> None:
+        """Refuse a new stream (under the lock) while stopping, on a taken id, past a limit."""
+        if self.stopping.is_set():
+            raise ShuttingDown("shutting down: no new streams")
+        if self._find(source.id) is not None:
+            raise StreamConflict(f"a stream with id {source.id!r} is already running")
+        views = self.readers()
+        check_limits(
+            self.config.limits,
+            source,
+            pipeline=pipeline,
+            streams=len(views),
+            in_pipeline=sum(s.pipeline == pipeline for s in views),
+            decoder_threads=self.decoder_threads(),
+        )
+
+    def decoder_threads(self) -> int:
+        """FFmpeg threads the streams count against ``limits.max_decoder_threads``."""
+        return sum(
+            counted_decoder_threads(s.config.decoder_threads) if s.config is not None else 0
+            for s in self.readers()
+        )
+
+    def summary(self) -> list[StreamSummary]:
+        """One entry per stream still known to the engine."""
+        return [StreamSummary.of(s) for s in self.readers()]
+
+    def failures(self) -> list[BaseException]:
+        """What failed: the engine's own parts, streams and sinks, first-come."""
+        found = self._own_failures()
+        found += [s.error for s in self.readers() if s.error is not None]
+        found += [s.error for s in self._record_sinks() if getattr(s, "error", None) is not None]
+        return found
+
+    def _limit_samples(self, per_pipeline: dict[str, int]) -> list[LimitSample]:
+        """Each limit and how much of it is in use, for the metrics."""
+        limits = self.config.limits
+        used = [
+            LimitSample("max_streams", limits.max_streams, sum(per_pipeline.values())),
+            LimitSample("max_decoder_threads", limits.max_decoder_threads, self.decoder_threads()),
+        ]
+        used += [
+            LimitSample(f"max_streams_per_pipeline:{name}", limits.max_streams_per_pipeline, count)
+            for name, count in per_pipeline.items()
+        ]
+        return used
+
+
+def check_limits(
+    limits: LimitsConfig,
+    source: SourceConfig,
+    *,
+    pipeline: str,
+    streams: int,
+    in_pipeline: int,
+    decoder_threads: int,
+) -> None:
+    """Refuse ``source`` with :class:`LimitExceeded` if starting it would pass a limit."""
+    if streams >= limits.max_streams:
+        raise LimitExceeded(f"limits.max_streams reached ({limits.max_streams} streams)")
+    if in_pipeline >= limits.max_streams_per_pipeline:
+        raise LimitExceeded(
+            f"limits.max_streams_per_pipeline reached in pipeline {pipeline} "
+            f"({limits.max_streams_per_pipeline} streams)"
+        )
+    threads = decoder_threads + counted_decoder_threads(source.decoder_threads)
+    if threads > limits.max_decoder_threads:
+        raise LimitExceeded(
+            f"limits.max_decoder_threads would be exceeded ({threads} of "
+            f"{limits.max_decoder_threads})"
+        )
