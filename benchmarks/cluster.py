@@ -279,17 +279,17 @@ def fault(args: argparse.Namespace) -> list[dict[str, Any]]:
         engine.start()
         victim = next(w for w in engine.workers() if w["streams"])
         moved = victim["streams"]
-        wait(lambda: all(engine.stream(s)["frames_processed"] >= 50 for s in moved), 60)
+        wait(lambda: all(engine.stream(s).frames_processed >= 50 for s in moved), 60)
         pid = engine.worker_pid(victim["worker"])
         killed = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         wait(lambda: any(w["state"] == "starting" for w in engine.workers()), 60)
         noticed = time.monotonic() - killed
-        counts = {s: engine.stream(s)["frames_processed"] for s in moved}
+        counts = {s: engine.stream(s).frames_processed for s in moved}
         resumed: dict[str, float] = {}
         while len(resumed) < len(moved):
             for s in moved:
-                if s not in resumed and engine.stream(s)["frames_processed"] > counts[s]:
+                if s not in resumed and engine.stream(s).frames_processed > counts[s]:
                     resumed[s] = time.monotonic() - killed
             time.sleep(0.005)
         wait(engine.files_done, 120)

@@ -363,7 +363,7 @@ def test_four_files_on_two_workers_give_every_frame_once_in_order(daemon: Daemon
     assert all(held), f"both workers take streams: {held}"
     assert sorted(s for streams in held for s in streams) == ["f0", "f1", "f2", "f3"]
     wait_for(
-        lambda: all(daemon.engine.stream(f"f{i}")["state"] == "finished" for i in range(4)),
+        lambda: all(daemon.engine.stream(f"f{i}").state == "finished" for i in range(4)),
         30,
         "the streams to be reported finished",
     )
@@ -414,7 +414,7 @@ def test_a_killed_worker_s_streams_finish_on_the_other_without_loss_or_duplicate
     victim = next(w for w in engine.workers() if "live" in w["streams"])
     moved = sorted(set(victim["streams"]) & {*files, "live"})
     wait_for(
-        lambda: all(engine.stream(s)["frames_processed"] >= 10 for s in moved),
+        lambda: all(engine.stream(s).frames_processed >= 10 for s in moved),
         60,
         "the victim's streams to deliver records",
     )
@@ -449,13 +449,13 @@ def test_losses_past_the_bounds_fail_once_and_loudly(daemon: Daemon) -> None:
     endless = {"id": "z", "uri": str(VIDEO), "loop": True, "realtime": True}
     assert client.post("/streams", json=endless).status_code == 201
     for kills in (1, 2):  # its worker, then the one it moved to
-        wait_for(lambda: engine.stream("z")["worker"] is not None, 60, "z on a worker")
-        before = engine.stream("z")["frames_processed"]
-        wait_for(lambda b=before: engine.stream("z")["frames_processed"] > b, 60, "z's records")
-        os.kill(engine.worker_pid(engine.stream("z")["worker"]), signal.SIGKILL)
-        wait_for(lambda k=kills: engine.stream("z")["moves"] >= k, 30, "the loss")
-    z = wait_for(lambda: (d := engine.stream("z"))["state"] == "failed" and d, 30, "z to fail")
-    assert "cluster.max_stream_moves (1)" in z["error"]
+        wait_for(lambda: engine.stream("z").placement["worker"] is not None, 60, "z on a worker")
+        before = engine.stream("z").frames_processed
+        wait_for(lambda b=before: engine.stream("z").frames_processed > b, 60, "z's records")
+        os.kill(engine.worker_pid(engine.stream("z").placement["worker"]), signal.SIGKILL)
+        wait_for(lambda k=kills: engine.stream("z").placement["moves"] >= k, 30, "the loss")
+    z = wait_for(lambda: (d := engine.stream("z")).state == "failed" and d, 30, "z to fail")
+    assert "cluster.max_stream_moves (1)" in z.error
     assert [w["state"] for w in engine.workers()] == ["failed", "failed"]
     failures = [str(f) for f in engine.failures()]
     assert "every cluster worker was lost" in failures[0]
@@ -548,7 +548,7 @@ def test_a_stream_added_again_with_its_id_gets_none_of_the_removed_ones_records(
         dropped = engine.metrics.render().decode()
     finally:
         engine.stop()
-    assert new["frames_processed"] == 233
+    assert new.frames_processed == 233
     assert frames_by_stream(tmp_path / "out.jsonl")["cam"] == [*range(221), *range(233)]
     assert 'vstream_cluster_records_dropped_total{reason="removed"} 12.0' in dropped
     assert 'reason="duplicate"' not in dropped

@@ -268,12 +268,12 @@ def test_decoded_frames_add_up_to_processed_failed_dropped_and_skipped(
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (
-            engine.stream("s0")["frames_processed"] >= 40 if loop else engine.files_done()
+            engine.stream("s0").frames_processed >= 40 if loop else engine.files_done()
         ):
             time.sleep(0.05)
     finally:
         engine.stop(timeout=30)
-    counts = engine.stream("s0")
+    counts = engine.stream("s0").to_json()
     accounted = sum(
         counts[k] for k in ("frames_processed", "frames_failed", "frames_dropped", "frames_skipped")
     )

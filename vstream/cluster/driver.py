@@ -52,6 +52,7 @@ from vstream.engine.errors import PipelineNotFound, StreamNotFound
 from vstream.engine.interface import EngineBase
 from vstream.engine.outputs import analyze
 from vstream.engine.pipeline import sink_samples
+from vstream.engine.status import StreamStatus
 from vstream.errors import LimitExceeded, VstreamError, describe, first_line
 from vstream.metrics import ClusterSample, LimitSample, Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
@@ -565,7 +566,7 @@ class ClusterEngine(EngineBase):
         """No annotated videos: they need the frames, which stay on the workers."""
         return {}
 
-    def add_stream(self, pipeline: str, source: SourceConfig) -> dict[str, Any]:
+    def add_stream(self, pipeline: str, source: SourceConfig) -> StreamStatus:
         """Place ``source`` of ``pipeline`` on a worker with room, as :meth:`Engine.add_stream`."""
         if pipeline not in self.pipelines:
             raise PipelineNotFound(f"no pipeline {pipeline!r}")
@@ -581,9 +582,9 @@ class ClusterEngine(EngineBase):
             stream = self._streams[source.id] = ClusterStream(pipeline, source)
             self._place_waiting()
             log.info("stream %s: added to pipeline %s", source.id, pipeline)
-            return stream.describe()
+            return stream.status()
 
-    def remove_stream(self, stream_id: str) -> dict[str, Any]:
+    def remove_stream(self, stream_id: str) -> StreamStatus:
         """Stop a stream at once on its worker; its final counters."""
         with self._lock:
             stream = self._streams.pop(stream_id, None)
@@ -609,7 +610,7 @@ class ClusterEngine(EngineBase):
             self._place_waiting()
         self.metrics.forget_stream(stream.pipeline, stream_id)
         log.info("stream %s: removed", stream_id)
-        return stream.describe()
+        return stream.status()
 
     def not_ready(self) -> list[str]:
         """Reasons the cluster is not ready: workers down or starting, streams not running."""

@@ -17,7 +17,8 @@ from typing import Any
 
 from vstream.config.analytics import AnalyticsConfig
 from vstream.config.sources import SourceConfig
-from vstream.engine.reader import StreamCounters, analytics_state
+from vstream.engine.reader import StreamCounters
+from vstream.engine.status import StreamStatus
 from vstream.errors import VstreamError
 from vstream.results import FrameResult
 from vstream.sources.base import ResumePoint, SourceState
@@ -177,29 +178,27 @@ class ClusterStream:
     def frames_failed(self) -> int:
         return self.total("frames_failed")
 
-    def describe(self) -> dict[str, Any]:
+    @property
+    def frames_decoded(self) -> int:
+        return self.total("frames_decoded")
+
+    @property
+    def frames_skipped(self) -> int:
+        return self.total("frames_skipped")
+
+    @property
+    def reconnects(self) -> int:
+        return self.total("reconnects")
+
+    @property
+    def corrupt_packets(self) -> int:
+        return self.total("corrupt_packets")
+
+    def status(self) -> StreamStatus:
         """What the API shows, as a single process shows it, plus where it runs."""
-        return {
-            "id": self.id,
-            "pipeline": self.pipeline,
-            "uri": self.uri,
-            "state": self.state.value,
-            "error": self.error_text,
-            "frames_decoded": self.total("frames_decoded"),
-            "frames_processed": self.counters.frames_processed,
-            "frames_failed": self.frames_failed,
-            "frames_dropped": self.frames_dropped,
-            "frames_skipped": self.total("frames_skipped"),
-            "detections": self.counters.detections,
-            "reconnects": self.total("reconnects"),
-            "corrupt_packets": self.total("corrupt_packets"),
-            "fps": round(self.counters.fps(), 2),
-            "frame_age_seconds": self.frame_age_seconds,
-            **analytics_state(self.analytics),
-            "worker": self.slot,
-            "moves": self.moves,
-            "gap_seconds": round(self.gap_seconds, 3),
-        }
+        return StreamStatus.of(
+            self, worker=self.slot, moves=self.moves, gap_seconds=round(self.gap_seconds, 3)
+        )
 
 
 def analytics_for(config: AnalyticsConfig, class_names: dict[int, str], conf: float) -> Any:

@@ -133,7 +133,7 @@ class ClusterWorker:
         """Stop a stream at once (queued frames discarded, counted); its final description."""
         for pipeline in self.pipelines.values():
             if stream_id in pipeline.streams:
-                return pipeline.remove_stream(stream_id).describe()
+                return pipeline.remove_stream(stream_id).status().to_json()
         return None
 
     def take(self, limit: int, wait: float) -> WorkerReport:
@@ -178,7 +178,11 @@ def _status(reader: Any, received: dict[str, int], waiting: frozenset[str]) -> d
     idle = not reader.running and reader.id not in waiting
     error = reader.error
     kind = None if error is None else "input" if isinstance(error, VstreamError) else "bug"
-    return {**reader.describe(), "done": idle and (through or kind is not None), "error_kind": kind}
+    return {
+        **reader.status().to_json(),
+        "done": idle and (through or kind is not None),
+        "error_kind": kind,
+    }
 
 
 def _throughput(detector: Any) -> float:

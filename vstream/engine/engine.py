@@ -22,6 +22,7 @@ from vstream.engine.errors import PipelineNotFound, StreamNotFound
 from vstream.engine.interface import EngineBase
 from vstream.engine.pipeline import Pipeline
 from vstream.engine.reader import StreamReader
+from vstream.engine.status import StreamStatus
 from vstream.metrics import LimitSample, Metrics, SinkSample, StreamSample
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ class Engine(EngineBase):
             [r for p in self.pipelines.values() if p.outputs for _, r in p.outputs.recorders]
         )
 
-    def add_stream(self, pipeline: str, source: SourceConfig) -> dict[str, Any]:
+    def add_stream(self, pipeline: str, source: SourceConfig) -> StreamStatus:
         """Start ``source`` in ``pipeline`` (validated by the caller: the server, the CLI).
 
         Past a limit of :class:`~vstream.config.LimitsConfig`, nothing starts
@@ -114,14 +115,14 @@ class Engine(EngineBase):
             self._admit(pipeline, source)
             reader = self._start_stream(found, source)
         log.info("stream %s: added to pipeline %s", source.id, pipeline)
-        return reader.describe()
+        return reader.status()
 
-    def remove_stream(self, stream_id: str) -> dict[str, Any]:
+    def remove_stream(self, stream_id: str) -> StreamStatus:
         """Stop a stream at once; exactly one caller wins, the others get StreamNotFound."""
         owner = self._owner(stream_id)
         if owner is None:
             raise StreamNotFound(f"no stream {stream_id!r}")
-        return owner.remove_stream(stream_id).describe()
+        return owner.remove_stream(stream_id).status()
 
     def not_ready(self) -> list[str]:
         """Reasons the engine is not ready; empty when every stream delivers frames."""

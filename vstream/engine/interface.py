@@ -18,7 +18,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -26,73 +25,15 @@ from vstream.config.pipelines import LimitsConfig, VstreamConfig
 from vstream.config.sources import SourceConfig
 from vstream.cores import counted_decoder_threads
 from vstream.engine.errors import ShuttingDown, StreamConflict, StreamNotFound
+from vstream.engine.status import StreamStatus, StreamSummary, StreamView
 from vstream.errors import LimitExceeded
 from vstream.metrics import LimitSample, Metrics
-from vstream.sources.base import SourceState
 
 if TYPE_CHECKING:
-    from vstream.analytics.stream import StreamAnalytics
     from vstream.clips.catalogue import Catalogue
-    from vstream.engine.reader import StreamCounters
     from vstream.sinks.video import VideoWriterStats
 
 _POLL_SECONDS = 0.2
-
-
-class StreamView(Protocol):
-    """One stream as an engine keeps it: a reader in this process, or a stream on a worker."""
-
-    id: str
-    pipeline: str
-    config: SourceConfig | None
-    error: BaseException | None
-    counters: StreamCounters
-    """Frames processed (delivered), detections, rate."""
-    analytics: StreamAnalytics | None
-
-    @property
-    def expected_frames(self) -> int | None: ...
-
-    @property
-    def state(self) -> SourceState: ...
-
-    @property
-    def error_text(self) -> str | None: ...
-
-    @property
-    def frames_dropped(self) -> int: ...
-
-    @property
-    def frames_failed(self) -> int: ...
-
-    def describe(self) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class StreamSummary:
-    """What happened to one stream, for the summary lines and the exit status."""
-
-    id: str
-    pipeline: str
-    state: str
-    frames: int
-    detections: int
-    dropped: int
-    failed_frames: int
-    error: str | None
-
-    @classmethod
-    def of(cls, stream: StreamView) -> StreamSummary:
-        return cls(
-            id=stream.id,
-            pipeline=stream.pipeline,
-            state=stream.state.value,
-            frames=stream.counters.frames_processed,
-            detections=stream.counters.detections,
-            dropped=stream.frames_dropped,
-            failed_frames=stream.frames_failed,
-            error=stream.error_text,
-        )
 
 
 class StreamEngine(Protocol):
@@ -120,15 +61,15 @@ class StreamEngine(Protocol):
 
     def not_ready(self) -> list[str]: ...
 
-    def streams(self) -> list[dict[str, Any]]: ...
+    def streams(self) -> list[StreamStatus]: ...
 
-    def stream(self, stream_id: str) -> dict[str, Any]: ...
+    def stream(self, stream_id: str) -> StreamStatus: ...
 
     def readers(self) -> Sequence[StreamView]: ...
 
-    def add_stream(self, pipeline: str, source: SourceConfig) -> dict[str, Any]: ...
+    def add_stream(self, pipeline: str, source: SourceConfig) -> StreamStatus: ...
 
-    def remove_stream(self, stream_id: str) -> dict[str, Any]: ...
+    def remove_stream(self, stream_id: str) -> StreamStatus: ...
 
     def summary(self) -> list[StreamSummary]: ...
 
@@ -214,14 +155,14 @@ class EngineBase:
     def _find(self, stream_id: str) -> StreamView | None:
         return next((s for s in self.readers() if s.id == stream_id), None)
 
-    def streams(self) -> list[dict[str, Any]]:
-        return [s.describe() for s in self.readers()]
+    def streams(self) -> list[StreamStatus]:
+        return [s.status() for s in self.readers()]
 
-    def stream(self, stream_id: str) -> dict[str, Any]:
+    def stream(self, stream_id: str) -> StreamStatus:
         found = self._find(stream_id)
         if found is None:
             raise StreamNotFound(f"no stream {stream_id!r}")
-        return found.describe()
+        return found.status()
 
     def _admit(self, pipeline: str, source: SourceConfig) -> None:
         """Refuse a new stream (under the lock) while stopping, on a taken id, past a limit."""

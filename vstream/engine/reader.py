@@ -20,6 +20,7 @@ from typing import Any
 
 from vstream.config.sources import FreshnessPolicy, SourceConfig
 from vstream.engine.intake import Intake
+from vstream.engine.status import StreamStatus
 from vstream.errors import describe
 from vstream.frame import Frame
 from vstream.sources.base import ResumePoint, SourceState, SourceStats
@@ -244,37 +245,26 @@ class StreamReader:
             self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def describe(self) -> dict[str, Any]:
+    @property
+    def frames_decoded(self) -> int:
+        return self.source_stats.frames_decoded
+
+    @property
+    def frames_skipped(self) -> int:
+        return self.source_stats.frames_skipped
+
+    @property
+    def reconnects(self) -> int:
+        return self.source_stats.reconnects
+
+    @property
+    def corrupt_packets(self) -> int:
+        return self.source_stats.corrupt_packets
+
+    @property
+    def frame_age_seconds(self) -> float | None:
+        return self.counters.frame_age_seconds
+
+    def status(self) -> StreamStatus:
         """What the API shows about this stream (no credentials)."""
-        stats, counters = self.source_stats, self.counters
-        age = counters.frame_age_seconds
-        return {
-            "id": self.id,
-            "pipeline": self.pipeline,
-            "uri": self.uri,
-            "state": self.state.value,
-            "error": self.error_text,
-            "frames_decoded": stats.frames_decoded,
-            "frames_processed": counters.frames_processed,
-            "frames_failed": counters.frames_failed,
-            "frames_dropped": self.frames_dropped,
-            "frames_skipped": stats.frames_skipped,
-            "detections": counters.detections,
-            "reconnects": stats.reconnects,
-            "corrupt_packets": stats.corrupt_packets,
-            "fps": round(counters.fps(), 2),
-            "frame_age_seconds": round(age, 4) if age is not None else None,
-            **analytics_state(self.analytics),
-        }
-
-
-def analytics_state(analytics: Any) -> dict[str, Any]:
-    """Line counts (per direction, and per class) and zone occupancy, when analytics run."""
-    if analytics is None:
-        return {}
-    lines = {
-        name: {d: sum(by_class.values()) for d, by_class in directions.items()}
-        | {"by_class": directions}
-        for name, directions in analytics.line_totals().items()
-    }
-    return {"lines": lines, "zones": analytics.zone_totals()}
+        return StreamStatus.of(self)

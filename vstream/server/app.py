@@ -171,11 +171,11 @@ def create_app(engine: StreamEngine, token: str | None = None) -> FastAPI:
 
     @app.get("/streams")
     def list_streams() -> dict[str, Any]:
-        return {"streams": engine.streams()}
+        return {"streams": [s.to_json() for s in engine.streams()]}
 
     @app.get("/streams/{stream_id}")
     def get_stream(stream_id: str) -> dict[str, Any]:
-        return engine.stream(stream_id)
+        return engine.stream(stream_id).to_json()
 
     @app.post("/streams", status_code=201)
     async def add_stream(request: Request) -> dict[str, Any]:
@@ -187,17 +187,18 @@ def create_app(engine: StreamEngine, token: str | None = None) -> FastAPI:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise VstreamError(f"the body is not valid JSON: {exc}") from None
         pipeline, source = stream_request(data, engine.config, engine.base_dir)
-        return await run_in_threadpool(engine.add_stream, pipeline, source)
+        added = await run_in_threadpool(engine.add_stream, pipeline, source)
+        return added.to_json()
 
     @app.delete("/streams/{stream_id}")
     def remove_stream(stream_id: str) -> dict[str, Any]:
-        return {"removed": engine.remove_stream(stream_id)}
+        return {"removed": engine.remove_stream(stream_id).to_json()}
 
     app.include_router(
         dashboard_router(
             hub,
             engine.clips(),
-            engine.streams,
+            lambda: [s.id for s in engine.streams()],
             sessions=sessions,
             write_timeout=preview.write_timeout_seconds,
         )

@@ -1,0 +1,173 @@
+"""What an engine shows of one stream, built once for a reader here or a stream on a worker.
+
+A leaf of the engine: the readers (:mod:`vstream.engine.reader`), the
+cluster's streams (:mod:`vstream.cluster.stream`) and the engines' interface
+(:mod:`vstream.engine.interface`) all use it, and it imports none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Protocol
+
+from vstream.config.sources import SourceConfig
+from vstream.sources.base import SourceState
+
+if TYPE_CHECKING:
+    from vstream.analytics.stream import StreamAnalytics
+
+
+class Counts(Protocol):
+    """A stream's counters of delivered records (:class:`vstream.engine.reader.StreamCounters`)."""
+
+    frames_processed: int
+    detections: int
+
+    def fps(self) -> float: ...
+
+
+class StreamView(Protocol):
+    """One stream as an engine keeps it: a reader in this process, or a stream on a worker."""
+
+    id: str
+    pipeline: str
+    config: SourceConfig | None
+    error: BaseException | None
+    counters: Counts
+    """Frames processed (delivered), detections, rate."""
+    analytics: StreamAnalytics | None
+
+    @property
+    def uri(self) -> str | None:
+        """The source's address with credentials masked."""
+        ...
+
+    @property
+    def expected_frames(self) -> int | None: ...
+
+    @property
+    def state(self) -> SourceState: ...
+
+    @property
+    def error_text(self) -> str | None: ...
+
+    @property
+    def frames_dropped(self) -> int: ...
+
+    @property
+    def frames_failed(self) -> int: ...
+
+    @property
+    def frames_decoded(self) -> int: ...
+
+    @property
+    def frames_skipped(self) -> int: ...
+
+    @property
+    def reconnects(self) -> int: ...
+
+    @property
+    def corrupt_packets(self) -> int: ...
+
+    @property
+    def frame_age_seconds(self) -> float | None: ...
+
+    def status(self) -> StreamStatus:
+        """What the API shows of it: :meth:`StreamStatus.of` it."""
+        ...
+
+
+@dataclass(frozen=True)
+class StreamStatus:
+    """What the API shows of one stream, the same from either engine; never credentials.
+
+    ``frames_decoded`` = processed + failed + dropped + skipped once the
+    stream has stopped. ``placement`` is the cluster's part (worker, moves,
+    gap_seconds), empty in one process.
+    """
+
+    id: str
+    pipeline: str
+    uri: str | None
+    state: str
+    error: str | None
+    frames_decoded: int
+    frames_processed: int
+    frames_failed: int
+    frames_dropped: int
+    frames_skipped: int
+    detections: int
+    reconnects: int
+    corrupt_packets: int
+    fps: float
+    frame_age_seconds: float | None
+    analytics: dict[str, Any] = field(default_factory=dict)
+    """Line counts and zone occupancy, where analytics run."""
+    placement: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, stream: StreamView, **placement: Any) -> StreamStatus:
+        age = stream.frame_age_seconds
+        return cls(
+            id=stream.id,
+            pipeline=stream.pipeline,
+            uri=stream.uri,
+            state=stream.state.value,
+            error=stream.error_text,
+            frames_decoded=stream.frames_decoded,
+            frames_processed=stream.counters.frames_processed,
+            frames_failed=stream.frames_failed,
+            frames_dropped=stream.frames_dropped,
+            frames_skipped=stream.frames_skipped,
+            detections=stream.counters.detections,
+            reconnects=stream.reconnects,
+            corrupt_packets=stream.corrupt_packets,
+            fps=round(stream.counters.fps(), 2),
+            frame_age_seconds=round(age, 4) if age is not None else None,
+            analytics=analytics_state(stream.analytics),
+            placement=placement,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of ``GET /streams/{id}``: the fields, then analytics and placement."""
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**shown, **shown.pop("analytics"), **shown.pop("placement")}
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    """What happened to one stream, for the summary lines and the exit status."""
+
+    id: str
+    pipeline: str
+    state: str
+    frames: int
+    detections: int
+    dropped: int
+    failed_frames: int
+    error: str | None
+
+    @classmethod
+    def of(cls, stream: StreamView) -> StreamSummary:
+        return cls(
+            id=stream.id,
+            pipeline=stream.pipeline,
+            state=stream.state.value,
+            frames=stream.counters.frames_processed,
+            detections=stream.counters.detections,
+            dropped=stream.frames_dropped,
+            failed_frames=stream.frames_failed,
+            error=stream.error_text,
+        )
+
+
+def analytics_state(analytics: StreamAnalytics | None) -> dict[str, Any]:
+    """Line counts (per direction, and per class) and zone occupancy, when analytics run."""
+    if analytics is None:
+        return {}
+    lines = {
+        name: {d: sum(by_class.values()) for d, by_class in directions.items()}
+        | {"by_class": directions}
+        for name, directions in analytics.line_totals().items()
+    }
+    return {"lines": lines, "zones": analytics.zone_totals()}
