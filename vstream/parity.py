@@ -135,12 +135,10 @@ def measure(reference: Reference, **options: Any) -> Agreement:
 
     results = detect(reference.video, model=reference.model, **reference.options(), **options)
     ours = [
-        [{"bbox": d.bbox, "class_id": d.class_id} for d in result.detections]
-        for result in results
+        [{"bbox": d.bbox, "class_id": d.class_id} for d in result.detections] for result in results
     ]
     if len(ours) != len(reference.frames):
         raise ValueError(
-            f"{reference.video.name}: {len(ours)} frames, the reference has "
-            f"{len(reference.frames)}"
+            f"{reference.video.name}: {len(ours)} frames, the reference has {len(reference.frames)}"
         )
     return agreement(ours, reference.frames)
