@@ -524,7 +524,8 @@ def test_a_stream_added_again_with_its_id_gets_none_of_the_removed_ones_records(
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     document = {
-        "cluster": {"engine": "ray", "workers": 1},
+        # No CPU reserved: the stand-in decodes nothing, and the daemon's workers may hold them.
+        "cluster": {"engine": "ray", "workers": 1, "cpus_per_worker": 0},
         "pipelines": [
             {
                 "name": "p",

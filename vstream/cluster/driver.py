@@ -52,7 +52,7 @@ from vstream.engine.errors import PipelineNotFound, StreamNotFound
 from vstream.engine.interface import EngineBase
 from vstream.engine.outputs import analyze
 from vstream.engine.pipeline import sink_samples
-from vstream.engine.status import StreamStatus
+from vstream.engine.status import StreamStatus, stream_sample
 from vstream.errors import LimitExceeded, VstreamError, describe, first_line
 from vstream.metrics import ClusterSample, LimitSample, Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
@@ -691,22 +691,7 @@ class ClusterEngine(EngineBase):
     def _samples(self) -> tuple[list[StreamSample], list[SinkSample], list[LimitSample]]:
         with self._lock:
             streams = list(self._streams.values())
-        samples = [
-            StreamSample(
-                pipeline=s.pipeline,
-                stream=s.id,
-                state=s.state.value,
-                frames_decoded=s.total("frames_decoded"),
-                frames_processed=s.counters.frames_processed,
-                frames_failed=s.total("frames_failed"),
-                frames_dropped=s.total("frames_dropped"),
-                frames_skipped=s.total("frames_skipped"),
-                reconnects=s.total("reconnects"),
-                fps=s.counters.fps(),
-                frame_age_seconds=s.frame_age_seconds,
-            )
-            for s in streams
-        ]
+        samples = [stream_sample(s) for s in streams]
         sinks = [k for name, group in self.sinks.items() for k in sink_samples(name, group)]
         per_pipeline = {name: sum(s.pipeline == name for s in streams) for name in self.pipelines}
         return samples, sinks, self._limit_samples(per_pipeline)

@@ -34,6 +34,7 @@ from vstream.engine.outputs import FrameOutputs, analyze
 from vstream.engine.queue import FrameQueue
 from vstream.engine.reader import StreamReader
 from vstream.engine.stages import Batch, OverlappedStages
+from vstream.engine.status import stream_sample
 from vstream.frame import Frame
 from vstream.metrics import Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
@@ -342,24 +343,7 @@ class Pipeline:
     def samples(self) -> tuple[list[StreamSample], list[SinkSample]]:
         with self._lock:
             readers = list(self.streams.values())
-        streams = []
-        for reader in readers:
-            stats, counters = reader.source_stats, reader.counters
-            streams.append(
-                StreamSample(
-                    pipeline=self.name,
-                    stream=reader.id,
-                    state=reader.state.value,
-                    frames_decoded=stats.frames_decoded,
-                    frames_processed=counters.frames_processed,
-                    frames_failed=counters.frames_failed,
-                    frames_dropped=reader.frames_dropped,
-                    frames_skipped=stats.frames_skipped,
-                    reconnects=stats.reconnects,
-                    fps=counters.fps(),
-                    frame_age_seconds=counters.frame_age_seconds,
-                )
-            )
+        streams = [stream_sample(r) for r in readers]
         sinks = sink_samples(self.name, self.sinks)
         if self.outputs is not None and (self.outputs.videos or self.outputs.recorders):
             stats = self.outputs.stats()

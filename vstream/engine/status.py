@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vstream.config.sources import SourceConfig
+from vstream.metrics import StreamSample
 from vstream.sources.base import SourceState
 
 if TYPE_CHECKING:
@@ -159,6 +160,23 @@ class StreamSummary:
             failed_frames=stream.frames_failed,
             error=stream.error_text,
         )
+
+
+def stream_sample(stream: StreamView) -> StreamSample:
+    """A stream's figures for the metrics, the same from either engine."""
+    return StreamSample(
+        pipeline=stream.pipeline,
+        stream=stream.id,
+        state=stream.state.value,
+        frames_decoded=stream.frames_decoded,
+        frames_processed=stream.counters.frames_processed,
+        frames_failed=stream.frames_failed,
+        frames_dropped=stream.frames_dropped,
+        frames_skipped=stream.frames_skipped,
+        reconnects=stream.reconnects,
+        fps=stream.counters.fps(),
+        frame_age_seconds=stream.frame_age_seconds,
+    )
 
 
 def analytics_state(analytics: StreamAnalytics | None) -> dict[str, Any]:
