@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from helpers import tiny_detector, write_video
 from httpx import Client
 
 from vstream.config import parse_config
+from vstream.config.sources import SourceConfig
 from vstream.engine import Engine
 from vstream.errors import VstreamError
 from vstream.server import ApiServer, create_app
@@ -226,3 +228,26 @@ pipelines:
 """
     with pytest.raises(VstreamError, match=r"ask for 20 decoder threads, more than .*\(16\)"):
         parse_config(text, base_dir=runtime.base_dir)
+
+
+def test_the_engine_gets_a_validated_source_and_a_bad_body_never_reaches_it(
+    client: Client, runtime: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[str, object]] = []
+    add = runtime.add_stream
+
+    def recording(pipeline: str, source: SourceConfig) -> object:
+        seen.append((pipeline, source))
+        return add(pipeline, source)
+
+    monkeypatch.setattr(runtime, "add_stream", recording)
+    bad = client.post("/streams", json={"pipeline": "other", "id": "x", "uri": "a", "loop": "yes"})
+    assert bad.status_code == 400 and "loop" in bad.json()["error"] and seen == []
+    added = client.post("/streams", json={"pipeline": "other", "id": "cam8", "uri": "clip.mp4"})
+    assert added.status_code == 201, added.text
+    try:
+        ((pipeline, source),) = seen
+        assert pipeline == "other" and isinstance(source, SourceConfig) and source.id == "cam8"
+        assert Path(source.uri).is_absolute(), "relative to the config, resolved by the server"
+    finally:
+        client.delete("/streams/cam8")
