@@ -23,7 +23,6 @@ import io
 import json
 import logging
 import queue
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -43,6 +42,7 @@ from vstream.clips.index import (
 )
 from vstream.clips.ring import Capture, PacketRing, StoredPacket, Template
 from vstream.config.sinks import ClipsSinkConfig
+from vstream.diskspace import FreeSpace
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ class ClipRecorder:
         self.stall_seconds = float(stall_seconds)
         self.format = format
         self.min_free_bytes = int(min_free_bytes)
-        self._low_space = False
+        self._space = FreeSpace(f"clips: {self.directory}", log)
         """Whether clips are being skipped for want of space (logged once per episode)."""
         self.stats = ClipStats()
         self.index = ClipIndex(self.directory)
@@ -502,34 +502,13 @@ class ClipRecorder:
             log.debug("clips: retention deleted %s", ", ".join(deleted))
 
     def _room_for(self, clip_id: str) -> bool:
-        """Whether the disk has ``min_free_bytes`` free for ``clip_id``; a skip is counted.
-
-        The first skip of an episode is logged as a warning, the return of space as
-        a line of its own; the skips between are only counted.
-        """
-        if not self.min_free_bytes:
-            return True
-        try:
-            free = shutil.disk_usage(self.directory).free
-        except OSError:
-            return True  # the write itself will say what is wrong, once
-        if free >= self.min_free_bytes:
-            if self._low_space:
-                self._low_space = False
-                log.info(
-                    "clips: %s has %d bytes free again; writing clips (%d skipped so far)",
-                    self.directory, free, self.stats.skipped_low_space,
-                )  # fmt: skip
-            return True
-        self._count("skipped_low_space")
-        if not self._low_space:
-            self._low_space = True
-            log.warning(
-                "clips: %s has %d bytes free, below min_free_bytes %d; clip %s and the next "
-                "ones are not written until space is freed (counted)",
-                self.directory, free, self.min_free_bytes, clip_id,
-            )  # fmt: skip
-        return False
+        """Whether the disk has ``min_free_bytes`` free for ``clip_id``; a skip is counted."""
+        room = self._space.allows(
+            self.directory, self.min_free_bytes, self.stats.skipped_low_space, "clips"
+        )
+        if not room:
+            self._count("skipped_low_space")
+        return room
 
     def _write_file(self, name: str, write: Callable[[Path], int], what: str) -> None:
         path = self.directory / name

@@ -53,7 +53,6 @@ import logging
 import math
 import os
 import queue
-import shutil
 import threading
 import time
 from collections import deque
@@ -65,6 +64,7 @@ from typing import Any, Literal, get_args
 import torch
 
 from vstream.config.sinks import VideoSinkConfig, X264Preset
+from vstream.diskspace import FreeSpace
 from vstream.errors import VstreamError, describe
 from vstream.sinks.base import make_parents
 from vstream.uri import is_publish_url, publish_display
@@ -536,8 +536,8 @@ class VideoWriter:
         """When a live output next tries to connect (None: connected, or a file)."""
         self._retry_delay = RECONNECT_SECONDS[0]
         self.min_free_bytes = int(min_free_bytes) if self.path is not None else 0
-        self._low_space = False
-        """Whether frames are being skipped for want of space (logged once per episode)."""
+        self._space = FreeSpace(f"annotated video {self.target}", log)
+        """Frames are skipped while the disk is below min_free_bytes (logged once per episode)."""
         self._thread = threading.Thread(
             target=self._run, name=f"vstream-video-{Path(self.target).name}", daemon=True
         )
@@ -753,36 +753,15 @@ class VideoWriter:
         self._finish(backend)
 
     def _room(self) -> bool:
-        """Whether the file's disk has ``min_free_bytes`` free for the next frame.
-
-        A skipped frame is counted; the first of an episode is logged as a warning,
-        the return of space as a line of its own.
-        """
-        if not self.min_free_bytes:
-            return True
+        """Whether the disk has ``min_free_bytes`` free for the next frame (a skip is counted)."""
         assert self.partial_path is not None
-        try:
-            free = shutil.disk_usage(self.partial_path.parent).free
-        except OSError:
-            return True  # the write itself will say what is wrong, once
-        if free >= self.min_free_bytes:
-            if self._low_space:
-                self._low_space = False
-                log.info(
-                    "annotated video %s: %d bytes free again; writing frames (%d skipped)",
-                    self.target, free, self._stats.frames_skipped,
-                )  # fmt: skip
-            return True
-        with self._lock:
-            self._stats.frames_skipped += 1
-        if not self._low_space:
-            self._low_space = True
-            log.warning(
-                "annotated video %s: %d bytes free, below min_free_bytes %d; frames are "
-                "skipped (counted) until space is freed",
-                self.target, free, self.min_free_bytes,
-            )  # fmt: skip
-        return False
+        room = self._space.allows(
+            self.partial_path.parent, self.min_free_bytes, self._stats.frames_skipped, "frames"
+        )
+        if not room:
+            with self._lock:
+                self._stats.frames_skipped += 1
+        return room
 
     def _transient(self, exc: BaseException) -> bool:
         """Whether ``exc`` is the network failing a live output (retried), not a bug (fails it).
