@@ -72,6 +72,18 @@ class Feed:
         self.container.close()
 
 
+def trigger_two_clips(recorder: ClipRecorder, video: Path) -> tuple[PacketRing, Feed]:
+    """Two events on stream ``cam``, at 1 s and 2 s, each waited for; the ring and the feed."""
+    ring = recorder.ring("cam")
+    feed = Feed(video)
+    for pts in (1.0, 2.0):
+        feed.until(ring, pts + 0.1)
+        recorder.trigger("cam", {"n": pts}, pts, np.zeros((8, 8, 3), np.uint8))
+        feed.until(ring, pts + 0.5)
+        assert recorder.flush(10)
+    return ring, feed
+
+
 def probe(path: Path) -> dict:
     done = subprocess.run(
         [
@@ -278,13 +290,7 @@ def test_an_unwritable_directory_is_a_counted_failure_and_recording_goes_on(
     caplog.set_level(logging.DEBUG, logger="vstream.clips")
     recorder = ClipRecorder(clips, pre_roll=0.2, post_roll=0.2)
     try:
-        ring = recorder.ring("cam")
-        feed = Feed(video)
-        for pts in (1.0, 2.0):
-            feed.until(ring, pts + 0.1)
-            recorder.trigger("cam", {"n": pts}, pts, np.zeros((8, 8, 3), np.uint8))
-            feed.until(ring, pts + 0.5)
-            assert recorder.flush(10)
+        ring, feed = trigger_two_clips(recorder, video)
         assert recorder.stats.failures == 2 and recorder.stats.clips == 0
         errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
         assert len(errors) == 1, [r.getMessage() for r in errors]  # one line, not one per clip
@@ -313,13 +319,7 @@ def test_clips_are_skipped_below_min_free_bytes_counted_and_logged_once(
     caplog.set_level(logging.INFO, logger="vstream.clips")
     recorder = ClipRecorder(clips, pre_roll=0.2, post_roll=0.2, min_free_bytes=2**50)
     try:
-        ring = recorder.ring("cam")
-        feed = Feed(video)
-        for pts in (1.0, 2.0):
-            feed.until(ring, pts + 0.1)
-            recorder.trigger("cam", {"n": pts}, pts, np.zeros((8, 8, 3), np.uint8))
-            feed.until(ring, pts + 0.5)
-            assert recorder.flush(10)
+        ring, feed = trigger_two_clips(recorder, video)
         assert recorder.stats.skipped_low_space == 2 and recorder.stats.clips == 0
         assert recorder.clips() == [] and not list(clips.iterdir())
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
