@@ -754,7 +754,8 @@ class VideoWriter:
 
     def _room(self) -> bool:
         """Whether the disk has ``min_free_bytes`` free for the next frame (a skip is counted)."""
-        assert self.partial_path is not None
+        if self.partial_path is None:  # a live output: no disk to keep
+            return True
         room = self._space.allows(
             self.partial_path.parent, self.min_free_bytes, self._stats.frames_skipped, "frames"
         )
