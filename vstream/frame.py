@@ -49,8 +49,8 @@ class DecodedPicture(Protocol):
     """A decoded picture still in its decoder's memory, made a tensor only when asked.
 
     The CPU decoder hands these out instead of converting every picture to a
-    full-size RGB tensor: preprocessing scales the picture straight to the
-    model's letterbox size (:mod:`vstream.preprocess.scale`), and only what
+    full-size RGB tensor: preprocessing keeps only the picture at the model's
+    letterbox size (:mod:`vstream.preprocess.letterbox`), and only what
     needs the whole picture (annotated video, previews, snapshots) pays for
     :meth:`to_tensor`.
     """

@@ -1,10 +1,10 @@
 """The CPU decoder: PyAV (FFmpeg) decoding, pictures left in FFmpeg's memory until used.
 
 A decoded picture is handed on as it came out of the decoder (a
-:class:`PyAVPicture`, YUV in FFmpeg's buffer pool): preprocessing converts
-and resizes it to the model's letterbox size in one pass of FFmpeg's scaler
-(:mod:`vstream.preprocess.scale`), and only what needs the whole picture
-(annotated video, previews, snapshots) converts it at full size, once,
+:class:`PyAVPicture`, YUV in FFmpeg's buffer pool): preprocessing has FFmpeg
+convert it and OpenCV resize it to the model's letterbox size, keeping only
+the small picture (:mod:`vstream.preprocess.letterbox`), and only what needs
+the whole picture (annotated video, previews, snapshots) converts it at full size, once,
 through :attr:`vstream.frame.Frame.data`, to the requested layout: packed
 RGB by default, or ``nv12``/``yuv420p`` for the shared device colour
 conversion. Frames meant for a GPU are converted and copied at once.

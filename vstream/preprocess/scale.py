@@ -1,4 +1,8 @@
-"""Colour conversion and resize in one pass, by FFmpeg's scaler, at the letterbox size.
+"""Colour conversion and resize in one pass, by FFmpeg's scaler: the ``resize: area`` opt-in.
+
+The default letterbox is the reference's (FFmpeg's full-size RGB, then
+OpenCV's bilinear; :mod:`vstream.preprocess.letterbox`): models notice the
+difference. This path is for those who prefer area averaging and its cost.
 
 The CPU decoder leaves each picture in FFmpeg's memory (YUV, as decoded).
 Converting it to RGB at full size and then resizing, as a naive loop does,
