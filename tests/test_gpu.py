@@ -310,7 +310,9 @@ def test_decoding_the_stages_and_ort_share_the_pipelines_stream(ort_cuda, nvdec:
     with torch.cuda.stream(detector.cuda_stream):  # where the engine's readers open sources
         source = VideoFileSource(SAMPLE_VIDEO, device=CUDA, options=SourceOptions(decoder="nvdec"))
     with source:
-        assert source._decoder._stream_handle == handle, "NVDEC decodes on the pipeline's stream"
+        nvdec = source._decoder._decoder  # the NVDEC decoder inside its CPU-fallback wrapper
+        assert isinstance(nvdec, NvdecDecoder), "NVDEC decodes (no fallback to the CPU)"
+        assert nvdec._stream_handle == handle, "NVDEC decodes on the pipeline's stream"
 
         def frames():
             for frame in source:
@@ -382,3 +384,22 @@ def test_nvdec_and_the_device_letterbox_find_what_ultralytics_finds() -> None:
     for reference in references():
         score = measure(reference, device="cuda", decoder="nvdec")
         assert score.met, f"{reference.video.name}: {score}"
+
+
+def test_asking_nvdec_its_capabilities_leaves_torchs_context_current(nvdec, ort_cuda) -> None:
+    """GetDecoderCaps makes a context of its own current; ONNX Runtime's cuDNN handle then
+    refused the pipeline's stream (CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH, seen on an H100 in
+    ``vstream doctor``, which lists the codecs before loading a model)."""
+    import ctypes
+
+    from vstream.decoders.nvdec import _caps, decoder_caps, load_pynvvideocodec
+
+    driver = ctypes.CDLL("libcuda.so.1")
+    torch.cuda.current_stream(CUDA).query()  # torch's primary context, current on this thread
+    before, after = ctypes.c_void_p(), ctypes.c_void_p()
+    driver.cuCtxGetCurrent(ctypes.byref(before))
+    _caps.clear()
+    assert decoder_caps(load_pynvvideocodec(), 0, "HEVC") is not None
+    driver.cuCtxGetCurrent(ctypes.byref(after))
+    assert after.value == before.value
+    Detector(DEMO_MODEL, device=CUDA)  # binds the pipeline's stream to cuDNN: raised before

@@ -24,7 +24,7 @@ from helpers import write_video
 
 from vstream.frame import ColourMatrix, Frame, PixelFormat
 from vstream.preprocess import PAD_VALUE, Letterboxer, LetterboxGeometry
-from vstream.preprocess.resample import Taps
+from vstream.preprocess.resample import Taps, _Plan
 from vstream.sources import VideoFileSource
 
 ASSETS = Path(__file__).resolve().parents[1] / "vstream" / "assets"
@@ -201,3 +201,12 @@ def test_taps_are_opencvs(source: int, target: int) -> None:
     across = (row[0][taps.index].astype(np.int64) * taps.weight).sum(axis=0)
     ours = (((across >> 4) * 2048 >> 16) + 2) >> 2
     assert np.array_equal(ours, expected)
+
+
+def test_a_plan_uploads_index_rows_not_frame_sized_tables() -> None:
+    """The column indices are one row, expanded: on an H100 the profiler caught a (rows, cols)
+    int64 table (1.8 MB for 640x360) crossing from pageable memory at each new pipeline."""
+    plan = _Plan((853, 479), (640, 360), (853, 427), torch.device("cpu"))
+    for cols in plan.cols:
+        assert cols.shape[0] == 2 * 360  # two taps per output row
+        assert cols.untyped_storage().nbytes() == cols.shape[1] * cols.element_size()

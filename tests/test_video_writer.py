@@ -466,6 +466,7 @@ def test_cuda_pictures_are_encoded(tmp_path: Path) -> None:
         for i in range(10):
             writer.write(rgb(20 * i).cuda(), i / 25)
     assert writer.stats.frames_written == 10
-    assert ffprobe_frame_count(output) == 10
+    # FFmpeg (through PyAV) decodes ten pictures at the written levels; PyAV, not ffprobe, so the
+    # test runs on GPU machines that have no FFmpeg tools (the H100 it ran on had none).
     levels = [float(picture.mean()) for _, picture in decoded(output)]
     assert levels == pytest.approx([20.0 * i for i in range(10)], abs=3)

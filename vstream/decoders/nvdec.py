@@ -328,7 +328,8 @@ _caps: dict[tuple[int, int, str], Mapping[str, Any] | None] = {}
 def decoder_caps(nvc: ModuleType, gpu: int, codec: str) -> Mapping[str, Any] | None:
     """NVDEC's capabilities for 8-bit 4:2:0 ``codec`` on ``gpu`` (None when unknown), asked once.
 
-    ``GetDecoderCaps`` creates a CUDA context of its own, so the answer is
+    ``GetDecoderCaps`` creates a CUDA context of its own (and leaves it
+    current, so the thread's context is restored after it), so the answer is
     kept for the life of the process. PyNvVideoCodec 2.x asks device 0
     whatever ``gpuid`` says (``PyNvDecoderCaps``), so on a machine with
     different GPUs the answer for another index is GPU 0's.
@@ -336,11 +337,16 @@ def decoder_caps(nvc: ModuleType, gpu: int, codec: str) -> Mapping[str, Any] | N
     key = (id(nvc), gpu, codec)
     with _caps_lock:
         if key not in _caps:
+            from vstream.inference.providers import current_context_kept
+
             query = getattr(nvc, "GetDecoderCaps", None)
             try:
-                found = (
-                    query(gpuid=gpu, codec=getattr(nvc.cudaVideoCodec, codec)) if query else None
-                )
+                with current_context_kept():
+                    found = (
+                        query(gpuid=gpu, codec=getattr(nvc.cudaVideoCodec, codec))
+                        if query
+                        else None
+                    )
             except Exception as exc:  # the binding raises several types
                 log.debug("GetDecoderCaps(%s) failed: %s", codec, first_line(exc))
                 found = None

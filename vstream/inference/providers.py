@@ -7,11 +7,12 @@ decides, together with torch, which device the pipeline runs on.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import sys
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,29 @@ def _driver() -> Any:
         return ctypes.CDLL(name)
     except OSError:
         return None
+
+
+@contextlib.contextmanager
+def current_context_kept() -> Iterator[None]:
+    """Restore this thread's current CUDA context after a library call that changes it.
+
+    PyNvVideoCodec's ``GetDecoderCaps`` and ``GetEncoderCaps`` create a context
+    of their own and leave it current. ONNX Runtime's CUDA provider then makes
+    its cuDNN handle in that context, and binding the pipeline's stream (made in
+    the primary context) fails with ``CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH``:
+    seen on an H100 when ``vstream doctor`` listed the codecs before loading a model.
+    """
+    driver = _driver()
+    if driver is None:
+        yield
+        return
+    current = ctypes.c_void_p()
+    known = driver.cuCtxGetCurrent(ctypes.byref(current)) == 0
+    try:
+        yield
+    finally:
+        if known:
+            driver.cuCtxSetCurrent(current)
 
 
 def pipeline_stream(device: torch.device, handle: int | None = None) -> Any:

@@ -174,9 +174,9 @@ class _Plan:
         # Full-resolution indices for luma (and RGB), halved for 4:2:0 chroma: a pixel takes
         # the chroma of the 2x2 block it lies in, as FFmpeg's converter does.
         self.rows = (tensor(row_index), tensor(row_index // 2))
-        self.cols = tuple(
-            tensor(np.broadcast_to(col_index // factor, (n_rows, n_cols))) for factor in (1, 2)
-        )
+        # One row of column indices, expanded (a view): every row gathers the same columns. A
+        # materialised (rows, cols) table was a frame-sized upload per plan (an H100's profile).
+        self.cols = tuple(tensor(col_index // factor).expand(n_rows, n_cols) for factor in (1, 2))
         # Where every tap is an evenly spaced run of source indices (a whole-number scale: 720p
         # or 1080p to 320, 640 to 320), the samples are strided views: copied, not gathered.
         self.runs = tuple(
