@@ -4,8 +4,9 @@ Three yardsticks, each from outside the path being checked: the bundled
 demo's ground truth (mAP@0.5 on the CPU), the CPU path's own boxes for the
 GPU path (same frames, same classes, IoU >= :data:`MATCH_IOU`), and
 Ultralytics' stored predictions on the parity videos (:mod:`vstream.parity`).
-A check returns its line and numbers or raises; the detectors and records
-come from the caller, which shares them between checks.
+Each returns its line and numbers or raises. The demo checks score records
+the runner made, so that the CPU path's records serve both ``demo-cpu`` and
+``demo-gpu``; the reference checks run :func:`vstream.parity.measure`.
 """
 
 from __future__ import annotations
