@@ -12,11 +12,13 @@ import torch
 from helpers import run_cli
 
 from vstream import decoders
-from vstream import doctor as doctor_module
-from vstream.assets import SAMPLE_VIDEO
+from vstream.assets import DEMO_MODEL, SAMPLE_VIDEO
 from vstream.cli import main
 from vstream.detector import Detector
-from vstream.doctor import CHECKS, Failed, match_records
+from vstream.doctor.accuracy import match_records
+from vstream.doctor.report import Failed, Skipped
+from vstream.doctor.runner import CHECKS, Doctor, DoctorOptions
+from vstream.doctor.zero_copy import zero_copy
 
 CPU_CHECKS = {
     "runtime-wheels", "provider-cpu", "zero-copy-cpu", "demo-cpu", "reference-cpu", "fps-cpu"
@@ -99,8 +101,8 @@ def test_one_failed_check_makes_the_exit_status_1(monkeypatch, capsys) -> None:
     def crashing(self: object) -> None:
         raise RuntimeError("something unexpected\nwith a second line")
 
-    monkeypatch.setattr(doctor_module.Doctor, "check_runtime_wheels", broken)
-    monkeypatch.setattr(doctor_module.Doctor, "check_provider_cpu", crashing)
+    monkeypatch.setattr(Doctor, "check_runtime_wheels", broken)
+    monkeypatch.setattr(Doctor, "check_provider_cpu", crashing)
     assert main(["doctor", "--quick", "--device", "cpu", "--json", "--frames", "4"]) == 1
     checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     assert checks["runtime-wheels"] == checks["runtime-wheels"] | {
@@ -115,16 +117,16 @@ def test_one_failed_check_makes_the_exit_status_1(monkeypatch, capsys) -> None:
 
 def test_the_zero_copy_check_catches_a_buffer_that_is_not_the_bound_one() -> None:
     """A negative control: the check is not vacuous."""
-    detector = Detector(doctor_module.DEMO_MODEL, device="cpu", batch_size=4)
-    doctor_module._zero_copy(detector, SAMPLE_VIDEO, 8)  # as built: passes
+    detector = Detector(DEMO_MODEL, device="cpu", batch_size=4)
+    zero_copy(detector, SAMPLE_VIDEO, 8)  # as built: passes
     detector.letterboxers[1].input = detector.letterboxers[1].input.clone()
     with pytest.raises(Failed, match="buffer 1 bucket 1: ORT does not compute on what the let"):
-        doctor_module._zero_copy(detector, SAMPLE_VIDEO, 8)
+        zero_copy(detector, SAMPLE_VIDEO, 8)
 
 
 def test_the_zero_copy_check_asks_onnx_runtime_not_vstreams_own_record() -> None:
     """A binding moved behind vstream's back (its records unchanged) fails the check (issue 20)."""
-    detector = Detector(doctor_module.DEMO_MODEL, device="cpu", batch_size=4)
+    detector = Detector(DEMO_MODEL, device="cpu", batch_size=4)
     model = detector.model
     bucket = model.buffers[0].largest
     elsewhere = bucket.input.clone()
@@ -137,7 +139,7 @@ def test_the_zero_copy_check_asks_onnx_runtime_not_vstreams_own_record() -> None
         elsewhere.data_ptr(),
     )
     with pytest.raises(Failed, match="buffer 0 bucket 4: ORT does not compute on what the let"):
-        doctor_module._zero_copy(detector, SAMPLE_VIDEO, 8)
+        zero_copy(detector, SAMPLE_VIDEO, 8)
 
 
 def _doctor_with_a_cuda_detector(monkeypatch, options: dict, nvdec=(True, "ok"), device="auto"):
@@ -148,7 +150,7 @@ def _doctor_with_a_cuda_detector(monkeypatch, options: dict, nvdec=(True, "ok"),
         session=session,
         cuda_stream=SimpleNamespace(cuda_stream=0x7F00),
     )
-    doctor = doctor_module.Doctor(doctor_module.DoctorOptions(device=device))
+    doctor = Doctor(DoctorOptions(device=device))
     doctor._gpu_detector = SimpleNamespace(model=model, device=torch.device("cuda", 0))
     monkeypatch.setattr(decoders, "nvdec_status", lambda device: nvdec)
     return doctor
@@ -160,7 +162,7 @@ def _doctor_with_a_cuda_detector(monkeypatch, options: dict, nvdec=(True, "ok"),
         ({"user_compute_stream": "0"}, Failed, "ORT reports no user_compute_stream"),
         ({"user_compute_stream": ""}, Failed, "ORT reports no user_compute_stream"),
         ({"user_compute_stream": "12"}, Failed, "ORT computes on stream 12, the pipeline's"),
-        ({}, doctor_module.Skipped, "does not report user_compute_stream"),
+        ({}, Skipped, "does not report user_compute_stream"),
     ],
 )
 def test_provider_gpu_passes_only_on_the_stream_onnx_runtime_reports(
@@ -178,7 +180,7 @@ def test_provider_gpu_passes_only_on_the_stream_onnx_runtime_reports(
 def test_gpu_path_checks_need_nvdec_and_never_pass_with_the_cpu_decoder(monkeypatch, name) -> None:
     broken = (False, "PyNvVideoCodec cannot be imported: libnvidia-encode.so.1")
     doctor = _doctor_with_a_cuda_detector(monkeypatch, {}, nvdec=broken)
-    with pytest.raises(doctor_module.Skipped, match=r"NVDEC does not work here \(PyNvVideoCodec"):
+    with pytest.raises(Skipped, match=r"NVDEC does not work here \(PyNvVideoCodec"):
         getattr(doctor, f"check_{name}")()
     strict = _doctor_with_a_cuda_detector(monkeypatch, {}, nvdec=broken, device="cuda")
     with pytest.raises(Failed, match="NVDEC does not work here"):

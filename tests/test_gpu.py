@@ -27,7 +27,8 @@ from vstream.config.sources import SourceOptions
 from vstream.decoders import nvdec_status, open_decoder
 from vstream.decoders.nvdec import NvdecDecoder
 from vstream.detector import Detector
-from vstream.doctor import _copies, match_records
+from vstream.doctor.accuracy import match_records
+from vstream.doctor.copies import count_copies
 from vstream.engine.pipeline import detect_iter
 from vstream.frame import Frame, PixelFormat
 from vstream.inference.providers import pipeline_stream
@@ -284,7 +285,8 @@ def test_a_10bit_clip_falls_back_to_the_cpu_decoder_for_that_stream_alone(
 
 def test_no_frame_sized_copy_crosses_and_one_host_wait_per_batch(ort_cuda, nvdec: None) -> None:
     detector = Detector(DEMO_MODEL, device="cuda", batch_size=4)
-    detail, data = _copies(detector, SAMPLE_VIDEO, 40)  # fails unless NVDEC decoded every frame
+    # count_copies fails unless NVDEC decoded every frame.
+    detail, data = count_copies(detector, SAMPLE_VIDEO, 40)
     assert data["htod_bytes_per_frame"] < data["frame_bytes"], detail
     assert data["dtoh_bytes_per_frame"] < 64 + data["detection_bytes_per_frame"], detail
     assert data["host_waits"]["cudaEventSynchronize"] == data["model_runs"], detail

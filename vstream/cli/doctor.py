@@ -76,7 +76,7 @@ def _check_paths(args: argparse.Namespace) -> None:
 
 def doctor_command(args: argparse.Namespace) -> int:
     _check_paths(args)
-    from vstream.doctor import DoctorOptions, quiet_logs, run_doctor
+    from vstream.doctor.runner import DoctorOptions, quiet_logs, run_doctor
 
     options = DoctorOptions(device=args.device, frames=args.frames, quick=args.quick)
     if args.model is not None:

@@ -1,0 +1,63 @@
+"""``runtime-wheels``, ``provider-cpu``, ``provider-gpu``: ONNX Runtime runs where it was asked to.
+
+ONNX Runtime falls back quietly: a CUDA session that cannot load its
+provider runs on the CPU, and a CUDA provider not handed the pipeline's
+stream computes on a stream of its own, unordered with the letterbox that
+feeds it. These checks read what the session itself reports
+(``get_providers()``, ``get_provider_options()``), and first that only one
+ONNX Runtime wheel is installed, since the CPU and GPU wheels overwrite
+each other's files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vstream.doctor.report import Failed, Skipped
+
+
+def runtime_wheels() -> tuple[str, dict[str, Any]]:
+    """Exactly one ONNX Runtime wheel is installed."""
+    from vstream.inference.wheels import installed_runtime_wheels
+
+    wheels = installed_runtime_wheels()
+    listed = ", ".join(f"{k} {v}" for k, v in wheels.items())
+    if not wheels:
+        raise Failed("no ONNX Runtime: pip install 'vstream[cpu]' or 'vstream[gpu]'")
+    if len(wheels) > 1:
+        raise Failed(
+            f"both wheels are installed ({listed}); they overwrite each other's files: "
+            "uninstall both, then install one"
+        )
+    return f"{listed} only", {"wheels": wheels}
+
+
+def cpu_provider(model: Any) -> tuple[str, dict[str, Any]]:
+    """A CPU detector's session runs on ``CPUExecutionProvider`` alone."""
+    providers = model.providers
+    if providers != ["CPUExecutionProvider"]:
+        raise Failed(f"the CPU session runs on {providers}")
+    return "CPUExecutionProvider", {"providers": providers}
+
+
+def gpu_provider(model: Any) -> tuple[str, dict[str, Any]]:
+    """A CUDA detector's session runs on ``CUDAExecutionProvider``, on the pipeline's stream."""
+    providers = model.providers
+    if not providers or providers[0] != "CUDAExecutionProvider":
+        raise Failed(f"the CUDA session runs on {providers}")
+    options = model.session.get_provider_options().get("CUDAExecutionProvider", {})
+    stream = model.cuda_stream.cuda_stream
+    if "user_compute_stream" not in options:
+        raise Skipped(
+            "CUDAExecutionProvider runs, but this ONNX Runtime does not report "
+            "user_compute_stream: the stream cannot be checked"
+        )
+    given = str(options["user_compute_stream"]).strip()
+    if given in ("", "0"):
+        raise Failed("ORT reports no user_compute_stream: it computes on a stream of its own")
+    if int(given, 0) != stream:
+        raise Failed(f"ORT computes on stream {given}, the pipeline's is {hex(stream)}")
+    return (
+        f"CUDAExecutionProvider on the pipeline's stream {hex(stream)}",
+        {"providers": providers, "user_compute_stream": hex(stream)},
+    )
