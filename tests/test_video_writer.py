@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 from helpers import ffprobe_frame_count, write_timed_video, write_video
-from pydantic import ValidationError
 
 from vstream.annotate import Annotator, class_colour
 from vstream.config.sinks import VideoSinkConfig
@@ -321,13 +320,49 @@ def test_bad_arguments_fail_at_once() -> None:
         VideoWriter("out.mp4", 64, 48, 25, preset="warp")
 
 
-@pytest.mark.parametrize("preset", ["slow", "veryslow", "placebo"])
-def test_a_writer_takes_only_the_presets_a_video_sink_may_have(preset: str) -> None:
-    """One list, the config's: a preset the pipelines file refuses is refused here too."""
-    with pytest.raises(ValidationError):
-        VideoSinkConfig(type="video", path="out.mp4", preset=preset)
-    with pytest.raises(ValueError, match="preset"):
-        VideoWriter("out.mp4", 64, 48, 25, preset=preset)
+WRITER_ARGUMENTS = {
+    "encoder": "encoder",
+    "overflow": "policy",
+    "preset": "preset",
+    "crf": "crf",
+    "queue_frames": "queue_frames",
+}
+"""The ``video`` sink's options that :class:`VideoWriter` takes too, and the argument's name."""
+
+
+def allowed_and_refused(option: str) -> tuple[list[Any], list[Any]]:
+    """From the published schema: the values a pipelines file may give, and some it may not."""
+    schema = VideoSinkConfig.model_json_schema()["properties"][option]
+    schema = next((s for s in schema.get("anyOf", [schema]) if s.get("type") != "null"), schema)
+    if "enum" in schema:
+        return schema["enum"], ["warp", "slow", "placebo"]
+    low, high = schema["minimum"], schema["maximum"]
+    return [low, high], [low - 1, high + 1]
+
+
+def refusal(tmp_path: Path, argument: str, value: Any) -> str | None:
+    """Why the writer refuses ``argument=value`` as a value (None: it takes it)."""
+    options = {"encoder": "cpu", argument: value}
+    try:
+        writer = VideoWriter(tmp_path / "out.mp4", 64, 48, 25, **options)
+    except VideoWriteError:  # nvenc on a machine without NVENC: a value known, not usable here
+        return None
+    except ValueError as exc:
+        return str(exc)
+    writer.close()
+    return None
+
+
+@pytest.mark.parametrize(("option", "argument"), WRITER_ARGUMENTS.items())
+def test_a_writer_takes_exactly_the_values_its_sink_option_allows(
+    tmp_path: Path, option: str, argument: str
+) -> None:
+    """The config defines each option once: the writer neither refuses a value a pipelines
+    file may give nor takes one that the file would be refused for."""
+    allowed, refused = allowed_and_refused(option)
+    assert [v for v in allowed if refusal(tmp_path, argument, v) is not None] == []
+    for value in refused:
+        assert argument in (refusal(tmp_path, argument, value) or "taken"), value
 
 
 def test_close_is_idempotent_and_writes_after_it_are_refused(tmp_path: Path) -> None:

@@ -59,11 +59,18 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import torch
 
-from vstream.config.sinks import VideoSinkConfig, X264Preset
+from vstream.config.sinks import (
+    CRF_RANGE,
+    QUEUE_FRAMES_RANGE,
+    VideoEncoder,
+    VideoOverflow,
+    VideoSinkConfig,
+    X264Preset,
+)
 from vstream.diskspace import FreeSpace
 from vstream.errors import VstreamError, describe
 from vstream.sinks.base import make_parents
@@ -71,13 +78,11 @@ from vstream.uri import is_publish_url, publish_display
 
 log = logging.getLogger(__name__)
 
-EncoderChoice = Literal["auto", "nvenc", "cpu"]
-Policy = Literal["block", "drop"]
-
 TIME_BASE = Fraction(1, 90000)
 """Time base of the written stream: 90 kHz, fine enough for any frame timing."""
 
 _OPTIONS = VideoSinkConfig.model_fields
+DEFAULT_ENCODER: VideoEncoder = _OPTIONS["encoder"].default
 DEFAULT_PRESET: str = _OPTIONS["preset"].default
 """libx264 preset: measured by ``benchmarks/annotate.py`` as the speed/size balance for live use."""
 DEFAULT_CRF: int = _OPTIONS["crf"].default
@@ -167,6 +172,19 @@ def check_writable(path: str | Path) -> None:
         ) from None
 
 
+def check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
+    """Refuse ``value`` unless it is one of the option's ``choices`` (read from the config)."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+
+
+def check_range(name: str, value: int, bounds: tuple[int, int]) -> None:
+    """Refuse ``value`` outside the option's ``bounds`` (read from the config)."""
+    low, high = bounds
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+
+
 # -- encoder choice -----------------------------------------------------------------------
 
 
@@ -214,15 +232,14 @@ def _log_choice_once(choice: str, reason: str) -> None:
 
 
 def resolve_encoder(
-    encoder: EncoderChoice | str, device: torch.device | str | None = None
+    encoder: VideoEncoder | str, device: torch.device | str | None = None
 ) -> tuple[str, str]:
     """``("nvenc" | "cpu", why)`` for the requested ``encoder`` and the frames' ``device``.
 
     ``nvenc`` on a GPU without NVENC is a :class:`VideoWriteError`; ``auto``
     falls back to the CPU there (and for CPU frames, whatever the machine has).
     """
-    if encoder not in ("auto", "nvenc", "cpu"):
-        raise ValueError(f"encoder must be 'auto', 'nvenc' or 'cpu', got {encoder!r}")
+    check_choice("encoder", encoder, get_args(VideoEncoder))
     if encoder == "cpu":
         return "cpu", "libx264 through PyAV, as configured"
     dev = torch.device(device) if device is not None else torch.device("cpu")
@@ -482,8 +499,8 @@ class VideoWriter:
         height: int,
         fps: float,
         *,
-        encoder: EncoderChoice = "auto",
-        policy: Policy = "block",
+        encoder: VideoEncoder = DEFAULT_ENCODER,
+        policy: VideoOverflow = "block",
         queue_frames: int = DEFAULT_QUEUE_FRAMES,
         device: torch.device | str | None = None,
         preset: str = DEFAULT_PRESET,
@@ -496,14 +513,10 @@ class VideoWriter:
             raise ValueError(f"video size must be at least 2x2, got {width}x{height}")
         if not (isinstance(fps, int | float) and math.isfinite(fps) and fps > 0):
             raise ValueError(f"fps must be a positive number, got {fps!r}")
-        if policy not in ("block", "drop"):
-            raise ValueError(f"policy must be 'block' or 'drop', got {policy!r}")
-        if queue_frames < 1:
-            raise ValueError(f"queue_frames must be at least 1, got {queue_frames}")
-        if not 0 <= crf <= 51:
-            raise ValueError(f"crf must be in [0, 51], got {crf}")
-        if preset not in X264_PRESETS:
-            raise ValueError(f"preset must be one of {', '.join(X264_PRESETS)}, got {preset!r}")
+        check_choice("policy", policy, get_args(VideoOverflow))
+        check_range("queue_frames", queue_frames, QUEUE_FRAMES_RANGE)
+        check_range("crf", crf, CRF_RANGE)
+        check_choice("preset", preset, X264_PRESETS)
         self.url = str(path) if is_publish_url(str(path)) else None
         self.path: Path | None = None if self.url else Path(path)
         self.partial_path = partial_path(self.path) if self.path else None
