@@ -22,14 +22,10 @@ from helpers import ffprobe_frame_count, write_timed_video, write_video
 from vstream.annotate import Annotator, class_colour
 from vstream.config.sinks import VideoSinkConfig
 from vstream.results import Detection, FrameResult
-from vstream.sinks import video as video_module
-from vstream.sinks.video import (
-    VideoWriteError,
-    VideoWriter,
-    check_writable,
-    partial_path,
-    resolve_encoder,
-)
+from vstream.sinks.video import encoders, nvenc
+from vstream.sinks.video.container import VideoWriteError, check_writable, partial_path
+from vstream.sinks.video.encoders import resolve_encoder
+from vstream.sinks.video.writer import VideoWriter
 from vstream.sources import VideoFileSource
 
 WAIT = 60.0
@@ -114,7 +110,7 @@ def error_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "vstream.sinks.video" and r.levelno >= logging.ERROR
+        if r.name == "vstream.sinks.video.writer" and r.levelno >= logging.ERROR
     ]
 
 
@@ -415,11 +411,11 @@ def test_time_going_back_continues_the_video(tmp_path: Path) -> None:
 def test_encoder_choice(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     assert resolve_encoder("cpu")[0] == "cpu"
     assert resolve_encoder("auto", "cpu")[0] == "cpu"
-    if video_module.nvenc_unavailable(0) is not None:
+    if nvenc.nvenc_unavailable(0) is not None:
         assert resolve_encoder("auto", "cuda")[0] == "cpu"
         with pytest.raises(VideoWriteError, match="nvenc encoder cannot be used"):
             resolve_encoder("nvenc", "cuda")
-    video_module._choices_logged.clear()
+    encoders._choices_logged.clear()
     caplog.set_level(logging.INFO, logger="vstream.sinks.video")
     for name in ("a.mp4", "b.mp4"):
         VideoWriter(tmp_path / name, 64, 48, 25).close()
@@ -471,8 +467,8 @@ def test_nvenc_path_with_a_stand_in_encoder(
             made.append(FakeNvencEncoder(*args, **kwargs))
             return made[-1]
 
-    monkeypatch.setattr(video_module, "nvenc_unavailable", lambda gpu=0: None)
-    monkeypatch.setattr(video_module, "_import_nvc", lambda: FakeModule)
+    monkeypatch.setattr(nvenc, "nvenc_unavailable", lambda gpu=0: None)
+    monkeypatch.setattr(nvenc, "_import_nvc", lambda: FakeModule)
     output = tmp_path / "out.mp4"
     pts = [0.0, 0.04, 0.08, 0.2, 0.24, 0.3, 0.5, 0.54, 0.58, 0.62]
     with VideoWriter(output, 64, 48, 25, encoder="nvenc", device="cpu") as writer:
