@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from vstream.diskspace import sync
 from vstream.errors import VstreamError, describe
 from vstream.sinks.base import make_parents
 
@@ -91,11 +92,7 @@ def complete(partial: Path, path: Path) -> None:
     The ``fsync`` comes before the rename so that a crash leaves either the
     partial file or the whole video, never a name over missing bytes.
     """
-    descriptor = os.open(partial, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    sync(partial)
     os.replace(partial, path)
 
 
