@@ -22,8 +22,7 @@ from typing import Any
 import torch
 
 from vstream.diskspace import sync
-from vstream.errors import VstreamError, describe
-from vstream.sinks.base import make_parents
+from vstream.errors import VstreamError
 
 TIME_BASE = Fraction(1, 90000)
 """Time base of the written stream: 90 kHz, fine enough for any frame timing."""
@@ -65,24 +64,6 @@ def container_format(path: str | Path) -> str:
         raise VideoWriteError(
             f"annotated video {path}: unsupported file extension {suffix or '(none)'!r}; "
             f"use one of {known}"
-        ) from None
-
-
-def check_writable(path: str | Path) -> None:
-    """Fail now, with one clear line, if ``path`` cannot be written (for a start-up check).
-
-    Creates missing directories, then creates and removes ``PATH.partial``.
-    """
-    container_format(path)
-    partial = partial_path(path)
-    try:
-        make_parents(partial)
-        with open(partial, "wb"):
-            pass
-        partial.unlink()
-    except OSError as exc:
-        raise VideoWriteError(
-            f"annotated video {path} cannot be written: {describe(exc)}"
         ) from None
 
 
