@@ -6,7 +6,7 @@ frame, on the CPU:
 
 - ``draw``: :meth:`vstream.annotate.Annotator.annotate` (RGB copy, boxes,
   labels, a counting line, a zone, the status line);
-- ``encode``: libx264 through PyAV (the :class:`~vstream.sinks.video.VideoWriter`
+- ``encode``: libx264 through PyAV (the :class:`~vstream.sinks.video.writer.VideoWriter`
   backend, called directly, flush included) for each preset, as wall time and
   as process CPU time (what it takes from detection on a shared CPU), with
   the size of the resulting file;
@@ -37,7 +37,10 @@ import torch
 
 import vstream
 from vstream.annotate import Annotator, LineOverlay, ZoneOverlay
-from vstream.sinks.video import DEFAULT_PRESET, VideoWriter, _LibX264, container_format
+from vstream.sinks.video.container import TIME_BASE, container_format
+from vstream.sinks.video.encoders import DEFAULT_PRESET
+from vstream.sinks.video.libx264 import LibX264
+from vstream.sinks.video.writer import VideoWriter
 from vstream.sources import VideoFileSource
 
 PRESETS = ("medium", "veryfast", "superfast", "ultrafast")
@@ -80,10 +83,10 @@ def encode_ms(
     path = tmp / f"{preset}.mp4"
     for _ in range(repeat):
         options = {"preset": preset, "crf": 23, "threads": 0}
-        backend = _LibX264(path, container_format(path), width, height, fps, options)
+        backend = LibX264(path, container_format(path), width, height, fps, options)
         wall, cpu = time.perf_counter(), time.process_time()
         for i, image in enumerate(images):
-            backend.encode(image, round(i * 90000 / fps))
+            backend.encode(image, round(i / (fps * TIME_BASE)))
         backend.finish()
         best_wall = min(best_wall, (time.perf_counter() - wall) / len(images))
         best_cpu = min(best_cpu, (time.process_time() - cpu) / len(images))

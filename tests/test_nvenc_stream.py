@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import torch
 from fakes.fake_cuda import FakeGpu, on_cuda
 
-from vstream.sinks import video as video_module
+from vstream.sinks.video import nvenc
 
 
 class StandInEncoder:
@@ -38,10 +38,8 @@ def test_the_nvenc_writer_synchronises_its_own_stream_not_the_legacy_default(
     gpu = FakeGpu().install(monkeypatch)
     encoder = StandInEncoder()
     nvc = SimpleNamespace(CreateEncoder=lambda *args, **kwargs: encoder)
-    monkeypatch.setattr(video_module, "_import_nvc", lambda: nvc)
-    backend = video_module._Nvenc(
-        tmp_path / "out.mp4", "mp4", 64, 48, 25.0, torch.device("cuda", 0), {}
-    )
+    monkeypatch.setattr(nvenc, "_import_nvc", lambda: nvc)
+    backend = nvenc.Nvenc(tmp_path / "out.mp4", "mp4", 64, 48, 25.0, torch.device("cuda", 0), {})
     for index in range(3):
         picture = on_cuda(torch.full((48, 64, 3), 40 * index, dtype=torch.uint8))
         backend.encode(picture, index * 3600)

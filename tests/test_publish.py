@@ -21,7 +21,7 @@ import torch
 from helpers import run_cli, tiny_detector, write_video
 
 from vstream.config import ConfigError, load_config
-from vstream.sinks.video import VideoWriter, VideoWriterStats
+from vstream.sinks.video.writer import VideoWriter, VideoWriterStats
 
 if TYPE_CHECKING:
     from servers import Server
@@ -153,9 +153,9 @@ def test_a_server_that_stays_down_is_tried_again_with_doubling_waits_and_one_war
     """
     from servers import free_port
 
-    import vstream.sinks.video as video
+    from vstream.sinks.video import writer as writer_module
 
-    monkeypatch.setattr(video, "RECONNECT_SECONDS", (0.05, 0.4))
+    monkeypatch.setattr(writer_module, "RECONNECT_SECONDS", (0.05, 0.4))
     attempts: list[float] = []
     opened = VideoWriter._open_backend
 

@@ -18,19 +18,14 @@ import numpy as np
 import pytest
 import torch
 from helpers import ffprobe_frame_count, write_timed_video, write_video
-from pydantic import ValidationError
 
 from vstream.annotate import Annotator, class_colour
 from vstream.config.sinks import VideoSinkConfig
 from vstream.results import Detection, FrameResult
-from vstream.sinks import video as video_module
-from vstream.sinks.video import (
-    VideoWriteError,
-    VideoWriter,
-    check_writable,
-    partial_path,
-    resolve_encoder,
-)
+from vstream.sinks.video import encoders, nvenc
+from vstream.sinks.video.container import VideoWriteError, partial_path
+from vstream.sinks.video.encoders import resolve_encoder
+from vstream.sinks.video.writer import VideoWriter
 from vstream.sources import VideoFileSource
 
 WAIT = 60.0
@@ -115,7 +110,7 @@ def error_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "vstream.sinks.video" and r.levelno >= logging.ERROR
+        if r.name == "vstream.sinks.video.writer" and r.levelno >= logging.ERROR
     ]
 
 
@@ -224,8 +219,6 @@ def test_unwritable_directory_gives_one_clear_line_and_a_counted_failure(
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     output = blocker / "out.mp4"
-    with pytest.raises(VideoWriteError, match="cannot be written"):
-        check_writable(output)
     caplog.set_level(logging.INFO, logger="vstream.sinks.video")
     writer = VideoWriter(output, 64, 48, 25, encoder="cpu")
     for i in range(5):
@@ -321,13 +314,49 @@ def test_bad_arguments_fail_at_once() -> None:
         VideoWriter("out.mp4", 64, 48, 25, preset="warp")
 
 
-@pytest.mark.parametrize("preset", ["slow", "veryslow", "placebo"])
-def test_a_writer_takes_only_the_presets_a_video_sink_may_have(preset: str) -> None:
-    """One list, the config's: a preset the pipelines file refuses is refused here too."""
-    with pytest.raises(ValidationError):
-        VideoSinkConfig(type="video", path="out.mp4", preset=preset)
-    with pytest.raises(ValueError, match="preset"):
-        VideoWriter("out.mp4", 64, 48, 25, preset=preset)
+WRITER_ARGUMENTS = {
+    "encoder": "encoder",
+    "overflow": "policy",
+    "preset": "preset",
+    "crf": "crf",
+    "queue_frames": "queue_frames",
+}
+"""The ``video`` sink's options that :class:`VideoWriter` takes too, and the argument's name."""
+
+
+def allowed_and_refused(option: str) -> tuple[list[Any], list[Any]]:
+    """From the published schema: the values a pipelines file may give, and some it may not."""
+    schema = VideoSinkConfig.model_json_schema()["properties"][option]
+    schema = next((s for s in schema.get("anyOf", [schema]) if s.get("type") != "null"), schema)
+    if "enum" in schema:
+        return schema["enum"], ["warp", "slow", "placebo"]
+    low, high = schema["minimum"], schema["maximum"]
+    return [low, high], [low - 1, high + 1]
+
+
+def refusal(tmp_path: Path, argument: str, value: Any) -> str | None:
+    """Why the writer refuses ``argument=value`` as a value (None: it takes it)."""
+    options = {"encoder": "cpu", argument: value}
+    try:
+        writer = VideoWriter(tmp_path / "out.mp4", 64, 48, 25, **options)
+    except VideoWriteError:  # nvenc on a machine without NVENC: a value known, not usable here
+        return None
+    except ValueError as exc:
+        return str(exc)
+    writer.close()
+    return None
+
+
+@pytest.mark.parametrize(("option", "argument"), WRITER_ARGUMENTS.items())
+def test_a_writer_takes_exactly_the_values_its_sink_option_allows(
+    tmp_path: Path, option: str, argument: str
+) -> None:
+    """The config defines each option once: the writer neither refuses a value a pipelines
+    file may give nor takes one that the file would be refused for."""
+    allowed, refused = allowed_and_refused(option)
+    assert [v for v in allowed if refusal(tmp_path, argument, v) is not None] == []
+    for value in refused:
+        assert argument in (refusal(tmp_path, argument, value) or "taken"), value
 
 
 def test_close_is_idempotent_and_writes_after_it_are_refused(tmp_path: Path) -> None:
@@ -380,11 +409,11 @@ def test_time_going_back_continues_the_video(tmp_path: Path) -> None:
 def test_encoder_choice(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     assert resolve_encoder("cpu")[0] == "cpu"
     assert resolve_encoder("auto", "cpu")[0] == "cpu"
-    if video_module.nvenc_unavailable(0) is not None:
+    if nvenc.nvenc_unavailable(0) is not None:
         assert resolve_encoder("auto", "cuda")[0] == "cpu"
         with pytest.raises(VideoWriteError, match="nvenc encoder cannot be used"):
             resolve_encoder("nvenc", "cuda")
-    video_module._choices_logged.clear()
+    encoders._choices_logged.clear()
     caplog.set_level(logging.INFO, logger="vstream.sinks.video")
     for name in ("a.mp4", "b.mp4"):
         VideoWriter(tmp_path / name, 64, 48, 25).close()
@@ -436,8 +465,8 @@ def test_nvenc_path_with_a_stand_in_encoder(
             made.append(FakeNvencEncoder(*args, **kwargs))
             return made[-1]
 
-    monkeypatch.setattr(video_module, "nvenc_unavailable", lambda gpu=0: None)
-    monkeypatch.setattr(video_module, "_import_nvc", lambda: FakeModule)
+    monkeypatch.setattr(nvenc, "nvenc_unavailable", lambda gpu=0: None)
+    monkeypatch.setattr(nvenc, "_import_nvc", lambda: FakeModule)
     output = tmp_path / "out.mp4"
     pts = [0.0, 0.04, 0.08, 0.2, 0.24, 0.3, 0.5, 0.54, 0.58, 0.62]
     with VideoWriter(output, 64, 48, 25, encoder="nvenc", device="cpu") as writer:

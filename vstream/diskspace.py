@@ -1,4 +1,4 @@
-"""Keeping a disk's last space: ``min_free_bytes`` for outputs that could fill it.
+"""Keeping a disk's last space, and putting bytes on it before a file is named whole.
 
 Event clips and annotated video grow without bound and can fill a disk
 before the records do (which then fail). Such an output asks
@@ -6,13 +6,27 @@ before the records do (which then fail). Such an output asks
 and counts it instead; the first skip of an episode is logged as a warning
 and the return of space as a line of its own, the skips between are only
 counted.
+
+Clips, their index and the annotated video are written under a temporary
+name and renamed once whole; :func:`sync` puts their bytes on the disk first,
+so that a crash leaves either the old state or the whole file.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
+
+
+def sync(path: Path) -> None:
+    """Put ``path``'s bytes on the disk (a directory's: its entries, a rename among them)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 class FreeSpace:

@@ -4,7 +4,7 @@
 into an owned RGB ``uint8`` ``(H, W, 3)`` tensor on its device, and an
 :class:`Annotator` draws boxes, labels, track ids, counting lines, zones and a
 status line on it in place. The result feeds the annotated-video writer
-(:class:`vstream.sinks.video.VideoWriter`), the live preview and snapshots.
+(:class:`vstream.sinks.video.writer.VideoWriter`), the live preview and snapshots.
 """
 
 from vstream.lazy import lazy_exports

@@ -215,7 +215,7 @@ def _run(config: Any, base_dir: Path, signals: Any, *, quiet: bool, single: bool
 
 def _outputs(config: Any, engine: Any) -> list[str]:
     """Where a one-source run put its files, and what its live videos published, for the summary."""
-    from vstream.sinks.video import VideoWriterStats, publish_outcome
+    from vstream.sinks.video.writer import VideoWriterStats, publish_outcome
 
     shown = {"jsonl": "records", "video": "annotated video", "clips": "event clips"}
     pipeline = config.pipelines[0]

@@ -23,6 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from vstream.diskspace import sync
+
 log = logging.getLogger(__name__)
 
 TEMP_SUFFIX = ".tmp"
@@ -62,11 +64,7 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> int:
     tmp = temp_path(path)
     try:
         write(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync(tmp)
         os.replace(tmp, path)
     except BaseException:
         with suppress(OSError):
@@ -82,11 +80,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> int:
 
 def _sync_directory(directory: Path) -> None:
     with suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync(directory)
 
 
 @dataclass

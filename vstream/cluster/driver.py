@@ -60,7 +60,7 @@ from vstream.sources.base import SourceState
 
 if TYPE_CHECKING:
     from vstream.clips.catalogue import Catalogue
-    from vstream.sinks.video import VideoWriterStats
+    from vstream.sinks.video.writer import VideoWriterStats
 
 log = logging.getLogger("vstream.cluster")
 

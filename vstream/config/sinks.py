@@ -293,6 +293,18 @@ def _video_target(value: str, info: ValidationInfo) -> str:
 X264Preset = Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"]
 """The libx264 presets an annotated video may use: the slower ones cannot keep up with a stream."""
 
+VideoEncoder = Literal["auto", "nvenc", "cpu"]
+"""Who encodes an annotated video: NVENC where the GPU has it (auto), NVENC, or libx264."""
+
+VideoOverflow = Literal["block", "drop"]
+"""What an annotated video does when its encoder falls behind: wait for it, or drop frames."""
+
+CRF_RANGE = (0, 51)
+"""libx264's constant rate factor: 0 is lossless, 51 the smallest file."""
+
+QUEUE_FRAMES_RANGE = (1, 256)
+"""Pictures an annotated video may hold for its encoder (each ``W * H * 3`` bytes)."""
+
 
 class VideoSinkConfig(StrictModel):
     """The annotated video of each stream: boxes, labels, tracks, lines, zones and counts."""
@@ -305,18 +317,18 @@ class VideoSinkConfig(StrictModel):
         "[:PORT]/APP/KEY (or rtmps://) to publish live to a media server; {stream} is "
         "replaced by the stream id (needed with several streams)",
     )
-    encoder: Literal["auto", "nvenc", "cpu"] = Field(
+    encoder: VideoEncoder = Field(
         "auto", description="auto: NVENC where the GPU has it, else libx264 through PyAV"
     )
-    overflow: Literal["block", "drop"] | None = Field(
+    overflow: VideoOverflow | None = Field(
         None,
         description="when the encoder falls behind: block makes detection wait (every frame "
         "kept; the default for files), drop drops frames of the video (counted; the default "
         "for rtmp:// outputs); detection records are never lost",
     )
     preset: X264Preset = Field("veryfast", description="libx264 speed/size trade-off")
-    crf: Int(0, 51) = Field(23, description="libx264 quality: lower is better and larger")
-    queue_frames: Int(1, 256) = Field(8, description="frames waiting for the encoder")
+    crf: Int(*CRF_RANGE) = Field(23, description="libx264 quality: lower is better and larger")
+    queue_frames: Int(*QUEUE_FRAMES_RANGE) = Field(8, description="frames waiting for the encoder")
     min_free_bytes: Int(0, 2**50) = _min_free_bytes("a video file skips frames")
 
     _path = field_validator("path")(_video_target)
@@ -327,7 +339,7 @@ class VideoSinkConfig(StrictModel):
         return is_publish_url(self.path)
 
     @property
-    def policy(self) -> Literal["block", "drop"]:
+    def policy(self) -> VideoOverflow:
         """``overflow``, or its default: a file keeps every frame, a live output never waits."""
         return self.overflow or ("drop" if self.live else "block")
 

@@ -31,7 +31,7 @@ from vstream.metrics import LimitSample, Metrics
 
 if TYPE_CHECKING:
     from vstream.clips.catalogue import Catalogue
-    from vstream.sinks.video import VideoWriterStats
+    from vstream.sinks.video.writer import VideoWriterStats
 
 _POLL_SECONDS = 0.2
 

@@ -135,7 +135,7 @@ class FrameOutputs:
             writer = self._writers.get(key)
             if writer is not None:
                 return writer
-            from vstream.sinks.video import VideoWriter
+            from vstream.sinks.video.writer import VideoWriter
 
             target = self._target(sink, stream)
             owner = next(

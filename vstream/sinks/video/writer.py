@@ -1,8 +1,10 @@
 """The annotated-video writer: H.264 on its own thread, behind a bounded queue.
 
-:class:`VideoWriter` takes annotated RGB pictures (``uint8`` ``(H, W, 3)``
-tensors on the CPU or a CUDA device, as :class:`vstream.annotate.Annotator`
-makes them) and their time stamps, and encodes them on a thread of its own:
+:class:`VideoWriter` is what the engine's outputs use. It takes annotated RGB
+pictures (``uint8`` ``(H, W, 3)`` tensors on the CPU or a CUDA device, as
+:class:`vstream.annotate.Annotator` makes them) and their time stamps, and
+encodes them on a thread of its own, with the encoder
+:mod:`vstream.sinks.video.encoders` chooses:
 
 - ``policy="block"`` (the default, right for files): :meth:`VideoWriter.write`
   waits for room in the queue, so every frame is kept and detection waits for
@@ -10,34 +12,27 @@ makes them) and their time stamps, and encodes them on a thread of its own:
 - ``policy="drop"``: a full queue drops the frame and counts it
   (``stats.frames_dropped``), so encoding never slows detection.
 
-Encoders: NVENC through PyNvVideoCodec where the GPU has one (probed once by
-opening a small encoder session), otherwise FFmpeg's libx264 through PyAV.
-Many data-centre GPUs (A100, H100) have no NVENC, so libx264 is a real path:
-``encoder="auto"`` picks NVENC only for frames on a CUDA device whose probe
-succeeds, and says which it chose once in the log.
-
 Time stamps come from the frames (``pts_seconds``), counted from the first
 frame written, so variable-frame-rate sources keep their timing; ``fps`` is
 the nominal rate written into the container (and the clock for frames given
 without a time stamp). A time stamp that goes back (a live source that starts
 again from zero) continues the video one nominal frame after the last picture.
 
-The file is written as ``PATH.partial`` next to ``PATH`` and renamed (after an
-``fsync``) only when :meth:`VideoWriter.close` has flushed the encoder, so a
-crash never leaves a half video named like a whole one. An unwritable
-directory, a full disk or an encoder failure is logged once, as one line
-(:class:`VideoWriteError`), and counted (``stats.failures``, and every frame
-lost in ``stats.frames_failed``); the partial file is removed and the caller's
-thread never sees an exception. With ``min_free_bytes``, frames are not
-encoded while the file's disk has less free than that (``stats.frames_skipped``,
-one warning per episode), so a video never takes the space the records need;
-the video shows the gap and goes on when space is freed.
+A file is complete only once :meth:`VideoWriter.close` has flushed the encoder
+(:mod:`vstream.sinks.video.container`). An unwritable directory, a full disk
+or an encoder failure is logged once, as one line (:class:`VideoWriteError`),
+and counted (``stats.failures``, and every frame lost in
+``stats.frames_failed``); the partial file is removed and the caller's thread
+never sees an exception. With ``min_free_bytes``, frames are not encoded while
+the file's disk has less free than that (``stats.frames_skipped``, one warning
+per episode), so a video never takes the space the records need; the video
+shows the gap and goes on when space is freed.
 
 The target may instead be an ``rtmp://`` or ``rtmps://`` URL: the video is then
 published live (FLV, H.264 tuned for low latency, a key frame every two
 seconds so a viewer joining sees a picture soon) to a media server such as
 nginx-rtmp or MediaMTX. A server that cannot be reached or goes away is a
-transient fault: the writer reconnects with backoff (1 s doubling to 30 s),
+transient fault: the writer reconnects with backoff (:data:`RECONNECT_SECONDS`),
 the frames of the outage are counted in ``stats.frames_failed`` and the
 reconnections in ``stats.reconnects``; logs show the URL with its stream key
 masked.
@@ -46,68 +41,49 @@ masked.
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
-import importlib.util
 import logging
 import math
-import os
 import queue
 import threading
 import time
-from collections import deque
 from dataclasses import asdict, dataclass
-from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import torch
 
-from vstream.config.sinks import VideoSinkConfig, X264Preset
+from vstream.config.sinks import CRF_RANGE, QUEUE_FRAMES_RANGE, VideoEncoder, VideoOverflow
 from vstream.diskspace import FreeSpace
-from vstream.errors import VstreamError, describe
+from vstream.errors import describe
 from vstream.sinks.base import make_parents
+from vstream.sinks.video.container import (
+    PUBLISH_FORMAT,
+    TIME_BASE,
+    Backend,
+    VideoWriteError,
+    complete,
+    container_format,
+    partial_path,
+)
+from vstream.sinks.video.encoders import (
+    DEFAULT_CRF,
+    DEFAULT_ENCODER,
+    DEFAULT_PRESET,
+    DEFAULT_QUEUE_FRAMES,
+    X264_PRESETS,
+    check_choice,
+    check_range,
+    log_choice_once,
+    resolve_encoder,
+)
+from vstream.sinks.video.libx264 import LibX264
+from vstream.sinks.video.nvenc import Nvenc
 from vstream.uri import is_publish_url, publish_display
 
 log = logging.getLogger(__name__)
 
-EncoderChoice = Literal["auto", "nvenc", "cpu"]
-Policy = Literal["block", "drop"]
-
-TIME_BASE = Fraction(1, 90000)
-"""Time base of the written stream: 90 kHz, fine enough for any frame timing."""
-
-_OPTIONS = VideoSinkConfig.model_fields
-DEFAULT_PRESET: str = _OPTIONS["preset"].default
-"""libx264 preset: measured by ``benchmarks/annotate.py`` as the speed/size balance for live use."""
-DEFAULT_CRF: int = _OPTIONS["crf"].default
-DEFAULT_QUEUE_FRAMES: int = _OPTIONS["queue_frames"].default
-"""Pictures waiting for the encoder (each ``W * H * 3`` bytes where it was drawn)."""
-X264_PRESETS: tuple[str, ...] = get_args(X264Preset)
-"""The presets of the ``video`` sink's options (:data:`vstream.config.sinks.X264Preset`)."""
-NVENC_PRESET = "P4"
-
-CONTAINER_FORMATS = {
-    ".mp4": "mp4",
-    ".m4v": "mp4",
-    ".mov": "mov",
-    ".mkv": "matroska",
-    ".ts": "mpegts",
-}
-"""FFmpeg muxer for each supported file extension (the partial file has none of its own)."""
-
-PARTIAL_SUFFIX = ".partial"
-
-PUBLISH_FORMAT = "flv"
-"""FFmpeg's muxer for RTMP."""
-PUBLISH_TIMEOUT_SECONDS = 10.0
-"""Limit on connecting to the media server and on each write to it."""
 RECONNECT_SECONDS = (1.0, 30.0)
 """First and longest wait before connecting again to a media server that went away."""
-
-
-class VideoWriteError(VstreamError):
-    """The annotated video cannot be written: bad path, unwritable directory, full disk, encoder."""
 
 
 @dataclass
@@ -130,119 +106,6 @@ class VideoWriterStats:
     """Time the encoder thread spent encoding and writing frames."""
 
 
-def partial_path(path: str | Path) -> Path:
-    """Where the video is written until it is complete: ``PATH.partial``, same directory."""
-    path = Path(path)
-    return path.with_name(path.name + PARTIAL_SUFFIX)
-
-
-def container_format(path: str | Path) -> str:
-    """The FFmpeg muxer for ``path``'s extension, or :class:`VideoWriteError`."""
-    suffix = Path(path).suffix.lower()
-    try:
-        return CONTAINER_FORMATS[suffix]
-    except KeyError:
-        known = ", ".join(sorted(CONTAINER_FORMATS))
-        raise VideoWriteError(
-            f"annotated video {path}: unsupported file extension {suffix or '(none)'!r}; "
-            f"use one of {known}"
-        ) from None
-
-
-def check_writable(path: str | Path) -> None:
-    """Fail now, with one clear line, if ``path`` cannot be written (for a start-up check).
-
-    Creates missing directories, then creates and removes ``PATH.partial``.
-    """
-    container_format(path)
-    partial = partial_path(path)
-    try:
-        make_parents(partial)
-        with open(partial, "wb"):
-            pass
-        partial.unlink()
-    except OSError as exc:
-        raise VideoWriteError(
-            f"annotated video {path} cannot be written: {describe(exc)}"
-        ) from None
-
-
-# -- encoder choice -----------------------------------------------------------------------
-
-
-def _import_nvc() -> Any:
-    return importlib.import_module("PyNvVideoCodec")
-
-
-@functools.lru_cache(maxsize=8)
-def nvenc_unavailable(gpu: int = 0) -> str | None:
-    """Why NVENC cannot encode on CUDA device ``gpu``, or None when it can (probed once).
-
-    The probe opens (and closes) a small H.264 encoder session: PyNvVideoCodec
-    being installed is not enough, as GPUs such as the A100 and H100 have no
-    NVENC at all.
-    """
-    if importlib.util.find_spec("PyNvVideoCodec") is None:
-        return "PyNvVideoCodec is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    try:
-        nvc = _import_nvc()
-        with torch.cuda.device(gpu):
-            encoder = nvc.CreateEncoder(320, 240, "NV12", False, **_gpu_option(gpu), codec="h264")
-            encoder.EndEncode()
-        del encoder
-    except Exception as exc:  # any failure means "no NVENC here"
-        return f"this GPU cannot open an NVENC session ({describe(exc)})"
-    return None
-
-
-def _gpu_option(gpu: int) -> dict[str, Any]:
-    return {"gpuid": gpu} if gpu else {}
-
-
-_choices_logged: set[tuple[str, str]] = set()
-_choices_lock = threading.Lock()
-
-
-def _log_choice_once(choice: str, reason: str) -> None:
-    with _choices_lock:
-        if (choice, reason) in _choices_logged:
-            return
-        _choices_logged.add((choice, reason))
-    log.info("annotated video: encoder %s (%s)", choice, reason)
-
-
-def resolve_encoder(
-    encoder: EncoderChoice | str, device: torch.device | str | None = None
-) -> tuple[str, str]:
-    """``("nvenc" | "cpu", why)`` for the requested ``encoder`` and the frames' ``device``.
-
-    ``nvenc`` on a GPU without NVENC is a :class:`VideoWriteError`; ``auto``
-    falls back to the CPU there (and for CPU frames, whatever the machine has).
-    """
-    if encoder not in ("auto", "nvenc", "cpu"):
-        raise ValueError(f"encoder must be 'auto', 'nvenc' or 'cpu', got {encoder!r}")
-    if encoder == "cpu":
-        return "cpu", "libx264 through PyAV, as configured"
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    gpu = (dev.index or 0) if dev.type == "cuda" else 0
-    if encoder == "nvenc":
-        why_not = nvenc_unavailable(gpu)
-        if why_not is not None:
-            raise VideoWriteError(f"annotated video: the nvenc encoder cannot be used: {why_not}")
-        return "nvenc", "NVENC through PyNvVideoCodec, as configured"
-    if dev.type != "cuda":
-        return "cpu", "libx264 through PyAV: frames are on the CPU"
-    why_not = nvenc_unavailable(gpu)
-    if why_not is not None:
-        return "cpu", f"libx264 through PyAV: {why_not}"
-    return "nvenc", "NVENC through PyNvVideoCodec"
-
-
-# -- backends (run on the writer's thread) --------------------------------------------------
-
-
 def _error_text(exc: BaseException) -> str:
     """One line for ``exc``; an FFmpeg or OS error without the address it quotes.
 
@@ -251,202 +114,6 @@ def _error_text(exc: BaseException) -> str:
     """
     strerror = getattr(exc, "strerror", None)
     return str(strerror) if strerror else describe(exc)
-
-
-def _open_container(path: Path | str, fmt: str) -> Any:
-    """The output container; a live one with a time limit on connecting and on each write."""
-    import av
-
-    timeout = PUBLISH_TIMEOUT_SECONDS if fmt == PUBLISH_FORMAT else None
-    return av.open(str(path), "w", format=fmt, timeout=timeout)
-
-
-def _rate(fps: float) -> Fraction:
-    return Fraction(fps).limit_denominator(1001)
-
-
-class _Backend:
-    """One encoder writing one container; every method runs on the writer's thread."""
-
-    name = "?"
-
-    def encode(self, image: torch.Tensor, ticks: int) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def finish(self) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def connect(self) -> None:
-        """Open the output now: for a live one, reach the media server and start publishing.
-
-        FFmpeg otherwise opens it at the first packet, so a server that is down
-        would look reachable until then, and each attempt would count as a
-        reconnection (and end the outage, restarting the backoff at its shortest).
-        """
-        self.container.start_encoding()
-
-    def abort(self) -> None:
-        container = getattr(self, "container", None)
-        if container is not None:
-            with contextlib.suppress(Exception):
-                container.close()
-
-
-class _LibX264(_Backend):
-    """FFmpeg's libx264 through PyAV: yuv420p, BT.601 limited range, signalled as such."""
-
-    name = "libx264"
-
-    def __init__(
-        self, path: Path, fmt: str, width: int, height: int, fps: float, options: dict[str, Any]
-    ) -> None:
-        import av
-        from av.video.reformatter import ColorRange, Colorspace
-
-        self.container = _open_container(path, fmt)
-        stream = self.container.add_stream("libx264", rate=_rate(fps))
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        context = stream.codec_context
-        context.time_base = TIME_BASE
-        context.colorspace = int(Colorspace.ITU601)
-        context.color_range = int(ColorRange.MPEG)
-        if options.get("threads"):
-            context.thread_count = int(options["threads"])
-        stream.options = {"preset": options["preset"], "crf": str(options["crf"])}
-        if fmt == PUBLISH_FORMAT:
-            # No frame held back for look-ahead; a viewer joining waits <= 2 s for a key frame.
-            stream.options |= {"tune": "zerolatency", "g": str(max(1, round(fps * 2)))}
-        self.stream = stream
-        self._av = av
-
-    def encode(self, image: torch.Tensor, ticks: int) -> None:
-        av = self._av
-        if image.is_cuda:
-            from vstream.annotate.convert import rgb_to_yuv420
-
-            # Half the bytes to copy, and the conversion stays on the GPU.
-            planes = rgb_to_yuv420(image).cpu().numpy()
-            frame = av.VideoFrame.from_ndarray(planes, format="yuv420p")
-        else:
-            frame = av.VideoFrame.from_ndarray(image.numpy(), format="rgb24")
-        frame.pts, frame.time_base = ticks, TIME_BASE
-        for packet in self.stream.encode(frame):
-            self.container.mux(packet)
-
-    def finish(self) -> None:
-        for packet in self.stream.encode(None):
-            self.container.mux(packet)
-        self.container.close()
-
-
-class _AnnexBMuxer:
-    """Muxes an H.264 Annex B byte stream (one access unit per input frame, in order).
-
-    NVENC hands back the bitstream, sometimes a few frames late and several
-    access units in one piece; FFmpeg's H.264 parser splits it, and each access
-    unit takes the time stamp of the oldest frame still waiting (there are no
-    B-frames, so output order is input order).
-    """
-
-    def __init__(self, path: Path, fmt: str, width: int, height: int, fps: float) -> None:
-        import av
-
-        self.container = _open_container(path, fmt)
-        self.stream = self.container.add_stream("h264", rate=_rate(fps))
-        self.stream.width, self.stream.height = width, height
-        self.stream.pix_fmt = "yuv420p"
-        self.stream.time_base = TIME_BASE
-        self.parser = av.CodecContext.create("h264", "r")
-        self.waiting: deque[int] = deque()
-
-    def submitted(self, ticks: int) -> None:
-        self.waiting.append(ticks)
-
-    def feed(self, data: bytes | None) -> None:
-        for packet in self.parser.parse(data):
-            if not self.waiting:
-                raise VideoWriteError("the H.264 encoder returned more pictures than it was given")
-            ticks = self.waiting.popleft()
-            packet.pts = packet.dts = ticks
-            packet.time_base = TIME_BASE
-            packet.stream = self.stream
-            self.container.mux(packet)
-
-    def close(self) -> None:
-        self.feed(None)
-        self.container.close()
-
-
-class _Nvenc(_Backend):
-    """NVENC through PyNvVideoCodec (``CreateEncoder`` / ``Encode`` / ``EndEncode``), NV12 input.
-
-    Written against PyNvVideoCodec 2.x's documented API: the NV12 picture is a
-    ``(H * 3 / 2, W)`` CUDA ``uint8`` tensor made on the GPU by
-    :func:`vstream.annotate.convert.rgb_to_yuv420`; the bitstream is muxed by
-    :class:`_AnnexBMuxer`. No B-frames, so packets come out in input order.
-    """
-
-    name = "nvenc"
-
-    def __init__(
-        self,
-        path: Path,
-        fmt: str,
-        width: int,
-        height: int,
-        fps: float,
-        device: torch.device,
-        options: dict[str, Any],
-    ) -> None:
-        nvc = _import_nvc()
-        self.device = device
-        gpu = device.index or 0
-        bitrate = options.get("bitrate") or max(500_000, round(width * height * fps * 0.1))
-        gop = max(1, round(fps * 2))
-        settings = {
-            "codec": "h264",
-            "preset": options.get("nvenc_preset", NVENC_PRESET),
-            "tuning_info": "high_quality",
-            "rc": "vbr",
-            "bitrate": str(int(bitrate)),
-            "maxbitrate": str(int(bitrate) * 2),
-            "fps": str(max(1, round(fps))),
-            "gop": str(gop),
-            "idrperiod": str(gop),
-            "bf": "0",
-            "colorspace": "bt601",
-        }
-        on_gpu = device.type == "cuda"
-        if on_gpu:
-            # The writer thread (this backend's only thread) queues its conversions on a
-            # stream of its own, non-blocking: waiting for them before Encode then waits for
-            # nothing else, where the legacy default stream would wait for every pipeline.
-            torch.cuda.set_stream(torch.cuda.Stream(device))
-        with torch.cuda.device(gpu) if on_gpu else contextlib.nullcontext():
-            self.encoder = nvc.CreateEncoder(
-                width, height, "NV12", not on_gpu, **_gpu_option(gpu), **settings
-            )
-        self.muxer = _AnnexBMuxer(path, fmt, width, height, fps)
-        self.container = self.muxer.container
-
-    def encode(self, image: torch.Tensor, ticks: int) -> None:
-        from vstream.annotate.convert import rgb_to_yuv420
-
-        image = image.to(self.device)
-        nv12 = rgb_to_yuv420(image, interleaved=True)
-        if nv12.is_cuda:
-            torch.cuda.current_stream(self.device).synchronize()  # the writer's own stream only
-        else:
-            nv12 = nv12.reshape(-1).numpy()  # host input (usecpuinputbuffer): 1-D bytes
-        self.muxer.submitted(ticks)
-        self.muxer.feed(bytes(self.encoder.Encode(nv12)))
-
-    def finish(self) -> None:
-        self.muxer.feed(bytes(self.encoder.EndEncode()))
-        self.muxer.close()
-
-
-# -- the writer ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -482,8 +149,8 @@ class VideoWriter:
         height: int,
         fps: float,
         *,
-        encoder: EncoderChoice = "auto",
-        policy: Policy = "block",
+        encoder: VideoEncoder = DEFAULT_ENCODER,
+        policy: VideoOverflow = "block",
         queue_frames: int = DEFAULT_QUEUE_FRAMES,
         device: torch.device | str | None = None,
         preset: str = DEFAULT_PRESET,
@@ -496,14 +163,10 @@ class VideoWriter:
             raise ValueError(f"video size must be at least 2x2, got {width}x{height}")
         if not (isinstance(fps, int | float) and math.isfinite(fps) and fps > 0):
             raise ValueError(f"fps must be a positive number, got {fps!r}")
-        if policy not in ("block", "drop"):
-            raise ValueError(f"policy must be 'block' or 'drop', got {policy!r}")
-        if queue_frames < 1:
-            raise ValueError(f"queue_frames must be at least 1, got {queue_frames}")
-        if not 0 <= crf <= 51:
-            raise ValueError(f"crf must be in [0, 51], got {crf}")
-        if preset not in X264_PRESETS:
-            raise ValueError(f"preset must be one of {', '.join(X264_PRESETS)}, got {preset!r}")
+        check_choice("policy", policy, get_args(VideoOverflow))
+        check_range("queue_frames", queue_frames, QUEUE_FRAMES_RANGE)
+        check_range("crf", crf, CRF_RANGE)
+        check_choice("preset", preset, X264_PRESETS)
         self.url = str(path) if is_publish_url(str(path)) else None
         self.path: Path | None = None if self.url else Path(path)
         self.partial_path = partial_path(self.path) if self.path else None
@@ -522,7 +185,7 @@ class VideoWriter:
         self.device = torch.device(device) if device is not None else None
         self.requested_encoder = encoder
         self.encoder, reason = resolve_encoder(encoder, self.device)
-        _log_choice_once("nvenc" if self.encoder == "nvenc" else "libx264", reason)
+        log_choice_once("nvenc" if self.encoder == "nvenc" else "libx264", reason)
         self._options = {"preset": preset, "crf": crf, "threads": threads, "bitrate": bitrate}
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_frames)
         self._lock = threading.Lock()
@@ -627,7 +290,7 @@ class VideoWriter:
 
     # -- the encoder thread -----------------------------------------------------------------
 
-    def _open_backend(self) -> _Backend:
+    def _open_backend(self) -> Backend:
         backend = self._new_backend()
         if self.url is not None:
             try:
@@ -637,7 +300,7 @@ class VideoWriter:
                 raise
         return backend
 
-    def _new_backend(self) -> _Backend:
+    def _new_backend(self) -> Backend:
         destination = self.url or self.partial_path
         if self.partial_path is not None:
             # FFmpeg opens the file only when the first packet comes out of the encoder (after
@@ -649,7 +312,7 @@ class VideoWriter:
         if self.encoder == "nvenc":
             try:
                 device = self.device if self.device is not None else torch.device("cuda")
-                return _Nvenc(
+                return Nvenc(
                     destination, self.format, width, height, self.fps, device, self._options
                 )
             except Exception as exc:
@@ -660,7 +323,7 @@ class VideoWriter:
                     self.target, _error_text(exc),
                 )  # fmt: skip
                 self.encoder = "cpu"
-        return _LibX264(destination, self.format, width, height, self.fps, self._options)
+        return LibX264(destination, self.format, width, height, self.fps, self._options)
 
     def _prepare(self, item: _Item) -> torch.Tensor:
         """The picture at the video's size, ready to read on this thread's stream."""
@@ -683,7 +346,7 @@ class VideoWriter:
                 image = chw[0].round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
         return image.contiguous()
 
-    def _encode_one(self, backend: _Backend, item: _Item, ticks: int) -> None:
+    def _encode_one(self, backend: Backend, item: _Item, ticks: int) -> None:
         """Encode one picture (the writer thread's unit of work; a hook for tests)."""
         backend.encode(self._prepare(item), ticks)
 
@@ -706,7 +369,7 @@ class VideoWriter:
         # This thread's torch work (CUDA conversion, a rare resize) is small: one thread, so
         # that no OpenMP workers spin against the encoder's own threads.
         torch.set_num_threads(1)
-        backend: _Backend | None = None
+        backend: Backend | None = None
         try:
             backend = self._open_backend()
         except Exception as exc:
@@ -772,7 +435,7 @@ class VideoWriter:
         """
         return self.url is not None and isinstance(exc, OSError)
 
-    def _lost(self, backend: _Backend | None, exc: BaseException) -> None:
+    def _lost(self, backend: Backend | None, exc: BaseException) -> None:
         """A live output lost (or never reached) its media server: try again after a wait.
 
         One warning per outage; the frames until the next connection are counted
@@ -791,7 +454,7 @@ class VideoWriter:
         self._retry_at = time.monotonic() + self._retry_delay
         return None
 
-    def _reconnect(self) -> _Backend | None:
+    def _reconnect(self) -> Backend | None:
         """A new connection to the media server once the wait is over (None until then)."""
         if self._retry_at is None or time.monotonic() < self._retry_at:
             return None
@@ -805,15 +468,14 @@ class VideoWriter:
         log.info("annotated video %s: publishing again", self.target)
         return backend
 
-    def _finish(self, backend: _Backend | None) -> None:
+    def _finish(self, backend: Backend | None) -> None:
         if self.url is not None:
             self._finish_publishing(backend)
             return
         if backend is not None and self._error is None and self._stats.frames_written:
             try:
                 backend.finish()
-                _fsync(self.partial_path)
-                os.replace(self.partial_path, self.path)
+                complete(self.partial_path, self.path)
                 log.info(
                     "annotated video: %d frames written to %s (%s)",
                     self._stats.frames_written, self.path, backend.name,
@@ -832,7 +494,7 @@ class VideoWriter:
         if self._error is None and not written:
             log.warning("annotated video %s: no frames were written; no file made", self.path)
 
-    def _finish_publishing(self, backend: _Backend | None) -> None:
+    def _finish_publishing(self, backend: Backend | None) -> None:
         if backend is not None:
             try:
                 backend.finish()
@@ -860,12 +522,3 @@ def publish_outcome(target: str, stats: VideoWriterStats) -> str:
     if stats.reconnects:
         outcome += f", {stats.reconnects} reconnects"
     return outcome
-
-
-def _fsync(path: Path) -> None:
-    """Put the file's bytes on disk before its name changes (a crash keeps the old state)."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
