@@ -25,6 +25,21 @@ SYNC_SLACK_BYTES = 64
 """Device-to-host bytes per batch allowed beyond the detections (counts read by NMS)."""
 HOST_WAIT_CALLS = ("cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize")
 """CUDA runtime calls in which the host waits for the device, as the profiler names them."""
+SYNC_WARNING = "synchronizing CUDA operation"
+"""The words of torch's sync debug mode's warning (``warn_or_error_on_sync``)."""
+WINDOW = "vstream.doctor.detect"
+"""The profiler range around the pipeline's run: the profiler's own ``cudaDeviceSynchronize``
+calls, as it starts and stops, fall outside it (two of them, on an H100)."""
+
+
+def _inside(events: list[dict[str, Any]], calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runtime ``calls`` made while the pipeline ran (all of them where no range was traced)."""
+    ranges = [e for e in events if e.get("name") == WINDOW and "dur" in e]
+    if not ranges:
+        return calls
+    start = min(float(e["ts"]) for e in ranges)
+    end = max(float(e["ts"]) + float(e["dur"]) for e in ranges)
+    return [e for e in calls if start <= float(e.get("ts", start)) <= end]
 
 
 def count_copies(detector: Any, video: Path, frames: int) -> tuple[str, dict[str, Any]]:
@@ -37,7 +52,7 @@ def count_copies(detector: Any, video: Path, frames: int) -> tuple[str, dict[str
     detections it received.
     """
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     from vstream.transfer import transfers
 
@@ -47,18 +62,21 @@ def count_copies(detector: Any, video: Path, frames: int) -> tuple[str, dict[str
     counted_before = transfers.implicit_sync_total()
     with tempfile.TemporaryDirectory() as folder, BindingSpy(detector.model) as spy:
         trace = Path(folder) / "trace.json"
-        with warnings.catch_warnings(record=True) as syncs:
+        with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             try:
-                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+                with profile(activities=activities) as prof, record_function(WINDOW):
                     records = detect_records(detector, video, frames, decoder="nvdec")
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         prof.export_chrome_trace(str(trace))
         events = json.loads(trace.read_text()).get("traceEvents", [])
+    # Only torch's sync warnings: the profiler warns too ("Profiler clears events ...").
+    syncs = [w for w in caught if SYNC_WARNING in str(w.message)]
     copies = [e for e in events if e.get("cat") == "gpu_memcpy"]
-    runtime = [e for e in events if e.get("cat") == "cuda_runtime"]
+    runtime = _inside(events, [e for e in events if e.get("cat") == "cuda_runtime"])
     if not copies or not runtime:
         raise Skipped("the profiler recorded no CUDA copies or runtime calls (CUPTI unavailable?)")
     if any(r["decoder"] != "nvdec" for r in records):

@@ -133,6 +133,7 @@ def _codec_support() -> dict[str, Any]:
     if importlib.util.find_spec("PyNvVideoCodec") is None:
         return {"skipped": "PyNvVideoCodec is not installed"}
     from vstream.decoders.nvdec import CODECS, decoder_caps, load_pynvvideocodec
+    from vstream.inference.providers import current_context_kept
 
     nvc = load_pynvvideocodec()
     decode = {}
@@ -151,7 +152,8 @@ def _codec_support() -> dict[str, Any]:
             encode[name] = "unknown (no GetEncoderCaps)"
             continue
         try:
-            encode[name] = "yes" if query(gpuid=0, codec=name) else "no"
+            with current_context_kept():  # it makes a context of its own current
+                encode[name] = "yes" if query(gpuid=0, codec=name) else "no"
         except Exception as exc:  # the binding raises several types
             encode[name] = f"no ({first_line(exc)})"
     return {"nvdec_8bit_420": decode, "nvenc": encode}
