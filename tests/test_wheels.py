@@ -99,3 +99,14 @@ def test_user_options_reach_the_cuda_provider(monkeypatch) -> None:
             {"enable_cuda_graph": "1", "user_compute_stream": "99", "device_id": "0"},
         )
     ]
+
+
+def test_a_detector_takes_a_torch_device_as_users_hold_one() -> None:
+    """``Detector(m, device=torch.device("cpu"))`` was refused: "Input should be a valid string"
+    (found by a GPU test passing ``torch.device("cuda")``)."""
+    from vstream.assets import DEMO_MODEL
+    from vstream.detector import Detector
+
+    assert Detector(DEMO_MODEL, device=torch.device("cpu")).device == torch.device("cpu")
+    with pytest.raises(VstreamError, match="unknown device 'meta'"):
+        Detector(DEMO_MODEL, device=torch.device("meta"))

@@ -193,6 +193,14 @@ class PostprocessOptions(StrictModel):
 class RuntimeOptions(StrictModel):
     """Where and how a pipeline runs: device, batching, buffers, threads."""
 
+    @field_validator("device", mode="before")
+    @classmethod
+    def _torch_device(cls, value: object) -> object:
+        """A ``torch.device`` as Python users hold it, by name (``cuda:0``); torch not loaded."""
+        if type(value).__module__ == "torch" and type(value).__name__ == "device":
+            return str(value)
+        return value
+
     @field_validator("device")
     @classmethod
     def _device(cls, value: str) -> str:
