@@ -347,11 +347,18 @@ class ClusterEngine(EngineBase):
             stream.lost_worker()
             self._moved(stream)
             moved += 1
+        ended = len(slot.streams) - moved
         slot.streams.clear()
         if slot.info is None:  # a replacement lost while it started: it held no streams yet
             log.error("%s lost before it was ready: %s", slot.name, first_line(error))
         else:
-            log.error("%s lost: %s; moving %d streams", slot.name, first_line(error), moved)
+            log.error(
+                "%s lost: %s; moving %d streams%s",
+                slot.name,
+                first_line(error),
+                moved,
+                f" ({ended} others had ended there)" if ended else "",
+            )
         if self.stopping.is_set():
             return
         if self._restarts < self.cluster.max_worker_restarts:
