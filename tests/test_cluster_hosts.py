@@ -18,6 +18,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -134,6 +135,13 @@ def two_nodes() -> Iterator[TwoNodes]:
         "RAY_AUTH_TOKEN": secrets.token_hex(32),
     }
     port = free_port()
+    try:
+        yield from _nodes(directory, env, port)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _nodes(directory: Path, env: dict[str, str], port: int) -> Iterator[TwoNodes]:
     head = start_node(
         ["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", str(directory)],
         directory,
