@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ import pytest
 from vstream import assets
 from vstream.cluster.connect import RayConnection
 from vstream.cluster.driver import ClusterEngine
+from vstream.cluster.worker import ClusterWorker
 from vstream.config import parse_config
 from vstream.config.cluster import ClusterConfig
 from vstream.config.sources import SourceConfig
@@ -312,6 +314,147 @@ def test_workers_that_cannot_be_placed_fail_the_start_in_one_line(
     assert str(raised.value).startswith(message)
     ray = local_ray.ray
     wait_for(lambda: ray.available_resources().get("CPU") == 2.0, 30, "nothing left placed")
+
+
+def engine_config(
+    tmp_path: Path, sources: list[dict], sink: dict | None = None, **cluster: Any
+) -> Any:
+    """One pipeline of the demo model, ``sources``, a JSON Lines sink (with the options of
+    ``sink``); the cluster options given.
+
+    No CPU is reserved for the workers: the daemon's workers may hold the
+    module instance's CPUs, and these tests need places, not cores.
+    """
+    document = {
+        "cluster": {"engine": "ray", "workers": 2, "cpus_per_worker": 0, **cluster},
+        "pipelines": [
+            {
+                "name": "p",
+                "model": {"path": str(MODEL)},
+                "runtime": {"device": "cpu", "batch_size": 4},
+                "sources": sources,
+                "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl"), **(sink or {})}],
+            }
+        ],
+    }
+    return parse_config(json.dumps(document), base_dir=tmp_path)
+
+
+class Gate:
+    """A sink's transport that waits until it is opened: a destination that stopped taking."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.open = threading.Event()
+
+    def send(self, records: Any) -> None:
+        self.open.wait()
+        self.transport.send(records)
+
+    def close(self, timeout: float) -> int:
+        return self.transport.close(timeout)
+
+
+def test_a_sink_that_blocks_holds_back_the_records_but_not_the_move_of_a_lost_worker(
+    local_ray: RayConnection, tmp_path: Path
+) -> None:
+    """The JSON Lines sink (overflow: block) stops taking: its buffer fills and its writes wait.
+
+    A worker killed meanwhile is still noticed, and its stream placed on the
+    other worker at once; when the sink takes again, every frame is there once.
+    """
+    sources = [
+        {"id": s, "uri": str(VIDEO), "end_seconds": 4.0, "realtime": True} for s in ("s0", "s1")
+    ]
+    config = engine_config(tmp_path, sources, {"buffer_records": 16, "overflow": "block"})
+    engine = ClusterEngine(config, base_dir=tmp_path)
+    (buffered,) = engine.sinks["p"]
+    gate = buffered.transport = Gate(buffered.transport)
+    try:
+        engine.start()
+        wait_for(
+            lambda: buffered.buffered >= 16 and engine.records_received > 16,
+            60,
+            "the sink's buffer to fill, and the driver to take more than it holds",
+        )
+        victim = engine.stream("s0").placement["worker"]
+        os.kill(engine.worker_pid(victim), signal.SIGKILL)
+        wait_for(
+            lambda: (
+                (s := engine.stream("s0")).placement["moves"] == 1
+                and s.placement["worker"] not in (None, victim)
+            ),
+            30,
+            "s0 to move off the killed worker while the sink blocks",
+        )
+        assert engine.workers()[victim]["state"] in ("starting", "ready")  # its replacement
+        gate.open.set()
+        wait_for_records(tmp_path / "out.jsonl", {s: list(range(4 * FPS)) for s in ("s0", "s1")})
+        metrics = engine.metrics.render().decode()
+    finally:
+        gate.open.set()
+        engine.stop()
+    assert "vstream_cluster_worker_failures_total 1.0" in metrics
+    assert 'reason="duplicate"' not in metrics
+    assert not engine.failures()
+
+
+class StuckWorker(ClusterWorker):
+    """A real worker whose pipeline hangs at frame 30 of the first stream placed in the run.
+
+    The stage that hands records to the relay waits (as one stuck in a
+    driver call would), so the stream's reader fills its queue and waits;
+    the worker still answers every pull, with no records. The stage is let
+    go at the finish, and writes what it held: late records of an
+    incarnation the driver has moved away.
+    """
+
+    def open(self, pipelines: list[Any], buffered_records: int) -> Any:
+        info = super().open(pipelines, buffered_records)
+        self.released = threading.Event()
+        relay, write = self.relay, self.relay.write
+
+        def stuck(results: Any) -> None:
+            if any(r.stream_id.endswith("#1") and r.frame_index >= 30 for r in results):
+                self.released.wait()
+            write(results)
+
+        relay.write = stuck
+        return info
+
+    def stop_taking_frames(self) -> None:
+        self.released.set()
+        super().stop_taking_frames()
+
+
+def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
+    local_ray: RayConnection, tmp_path: Path
+) -> None:
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    source = {"id": "s", "uri": str(VIDEO), "end_seconds": 4.0}
+    config = engine_config(tmp_path, [source], stall_timeout_seconds=2)
+    engine = ClusterEngine(config, base_dir=tmp_path, worker_class=StuckWorker)
+    try:
+        engine.start()
+        first = wait_for(
+            lambda: (w := engine.stream("s").placement["worker"]) is not None and str(w),
+            60,
+            "s on a worker",
+        )
+        wait_for_records(tmp_path / "out.jsonl", {"s": list(range(4 * FPS))})
+        described = engine.stream("s")
+        metrics = engine.metrics.render().decode()
+    finally:
+        engine.stop()
+    assert described.placement["stalls"] == 1 and described.placement["moves"] == 1
+    assert described.placement["worker"] not in (None, int(first))
+    assert described.frames_processed == 4 * FPS
+    assert "vstream_cluster_stream_stalls_total 1.0" in metrics
+    assert "vstream_cluster_worker_failures_total 0.0" in metrics
+    assert 'reason="duplicate"' not in metrics
+    assert not engine.failures()
 
 
 @dataclass

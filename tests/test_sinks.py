@@ -161,6 +161,29 @@ def test_block_overflow_makes_the_writer_wait_and_loses_nothing() -> None:
     assert sink.stats.dropped == 0
 
 
+def test_block_overflow_takes_a_write_larger_than_its_room_part_by_part() -> None:
+    """A cluster driver writes up to 512 records at once: past the free space, they wait."""
+    release = threading.Event()
+
+    class GatedTransport(FlakyTransport):
+        def send(self, records: Sequence[dict]) -> None:
+            release.wait(30)
+            self.received.extend(records)
+
+    transport = GatedTransport()
+    sink = BufferedSink(transport, name="file", capacity=10, batch_records=5, overflow="block")
+    sink.write([result(i) for i in range(4)])
+    thread = threading.Thread(target=sink.write, args=([result(i) for i in range(4, 40)],))
+    thread.start()
+    assert wait_until(lambda: sink.buffered == 10)
+    assert thread.is_alive(), "the records that do not fit wait for room"
+    release.set()
+    thread.join(10)
+    sink.close()
+    assert [r["frame"] for r in transport.received] == list(range(40))
+    assert sink.stats.dropped == 0
+
+
 def test_close_flushes_everything_buffered() -> None:
     transport = FlakyTransport(delay=0.01)
     sink = BufferedSink(transport, name="t", batch_records=7)

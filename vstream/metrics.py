@@ -83,6 +83,8 @@ class ClusterSample:
     worker_failures: int
     worker_restarts: int
     stream_moves: int
+    stream_stalls: int
+    """Streams moved because their worker sent none of their records for too long."""
     streams_waiting: int
     records_received: int
     records_dropped: dict[str, int]
@@ -187,7 +189,14 @@ class _ClusterCollector(Collector):
         totals = {
             "worker_failures": ("Workers lost (process killed, node lost)", sample.worker_failures),
             "worker_restarts": ("Workers started in place of lost ones", sample.worker_restarts),
-            "stream_moves": ("Streams moved to another worker after a loss", sample.stream_moves),
+            "stream_moves": (
+                "Streams moved to another worker after a loss or a stall",
+                sample.stream_moves,
+            ),
+            "stream_stalls": (
+                "Streams moved because their worker sent none of their records for too long",
+                sample.stream_stalls,
+            ),
             "records_received": (
                 "Records the driver received from workers",
                 sample.records_received,

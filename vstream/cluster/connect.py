@@ -8,6 +8,12 @@ and travel inline), and exactly the CPUs the workers reserve; it is shut
 down at the end, and no Ray process outlives the run. With an address, the
 driver joins that cluster and leaves it running. When the embedding
 program has connected to Ray already, that connection is used and left open.
+
+Ray's driver prints the cluster's error messages itself (``(raylet) A worker
+died ...``, a node marked dead), on the process's stdout, where ``vstream run``
+may be writing records; while this run owns the connection they go to
+vstream's log instead (``vstream.cluster``, level info: the driver logs every
+loss and move itself).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import signal
 import sys
 import threading
 from types import ModuleType
+from typing import Any
 
 from vstream.config.cluster import ClusterConfig
 from vstream.errors import VstreamError
@@ -60,6 +67,7 @@ class RayConnection:
         if not self.owned:
             log.info("using the Ray connection this process has already")
             return
+        self._printer = _log_ray_messages()
         # ray.init() puts a SIGTERM handler of its own in place (exit at once); vstream's
         # graceful stop needs its own back.
         previous = signal.getsignal(signal.SIGTERM)
@@ -77,6 +85,7 @@ class RayConnection:
             else:
                 ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
         except (ConnectionError, TimeoutError, ValueError) as exc:
+            _restore_printer(self._printer)
             raise VstreamError(
                 f"cannot {'start a local Ray instance' if local else 'join the Ray cluster at '}"
                 f"{'' if local else cluster.address}: {str(exc).splitlines()[0]}"
@@ -102,3 +111,35 @@ class RayConnection:
         """Stop the local instance (or leave the cluster); a connection found open stays open."""
         if self.owned and self.ray.is_initialized():
             self.ray.shutdown()
+        if self.owned:
+            _restore_printer(self._printer)
+
+
+_RAY_WORKER = "ray._private.worker"
+"""Where Ray's driver prints what the cluster reports (``print_to_stdstream``)."""
+
+
+def _log_ray_messages() -> Any:
+    """Send what Ray's driver would print to vstream's log; Ray's own printer, to restore.
+
+    Ray has no option for it: its error listener looks ``print_to_stdstream``
+    up in its module at each message. A Ray without that function keeps
+    printing (None is returned).
+    """
+    module = sys.modules.get(_RAY_WORKER)
+    printer = getattr(module, "print_to_stdstream", None)
+    if module is None or printer is None:
+        return None
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        for line in data.get("lines", []):
+            log.info("Ray (%s): %s", data.get("pid") or "driver", line)
+
+    module.print_to_stdstream = to_log
+    return printer
+
+
+def _restore_printer(printer: Any) -> None:
+    module = sys.modules.get(_RAY_WORKER)
+    if printer is not None and module is not None:
+        module.print_to_stdstream = printer

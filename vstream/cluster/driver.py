@@ -27,13 +27,25 @@ serve`` and the API run on a cluster unchanged. Inside:
   ``cluster.max_stream_moves`` times fails. A worker that cannot load its
   model, or a bug in a worker, fails once, loudly, never retried.
 
-One collector thread talks to the workers (waits on their calls, delivers
-records, moves streams); API calls add and remove streams under the same lock.
+- **Stuck workers**: a stream its worker reports as reading, whose records
+  stop coming while the driver asks for them (a hung pipeline answers pulls
+  with empty reports), is moved after ``cluster.stall_timeout_seconds`` to
+  another worker, after its last delivered frame, and counted.
+
+Two threads. The *control* thread talks to the workers: it waits on their
+calls, notices losses and stalls, places and moves streams, and accepts each
+record for delivery (the stream's resume point moves to it there, so a move
+never repeats nor skips a record). The *delivery* thread runs tracking, lines
+and zones and writes to the sinks, outside the engine lock, from a bounded
+queue: a sink that blocks holds back the pulls (at most
+:data:`DELIVERY_DEPTH` batches of a worker wait), never loss detection,
+placement or the API. API calls add and remove streams under the same lock.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import Counter, defaultdict
@@ -75,6 +87,10 @@ _POLL_SECONDS = 0.2
 WORKER_CONCURRENCY = 8
 """Calls a worker runs at once: the pull, adds and removals, the finish."""
 
+DELIVERY_DEPTH = 2
+"""Batches of one worker accepted and not yet in the sinks, at most: one being written, one
+taken meanwhile. Past it no pull is asked of that worker, so a slow sink slows it down."""
+
 
 @dataclass(eq=False)
 class WorkerSlot:
@@ -94,11 +110,30 @@ class WorkerSlot:
     streams: set[str] = field(default_factory=set)
     adding: dict[Any, str] = field(default_factory=dict)
     """Pending ``add`` calls and their stream ids: a failure fails that stream."""
+    removing: set[Any] = field(default_factory=set)
+    """Pending ``remove`` calls of streams moved off this worker because they stalled."""
+    asked_at: float = 0.0
+    """When the pending pull was asked (monotonic): how long it was open, for stalls."""
+    pending: int = 0
+    """Its batches accepted and not yet in the sinks (up to :data:`DELIVERY_DEPTH`)."""
+    pinging: Any = None
+    """While no pull is asked (the sinks are behind): a ``pid`` call, whose failure is how a
+    loss is noticed then."""
+    pinged_at: float = 0.0
 
     @property
     def name(self) -> str:
         where = f" (pid {self.info.pid} on {self.info.host})" if self.info else ""
         return f"worker {self.slot}{where}"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One pull's records, accepted for the sinks in order, and its streams' states after them."""
+
+    slot: WorkerSlot
+    records: list[tuple[ClusterStream, FrameResult]]
+    statuses: dict[str, dict[str, Any]]
 
 
 class ClusterEngine(EngineBase):
@@ -141,8 +176,17 @@ class ClusterEngine(EngineBase):
         self._dropped: Counter[str] = Counter()
         self._started_at: float | None = None
         self._stopped = False
+        self._stalls = 0
         self._halt = threading.Event()
         self._collector: threading.Thread | None = None
+        self._deliverer: threading.Thread | None = None
+        # Each worker slot ever started has at most DELIVERY_DEPTH batches in it.
+        slots = self.cluster.workers + self.cluster.max_worker_restarts
+        self._deliveries: queue.Queue[Delivery] = queue.Queue(DELIVERY_DEPTH * slots)
+        self._accepted = 0
+        """Batches put on the delivery queue so far; with ``_written``, what is still to write."""
+        self._written = 0
+        self._written_cond = threading.Condition(self._lock)
         self._connection = RayConnection(self.cluster)
         self._ray = self._connection.ray
         try:
@@ -256,7 +300,7 @@ class ClusterEngine(EngineBase):
         loads = self._loads()
         for stream in waiting:
             placement = choose_worker(
-                list(loads.values()),
+                [w for w in loads.values() if self._slots[w.slot] is not stream.stalled_on],
                 stream.config.decoder,
                 max_streams=self.cluster.max_streams_per_worker,
                 nvdec_sessions=self.cluster.nvdec_sessions_per_worker,
@@ -301,17 +345,20 @@ class ClusterEngine(EngineBase):
                 stream.done = True
                 continue
             stream.lost_worker()
-            self._moves += 1
+            self._moved(stream)
             moved += 1
-            if stream.moves > self.cluster.max_stream_moves:
-                stream.fail(
-                    StreamLost(
-                        f"its worker was lost {stream.moves} times, more than "
-                        f"cluster.max_stream_moves ({self.cluster.max_stream_moves})"
-                    )
-                )
+        ended = len(slot.streams) - moved
         slot.streams.clear()
-        log.error("%s lost: %s; moving %d streams", slot.name, first_line(error), moved)
+        if slot.info is None:  # a replacement lost while it started: it held no streams yet
+            log.error("%s lost before it was ready: %s", slot.name, first_line(error))
+        else:
+            log.error(
+                "%s lost: %s; moving %d streams%s",
+                slot.name,
+                first_line(error),
+                moved,
+                f" ({ended} others had ended there)" if ended else "",
+            )
         if self.stopping.is_set():
             return
         if self._restarts < self.cluster.max_worker_restarts:
@@ -332,6 +379,39 @@ class ClusterEngine(EngineBase):
             )
         self._place_waiting()
         self._check_workers_left()
+
+    def _moved(self, stream: ClusterStream) -> None:
+        """``stream`` left its worker (under the lock): count the move; past the bound, fail it."""
+        self._moves += 1
+        if stream.moves > self.cluster.max_stream_moves:
+            stream.fail(
+                StreamLost(
+                    f"it left its worker (lost or stuck) {stream.moves} times, more than "
+                    f"cluster.max_stream_moves ({self.cluster.max_stream_moves})"
+                )
+            )
+
+    def _stalled(self, slot: WorkerSlot, stream: ClusterStream) -> None:
+        """``stream`` reads on ``slot`` but gives no records: move it (under the lock).
+
+        The worker answers its pulls, so it is not lost; its pipeline (or this
+        stream's reader) is stuck. The stream is stopped there, whatever that
+        incarnation still sends is dropped (counted as ``removed``), and it is
+        placed on another worker after its last delivered frame, as after a loss.
+        """
+        log.error(
+            "stream %s: no record from %s for %.0f s while it reads "
+            "(cluster.stall_timeout_seconds); moving it",
+            stream.id,
+            slot.name,
+            stream.idle_seconds,
+        )
+        self._stalls += 1
+        self._placed.pop(stream.worker_id or "", None)
+        slot.streams.discard(stream.id)
+        slot.removing.add(slot.actor.remove.remote(stream.worker_id))
+        stream.stalled(slot)
+        self._moved(stream)
 
     def _broken(self, slot: WorkerSlot, error: BaseException) -> None:
         """A replacement could not load its models: that fails once, it is not retried."""
@@ -365,10 +445,16 @@ class ClusterEngine(EngineBase):
         except Exception as exc:  # already gone, or the cluster is: nothing left to stop
             log.debug("%s: kill: %s", slot.name, exc)
 
-    # -- the collector ---------------------------------------------------------------------
+    # -- control: the calls to the workers ---------------------------------------------------
 
     def _calls(self) -> dict[Any, tuple[WorkerSlot, str, str | None]]:
-        """Every pending call to a worker, asking each ready worker for records (under the lock)."""
+        """Every pending call to a worker, asking each ready worker for records (under the lock).
+
+        A worker whose batches wait for the sinks is not asked for more; a
+        ``pid`` call is kept in flight to it instead, now and then, so that its
+        loss is still noticed at once.
+        """
+        now = time.monotonic()
         calls: dict[Any, tuple[WorkerSlot, str, str | None]] = {}
         for slot in self._slots:
             if slot.state == "starting":
@@ -376,14 +462,22 @@ class ClusterEngine(EngineBase):
                 continue
             if slot.state != "ready":
                 continue
-            if slot.taking is None and not slot.ended:
+            behind = slot.pending >= DELIVERY_DEPTH
+            if slot.taking is None and not slot.ended and not behind:
                 slot.taking = slot.actor.take.remote(TAKE_RECORDS, TAKE_WAIT_SECONDS)
+                slot.asked_at = now
             if slot.taking is not None:
                 calls[slot.taking] = (slot, "take", None)
+            elif behind and slot.pinging is None and now - slot.pinged_at >= _POLL_SECONDS:
+                slot.pinging, slot.pinged_at = slot.actor.pid.remote(), now
+            if slot.pinging is not None:
+                calls[slot.pinging] = (slot, "ping", None)
             if slot.finishing is not None:
                 calls[slot.finishing] = (slot, "finish", None)
             for ref, stream_id in slot.adding.items():
                 calls[ref] = (slot, "add", stream_id)
+            for ref in slot.removing:
+                calls[ref] = (slot, "remove", None)
         return calls
 
     def _collect(self) -> None:
@@ -410,6 +504,9 @@ class ClusterEngine(EngineBase):
 
     def _answered(self, ref: Any, slot: WorkerSlot, kind: str, stream_id: str | None) -> None:
         errors = self._ray.exceptions
+        if kind == "remove":
+            with self._lock:
+                slot.removing.discard(ref)
         try:
             value = self._ray.get(ref)
         except errors.RayTaskError as exc:
@@ -420,10 +517,12 @@ class ClusterEngine(EngineBase):
             with self._lock:
                 self._lost(slot, exc)
             return
-        if kind == "take":
-            self._deliver(slot, value)
         with self._lock:
-            if kind == "open":
+            if kind == "take":
+                self._accept(slot, value)
+            elif kind == "ping":
+                slot.pinging = None
+            elif kind == "open":
                 if slot.state == "starting":
                     self._opened(slot, value)
                     self._place_waiting()
@@ -443,47 +542,100 @@ class ClusterEngine(EngineBase):
                 stream.fail(error)
         elif kind == "open":
             self._broken(slot, error)
+        elif kind == "remove":  # a stalled stream that ended there meanwhile: nothing to stop
+            log.debug("%s: removing a stalled stream: %s", slot.name, error)
         else:
-            slot.taking = None
+            slot.taking = slot.pinging = None
             self._fatal(error)
 
-    def _deliver(self, slot: WorkerSlot, report: WorkerReport) -> None:
-        """Records to the sinks in order, each once; then the streams' states."""
-        now = time.time()
+    def _accept(self, slot: WorkerSlot, report: WorkerReport) -> None:
+        """A pull's records, each once and in order, onto the delivery queue (under the lock).
+
+        Each record accepted moves its stream's resume point: from here on, a
+        move of the stream starts after it, and the delivery thread writes it.
+        Streams that read but got none of their records are checked for a stall.
+        """
+        now, wall = time.monotonic(), time.time()
+        slot.taking = None
+        self._received += len(report.records)
+        accepted: list[tuple[ClusterStream, FrameResult]] = []
+        got: Counter[str] = Counter()
+        for result in report.records:
+            # Named by the worker id: a removed or moved stream's records, and an earlier
+            # incarnation's of a stream added again with the same id, find no stream.
+            stream = self._placed.get(result.stream_id)
+            if stream is None or stream.removed or not self._runs_on(stream, slot):
+                self._dropped["removed"] += 1
+                continue
+            result = replace(result, stream_id=stream.id)
+            if stream.resume is not None and result.frame_index <= stream.resume.index:
+                self._dropped["duplicate"] += 1
+                log.error(
+                    "stream %s: frame %d came again after frame %d; dropped",
+                    stream.id,
+                    result.frame_index,
+                    stream.resume.index,
+                )
+                continue
+            stream.delivered(result, wall)
+            got[stream.id] += 1
+            accepted.append((stream, result))
+        if report.ended:
+            slot.ended = True
+        if accepted or report.streams:
+            slot.pending += 1
+            self._accepted += 1
+            self._deliveries.put_nowait(Delivery(slot, accepted, report.streams or {}))
+        if slot.state == "ready":
+            self._watch_stalls(slot, now - slot.asked_at, got)
+
+    def _watch_stalls(self, slot: WorkerSlot, seconds: float, got: Counter[str]) -> None:
+        """Count a pull open ``seconds`` against the streams of ``slot`` it brought nothing of."""
+        for stream_id in sorted(slot.streams):
+            stream = self._streams.get(stream_id)
+            if stream is None or stream.terminal or not self._runs_on(stream, slot):
+                continue
+            if stream.pulled(seconds, got[stream_id]) >= self.cluster.stall_timeout_seconds:
+                self._stalled(slot, stream)
+        self._place_waiting()
+
+    # -- delivery: analytics and sinks, off the lock -----------------------------------------
+
+    def _deliver_until_halted(self) -> None:
+        """Write each accepted batch, in order; after a halt, what is queued is written too."""
+        try:
+            while not (self._halt.is_set() and self._deliveries.empty()):
+                try:
+                    delivery = self._deliveries.get(timeout=_POLL_SECONDS)
+                except queue.Empty:
+                    continue
+                self._deliver(delivery)
+        except Exception as exc:  # a bug here would lose records: fail the run, loudly
+            with self._lock:
+                self._fatal(exc)
+
+    def _deliver(self, delivery: Delivery) -> None:
+        """Records through tracking, lines and zones and to the sinks; then the streams' states.
+
+        Only this thread touches a stream's analytics, in the order its
+        records were accepted; the lock is taken only for the states, so that
+        a sink that blocks here holds back nothing but the pulls.
+        """
+        slot = delivery.slot
         batches: dict[str, list[FrameResult]] = defaultdict(list)
-        with self._lock:
-            slot.taking = None
-            self._received += len(report.records)
-            for result in report.records:
-                # Named by the worker id: a removed stream's records, and an earlier
-                # incarnation's of a stream added again with the same id, find no stream.
-                stream = self._placed.get(result.stream_id)
-                if stream is None or stream.removed or not self._runs_on(stream, slot):
-                    self._dropped["removed"] += 1
-                    continue
-                result = replace(result, stream_id=stream.id)
-                if stream.resume is not None and result.frame_index <= stream.resume.index:
-                    self._dropped["duplicate"] += 1
-                    log.error(
-                        "stream %s: frame %d came again after frame %d; dropped",
-                        stream.id,
-                        result.frame_index,
-                        stream.resume.index,
-                    )
-                    continue
-                result = self._analyzed(stream, slot, result)  # records keep conf
-                stream.delivered(result, now)
-                batches[stream.pipeline].append(result)
+        for stream, result in delivery.records:
+            batches[stream.pipeline].append(self._analyzed(stream, slot, result))
         for pipeline, results in batches.items():
             for sink in self.sinks[pipeline]:
                 sink.write(results)
         with self._lock:
-            for worker_id, status in (report.streams or {}).items():
+            for worker_id, status in delivery.statuses.items():
                 stream = self._placed.get(worker_id)
                 if stream is not None and not stream.removed and self._runs_on(stream, slot):
                     stream.report(status)
-            if report.ended:
-                slot.ended = True
+            slot.pending -= 1
+            self._written += 1
+            self._written_cond.notify_all()
             self._place_waiting()
 
     def _runs_on(self, stream: ClusterStream, slot: WorkerSlot) -> bool:
@@ -512,7 +664,11 @@ class ClusterEngine(EngineBase):
                     self._streams[source.id] = ClusterStream(pipeline.name, source)
             self._place_waiting()
         self._collector = threading.Thread(target=self._collect, name="cluster", daemon=True)
+        self._deliverer = threading.Thread(
+            target=self._deliver_until_halted, name="cluster-delivery", daemon=True
+        )
         self._collector.start()
+        self._deliverer.start()
 
     @property
     def device(self) -> str:
@@ -591,6 +747,7 @@ class ClusterEngine(EngineBase):
             if stream is None:
                 raise StreamNotFound(f"no stream {stream_id!r}")
             stream.removed = True
+            accepted = self._accepted
             self._placed.pop(stream.worker_id or "", None)
             slot = self._slots[stream.slot] if stream.slot is not None else None
             call = None
@@ -604,6 +761,9 @@ class ClusterEngine(EngineBase):
             except Exception as exc:  # the worker went away: its counters went with it
                 log.warning("stream %s: no final counters from its worker: %s", stream_id, exc)
         with self._lock:
+            # Its records accepted before the removal reach the sinks first (unless a sink
+            # blocks them): frames_processed then counts what was written.
+            self._written_cond.wait_for(lambda: self._written >= accepted, timeout=10.0)
             if final is not None:
                 stream.report(final)
             stream.done = True
@@ -665,8 +825,12 @@ class ClusterEngine(EngineBase):
     def _release(self, timeout: float) -> None:
         """Stop the collector, flush and close the sinks, end the workers and the connection."""
         self._halt.set()
-        if self._collector is not None:
-            self._collector.join(timeout)
+        deadline = time.monotonic() + timeout
+        for thread in (self._collector, self._deliverer):  # delivery writes what is queued
+            if thread is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        if self._deliverer is not None and self._deliverer.is_alive():
+            log.error("a sink still blocks the delivery of %d batches", self._deliveries.qsize())
         for sinks in self.sinks.values():
             for sink in sinks:
                 sink.start_flush()
@@ -704,6 +868,7 @@ class ClusterEngine(EngineBase):
                 worker_failures=self._losses,
                 worker_restarts=self._restarts,
                 stream_moves=self._moves,
+                stream_stalls=self._stalls,
                 streams_waiting=sum(
                     s.slot is None and not s.terminal for s in self._streams.values()
                 ),

@@ -75,6 +75,12 @@ class ClusterStream:
         """Every record of the stream has been delivered (it finished or failed)."""
         self.error: BaseException | None = None
         self.removed = False
+        self.stalls = 0
+        """Times it was moved because its worker sent none of its records for too long."""
+        self.stalled_on: object | None = None
+        """The worker it last stalled on: it is not placed there again."""
+        self.idle_seconds = 0.0
+        """Seconds of open pulls, while it read, that brought none of its records."""
         self._moved_at: float | None = None
         self._earlier = dict.fromkeys(_SUMMED, 0)
         self._status: dict[str, Any] = {}
@@ -125,10 +131,33 @@ class ClusterStream:
         """
         self.slot, self.nvdec = slot, nvdec
         self.worker_id = f"{self.id}#{placement}"
+        self.idle_seconds = 0.0
         return self.worker_id
 
+    def pulled(self, seconds: float, records: int) -> float:
+        """A pull from its worker, open ``seconds``, brought ``records`` of it; how long it has
+        been reading without giving one.
+
+        Only open pulls count, so a slow sink (which holds the pulls back) never
+        looks like a stuck worker; and only once its worker reports it open
+        (streaming, or finished with records still owed), so that a camera
+        connecting or reconnecting is left to its own timeouts.
+        """
+        opening = (None, SourceState.CONNECTING.value, SourceState.RECONNECTING.value)
+        if records or self._status.get("state") in opening:
+            self.idle_seconds = 0.0
+        else:
+            self.idle_seconds += seconds
+        return self.idle_seconds
+
+    def stalled(self, worker: object) -> None:
+        """Its worker is stuck: wait for another one, never ``worker`` again."""
+        self.stalls += 1
+        self.stalled_on = worker
+        self.lost_worker()
+
     def lost_worker(self) -> None:
-        """Its worker is gone: keep what it counted there and wait for another."""
+        """It left its worker (lost, or stuck): keep what it counted there, wait for another."""
         for key in _SUMMED:
             self._earlier[key] += int(self._status.get(key, 0))
         self._status = {}
@@ -197,7 +226,11 @@ class ClusterStream:
     def status(self) -> StreamStatus:
         """What the API shows, as a single process shows it, plus where it runs."""
         return StreamStatus.of(
-            self, worker=self.slot, moves=self.moves, gap_seconds=round(self.gap_seconds, 3)
+            self,
+            worker=self.slot,
+            moves=self.moves,
+            stalls=self.stalls,
+            gap_seconds=round(self.gap_seconds, 3),
         )
 
 

@@ -70,6 +70,13 @@ class ClusterConfig(StrictModel):
         description="times a stream is moved after losing its worker; one lost more often fails "
         "(a stream that brings its workers down)",
     )
+    stall_timeout_seconds: Seconds(1, 3600) = Field(
+        60.0,
+        description="a stream its worker reports as reading, but whose records stop coming for "
+        "this long while the driver asks for them (a stuck pipeline), is moved to another worker "
+        "after its last delivered frame; counted. Longer than a live source's open and read "
+        "timeouts, so that a camera's own faults are left to its reconnects",
+    )
     start_timeout_seconds: Seconds(1, 3600) = Field(
         300.0,
         description="how long the first workers may take to be placed and load their models; "

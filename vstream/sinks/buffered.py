@@ -145,7 +145,18 @@ class BufferedSink:
                 self._drop(len(records), why)
                 return
             if self.overflow == "block":
-                while len(self._buffer) >= self.capacity and not self._closing and not self.error:
+                # Records that do not fit go in as the sender makes room: a write larger
+                # than the free space waits for it, part by part, and drops nothing.
+                while (
+                    len(self._buffer) + len(records) > self.capacity
+                    and not self._closing
+                    and not self.error
+                ):
+                    room = self.capacity - len(self._buffer)
+                    if room > 0:
+                        self._buffer.extend(records[:room])
+                        del records[:room]
+                        self._cond.notify_all()
                     self._cond.wait(0.5)
                 if self.error is not None:
                     self._drop(len(records), "the sink has failed")
