@@ -30,6 +30,7 @@ from vstream.config.base import (
 )
 from vstream.config.cluster import ClusterConfig
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
+from vstream.config.secondary import MAX_SECONDARY, SecondaryConfig, unique_names
 from vstream.config.sinks import FRAME_SINK_TYPES, SinkConfig
 from vstream.config.sources import SourceConfig
 from vstream.cores import counted_decoder_threads
@@ -42,6 +43,12 @@ class PipelineConfig(StrictModel):
     model: ModelConfig
     postprocess: PostprocessOptions = Field(default_factory=PostprocessOptions)
     runtime: RuntimeOptions = Field(default_factory=RuntimeOptions)
+    secondary: list[SecondaryConfig] = Field(
+        default_factory=list,
+        max_length=MAX_SECONDARY,
+        description="models that read each detected object's crop (cascades): a label, or an "
+        "embedding, per object, in the order given",
+    )
     sources: list[SourceConfig] = Field(
         default_factory=list,
         max_length=10_000,
@@ -66,6 +73,12 @@ class PipelineConfig(StrictModel):
                 )
             seen[name] = index
         return sinks
+
+    @field_validator("secondary")
+    @classmethod
+    def _unique_secondary_names(cls, secondary: list[SecondaryConfig]) -> list[SecondaryConfig]:
+        unique_names(secondary)
+        return secondary
 
     def detector_postprocess(self) -> PostprocessOptions:
         """The postprocessing the detector runs: ``postprocess``, with ``conf`` lowered to what
