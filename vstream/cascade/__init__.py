@@ -13,11 +13,20 @@ inference, preprocessing and postprocessing, which must not import one another i
 
 from vstream.lazy import lazy_exports
 
-__all__ = ["SecondaryModel", "SecondaryOutput", "crop_frame", "crop_rgb"]
+__all__ = [
+    "AttributeCache",
+    "Attributes",
+    "SecondaryModel",
+    "SecondaryOutput",
+    "crop_frame",
+    "crop_rgb",
+]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "AttributeCache": "vstream.cascade.attributes",
+        "Attributes": "vstream.cascade.attributes",
         "SecondaryModel": "vstream.cascade.model",
         "SecondaryOutput": "vstream.cascade.model",
         "crop_frame": "vstream.cascade.crops",
