@@ -181,3 +181,21 @@ def test_on_classes_are_checked_against_the_detector(workdir: Path) -> None:
     assert str(caught.value) == (
         "secondary 'c': on.classes [2, 7] are not classes of the detector, which has 0 car, 1 bus"
     )
+
+
+def test_tracking_appearance_names_an_embedding_model(workdir: Path) -> None:
+    text = config_text("- {name: look, path: colour.onnx, kind: embedding}").replace(
+        "    sources:",
+        "    analytics: {tracking: {appearance: look, appearance_weight: 0.4}}\n    sources:",
+    )
+    tracking = parse_config(text, base_dir=workdir).pipelines[0].analytics.tracking
+    assert (tracking.appearance, tracking.appearance_weight) == ("look", 0.4)
+    wrong = config_text("- {name: look, path: colour.onnx}").replace(
+        "    sources:", "    analytics: {tracking: {appearance: look}}\n    sources:"
+    )
+    with pytest.raises(
+        ConfigError,
+        match="appearance 'look' must name a secondary model of "
+        "kind embedding; this pipeline has none",
+    ):
+        parse_config(wrong, base_dir=workdir)

@@ -89,6 +89,21 @@ class PipelineConfig(StrictModel):
         return self.postprocess.model_copy(update={"conf": conf})
 
     @model_validator(mode="after")
+    def _appearance_is_an_embedding(self) -> PipelineConfig:
+        tracking = self.analytics.tracking
+        wanted = tracking.appearance if tracking is not None else None
+        if wanted is None:
+            return self
+        kinds = {model.name: model.kind for model in self.secondary}
+        if kinds.get(wanted) != "embedding":
+            embeddings = [name for name, kind in kinds.items() if kind == "embedding"]
+            raise ValueError(
+                f"analytics.tracking.appearance {wanted!r} must name a secondary model of kind "
+                f"embedding; this pipeline has {', '.join(map(repr, embeddings)) or 'none'}"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _one_video_per_stream(self) -> PipelineConfig:
         if len(self.sources) > 1:
             for index, sink in enumerate(self.sinks):
