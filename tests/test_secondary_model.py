@@ -14,10 +14,11 @@ import pytest
 import torch
 from secondary_models import flatten_model, linear_model
 
-from vstream.cascade.crops import crop_rgb
+from vstream.cascade.crops import crop_frame, crop_rgb
 from vstream.cascade.model import SecondaryModel
 from vstream.config.secondary import SecondaryConfig
 from vstream.frame import ColourSpace, Frame, PixelFormat
+from vstream.preprocess.colour import to_rgb_planar
 
 RNG = np.random.default_rng(7)
 PICTURE = RNG.integers(0, 256, (120, 160, 3), dtype=np.uint8)
@@ -88,6 +89,35 @@ def test_a_square_crop_is_the_square_around_the_box() -> None:
     np.testing.assert_allclose(got[0].permute(1, 2, 0).numpy(), expected, atol=2e-3)
 
 
+def yuv_frames(picture: np.ndarray = PICTURE) -> dict[str, Frame]:
+    """The picture as NV12 and I420 frames (BT.601 limited range, what cameras send)."""
+    h, w = picture.shape[:2]
+    i420 = cv2.cvtColor(picture, cv2.COLOR_RGB2YUV_I420)
+    u = i420[h : h + h // 4].reshape(h // 2, w // 2)
+    v = i420[h + h // 4 :].reshape(h // 2, w // 2)
+    nv12 = np.concatenate([i420[:h], np.stack([u, v], axis=-1).reshape(h // 2, w)])
+    return {
+        "nv12": Frame(torch.from_numpy(nv12), PixelFormat.NV12, w, h, colour=ColourSpace()),
+        "yuv420p": Frame(torch.from_numpy(i420), PixelFormat.YUV420P, w, h, colour=ColourSpace()),
+    }
+
+
+@pytest.mark.parametrize("layout", ["rgb24", "nv12", "yuv420p"])
+@pytest.mark.parametrize("crop", ["stretch", "square"])
+def test_crops_from_the_boxes_region_equal_crops_from_the_whole_frame(
+    layout: str, crop: str
+) -> None:
+    """Only the rectangle around the boxes is made RGB; the crops are the whole frame's."""
+    frame = rgb_frame() if layout == "rgb24" else yuv_frames()[layout]
+    whole = to_rgb_planar(frame)
+    edge = np.array([[150.2, 3.0, 159.9, 30.0], [31.0, 41.0, 39.0, 47.5]], np.float32)
+    for boxes in (BOXES[2:3], BOXES[3:], edge, BOXES[[3]]):
+        for resize in ("linear", "area"):
+            expected = crop_rgb(whole, torch.from_numpy(boxes), (12, 20), crop=crop, resize=resize)
+            got = crop_frame(frame, boxes, (12, 20), crop=crop, resize=resize)
+            torch.testing.assert_close(got, expected, atol=1e-2, rtol=0)  # float coordinates
+
+
 def test_the_model_sees_the_normalised_crop(tmp_path: Path) -> None:
     """A model whose output is its input: what it saw is the crop, less mean, over std."""
     path = flatten_model(
@@ -110,19 +140,14 @@ def test_the_model_sees_the_normalised_crop(tmp_path: Path) -> None:
 def test_a_yuv_frame_is_cropped_like_opencvs_rgb(tmp_path: Path) -> None:
     """An NV12 frame (what NVDEC gives) through the preprocessing's own colour conversion,
     against OpenCV's BT.601 limited-range NV12 -> RGB, then its resize: a few levels apart."""
-    yuv = cv2.cvtColor(PICTURE, cv2.COLOR_RGB2YUV_I420)  # planar Y, U, V; make NV12 of it
-    h, w = PICTURE.shape[:2]
-    u = yuv[h : h + h // 4].reshape(h // 2, w // 2)
-    v = yuv[h + h // 4 :].reshape(h // 2, w // 2)
-    nv12 = np.concatenate([yuv[:h], np.stack([u, v], axis=-1).reshape(h // 2, w)])
-    frame = Frame(torch.from_numpy(nv12), PixelFormat.NV12, w, h, colour=ColourSpace())
+    frame = yuv_frames()["nv12"]
     path = flatten_model(
         tmp_path / "seen.onnx",
         imgsz=(8, 8),
         metadata={"outputs": "probabilities", "input_range": "255"},
     )
     seen = SecondaryModel(config(path)).run(frame, BOXES[:1]).probabilities
-    opencv_rgb = cv2.cvtColor(nv12, cv2.COLOR_YUV2RGB_NV12)
+    opencv_rgb = cv2.cvtColor(frame.data.numpy(), cv2.COLOR_YUV2RGB_NV12)
     expected = reference(opencv_rgb, BOXES[0], (8, 8), cv2.INTER_LINEAR)
     got = seen.reshape(3, 8, 8).transpose(1, 2, 0)
     assert np.abs(got - expected).mean() < 2.0 and np.abs(got - expected).max() < 8.0

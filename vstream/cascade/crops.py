@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 import torch
 
-from vstream.frame import Frame
+from vstream.frame import Frame, PixelFormat
 from vstream.postprocess.nms import torchvision_op
 from vstream.preprocess.colour import to_rgb_planar
+from vstream.transfer import upload
 
 Crop = Literal["stretch", "square"]
 Resize = Literal["linear", "area"]
@@ -64,14 +66,67 @@ def crop_rgb(
 
 def crop_frame(
     frame: Frame,
-    boxes: torch.Tensor,
+    boxes: np.ndarray | torch.Tensor,
     size: tuple[int, int],
     *,
     crop: Crop = "stretch",
     resize: Resize = "linear",
 ) -> torch.Tensor:
-    """:func:`crop_rgb` of a decoded frame, in 0..255, on the frame's device."""
-    return crop_rgb(to_rgb_planar(frame), boxes, size, crop=crop, resize=resize)
+    """:func:`crop_rgb` of a decoded frame, in 0..255, on the frame's device.
+
+    ``boxes`` are on the host (the detector's boxes already are). Only the
+    part of the frame that holds them, plus a margin of the pixels the
+    bilinear samples reach, is made RGB: converting a whole 720p frame to
+    float RGB costs more than reading 20 crops of it. The answer is the one
+    the whole frame gives (the region's edges are the frame's, or beyond
+    every sample).
+    """
+    host = torch.as_tensor(boxes, dtype=torch.float32).reshape(-1, 4).cpu()
+    if crop == "square":
+        host = square_boxes(host)
+    left, top, right, bottom = _region(host, frame)
+    part = _part(frame, left, top, right, bottom)
+    shifted = host - torch.tensor([left, top, left, top], dtype=torch.float32)
+    return crop_rgb(
+        to_rgb_planar(part), upload(shifted, frame.device), size, crop="stretch", resize=resize
+    )
+
+
+_MARGIN = 2
+"""Pixels around the boxes a bilinear sample may read (half a pixel out, one neighbour)."""
+
+
+def _region(boxes: torch.Tensor, frame: Frame) -> tuple[int, int, int, int]:
+    """The frame's rectangle holding every box and its margin; even edges for 4:2:0 chroma."""
+    if len(boxes) == 0:
+        return 0, 0, 2, 2
+    low = (boxes[:, :2].amin(dim=0) - _MARGIN).floor().clamp(min=0)
+    high = (boxes[:, 2:].amax(dim=0) + _MARGIN).ceil()
+    left, top = (int(v) // 2 * 2 for v in low.tolist())
+    right = min(frame.width, -(-int(high[0]) // 2) * 2)
+    bottom = min(frame.height, -(-int(high[1]) // 2) * 2)
+    return left, top, max(right, left + 2), max(bottom, top + 2)
+
+
+def _part(frame: Frame, left: int, top: int, right: int, bottom: int) -> Frame:
+    """The rectangle of ``frame`` as a frame of its own (the whole frame when it is all)."""
+    if (left, top, right, bottom) == (0, 0, frame.width, frame.height):
+        return frame
+    width, height = right - left, bottom - top
+    data = frame.data
+    if frame.pixel_format is PixelFormat.RGB24:
+        part = data[top:bottom, left:right]
+    elif frame.pixel_format is PixelFormat.NV12:  # interleaved U, V: even columns stay pairs
+        rows = frame.height + top // 2, frame.height + bottom // 2
+        part = torch.cat([data[top:bottom, left:right], data[rows[0] : rows[1], left:right]])
+    else:  # I420: each chroma plane's rectangle, laid out as planes of the part
+        h, w = frame.height, frame.width
+        planes = data[h:].reshape(2, h // 2, w // 2)[
+            :, top // 2 : bottom // 2, left // 2 : right // 2
+        ]
+        part = torch.cat([data[top:bottom, left:right].reshape(-1), planes.reshape(-1)])
+        part = part.view(height * 3 // 2, width)
+    return Frame(part.contiguous(), frame.pixel_format, width, height, colour=frame.colour)
 
 
 __all__ = ["crop_frame", "crop_rgb", "square_boxes"]

@@ -37,7 +37,7 @@ from vstream.inference.buckets import Bucket, bucket_sizes
 from vstream.inference.providers import resolve_device, session_providers
 from vstream.inference.secondary_spec import SecondarySpec, read_secondary_spec
 from vstream.inference.wheels import load_onnxruntime
-from vstream.transfer import HostStaging, to_host, upload
+from vstream.transfer import HostStaging, to_host
 
 
 @dataclass(frozen=True)
@@ -193,8 +193,9 @@ class SecondaryModel:
     # -- running ------------------------------------------------------------------------------
 
     def run(self, frame: Frame, boxes: np.ndarray | torch.Tensor) -> SecondaryOutput:
-        """Read every box (``(N, 4)`` xyxy, frame pixels) of ``frame``: one row per box."""
-        boxes = torch.as_tensor(boxes, dtype=torch.float32).reshape(-1, 4)
+        """Read every box (``(N, 4)`` xyxy, frame pixels, on the host) of ``frame``: one row
+        per box."""
+        boxes = torch.as_tensor(boxes, dtype=torch.float32).reshape(-1, 4).cpu()
         if len(boxes) == 0:
             return self._empty()
         if not same_device(frame.device, self.device):
@@ -205,7 +206,7 @@ class SecondaryModel:
         with self._lock, torch.cuda.stream(stream) if stream is not None else nullcontext():
             crops = crop_frame(
                 frame,
-                upload(boxes, self.device) if boxes.device.type == "cpu" else boxes,
+                boxes,
                 self.spec.input_size,
                 crop=self.spec.crop,  # type: ignore[arg-type]
                 resize=self.spec.resize,  # type: ignore[arg-type]
