@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import tiny_detector, write_video
+from helpers import run_cli, tiny_detector, write_video
 from secondary_models import linear_model
 
 from vstream.config import ConfigError, parse_config
@@ -199,3 +199,23 @@ def test_tracking_appearance_names_an_embedding_model(workdir: Path) -> None:
         "kind embedding; this pipeline has none",
     ):
         parse_config(wrong, base_dir=workdir)
+
+
+def test_vstream_validate_checks_each_secondary_model_in_one_line(workdir: Path) -> None:
+    linear_model(workdir / "two.onnx", np.eye(3)[:, :2])
+    good = "- {name: colour, path: colour.onnx, on: {classes: [0, 1]}}"
+    (workdir / "good.yaml").write_text(config_text(good))
+    bad = (
+        "- {name: colour, path: colour.onnx, on: {classes: [0, 5]}}\n"
+        "- {name: kind, path: two.onnx, labels: [x, y, z]}"
+    )
+    (workdir / "bad.yaml").write_text(config_text(bad))
+    assert run_cli("validate", workdir / "good.yaml").returncode == 0
+    result = run_cli("validate", workdir / "bad.yaml")
+    assert result.returncode == 2
+    assert result.stderr_lines == [
+        f"vstream: {workdir / 'bad.yaml'}: pipelines[0].secondary[0]: secondary 'colour': "
+        "on.classes [5] are not classes of the detector, which has 0 a, 1 b",
+        f"vstream: {workdir / 'bad.yaml'}: pipelines[0].secondary[1]: two.onnx: labels name 3 "
+        "classes but the model gives 2 values per crop",
+    ]
