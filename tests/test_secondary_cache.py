@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vstream.cascade.attributes import AttributeCache
+from vstream.cascade.attributes import AttributeCache, record_values
 from vstream.cascade.model import SecondaryOutput
 
 
@@ -133,3 +133,33 @@ def test_embeddings_are_carried_with_their_track() -> None:
     result = cache.resolve(np.array([2, 1]), boxes, 0.5, np.ones(2, bool), embed)
     np.testing.assert_array_equal(result.embeddings, vectors[[1, 0]])
     assert result.probabilities is None and not result.fresh.any()
+
+
+def test_record_values_say_label_score_and_freshness() -> None:
+    cache, read = AttributeCache(1.0, 2.0), Reader()
+    read.frame = 1
+    result = cache.resolve(
+        np.array([1, 2]), np.array([box(9)] * 2, np.float32), 0.0, np.array([True, False]), read
+    )
+    assert record_values(result, ("red", "green", "blue")) == [
+        {"label": "green", "score": 0.5, "fresh": True},
+        None,
+    ]
+    multi = record_values(result, ("red", "green", "blue"), multi_label=True, threshold=0.5)
+    assert multi == [{"labels": ["green"], "scores": [1.0], "fresh": True}, None]
+
+
+def test_embeddings_reach_records_only_when_asked() -> None:
+    cache = AttributeCache(1.0, 2.0)
+
+    def embed(rows: np.ndarray) -> SecondaryOutput:
+        n = len(rows)
+        vectors = np.tile(np.array([[0.6, 0.8]], np.float32), (n, 1))
+        return SecondaryOutput(np.full(n, -1), np.ones(n, np.float32), None, vectors)
+
+    result = cache.resolve(np.array([-1]), np.array([box(9)], np.float32), 0.0, np.ones(1, bool),
+                           embed)  # fmt: skip
+    assert record_values(result, ()) == [None]
+    assert record_values(result, (), keep_embedding=True) == [
+        {"embedding": [0.6, 0.8], "fresh": True}
+    ]

@@ -20,6 +20,7 @@ __all__ = [
     "SecondaryOutput",
     "crop_frame",
     "crop_rgb",
+    "record_values",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -31,5 +32,6 @@ __getattr__, __dir__ = lazy_exports(
         "SecondaryOutput": "vstream.cascade.model",
         "crop_frame": "vstream.cascade.crops",
         "crop_rgb": "vstream.cascade.crops",
+        "record_values": "vstream.cascade.attributes",
     },
 )

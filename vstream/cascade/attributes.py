@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,47 @@ class Attributes:
     """``(N, D)`` float32 unit rows for an embedding model (zeros where unread), else None."""
     probabilities: np.ndarray | None
     """``(N, labels)`` float32 for a classifier (NaN where unread), else None."""
+
+
+def record_values(
+    attributes: Attributes,
+    labels: tuple[str, ...],
+    *,
+    multi_label: bool = False,
+    threshold: float = 0.5,
+    keep_embedding: bool = False,
+) -> list[dict[str, Any] | None]:
+    """Each detection's value under ``"attributes": {name: ...}`` in a record; None: leave out.
+
+    A classifier gives ``{"label", "score", "fresh"}`` (with ``multi_label``:
+    ``{"labels", "scores", "fresh"}``, every label at ``threshold`` or more); an
+    embedding gives ``{"embedding", "fresh"}`` only with ``keep_embedding``. An
+    object the model does not read (``on``) has no value.
+    """
+    values: list[dict[str, Any] | None] = []
+    for row in range(len(attributes.read)):
+        if not attributes.read[row]:
+            values.append(None)
+            continue
+        fresh = bool(attributes.fresh[row])
+        if attributes.embeddings is not None:
+            vector = attributes.embeddings[row]
+            kept = {"embedding": [round(float(v), 5) for v in vector], "fresh": fresh}
+            values.append(kept if keep_embedding else None)
+        elif multi_label and attributes.probabilities is not None:
+            chosen = np.flatnonzero(attributes.probabilities[row] >= threshold)
+            values.append(
+                {
+                    "labels": [labels[i] for i in chosen],
+                    "scores": [round(float(attributes.probabilities[row, i]), 4) for i in chosen],
+                    "fresh": fresh,
+                }
+            )
+        else:
+            label = int(attributes.label_ids[row])
+            score = round(float(attributes.scores[row]), 4)
+            values.append({"label": labels[label], "score": score, "fresh": fresh})
+    return values
 
 
 class AttributeCache:
@@ -151,4 +193,4 @@ def _assemble(
     return Attributes(label_ids, scores, due & read, read, embeddings, probabilities)
 
 
-__all__ = ["AttributeCache", "Attributes"]
+__all__ = ["AttributeCache", "Attributes", "record_values"]
