@@ -6,8 +6,10 @@ fixed rule on HSV (:func:`colour_label`): dark colours are ``black``, washed-out
 ones ``white`` or ``grey``, the rest one of seven hue ranges. The network is
 trained on crops of shapes rendered on the detector's training backgrounds,
 cut with the pipeline's own crop (:func:`vstream.cascade.crops.crop_rgb`,
-``resize: area``) from boxes jittered like a detector's, some round-tripped
-through 4:2:0 video colour, so it reads what ``vstream run`` will give it.
+``resize: linear``: one sample per input pixel, ten times cheaper than ``area`` in
+torchvision's CPU roi_align, and a flat colour does not alias) from boxes
+jittered like a detector's, some round-tripped through 4:2:0 video colour, so it
+reads what ``vstream run`` will give it.
 
 Usage (from the repository root)::
 
@@ -107,8 +109,7 @@ def make_crops(
         if rng.random() < 0.5:
             image = yuv420_roundtrip(image[None])[0]
         rgb = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float()
-        crops.append(crop_rgb(rgb, torch.from_numpy(np.stack(boxes)), (IMGSZ, IMGSZ),
-                              resize="area"))  # fmt: skip
+        crops.append(crop_rgb(rgb, torch.from_numpy(np.stack(boxes)), (IMGSZ, IMGSZ)))
         labels += names
     return torch.cat(crops), torch.tensor(labels)
 
@@ -181,7 +182,7 @@ def export(model: ColourNet, path: Path) -> None:
         "labels": json.dumps(list(LABELS)),
         "imgsz": json.dumps([IMGSZ, IMGSZ]),
         "crop": "stretch",
-        "resize": "area",
+        "resize": "linear",
         "input_range": "1",
         "outputs": "logits",
         "description": "vstream demo colour classifier (procedural shapes)",
