@@ -87,9 +87,13 @@ def crop_frame(
     left, top, right, bottom = _region(host, frame)
     part = _part(frame, left, top, right, bottom)
     shifted = host - torch.tensor([left, top, left, top], dtype=torch.float32)
-    # Contiguous planes: torchvision's CPU roi_align is some 60 times slower on the
-    # channels-last strides an RGB24 picture's planar view has.
-    rgb = to_rgb_planar(part).contiguous()
+    if part.pixel_format is PixelFormat.RGB24:
+        # Contiguous planes: torchvision's CPU roi_align is some 60 times slower on the
+        # channels-last strides of an RGB24 picture's planar view, and making its float
+        # copy contiguous costs six times what the uint8 planes' copy does.
+        rgb = part.data.permute(2, 0, 1).contiguous().unsqueeze(0).float()
+    else:
+        rgb = to_rgb_planar(part)  # NV12, I420: converted into contiguous planes
     return crop_rgb(rgb, upload(shifted, frame.device), size, crop="stretch", resize=resize)
 
 
