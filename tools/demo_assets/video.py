@@ -327,13 +327,15 @@ class Sample:
     """Per frame: the identity of each box, in box order."""
     crossings: list[dict]
     """True crossings of :data:`LINE`: ``{"frame", "id", "direction"}``."""
+    colors: dict[int, tuple[int, int, int]]
+    """The RGB colour each identity is painted in (the demo classifier's ground truth)."""
 
 
 def render_sample(seed: int) -> Sample:
     """Draw both scenes (see the module doc) and render every frame."""
     rng = np.random.default_rng(seed)
     motion_rng = np.random.default_rng([seed, 1])
-    sample = Sample([], [], [], [])
+    sample = Sample([], [], [], [], {})
     previous: list[Mover] | None = None
     last_side: dict[int, float] = {}
     for start in range(0, NUM_FRAMES, SEGMENT_FRAMES):
@@ -363,6 +365,7 @@ def render_sample(seed: int) -> Sample:
             sample.frames.append(frame)
             sample.boxes.append(boxes)
             sample.ids.append(ids)
+        sample.colors.update({m.id: m.shape.color for m in movers})
         previous = copy.deepcopy(movers)
     return sample
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 ASSETS_DIR = Path(__file__).resolve().parent
 DEMO_MODEL = ASSETS_DIR / "demo.onnx"
+COLOUR_MODEL = ASSETS_DIR / "colour.onnx"
+"""The demo colour classifier, a secondary model for the demo detector's objects."""
 SAMPLE_VIDEO = ASSETS_DIR / "sample.mp4"
 SAMPLE_GROUND_TRUTH = ASSETS_DIR / "sample_ground_truth.json"
 
-__all__ = ["ASSETS_DIR", "DEMO_MODEL", "SAMPLE_GROUND_TRUTH", "SAMPLE_VIDEO"]
+__all__ = ["ASSETS_DIR", "COLOUR_MODEL", "DEMO_MODEL", "SAMPLE_GROUND_TRUTH", "SAMPLE_VIDEO"]

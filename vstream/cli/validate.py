@@ -3,9 +3,11 @@
 Checked here: the YAML, every key and value against the config models
 (types, bounds, unknown keys), that model and video files exist, that sink
 files can be written, that every model loads in ONNX Runtime and fits its
-``imgsz`` and batch size, and that Ray is installed when the config asks for
-a cluster (found, not imported). Left to run time, because they need the network
-or the device: reaching cameras and brokers, and CUDA itself.
+``imgsz`` and batch size (a secondary model: its input is an image, its outputs
+match its labels, the classes of its ``on`` are the detector's), and that Ray
+is installed when the config asks for a cluster (found, not imported). Left to
+run time, because they need the network or the device: reaching cameras and
+brokers, and CUDA itself.
 
 Imports neither torch nor PyAV: it answers in a fraction of a second.
 """
@@ -37,7 +39,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def validate_command(args: argparse.Namespace) -> int:
+    from vstream.config.secondary import check_on_classes
     from vstream.inference.model import check_model
+    from vstream.inference.secondary_spec import check_secondary
 
     try:
         config = load_config(args.config)
@@ -50,9 +54,19 @@ def validate_command(args: argparse.Namespace) -> int:
         problems.append(f"{args.config}: cluster: {ray_missing()}")
     for i, pipeline in enumerate(config.pipelines):
         try:
-            check_model(pipeline.model.path, pipeline.model.imgsz, pipeline.runtime.batch_size)
+            spec = check_model(
+                pipeline.model.path, pipeline.model.imgsz, pipeline.runtime.batch_size
+            )
         except VstreamError as exc:
             problems.append(f"{args.config}: pipelines[{i}].model: {exc}")
+            spec = None
+        names = pipeline.model.names() or (spec.class_names if spec is not None else None)
+        for j, secondary in enumerate(pipeline.secondary):
+            try:
+                check_secondary(secondary)
+                check_on_classes(secondary, names or [])
+            except VstreamError as exc:
+                problems.append(f"{args.config}: pipelines[{i}].secondary[{j}]: {exc}")
     for line in problems:
         print(f"vstream: {line}", file=sys.stderr)
     if problems:

@@ -98,6 +98,10 @@ class _Document:
                             result.setdefault(key, value)
                 continue
             key = self._constructor.construct_object(key_node, deep=True)
+            if isinstance(key, bool) and isinstance(key_node, yaml.ScalarNode):
+                # YAML 1.1 reads a plain on/off/yes/no as a boolean; as a key it is a name
+                # (a secondary model's ``on:``), so it is kept as written.
+                key = key_node.value
             if not isinstance(key, str | int) or isinstance(key, bool):
                 self.issues.append(
                     ConfigIssue(format_path(loc), key_node.start_mark.line + 1, "keys must be text")

@@ -30,6 +30,7 @@ from vstream.config.base import (
 )
 from vstream.config.cluster import ClusterConfig
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
+from vstream.config.secondary import MAX_SECONDARY, SecondaryConfig, unique_names
 from vstream.config.sinks import FRAME_SINK_TYPES, SinkConfig
 from vstream.config.sources import SourceConfig
 from vstream.cores import counted_decoder_threads
@@ -42,6 +43,12 @@ class PipelineConfig(StrictModel):
     model: ModelConfig
     postprocess: PostprocessOptions = Field(default_factory=PostprocessOptions)
     runtime: RuntimeOptions = Field(default_factory=RuntimeOptions)
+    secondary: list[SecondaryConfig] = Field(
+        default_factory=list,
+        max_length=MAX_SECONDARY,
+        description="models that read each detected object's crop (cascades): a label, or an "
+        "embedding, per object, in the order given",
+    )
     sources: list[SourceConfig] = Field(
         default_factory=list,
         max_length=10_000,
@@ -67,6 +74,12 @@ class PipelineConfig(StrictModel):
             seen[name] = index
         return sinks
 
+    @field_validator("secondary")
+    @classmethod
+    def _unique_secondary_names(cls, secondary: list[SecondaryConfig]) -> list[SecondaryConfig]:
+        unique_names(secondary)
+        return secondary
+
     def detector_postprocess(self) -> PostprocessOptions:
         """The postprocessing the detector runs: ``postprocess``, with ``conf`` lowered to what
         the tracker's second stage needs when tracking is on
@@ -74,6 +87,21 @@ class PipelineConfig(StrictModel):
         cut back to ``postprocess.conf`` after tracking."""
         conf = self.analytics.candidate_conf(self.postprocess.conf)
         return self.postprocess.model_copy(update={"conf": conf})
+
+    @model_validator(mode="after")
+    def _appearance_is_an_embedding(self) -> PipelineConfig:
+        tracking = self.analytics.tracking
+        wanted = tracking.appearance if tracking is not None else None
+        if wanted is None:
+            return self
+        kinds = {model.name: model.kind for model in self.secondary}
+        if kinds.get(wanted) != "embedding":
+            embeddings = [name for name, kind in kinds.items() if kind == "embedding"]
+            raise ValueError(
+                f"analytics.tracking.appearance {wanted!r} must name a secondary model of kind "
+                f"embedding; this pipeline has {', '.join(map(repr, embeddings)) or 'none'}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_video_per_stream(self) -> PipelineConfig:

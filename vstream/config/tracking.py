@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from vstream.config.base import Int, Number, StrictModel
+from vstream.config.base import Int, Name, Number, StrictModel
 from vstream.config.model import PostprocessOptions
 
 MAX_TRACK_SECONDS = 3600.0
@@ -82,6 +82,18 @@ class TrackingConfig(StrictModel):
         0.0,
         description="stream time a new track must also have lasted before it is confirmed "
         "(0: confirm_hits alone decides)",
+    )
+
+    appearance: Name | None = Field(
+        None,
+        description="name of a secondary model of kind embedding whose vectors join the "
+        "association cost (objects that cross or hide one another keep their ids); null: "
+        "IoU alone",
+    )
+    appearance_weight: Number(0.0, 1.0) = Field(
+        0.3,
+        description="with appearance: the share of the cost that is appearance (cosine "
+        "distance), the rest 1 - IoU; pairs the IoU thresholds refuse stay refused",
     )
 
     @model_validator(mode="after")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -21,9 +22,10 @@ from vstream.transfer import transfers
 
 
 @functools.cache
-def _kernel() -> object:
-    """``torch.ops.torchvision.nms``, loading torchvision's extension library if needed."""
-    if not hasattr(torch.ops.torchvision, "nms"):
+def torchvision_op(name: str) -> Any:
+    """``torch.ops.torchvision.<name>`` (``nms``, ``roi_align``), loading torchvision's extension
+    library if needed: the compiled kernel without the second that ``import torchvision`` costs."""
+    if not hasattr(torch.ops.torchvision, name):
         spec = importlib.util.find_spec("torchvision")
         folder = Path(next(iter(spec.submodule_search_locations))) if spec else None
         library = next(iter(sorted(folder.glob("_C*.so"))), None) if folder else None
@@ -31,7 +33,7 @@ def _kernel() -> object:
             torch.ops.load_library(str(library))
         else:  # an unusual install: let torchvision find its own library
             import torchvision.ops  # noqa: F401
-    return torch.ops.torchvision.nms
+    return getattr(torch.ops.torchvision, name)
 
 
 def batched_nms(
@@ -46,7 +48,7 @@ def batched_nms(
     offsets = groups.to(boxes) * (boxes.max() + 1)
     # On CUDA the kernel selects the kept boxes with a boolean mask: the host learns how many.
     transfers.implicit_sync("nms")
-    return _kernel()(boxes + offsets[:, None], scores, iou)
+    return torchvision_op("nms")(boxes + offsets[:, None], scores, iou)
 
 
 def cxcywh_to_xyxy(boxes: torch.Tensor) -> torch.Tensor:

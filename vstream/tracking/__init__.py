@@ -7,18 +7,28 @@ Everything here is numpy and scipy: importing it loads no model stack.
 - :class:`Tracker`: the interface (``update``, ``track_classes``,
   ``live_track_ids``, ``reset``);
 - :class:`ByteTracker`: the ByteTrack-style implementation, configured by
-  :class:`TrackingConfig`.
+  :class:`TrackingConfig`;
+- :mod:`~vstream.tracking.appearance`: an embedding's cosine distance blended into the
+  IoU cost, and each track's smoothed vector (:class:`AppearanceBank`).
 """
 
 from vstream.lazy import lazy_exports
 
-__all__ = ["NO_TRACK", "ByteTracker", "Tracker", "TrackingConfig", "iou_matrix"]
+__all__ = [
+    "NO_TRACK",
+    "AppearanceBank",
+    "ByteTracker",
+    "Tracker",
+    "TrackingConfig",
+    "iou_matrix",
+]
 
 # Lazy: the tracker needs scipy; its options live in vstream.config.tracking.
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "NO_TRACK": "vstream.tracking.base",
+        "AppearanceBank": "vstream.tracking.appearance",
         "Tracker": "vstream.tracking.base",
         "iou_matrix": "vstream.tracking.base",
         "ByteTracker": "vstream.tracking.bytetrack",

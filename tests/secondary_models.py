@@ -1,0 +1,75 @@
+"""Tiny ONNX crop models built with onnx.helper, for the secondary-model tests.
+
+Each has the interface of a real crop classifier or embedder (``images``
+``[batch, 3, h, w]`` in, ``[batch, values]`` out), small enough to build in
+milliseconds, with outputs a test can compute by hand from the crops.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+def _save(graph: onnx.GraphProto, path: Path, metadata: dict[str, str] | None) -> Path:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    for key, value in (metadata or {}).items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def linear_model(
+    path: Path,
+    weights: np.ndarray,
+    *,
+    imgsz: tuple[int | str, int | str] = (16, 16),
+    batch: int | str = "batch",
+    metadata: dict[str, str] | None = None,
+    channels: int = 3,
+) -> Path:
+    """``output = mean over pixels of each channel @ weights``: ``[batch, weights.shape[1]]``.
+
+    The per-channel means of each crop, mixed by ``weights`` (``[3, values]``):
+    with the identity the output is the crop's mean colour.
+    """
+    w = numpy_helper.from_array(weights.astype(np.float32), "w")
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["images"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
+        helper.make_node("MatMul", ["flat", "w"], ["output0"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "linear_crop_model",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [batch, channels, *imgsz])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [batch, weights.shape[1]])],
+        initializer=[w],
+    )
+    return _save(graph, path, metadata)
+
+
+def flatten_model(
+    path: Path, *, imgsz: tuple[int, int] = (8, 8), metadata: dict[str, str] | None = None
+) -> Path:
+    """``output = the crop itself``, flattened to ``[batch, 3 * h * w]``: what the model saw."""
+    nodes = [helper.make_node("Flatten", ["images"], ["output0"], axis=1)]
+    graph = helper.make_graph(
+        nodes,
+        "flatten_crop_model",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, *imgsz])],
+        [
+            helper.make_tensor_value_info(
+                "output0", TensorProto.FLOAT, ["batch", 3 * imgsz[0] * imgsz[1]]
+            )
+        ],
+    )
+    return _save(graph, path, metadata)

@@ -1,0 +1,268 @@
+"""What a secondary model (a crop classifier or embedder) looks like, checked against its options.
+
+Kept apart from :mod:`vstream.inference.secondary` so that ``vstream validate``
+can check a cascade with ONNX Runtime alone, without torch.
+
+Preprocessing and labels come from the options where set, else from the
+model's metadata (``metadata_props``; values are text, lists as JSON), else
+from the defaults:
+
+============== ======================================== ==============
+key            value                                    default
+============== ======================================== ==============
+``labels``     JSON list of labels (``names`` is read   none: label ids
+               too, as Ultralytics' classifiers write    as text
+               it)
+``kind``       ``classifier`` or ``embedding``           the options'
+``imgsz``      ``[h, w]`` or one integer                 the input's
+``crop``       ``stretch`` or ``square``                 ``stretch``
+``resize``     ``linear`` or ``area``                    ``linear``
+``input_range`` ``1`` or ``255``                         ``1``
+``mean``       ``[r, g, b]`` in input_range units       ``[0, 0, 0]``
+``std``        ``[r, g, b]`` in input_range units       ``[1, 1, 1]``
+``outputs``    ``logits`` or ``probabilities``           ``logits``
+============== ======================================== ==============
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vstream.config.secondary import SecondaryConfig
+from vstream.errors import ModelError
+from vstream.inference.model import (
+    INPUT_DTYPES,
+    TensorSpec,
+    _literal,
+    _tensor_spec,
+    infer_output_shapes,
+    parse_class_names,
+)
+
+_CHOICES = {
+    "kind": ("classifier", "embedding"),
+    "crop": ("stretch", "square"),
+    "resize": ("linear", "area"),
+    "outputs": ("logits", "probabilities"),
+}
+
+
+@dataclass(frozen=True)
+class SecondarySpec:
+    """A secondary model's interface and its preprocessing, resolved once."""
+
+    path: Path
+    input: TensorSpec
+    output: TensorSpec
+    input_size: tuple[int, int]
+    """``(height, width)`` of each crop."""
+    output_size: int
+    """Values per crop: one per label, or the embedding's length."""
+    labels: tuple[str, ...]
+    """One per output of a classifier (ids as text where neither options nor metadata name
+    them); empty for an embedding."""
+    crop: str
+    resize: str
+    input_range: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    outputs: str
+    """``logits`` or ``probabilities`` (a classifier's); ``embedding`` for an embedding."""
+
+    @property
+    def fixed_batch(self) -> int | None:
+        dim = self.input.shape[0]
+        return dim if isinstance(dim, int) and dim > 0 else None
+
+
+def _choice(config: SecondaryConfig, metadata: dict[str, str], key: str, default: str) -> str:
+    value = getattr(config, key)
+    if value is not None:
+        return str(value)
+    found = metadata.get(key)
+    if found is None:
+        return default
+    if found not in _CHOICES[key]:
+        raise ModelError(
+            f"{Path(config.path).name}: metadata {key}={found!r} is not one of "
+            f"{', '.join(_CHOICES[key])}"
+        )
+    return found
+
+
+def _triple(config: SecondaryConfig, metadata: dict[str, str], key: str, default: float) -> Any:
+    value = getattr(config, key)
+    if value is not None:
+        return tuple(float(v) for v in value)
+    found = _literal(metadata.get(key))
+    if found is None:
+        return (default,) * 3
+    if (
+        isinstance(found, list | tuple)
+        and len(found) == 3
+        and all(isinstance(v, int | float) for v in found)
+        and (key != "std" or all(v > 0 for v in found))
+    ):
+        return tuple(float(v) for v in found)
+    raise ModelError(
+        f"{Path(config.path).name}: metadata {key}={metadata[key]!r} is not three numbers"
+        + (" above 0" if key == "std" else "")
+    )
+
+
+def _input_size(config: SecondaryConfig, image: TensorSpec, metadata: dict[str, str]) -> Any:
+    name = Path(config.path).name
+    h, w = image.shape[2], image.shape[3]
+    fixed = (h, w) if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0 else None
+    asked = config.imgsz
+    requested = (asked, asked) if isinstance(asked, int) else asked
+    if fixed is not None:
+        if requested is not None and tuple(requested) != fixed:
+            raise ModelError(
+                f"{name} takes a fixed {fixed[1]}x{fixed[0]} input; imgsz "
+                f"{requested[1]}x{requested[0]} does not fit (leave imgsz unset)"
+            )
+        return fixed
+    if requested is not None:
+        return tuple(requested)
+    found = _literal(metadata.get("imgsz"))
+    if isinstance(found, int) and found > 0:
+        return found, found
+    if (
+        isinstance(found, list | tuple)
+        and len(found) == 2
+        and all(isinstance(v, int) and v > 0 for v in found)
+    ):
+        return found[0], found[1]
+    raise ModelError(f"{name}: the input size is dynamic and not in the metadata; set imgsz")
+
+
+def _labels(config: SecondaryConfig, metadata: dict[str, str]) -> tuple[str, ...] | None:
+    if config.labels is not None:
+        return tuple(config.labels)
+    text = metadata.get("labels", metadata.get("names"))
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    names = parse_class_names(text)
+    if names and sorted(names) == list(range(len(names))):
+        return tuple(names[i] for i in range(len(names)))
+    raise ModelError(f"{Path(config.path).name}: metadata labels {text[:80]!r} are not a list")
+
+
+def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
+    """Describe the model in ``session`` and check it fits ``config``; one line if not.
+
+    The model must take one float image ``[batch, 3, height, width]`` and give
+    ``[batch, values]`` first (further outputs are not read); a classifier's
+    values must be as many as its labels.
+    """
+    path = Path(config.path)
+    inputs = [_tensor_spec(i) for i in session.get_inputs()]
+    image = inputs[0]
+    channels = image.shape[1] if len(image.shape) == 4 else None
+    if len(inputs) != 1 or len(image.shape) != 4 or (isinstance(channels, int) and channels != 3):
+        described = ", ".join(f"{i.name} {i.type_name} {list(i.shape)}" for i in inputs)
+        raise ModelError(
+            f"{path.name}: a secondary model takes one image input [batch, 3, height, width]; "
+            f"this model takes {described}"
+        )
+    if not image.supported or image.dtype_name not in INPUT_DTYPES:
+        raise ModelError(
+            f"{path.name}: input {image.name!r} is {image.type_name}; "
+            "only float32 and float16 image inputs are supported"
+        )
+    metadata = dict(session.get_modelmeta().custom_metadata_map)
+    declared = metadata.get("kind")
+    if declared is not None and declared != config.kind:
+        raise ModelError(
+            f"{path.name}: the model's metadata says it is a {declared} model, "
+            f"configured as kind {config.kind}"
+        )
+    size = _input_size(config, image, metadata)
+    output = _tensor_spec(session.get_outputs()[0])
+    values = output.shape[1] if len(output.shape) == 2 else None
+    if len(output.shape) == 2 and not (isinstance(values, int) and values > 0):
+        shape = infer_output_shapes(path, image.name, (1, 3, *size)).get(output.name, ())
+        values = shape[1] if len(shape) == 2 else None
+    if not output.supported or output.dtype_name not in INPUT_DTYPES:
+        raise ModelError(f"{path.name}: output {output.name!r} is {output.type_name}, not float")
+    if len(output.shape) != 2 or not (isinstance(values, int) and values > 0):
+        raise ModelError(
+            f"{path.name}: output {output.name!r} must be [batch, values] with a known number "
+            f"of values, got {list(output.shape)}"
+        )
+    labels: tuple[str, ...] = ()
+    if config.kind == "classifier":
+        found = _labels(config, metadata)
+        if found is not None and len(found) != values:
+            given = "labels" if config.labels is not None else "the metadata's labels"
+            raise ModelError(
+                f"{path.name}: {given} name {len(found)} classes but the model gives "
+                f"{values} values per crop"
+            )
+        labels = found if found is not None else tuple(str(i) for i in range(values))
+    return SecondarySpec(
+        path=path,
+        input=image,
+        output=output,
+        input_size=(int(size[0]), int(size[1])),
+        output_size=int(values),
+        labels=labels,
+        crop=_choice(config, metadata, "crop", "stretch"),
+        resize=_choice(config, metadata, "resize", "linear"),
+        input_range=_range(config, metadata),
+        mean=_triple(config, metadata, "mean", 0.0),
+        std=_triple(config, metadata, "std", 1.0),
+        outputs=(
+            "embedding"
+            if config.kind == "embedding"
+            else _choice(config, metadata, "outputs", "logits")
+        ),
+    )
+
+
+def _range(config: SecondaryConfig, metadata: dict[str, str]) -> int:
+    if config.input_range is not None:
+        return config.input_range
+    found = metadata.get("input_range", "1")
+    if found not in ("1", "255"):
+        name = Path(config.path).name
+        raise ModelError(f"{name}: metadata input_range={found!r} is not 1 or 255")
+    return int(found)
+
+
+def check_secondary(config: SecondaryConfig) -> SecondarySpec:
+    """Load ``config.path`` in ONNX Runtime (CPU) and check it fits, without torch.
+
+    What ``vstream validate`` runs for each secondary model (beside
+    :func:`vstream.config.secondary.check_on_classes` with the detector's names).
+    """
+    from vstream.inference.wheels import load_onnxruntime
+
+    ort = load_onnxruntime()
+    path = Path(config.path)
+    if not path.is_file():
+        raise ModelError(f"secondary model file not found: {path}")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        session = ort.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # ONNX Runtime raises several unrelated types
+        first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+        raise ModelError(f"cannot load secondary model {path}: {first}") from None
+    return read_secondary_spec(session, config)
+
+
+__all__ = ["SecondarySpec", "check_secondary", "read_secondary_spec"]
