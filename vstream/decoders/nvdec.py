@@ -248,9 +248,12 @@ class _Session:
 
 def _release(session: _Session) -> None:
     """Drop a decoder for good: its surfaces are freed, so wait until nothing reads them."""
+    from vstream.inference.providers import current_context_kept
+
     if session.done is not None:
         session.done.synchronize()  # not per frame: once, when a decoder is destroyed
-    session.decoder = None
+    with current_context_kept():  # PyNvVideoCodec may leave another context current
+        session.decoder = None
     session.ring = None
 
 
@@ -488,16 +491,19 @@ class NvdecDecoder:
         return _Session(self._create_decoder(), key, size)
 
     def _create_decoder(self) -> Any:
+        from vstream.inference.providers import current_context_kept
+
         nvc = self._nvc
         try:
-            return nvc.CreateDecoder(
-                gpuid=self.device.index,
-                codec=getattr(nvc.cudaVideoCodec, self._codec),
-                cudacontext=0,  # 0: the device's primary context, which torch uses too
-                cudastream=self._stream_handle,
-                usedevicememory=True,
-                outputColorType=self._colour_type,
-            )
+            with current_context_kept():  # as GetDecoderCaps, it may leave its own current
+                return nvc.CreateDecoder(
+                    gpuid=self.device.index,
+                    codec=getattr(nvc.cudaVideoCodec, self._codec),
+                    cudacontext=0,  # 0: the device's primary context, which torch uses too
+                    cudastream=self._stream_handle,
+                    usedevicememory=True,
+                    outputColorType=self._colour_type,
+                )
         except Exception as exc:
             raise SourceError(
                 f"{self.demuxer.display_name}: cannot create the NVDEC decoder: {first_line(exc)}"

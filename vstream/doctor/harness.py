@@ -47,12 +47,14 @@ def open_video(
 
 
 def detect_records(
-    detector: Any, video: Path, frames: int | None, *, decoder: str = "auto"
+    detector: Any, video: Path, frames: int | None, *, decoder: str = "auto", settled: bool = True
 ) -> list[dict[str, Any]]:
     """Records of the overlapped engine (a reader, three stage threads) on ``video``.
 
     ``frames`` frames of the video looped, or (None) the whole video once;
-    each record says which decoder read it.
+    each record says which decoder read it. ``settled``: the device has
+    finished the work when this returns (for clocks); the copies check, which
+    counts the host's waits, does without that wait of its own.
     """
     from vstream.engine.pipeline import detect_iter
     from vstream.transfer import settle
@@ -74,7 +76,8 @@ def detect_records(
 
         frames_in: Iterable[Any] = feed() if frames is None else itertools.islice(feed(), frames)
         results = list(detect_iter(detector, [frames_in]))
-    settle(detector.device)
+    if settled:
+        settle(detector.device)
     name = names[0] if names else None
     return [r.to_record() | {"decoder": name} for r in results]
 

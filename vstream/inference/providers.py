@@ -212,7 +212,11 @@ def pipeline_stream(device: torch.device, handle: int | None = None) -> Any:
             created = ctypes.c_void_p()
             if driver.cuStreamCreate(ctypes.byref(created), 0) == 0 and created.value:
                 stream = torch.cuda.ExternalStream(created.value, device=device)
-                weakref.finalize(stream, _destroy_stream, driver, created.value)
+                finalizer = weakref.finalize(stream, _destroy_stream, driver, created.value)
+                # Not at exit: the driver and PyNvVideoCodec may be torn down by then (a
+                # segfault in weakref's exit hook after `vstream doctor` on an H100); the
+                # process's end frees the stream anyway.
+                finalizer.atexit = False
                 return stream
     log.debug("cuStreamCreate unavailable: the pipeline uses a stream of torch's pool")
     return torch.cuda.Stream(device=device)
