@@ -68,7 +68,9 @@ def count_copies(detector: Any, video: Path, frames: int) -> tuple[str, dict[str
             try:
                 activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
                 with profile(activities=activities) as prof, record_function(WINDOW):
-                    records = detect_records(detector, video, frames, decoder="nvdec", settled=False)
+                    records = detect_records(
+                        detector, video, frames, decoder="nvdec", settled=False
+                    )
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         prof.export_chrome_trace(str(trace))
