@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from vstream.annotate import Annotator, class_colour
 from vstream.config.sinks import VideoSinkConfig
-from vstream.results import Detection, FrameResult
+from vstream.results import Detection, Detections, FrameResult
 from vstream.sinks import video as video_module
 from vstream.sinks.video import (
     VideoWriteError,
@@ -66,7 +66,7 @@ def annotate_file(source: Path, output: Path, boxes: bool = True, **options: Any
         writer = VideoWriter(output, frames.info.width, frames.info.height, frames.fps, **options)
         with writer:
             for frame in frames:
-                dets = (moving_box(frame.index),) if boxes else ()
+                dets = Detections.from_detections([moving_box(frame.index)] if boxes else [])
                 result = FrameResult(
                     frame.stream_id, frame.index, frame.pts_seconds, frame.width, frame.height, dets
                 )
