@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -29,10 +30,28 @@ from vstream.frame import Frame
 from vstream.results import NO_TRACK, Detections, FrameResult, label_for
 from vstream.uri import publish_display
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger("vstream.engine")
 
 DEFAULT_FPS = 25.0
 """Frame rate given to a video writer when the source does not declare one (live streams)."""
+
+
+@runtime_checkable
+class Preview(Protocol):
+    """What a pipeline uses of the preview hub (:class:`vstream.server.preview.PreviewHub`).
+
+    Written here because the server imports the engine: the engine names the
+    hub's methods it calls, never the server (``tests/test_imports.py``).
+    """
+
+    def watched(self, stream_id: str) -> bool: ...
+
+    def offer(self, stream_id: str, frame: Callable[[], torch.Tensor]) -> bool: ...
+
+    def remove(self, stream_id: str) -> None: ...
 
 
 def analyze(analytics: StreamAnalytics, result: FrameResult) -> FrameResult:
@@ -91,7 +110,7 @@ class FrameOutputs:
             for sink in config.sinks
             if isinstance(sink, ClipsSinkConfig)
         ]
-        self.preview: Any = None
+        self.preview: Preview | None = None
         """The server's preview hub, when there is one (set by the engine)."""
         self._writers: dict[tuple[int, str], Any] = {}
         self.finished: dict[str, Any] = {}
