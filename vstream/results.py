@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -96,6 +96,11 @@ class Detections:
     marked read-only, and the attributes cannot be reassigned: pass arrays
     nobody writes afterwards. Shapes that do not agree raise ``ValueError``
     naming every column's shape.
+
+    :meth:`records` writes the fixed columns only: a ``data`` column (a
+    secondary classifier's label and score, an embedding, a ``predicted``
+    flag for boxes the tracker carried) reaches the records when the feature
+    that adds it decides its keys, without changing the records of today.
     """
 
     __slots__ = ("class_id", "class_names", "confidence", "data", "tracker_id", "xyxy")
@@ -196,7 +201,15 @@ class Detections:
     def __len__(self) -> int:
         return len(self.confidence)
 
-    def __getitem__(self, index: Any) -> Any:
+    @overload
+    def __getitem__(self, index: int | np.integer) -> Detection: ...
+
+    @overload
+    def __getitem__(self, index: slice | np.ndarray | Sequence[int]) -> Detections: ...
+
+    def __getitem__(
+        self, index: int | np.integer | slice | np.ndarray | Sequence[int]
+    ) -> Detection | Detections:
         """A :class:`Detection` for an int; a :class:`Detections` for a mask, indices or slice."""
         if isinstance(index, (int, np.integer)):
             return self._view(int(index))
