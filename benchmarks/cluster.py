@@ -37,11 +37,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vstream import assets
 from vstream.cluster.relay import Relay
 from vstream.cluster.worker import WorkerInfo, WorkerReport
 from vstream.config import parse_data
-from vstream.results import Detection, FrameResult
+from vstream.results import Detections, FrameResult
 
 
 def busy_cores() -> tuple[float, float]:
@@ -205,8 +207,12 @@ class SyntheticWorker:
 
     def _make(self, stream: str) -> None:
         assert self.relay is not None
-        boxes = tuple(
-            Detection((10.0 + i, 20.0, 50.0 + i, 80.0), 0.9, 0, "a") for i in range(self.detections)
+        shift = np.arange(self.detections, dtype=np.float32)[:, None]
+        boxes = Detections(
+            np.array([10.0, 20.0, 50.0, 80.0], np.float32) + shift * [1, 0, 1, 0],
+            np.full(self.detections, 0.9, np.float32),
+            np.zeros(self.detections, np.int64),
+            class_names={0: "a"},
         )
         index = 0
         while not self.stop.is_set():

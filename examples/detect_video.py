@@ -22,8 +22,11 @@ def main(
     # The same engine as `vstream run`: decoding, the model and postprocessing overlap.
     for result in vstream.detect(video, model=model, device="auto", conf=0.25):
         frames += 1
-        counts.update(d.label for d in result.detections)
-        labels = ", ".join(f"{d.label} {d.score:.2f}" for d in result.detections)
+        # Detections are columns (xyxy, confidence, class_id, tracker_id); labels resolve on demand.
+        detections = result.detections
+        names, scores = detections.labels, detections.confidence.tolist()
+        counts.update(names)
+        labels = ", ".join(f"{n} {s:.2f}" for n, s in zip(names, scores, strict=True))
         print(f"frame {result.frame_index:4d} @ {result.pts_seconds:6.2f}s: {labels or '-'}")
     print(f"{frames} frames; detections per class: {dict(counts)}")
 

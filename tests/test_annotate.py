@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 import torch
@@ -20,25 +18,9 @@ from vstream.annotate import (
 from vstream.annotate.font import GlyphAtlas
 from vstream.frame import Frame, PixelFormat
 from vstream.preprocess.colour import to_rgb_planar
-from vstream.results import Detection, FrameResult
+from vstream.results import Detection, Detections, FrameResult
 
 GREY = 90
-
-
-@dataclass(frozen=True)
-class TrackedDetection(Detection):
-    """A detection as the tracker will make it (``track_id``), before results.py has the field."""
-
-    track_id: int | None = None
-
-
-@dataclass(frozen=True)
-class AnalyticsResult(FrameResult):
-    """A frame result with events, line counts and zone occupancy, as issue 11 will add."""
-
-    events: tuple[dict, ...] = ()
-    line_counts: dict | None = None
-    zone_occupancy: dict | None = None
 
 
 def grey_frame(width: int = 320, height: int = 240, device: str = "cpu") -> Frame:
@@ -47,7 +29,7 @@ def grey_frame(width: int = 320, height: int = 240, device: str = "cpu") -> Fram
 
 
 def result(*detections: Detection, width: int = 320, height: int = 240) -> FrameResult:
-    return FrameResult("cam", 0, 61.5, width, height, tuple(detections))
+    return FrameResult("cam", 0, 61.5, width, height, Detections.from_detections(detections))
 
 
 def changed(before: torch.Tensor, after: torch.Tensor) -> np.ndarray:
@@ -170,7 +152,7 @@ def test_boxes_are_drawn_where_the_records_say() -> None:
 
 def test_labels_say_label_score_and_track() -> None:
     frame = grey_frame()
-    det = TrackedDetection((100.0, 80.0, 200.0, 180.0), 0.87, 1, "square", track_id=7)
+    det = Detection((100.0, 80.0, 200.0, 180.0), 0.87, 1, "square", track_id=7)
     annotator = Annotator(show_status=False)
     image = annotator.annotate(frame, result(det))
     atlas = glyph_atlas(annotator.font_size_for(320, 240))
@@ -208,8 +190,8 @@ def test_label_moves_inside_at_the_top_and_stays_in_the_frame() -> None:
 def test_colours_follow_tracks_when_asked() -> None:
     frame = grey_frame()
     dets = (
-        TrackedDetection((10.0, 10.0, 60.0, 60.0), 0.9, 0, "a", track_id=4),
-        TrackedDetection((100.0, 100.0, 160.0, 160.0), 0.9, 0, "a", track_id=5),
+        Detection((10.0, 10.0, 60.0, 60.0), 0.9, 0, "a", track_id=4),
+        Detection((100.0, 100.0, 160.0, 160.0), 0.9, 0, "a", track_id=5),
     )
     image = Annotator(colour_by="track", show_labels=False, show_status=False).annotate(
         frame, result(*dets)
@@ -258,8 +240,8 @@ def test_lines_zones_and_counts() -> None:
     assert not torch.equal(inside, torch.full((3,), GREY, dtype=torch.int32))
     assert tuple(plain[200, 200].tolist()) == (GREY, GREY, GREY)
     # Counts change the labels; a crossing event makes the line flash.
-    counted = AnalyticsResult(
-        "cam", 0, 1.0, 320, 240, (),
+    counted = FrameResult(
+        "cam", 0, 1.0, 320, 240, Detections.empty(),
         events=({"type": "line_crossing", "line": "gate", "direction": "in", "track_id": 7},),
         line_counts={"gate": {"in": 3, "out": 5}},
         zone_occupancy={"dock": 2},
@@ -323,11 +305,11 @@ def test_cuda_draws_the_same_pixels_as_the_cpu() -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     dets = (
-        TrackedDetection((10.0, 20.0, 120.0, 90.0), 0.91, 0, "person", track_id=3),
-        TrackedDetection((150.5, 60.2, 300.7, 230.9), 0.42, 5, "car", track_id=None),
+        Detection((10.0, 20.0, 120.0, 90.0), 0.91, 0, "person", track_id=3),
+        Detection((150.5, 60.2, 300.7, 230.9), 0.42, 5, "car", track_id=None),
     )
-    counted = AnalyticsResult(
-        "cam", 0, 1.0, 320, 240, dets,
+    counted = FrameResult(
+        "cam", 0, 1.0, 320, 240, Detections.from_detections(dets),
         events=({"type": "zone_enter", "zone": "dock"},),
         line_counts={"gate": {"in": 1, "out": 0}},
         zone_occupancy={"dock": 1},

@@ -642,7 +642,7 @@ class ReaddWorker:
     def add(self, pipeline: str, source: Any, resume: Any) -> None:
         from vstream.results import FrameResult
 
-        records = [FrameResult(source.id, i, i / FPS, 64, 48, ()) for i in range(233)]
+        records = [FrameResult(source.id, i, i / FPS, 64, 48) for i in range(233)]
         first = not self.in_pipeline
         self.relay.write(self.in_pipeline)
         self.relay.write(records[:221] if first else records)

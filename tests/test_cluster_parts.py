@@ -132,7 +132,7 @@ def test_nvdec_sessions_are_counted_per_gpu_worker() -> None:
 
 
 def record(stream: str, index: int) -> FrameResult:
-    return FrameResult(stream, index, index / 25, 64, 48, ())
+    return FrameResult(stream, index, index / 25, 64, 48)
 
 
 def test_the_relay_keeps_each_streams_order_and_counts_what_entered() -> None:

@@ -324,7 +324,7 @@ class FlakyTransport(BrokenTransport):
 def results(count: int) -> list:
     from vstream.results import FrameResult
 
-    return [FrameResult("cam", i, i / 25, 64, 48, ()) for i in range(count)]
+    return [FrameResult("cam", i, i / 25, 64, 48) for i in range(count)]
 
 
 def test_a_sink_with_a_bug_fails_once_and_is_never_retried() -> None:

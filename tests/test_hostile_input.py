@@ -306,7 +306,7 @@ def test_add_remove_churn_returns_threads_and_memory(api: httpx.Client, engine: 
 
 
 def frame_result(frame: int) -> FrameResult:
-    return FrameResult("cam", frame, frame / 25, 320, 240, ())
+    return FrameResult("cam", frame, frame / 25, 320, 240)
 
 
 class SlowReceiver(BaseHTTPRequestHandler):

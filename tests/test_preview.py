@@ -17,6 +17,7 @@ from dashboard_app import FakeStreams, Feeder, moving_frame, serve, wait_for
 from PIL import Image
 
 from vstream.config import PreviewConfig
+from vstream.engine.outputs import Preview
 from vstream.server.auth import SESSION_COOKIE, SessionStore
 from vstream.server.dashboard import page
 from vstream.server.preview import PreviewHub, TooManyViewers
@@ -83,6 +84,11 @@ def hub():
     hub = PreviewHub(max_fps=5, max_width=320, snapshot_wait=1.0)
     yield hub
     hub.close()
+
+
+def test_the_hub_is_what_the_engine_takes_as_a_preview(hub: PreviewHub) -> None:
+    """The engine types the hub by the methods it calls (it may not import the server)."""
+    assert isinstance(hub, Preview)
 
 
 def test_nobody_watching_costs_nothing(hub: PreviewHub) -> None:

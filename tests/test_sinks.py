@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
-from vstream.results import Detection, FrameResult
+from vstream.results import Detection, Detections, FrameResult
 from vstream.sinks import BufferedSink, DeliveryError, JsonLinesSink, RetryPolicy
 from vstream.sinks.mqtt import MqttTransport
 from vstream.sinks.redis_streams import RedisStreamTransport
@@ -30,8 +30,8 @@ FAST_RETRY = RetryPolicy(initial_delay_seconds=0.02, max_delay_seconds=0.1)
 
 
 def result(frame: int, stream: str = "cam", detections: int = 1) -> FrameResult:
-    dets = tuple(
-        Detection((1.0 + i, 2.0, 30.5, 40.25), 0.9, i, f"class{i}") for i in range(detections)
+    dets = Detections.from_detections(
+        [Detection((1.0 + i, 2.0, 30.5, 40.25), 0.9, i, f"class{i}") for i in range(detections)]
     )
     return FrameResult(stream, frame, frame / 25, 320, 240, dets)
 

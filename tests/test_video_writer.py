@@ -21,7 +21,7 @@ from helpers import ffprobe_frame_count, write_timed_video, write_video
 
 from vstream.annotate import Annotator, class_colour
 from vstream.config.sinks import VideoSinkConfig
-from vstream.results import Detection, FrameResult
+from vstream.results import Detection, Detections, FrameResult
 from vstream.sinks.video import encoders, nvenc
 from vstream.sinks.video.container import VideoWriteError, partial_path
 from vstream.sinks.video.encoders import resolve_encoder
@@ -61,7 +61,7 @@ def annotate_file(source: Path, output: Path, boxes: bool = True, **options: Any
         writer = VideoWriter(output, frames.info.width, frames.info.height, frames.fps, **options)
         with writer:
             for frame in frames:
-                dets = (moving_box(frame.index),) if boxes else ()
+                dets = Detections.from_detections([moving_box(frame.index)] if boxes else [])
                 result = FrameResult(
                     frame.stream_id, frame.index, frame.pts_seconds, frame.width, frame.height, dets
                 )

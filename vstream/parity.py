@@ -135,7 +135,13 @@ def measure(reference: Reference, **options: Any) -> Agreement:
 
     results = detect(reference.video, model=reference.model, **reference.options(), **options)
     ours = [
-        [{"bbox": d.bbox, "class_id": d.class_id} for d in result.detections] for result in results
+        [
+            {"bbox": tuple(box), "class_id": class_id}
+            for box, class_id in zip(
+                result.detections.xyxy.tolist(), result.detections.class_id.tolist(), strict=True
+            )
+        ]
+        for result in results
     ]
     if len(ours) != len(reference.frames):
         raise ValueError(

@@ -1,19 +1,70 @@
-"""Host-side results: detections per frame, ready for sinks."""
+"""Host-side results: each frame's detections as columns, records made only at the edge.
+
+The device hands the host one ``(M, 7)`` array per batch (``frame, x1, y1,
+x2, y2, score, class_id``). :func:`split_by_frame` slices its columns per
+frame into a :class:`Detections`, and the columns travel as they are through
+the tracker, the analytics, the annotator and across Ray: no Python object
+is made per detected object on the way. Per-object things are made at the
+edge, where someone asks for them: JSON records
+(:meth:`Detections.records`, :meth:`FrameResult.to_record`) and the light
+:class:`Detection` views that iterating a :class:`Detections` yields.
+
+Labels are not a column: a :class:`Detections` holds the model's class names
+(one mapping shared by every frame of a detector) and resolves a label only
+where one is shown or written (:attr:`Detections.labels`). Extra per-detection
+columns go in :attr:`Detections.data`; every selection slices them with the
+boxes, so an attribute added later (a secondary classifier's label and score,
+an embedding, a flag for boxes the tracker predicted) stays aligned with its
+box without any change here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, overload
 
 import numpy as np
 
 from vstream.frame import Frame
 
+NO_TRACK = -1
+"""The :attr:`Detections.tracker_id` of a detection on no confirmed track (or with tracking off)."""
+
+_NO_NAMES: Mapping[int, str] = MappingProxyType({})
+
+
+def label_for(class_id: int, class_names: Mapping[int, str]) -> str:
+    """The name of ``class_id``, or its number where the model gave it no name."""
+    return class_names.get(class_id, str(class_id))
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """``array`` marked read-only: a :class:`Detections` is never written after it is made."""
+    array.setflags(write=False)
+    return array
+
+
+def _floats(values: Any) -> np.ndarray:
+    array = np.asarray(values)
+    return array if array.dtype.kind == "f" else array.astype(np.float64)
+
+
+def _integers(values: Any, name: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.dtype.kind in "iub" or array.size == 0:
+        return array.astype(np.int64, copy=False)
+    raise ValueError(f"Detections: {name} must hold integers, got {array.dtype}")
+
 
 @dataclass(frozen=True)
 class Detection:
-    """One detected object, in pixels of the original frame."""
+    """One detected object, read from a :class:`Detections` (what iterating one yields).
+
+    A view made on demand at the edge, for code that wants one object at a
+    time; the data path itself never makes these.
+    """
 
     bbox: tuple[float, float, float, float]
     """``(x1, y1, x2, y2)`` in original frame pixels."""
@@ -23,16 +74,243 @@ class Detection:
     track_id: int | None = None
     """The confirmed track this detection is on (with tracking on); None otherwise."""
 
-    def to_record(self) -> dict[str, Any]:
-        record: dict[str, Any] = {
-            "bbox": [round(v, 2) for v in self.bbox],
-            "score": round(self.score, 4),
-            "class_id": self.class_id,
-            "label": self.label,
+
+class Detections:
+    """The detections of one frame, as columns of equal length ``N``.
+
+    - ``xyxy``: ``(N, 4)`` float32 or float64, ``x1, y1, x2, y2`` in pixels of
+      the original frame;
+    - ``confidence``: ``(N,)`` floats;
+    - ``class_id``: ``(N,)`` int64;
+    - ``tracker_id``: ``(N,)`` int64, the confirmed track of each detection or
+      :data:`NO_TRACK` (all of them when not given: tracking off);
+    - ``class_names``: the model's names by class id, shared, not copied; a
+      class without a name is labelled with its number;
+    - ``data``: extra per-detection columns by name, each with its ``N`` rows
+      first (``(N,)`` scores, ``(N, D)`` embeddings...), read-only.
+
+    ``dets[mask]``, ``dets[indices]`` and ``dets[a:b]`` select rows of every
+    column (``data`` included) into a new :class:`Detections`; ``dets[i]`` and
+    iteration give :class:`Detection` views. The arrays are taken as given
+    (floats kept at their precision, no copy where the type already fits) and
+    marked read-only, and the attributes cannot be reassigned: pass arrays
+    nobody writes afterwards. Shapes that do not agree raise ``ValueError``
+    naming every column's shape.
+
+    :meth:`records` writes the fixed columns only: a ``data`` column (a
+    secondary classifier's label and score, an embedding, a ``predicted``
+    flag for boxes the tracker carried) reaches the records when the feature
+    that adds it decides its keys, without changing the records of today.
+    """
+
+    __slots__ = ("class_id", "class_names", "confidence", "data", "tracker_id", "xyxy")
+
+    xyxy: np.ndarray
+    confidence: np.ndarray
+    class_id: np.ndarray
+    tracker_id: np.ndarray
+    class_names: Mapping[int, str]
+    data: Mapping[str, np.ndarray]
+
+    def __init__(
+        self,
+        xyxy: Any,
+        confidence: Any,
+        class_id: Any,
+        tracker_id: Any = None,
+        *,
+        class_names: Mapping[int, str] = _NO_NAMES,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        boxes = _floats(xyxy)
+        if boxes.size == 0:
+            boxes = boxes.reshape(0, 4)
+        count = len(boxes) if boxes.ndim else 0
+        columns = {
+            "confidence": _floats(confidence),
+            "class_id": _integers(class_id, "class_id"),
+            "tracker_id": (
+                np.full(count, NO_TRACK, dtype=np.int64)
+                if tracker_id is None
+                else _integers(tracker_id, "tracker_id")
+            ),
         }
-        if self.track_id is not None:
-            record["track_id"] = self.track_id
-        return record
+        columns = {k: v.reshape(0) if v.size == 0 else v for k, v in columns.items()}
+        extra = {str(k): np.asarray(v) for k, v in (data or {}).items()}
+        if (
+            boxes.ndim != 2
+            or boxes.shape[1] != 4
+            or any(c.ndim != 1 or len(c) != count for c in columns.values())
+            or any(v.ndim == 0 or len(v) != count for v in extra.values())
+        ):
+            shapes = ", ".join(
+                f"{name} {tuple(array.shape)}"
+                for name, array in {"xyxy": boxes, **columns, **extra}.items()
+            )
+            raise ValueError(
+                f"Detections: {shapes}; expected xyxy (N, 4) and N rows in every column"
+            )
+        set_ = object.__setattr__
+        set_(self, "xyxy", _frozen(boxes))
+        for name, column in columns.items():
+            set_(self, name, _frozen(column))
+        set_(self, "class_names", class_names)
+        set_(self, "data", MappingProxyType({k: _frozen(v) for k, v in extra.items()}))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Detections are immutable: cannot set {name!r}")
+
+    def __repr__(self) -> str:
+        extra = f", data={sorted(self.data)}" if self.data else ""
+        return f"Detections({len(self)} boxes{extra})"
+
+    @classmethod
+    def empty(cls, class_names: Mapping[int, str] = _NO_NAMES) -> Detections:
+        """No detections (a frame where nothing was found)."""
+        return cls(
+            np.zeros((0, 4), np.float32),
+            np.zeros(0, np.float32),
+            np.zeros(0, np.int64),
+            class_names=class_names,
+        )
+
+    @classmethod
+    def from_detections(cls, detections: Sequence[Detection]) -> Detections:
+        """Columns from per-object :class:`Detection` values (the inverse of iterating).
+
+        For code that makes its own results one object at a time (tests,
+        synthetic workloads); the class names are taken from the labels, so
+        one class id must keep one label.
+        """
+        names: dict[int, str] = {}
+        for d in detections:
+            if names.setdefault(d.class_id, d.label) != d.label:
+                raise ValueError(
+                    f"class {d.class_id} labelled both {names[d.class_id]!r} and {d.label!r}"
+                )
+        if not detections:
+            return cls.empty()
+        return cls(
+            [d.bbox for d in detections],
+            [d.score for d in detections],
+            [d.class_id for d in detections],
+            [NO_TRACK if d.track_id is None else d.track_id for d in detections],
+            class_names=names,
+        )
+
+    def __len__(self) -> int:
+        return len(self.confidence)
+
+    @overload
+    def __getitem__(self, index: int | np.integer) -> Detection: ...
+
+    @overload
+    def __getitem__(self, index: slice | np.ndarray | Sequence[int]) -> Detections: ...
+
+    def __getitem__(
+        self, index: int | np.integer | slice | np.ndarray | Sequence[int]
+    ) -> Detection | Detections:
+        """A :class:`Detection` for an int; a :class:`Detections` for a mask, indices or slice."""
+        if isinstance(index, (int, np.integer)):
+            return self._view(int(index))
+        return Detections(
+            self.xyxy[index],
+            self.confidence[index],
+            self.class_id[index],
+            self.tracker_id[index],
+            class_names=self.class_names,
+            data={k: v[index] for k, v in self.data.items()},
+        )
+
+    def __iter__(self) -> Iterator[Detection]:
+        return (self._view(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Detections):
+            return NotImplemented
+        return (
+            all(
+                np.array_equal(a, b)
+                for a, b in (
+                    (self.xyxy, other.xyxy),
+                    (self.confidence, other.confidence),
+                    (self.class_id, other.class_id),
+                    (self.tracker_id, other.tracker_id),
+                )
+            )
+            and self.labels == other.labels
+            and self.data.keys() == other.data.keys()
+            and all(np.array_equal(v, other.data[k]) for k, v in self.data.items())
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # equal by value, and arrays are not hashable
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (across Ray) with only the names of the classes present; read-only again."""
+        names = {
+            c: self.class_names[c] for c in set(self.class_id.tolist()) if c in self.class_names
+        }
+        return (
+            _rebuild,
+            (self.xyxy, self.confidence, self.class_id, self.tracker_id, names, dict(self.data)),
+        )
+
+    @property
+    def tracked(self) -> np.ndarray:
+        """``(N,)`` bool: which detections are on a confirmed track."""
+        return self.tracker_id != NO_TRACK
+
+    @property
+    def labels(self) -> list[str]:
+        """Each detection's class name, resolved now (labels are not kept as a column)."""
+        return [label_for(c, self.class_names) for c in self.class_id.tolist()]
+
+    def records(self) -> list[dict[str, Any]]:
+        """The detections as JSON records: ``bbox`` (2 decimals), ``score`` (4), ``class_id``,
+        ``label``, and ``track_id`` only for detections on a track."""
+        records: list[dict[str, Any]] = []
+        for box, score, class_id, label, track_id in zip(
+            self.xyxy.tolist(),
+            self.confidence.tolist(),
+            self.class_id.tolist(),
+            self.labels,
+            self.tracker_id.tolist(),
+            strict=True,
+        ):
+            record: dict[str, Any] = {
+                "bbox": [round(v, 2) for v in box],
+                "score": round(score, 4),
+                "class_id": class_id,
+                "label": label,
+            }
+            if track_id != NO_TRACK:
+                record["track_id"] = track_id
+            records.append(record)
+        return records
+
+    def _view(self, index: int) -> Detection:
+        track_id = int(self.tracker_id[index])
+        class_id = int(self.class_id[index])
+        x1, y1, x2, y2 = self.xyxy[index].tolist()
+        return Detection(
+            (x1, y1, x2, y2),
+            float(self.confidence[index]),
+            class_id,
+            label_for(class_id, self.class_names),
+            None if track_id == NO_TRACK else track_id,
+        )
+
+
+def _rebuild(
+    xyxy: np.ndarray,
+    confidence: np.ndarray,
+    class_id: np.ndarray,
+    tracker_id: np.ndarray,
+    class_names: Mapping[int, str],
+    data: Mapping[str, np.ndarray],
+) -> Detections:
+    """A pickled :class:`Detections` made again (its keywords do not pickle by position)."""
+    return Detections(xyxy, confidence, class_id, tracker_id, class_names=class_names, data=data)
 
 
 @dataclass(frozen=True)
@@ -44,7 +322,7 @@ class FrameResult:
     pts_seconds: float
     width: int
     height: int
-    detections: tuple[Detection, ...]
+    detections: Detections = field(default_factory=Detections.empty)
     events: tuple[dict[str, Any], ...] | None = None
     """Line crossings, zone entries and exits, loitering; None where analytics are off."""
     line_counts: dict[str, dict[str, int]] | None = None
@@ -60,7 +338,7 @@ class FrameResult:
             "pts": round(self.pts_seconds, 6),
             "width": self.width,
             "height": self.height,
-            "detections": [d.to_record() for d in self.detections],
+            "detections": self.detections.records(),
         }
         if self.events is not None:
             record["events"] = list(self.events)
@@ -71,21 +349,36 @@ class FrameResult:
         return record
 
 
-def label_for(class_id: int, class_names: Mapping[int, str]) -> str:
-    return class_names.get(class_id, str(class_id))
-
-
 def split_by_frame(
     detections: np.ndarray, frames: Sequence[Frame], class_names: Mapping[int, str]
 ) -> list[FrameResult]:
-    """Split a batch's host detections (rows of ``frame, x1, y1, x2, y2, score, class_id``)."""
-    per_frame: list[list[Detection]] = [[] for _ in frames]
-    for position, x1, y1, x2, y2, score, class_id in detections.tolist():
-        cid = int(class_id)
-        per_frame[int(position)].append(
-            Detection((x1, y1, x2, y2), score, cid, label_for(cid, class_names))
-        )
+    """Each frame's result from a batch's host detections (rows of ``frame, x1, y1, x2, y2,
+    score, class_id``).
+
+    ``detections`` may be a staging buffer the next batch overwrites: the
+    columns are copied out once, ordered by frame (stably: each frame keeps
+    the device's order), and each frame gets views of its rows.
+    """
+    rows = np.asarray(detections).reshape(-1, 7)
+    order = np.argsort(rows[:, 0], kind="stable")
+    ordered = rows[order]  # a copy, ordered by frame
+    xyxy = np.ascontiguousarray(ordered[:, 1:5])
+    confidence = np.ascontiguousarray(ordered[:, 5])
+    class_id = ordered[:, 6].astype(np.int64)
+    bounds = np.searchsorted(ordered[:, 0], np.arange(len(frames) + 1), side="left").tolist()
     return [
-        FrameResult(f.stream_id, f.index, f.pts_seconds, f.width, f.height, tuple(dets))
-        for f, dets in zip(frames, per_frame, strict=True)
+        FrameResult(
+            f.stream_id,
+            f.index,
+            f.pts_seconds,
+            f.width,
+            f.height,
+            Detections(
+                xyxy[start:end],
+                confidence[start:end],
+                class_id[start:end],
+                class_names=class_names,
+            ),
+        )
+        for f, start, end in zip(frames, bounds[:-1], bounds[1:], strict=True)
     ]

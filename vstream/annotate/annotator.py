@@ -18,7 +18,7 @@ import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -28,6 +28,10 @@ from vstream.annotate import draw
 from vstream.annotate.convert import frame_to_rgb
 from vstream.annotate.font import GlyphAtlas, glyph_atlas
 from vstream.frame import Frame
+from vstream.results import NO_TRACK, Detections, label_for
+
+if TYPE_CHECKING:
+    from vstream.results import FrameResult
 
 PALETTE_SIZE = 20
 
@@ -252,7 +256,7 @@ class Annotator:
     def annotate(
         self,
         frame: Frame,
-        result: Any = None,
+        result: FrameResult | None = None,
         *,
         line_counts: Mapping[str, Any] | None = None,
         zone_occupancy: Mapping[str, Any] | None = None,
@@ -278,7 +282,7 @@ class Annotator:
     def draw(
         self,
         image: torch.Tensor,
-        result: Any = None,
+        result: FrameResult | None = None,
         *,
         stream_id: str | None = None,
         pts_seconds: float | None = None,
@@ -290,9 +294,9 @@ class Annotator:
         """Draw on ``image`` (contiguous RGB ``uint8`` ``(H, W, 3)``, any device); return it.
 
         ``result`` is a :class:`vstream.results.FrameResult` (or None): its
-        detections are boxed and labelled ``label score #track_id``; a
-        ``track_id``, ``events``, ``line_counts`` or ``zone_occupancy``
-        attribute is used where present. ``line_counts`` maps a line's name to
+        detections are boxed and labelled ``label score #track_id`` (the track
+        where there is one), and its ``events``, ``line_counts`` and
+        ``zone_occupancy`` are drawn where analytics ran. ``line_counts`` maps a line's name to
         ``{"in": n, "out": m}`` (or ``(n, m)``) and ``zone_occupancy`` a zone's
         name to its count; both override the result's. A line crossed in this
         frame (a ``line_crossing`` event) and a zone entered or left flash in a
@@ -307,15 +311,16 @@ class Annotator:
             raise ValueError("the picture to draw on must be contiguous")
         height, width = image.shape[0], image.shape[1]
         scene = self._scene(image.device, width, height)
+        events: Sequence[Mapping[str, Any]] = ()
         if result is not None:
-            stream_id = stream_id if stream_id is not None else getattr(result, "stream_id", None)
+            stream_id = stream_id if stream_id is not None else result.stream_id
             if pts_seconds is None:
-                pts_seconds = getattr(result, "pts_seconds", None)
+                pts_seconds = result.pts_seconds
             if line_counts is None:
-                line_counts = getattr(result, "line_counts", None)
+                line_counts = result.line_counts
             if zone_occupancy is None:
-                zone_occupancy = getattr(result, "zone_occupancy", None)
-        events = getattr(result, "events", None) or ()
+                zone_occupancy = result.zone_occupancy
+            events = result.events or ()
         hot_lines = {
             e.get("line")
             for e in events
@@ -330,7 +335,7 @@ class Annotator:
         self._draw_zones(image, scene, zone_occupancy, hot_zones, labels)
         self._draw_lines(image, scene, line_counts, hot_lines, labels)
         if result is not None:
-            self._draw_boxes(image, scene, getattr(result, "detections", ()), labels)
+            self._draw_boxes(image, scene, result.detections, labels)
         if self.show_status:
             text = status if status is not None else self._status_text(stream_id, pts_seconds, fps)
             if text:
@@ -387,25 +392,30 @@ class Annotator:
             labels.append(_Label(x, y - scene.label_height, text, row))
 
     def _draw_boxes(
-        self, image: torch.Tensor, scene: _Scene, detections: Iterable[Any], labels: list[_Label]
+        self, image: torch.Tensor, scene: _Scene, detections: Detections, labels: list[_Label]
     ) -> None:
         height, width = image.shape[0], image.shape[1]
         t = scene.thickness
-        for det in detections:
-            if not all(math.isfinite(v) for v in det.bbox):
-                continue
-            x1, y1, x2, y2 = (round(v) for v in det.bbox)
-            x1, x2 = max(0, min(x1, width)), max(0, min(x2, width))
-            y1, y2 = max(0, min(y1, height)), max(0, min(y2, height))
+        finite = np.isfinite(detections.xyxy).all(axis=1)
+        # Rounded (half to even, as Python's round) and clamped to the picture, in numpy.
+        limits = np.array([width, height, width, height], dtype=np.float64)
+        boxes = np.clip(np.round(detections.xyxy[finite]), 0, limits).astype(np.int64)
+        for (x1, y1, x2, y2), score, class_id, track_id in zip(
+            boxes.tolist(),
+            detections.confidence[finite].tolist(),
+            detections.class_id[finite].tolist(),
+            detections.tracker_id[finite].tolist(),
+            strict=True,
+        ):
             if x2 <= x1 or y2 <= y1:
                 continue
-            track_id = getattr(det, "track_id", None)
-            key = track_id if self.colour_by == "track" and track_id is not None else det.class_id
-            row = int(key) % PALETTE_SIZE
+            tracked = track_id != NO_TRACK
+            key = track_id if self.colour_by == "track" and tracked else class_id
+            row = key % PALETTE_SIZE
             draw.box_outline(image, x1, y1, x2, y2, t, scene.colours[row])
             if self.show_labels:
-                text = f"{det.label} {det.score:.2f}"
-                if track_id is not None:
+                text = f"{label_for(class_id, detections.class_names)} {score:.2f}"
+                if tracked:
                     text += f" #{track_id}"
                 above = y1 - scene.label_height
                 labels.append(_Label(x1, above if above >= 0 else y1, text, row))

@@ -72,6 +72,7 @@ from vstream.sources.base import SourceState
 
 if TYPE_CHECKING:
     from vstream.clips.catalogue import Catalogue
+    from vstream.engine.outputs import Preview
     from vstream.sinks.video.writer import VideoWriterStats
 
 log = logging.getLogger("vstream.cluster")
@@ -709,7 +710,7 @@ class ClusterEngine(EngineBase):
             actor = self._slots[slot].actor
         return int(self._ray.get(actor.pid.remote(), timeout=30))
 
-    def attach_preview(self, hub: Any) -> None:
+    def attach_preview(self, hub: Preview) -> None:
         """No previews: they need the frames, which stay on the workers."""
 
     def clips(self) -> Catalogue:

@@ -27,6 +27,7 @@ from vstream.metrics import LimitSample, Metrics, SinkSample, StreamSample
 
 if TYPE_CHECKING:
     from vstream.clips.catalogue import Catalogue
+    from vstream.engine.outputs import Preview
 
 log = logging.getLogger("vstream.engine")
 
@@ -88,7 +89,7 @@ class Engine(EngineBase):
         log.debug("stream %s: added to pipeline %s", source.id, pipeline.name)
         return reader
 
-    def attach_preview(self, hub: Any) -> None:
+    def attach_preview(self, hub: Preview) -> None:
         """Let every pipeline offer annotated frames to ``hub`` (only while someone watches)."""
         for pipeline in self.pipelines.values():
             if pipeline.outputs is not None:

@@ -31,6 +31,7 @@ from vstream.metrics import LimitSample, Metrics
 
 if TYPE_CHECKING:
     from vstream.clips.catalogue import Catalogue
+    from vstream.engine.outputs import Preview
     from vstream.sinks.video.writer import VideoWriterStats
 
 _POLL_SECONDS = 0.2
@@ -77,7 +78,7 @@ class StreamEngine(Protocol):
 
     def decoder_threads(self) -> int: ...
 
-    def attach_preview(self, hub: Any) -> None: ...
+    def attach_preview(self, hub: Preview) -> None: ...
 
     def clips(self) -> Catalogue: ...
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -26,13 +27,31 @@ from vstream.analytics.stream import StreamAnalytics
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig, fill
 from vstream.frame import Frame
-from vstream.results import Detection, FrameResult
+from vstream.results import NO_TRACK, Detections, FrameResult, label_for
 from vstream.uri import publish_display
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("vstream.engine")
 
 DEFAULT_FPS = 25.0
 """Frame rate given to a video writer when the source does not declare one (live streams)."""
+
+
+@runtime_checkable
+class Preview(Protocol):
+    """What a pipeline uses of the preview hub (:class:`vstream.server.preview.PreviewHub`).
+
+    Written here because the server imports the engine: the engine names the
+    hub's methods it calls, never the server (``tests/test_imports.py``).
+    """
+
+    def watched(self, stream_id: str) -> bool: ...
+
+    def offer(self, stream_id: str, frame: Callable[[], torch.Tensor]) -> bool: ...
+
+    def remove(self, stream_id: str) -> None: ...
 
 
 def analyze(analytics: StreamAnalytics, result: FrameResult) -> FrameResult:
@@ -44,20 +63,28 @@ def analyze(analytics: StreamAnalytics, result: FrameResult) -> FrameResult:
     same comparison as the detector's own threshold).
     """
     detections = result.detections
-    boxes = np.array([d.bbox for d in detections], dtype=np.float64).reshape(-1, 4)
-    scores = np.array([d.score for d in detections], dtype=np.float64)
-    classes = np.array([d.class_id for d in detections], dtype=np.int64)
     update = analytics.update(
-        boxes, scores, classes, result.pts_seconds, frame_size=(result.width, result.height)
+        detections.xyxy,
+        detections.confidence,
+        detections.class_id,
+        result.pts_seconds,
+        frame_size=(result.width, result.height),
     )
-    tracked = tuple(
-        dataclasses.replace(d, track_id=int(t)) if t > 0 else d
-        for d, t in zip(detections, update.track_ids.tolist(), strict=True)
-        if d.score > analytics.conf
+    track_ids = np.where(update.track_ids > 0, update.track_ids, NO_TRACK)
+    tracked = Detections(
+        detections.xyxy,
+        detections.confidence,
+        detections.class_id,
+        track_ids,
+        class_names=detections.class_names,
+        data=detections.data,
     )
+    # In float64, as the records always compared: against a float32 column numpy would
+    # round ``conf`` to float32 first.
+    kept = tracked[detections.confidence.astype(np.float64) > analytics.conf]
     return dataclasses.replace(
         result,
-        detections=tracked,
+        detections=kept,
         events=tuple(event.to_record() for event in update.events),
         line_counts={k: dict(v) for k, v in update.line_counts.items()} or None,
         zone_occupancy=dict(update.zone_occupancy) or None,
@@ -83,7 +110,7 @@ class FrameOutputs:
             for sink in config.sinks
             if isinstance(sink, ClipsSinkConfig)
         ]
-        self.preview: Any = None
+        self.preview: Preview | None = None
         """The server's preview hub, when there is one (set by the engine)."""
         self._writers: dict[tuple[int, str], Any] = {}
         self.finished: dict[str, Any] = {}
@@ -229,14 +256,13 @@ def _triggers(sink: ClipsSinkConfig, result: FrameResult) -> list[dict[str, Any]
     """The events of ``result`` that start (or extend) a clip of this sink."""
     events = [e for e in result.events or () if e.get("type") in sink.events]
     if sink.classes:
-        seen = sorted({d.class_id for d in result.detections if d.class_id in sink.classes})
-        events += [_seen(result.detections, class_id) for class_id in seen]
+        present = set(result.detections.class_id.tolist())
+        names = result.detections.class_names
+        events += [
+            {"type": "class_seen", "class_id": c, "label": label_for(c, names)}
+            for c in sorted(present.intersection(sink.classes))
+        ]
     return events
-
-
-def _seen(detections: tuple[Detection, ...], class_id: int) -> dict[str, Any]:
-    label = next(d.label for d in detections if d.class_id == class_id)
-    return {"type": "class_seen", "class_id": class_id, "label": label}
 
 
 class _Fanout:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vstream.analytics.stream import StreamAnalytics
 from vstream.config.analytics import AnalyticsConfig
@@ -38,8 +38,11 @@ from vstream.engine.status import stream_sample
 from vstream.frame import Frame
 from vstream.metrics import Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
-from vstream.sinks.buffered import SinkStats
+from vstream.sinks.buffered import BufferedSink, SinkStats
 from vstream.sources.base import ResumePoint, SourceState
+
+if TYPE_CHECKING:
+    from vstream.detector import Detector
 
 log = logging.getLogger("vstream.engine")
 
@@ -55,10 +58,10 @@ class Pipeline:
     def __init__(
         self,
         name: str,
-        detector: Any,
+        detector: Detector,
         *,
         runtime: RuntimeOptions,
-        sinks: Sequence[Any],
+        sinks: Sequence[BufferedSink],
         metrics: Metrics | None = None,
         finish_when_idle: bool = False,
         analytics: AnalyticsConfig | None = None,
@@ -104,7 +107,7 @@ class Pipeline:
         from vstream.sinks.factory import build_sink
 
         detector = Detector.from_config(config.model, config.detector_postprocess(), config.runtime)
-        sinks: list[Any] = []
+        sinks: list[BufferedSink] = []
         try:
             for sink in config.sinks:
                 if sink.type not in FRAME_SINK_TYPES:
@@ -361,7 +364,7 @@ class Pipeline:
         return streams, sinks
 
 
-def sink_samples(pipeline: str, sinks: Sequence[Any]) -> list[SinkSample]:
+def sink_samples(pipeline: str, sinks: Sequence[BufferedSink]) -> list[SinkSample]:
     """The metrics figures of a pipeline's record sinks."""
     return [
         SinkSample(
@@ -423,7 +426,7 @@ class ResultQueue:
 
 
 def detect_iter(
-    detector: Any, sources: Sequence[Iterable[Frame] | SourceConfig]
+    detector: Detector, sources: Sequence[Iterable[Frame] | SourceConfig]
 ) -> Iterator[FrameResult]:
     """Every frame of every source through ``detector`` on the overlapped stages.
 

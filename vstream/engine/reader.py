@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vstream.config.sources import FreshnessPolicy, SourceConfig
 from vstream.engine.intake import Intake
@@ -25,6 +25,9 @@ from vstream.errors import describe
 from vstream.frame import Frame
 from vstream.sources.base import ResumePoint, SourceState, SourceStats
 from vstream.uri import is_live, redact
+
+if TYPE_CHECKING:
+    from vstream.analytics.stream import StreamAnalytics
 
 log = logging.getLogger("vstream.engine")
 
@@ -113,8 +116,8 @@ class StreamReader:
         self._on_end = on_end
         self._packet_tap = packet_tap
         self._resume = resume
-        self.analytics: Any = None
-        """The stream's tracker, lines and zones (a StreamAnalytics), when the pipeline has them."""
+        self.analytics: StreamAnalytics | None = None
+        """The stream's tracker, lines and zones, when the pipeline has them."""
         self._stop = threading.Event()
         self._source: Any = frames
         self._state = SourceState.CONNECTING

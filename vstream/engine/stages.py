@@ -50,13 +50,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from vstream.config.sources import FreshnessPolicy
 from vstream.engine.intake import Arrival, Intake
 from vstream.engine.queue import FrameQueue
 from vstream.frame import Frame
 from vstream.results import FrameResult
+
+if TYPE_CHECKING:
+    import torch
+
+    from vstream.preprocess.letterbox import LetterboxGeometry
 
 log = logging.getLogger("vstream.engine")
 
@@ -77,14 +82,17 @@ class BatchModel(Protocol):
     def concurrent_runs(self) -> int: ...
 
     @property
-    def cuda_stream(self) -> Any: ...
+    def cuda_stream(self) -> torch.cuda.Stream | None: ...
 
-    def preprocess(self, buffer: int, slot: int, frame: Frame) -> Any: ...
+    def preprocess(self, buffer: int, slot: int, frame: Frame) -> LetterboxGeometry: ...
 
-    def infer(self, buffer: int, frames: int) -> Any: ...
+    def infer(self, buffer: int, frames: int) -> list[torch.Tensor]: ...
 
     def postprocess(
-        self, raw: Any, geometries: Sequence[Any], frames: Sequence[Frame]
+        self,
+        raw: Sequence[torch.Tensor],
+        geometries: Sequence[LetterboxGeometry],
+        frames: Sequence[Frame],
     ) -> list[FrameResult]: ...
 
 
@@ -96,11 +104,11 @@ class Batch:
     sequence: int = 0
     """Position in gathering order: postprocessing takes batches back in this order."""
     arrivals: list[Arrival] = field(default_factory=list)
-    geometries: list[Any] = field(default_factory=list)
+    geometries: list[LetterboxGeometry] = field(default_factory=list)
     results: list[FrameResult] = field(default_factory=list)
     failures: list[tuple[Arrival, Exception]] = field(default_factory=list)
     """Frames that have no result, each with the error that stopped it."""
-    raw: Any = None
+    raw: list[torch.Tensor] | None = None
     """The model's detector output, from inference until postprocessing."""
     done: bool = False
     """Results are final (the batch was run again stream by stream)."""

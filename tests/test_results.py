@@ -1,0 +1,171 @@
+"""Columnar detections: shapes, selection, immutability, per-frame split, and the records."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from vstream.analytics.stream import StreamAnalytics
+from vstream.config.analytics import AnalyticsConfig
+from vstream.config.tracking import TrackingConfig
+from vstream.engine.outputs import analyze
+from vstream.frame import Frame, PixelFormat
+from vstream.results import NO_TRACK, Detection, Detections, FrameResult, split_by_frame
+
+NAMES = {0: "person", 1: "car"}
+
+
+def three() -> Detections:
+    return Detections(
+        np.array([[1, 2, 3, 4], [10, 20, 30, 40], [5, 6, 7, 8]], np.float32),
+        np.array([0.9, 0.5, 0.7], np.float32),
+        np.array([0, 1, 7]),
+        np.array([3, NO_TRACK, 9]),
+        class_names=NAMES,
+        data={"embedding": np.arange(6.0).reshape(3, 2), "predicted": np.array([0, 1, 0], bool)},
+    )
+
+
+def frame(index: int, width: int = 640, height: int = 360) -> Frame:
+    data = torch.zeros((height, width, 3), dtype=torch.uint8)
+    return Frame(data, PixelFormat.RGB24, width, height, stream_id="cam", index=index,
+                 pts_seconds=index / 25)  # fmt: skip
+
+
+def test_the_record_is_exactly_the_json_lines_format() -> None:
+    """Keys, key order, rounding and track_id only where tracked: the bytes users parse."""
+    detections = Detections(
+        np.array([[412.3456, 80.1049, 470.9, 139.6], [1.0, 2.0, 3.0, 4.0]], np.float32),
+        np.array([0.912345, 0.25], np.float32),
+        np.array([0, 5]),
+        np.array([7, NO_TRACK]),
+        class_names={0: "disc"},
+    )
+    result = FrameResult("sample", 12, 0.48, 640, 360, detections, events=(),
+                         line_counts={"gate": {"in": 1, "out": 0}})  # fmt: skip
+    expected = (
+        '{"stream":"sample","frame":12,"pts":0.48,"width":640,"height":360,"detections":['
+        '{"bbox":[412.35,80.1,470.9,139.6],"score":0.9123,"class_id":0,"label":"disc",'
+        '"track_id":7},'
+        '{"bbox":[1.0,2.0,3.0,4.0],"score":0.25,"class_id":5,"label":"5"}],'
+        '"events":[],"lines":{"gate":{"in":1,"out":0}}}'
+    )
+    assert json.dumps(result.to_record(), separators=(",", ":")) == expected
+
+
+def test_a_frame_without_detections_has_an_empty_list() -> None:
+    record = FrameResult("cam", 0, 0.0, 64, 48).to_record()
+    assert record["detections"] == [] and "events" not in record
+
+
+def test_shapes_that_disagree_are_named() -> None:
+    with pytest.raises(ValueError, match=r"xyxy \(3, 4\), confidence \(2,\), class_id \(3,\)"):
+        Detections(np.zeros((3, 4)), np.zeros(2), np.zeros(3, np.int64))
+    with pytest.raises(ValueError, match=r"xyxy \(2, 5\)"):
+        Detections(np.zeros((2, 5)), np.zeros(2), np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match=r"embedding \(2, 8\)"):
+        Detections(np.zeros((3, 4)), np.zeros(3), np.zeros(3, np.int64),
+                   data={"embedding": np.zeros((2, 8))})  # fmt: skip
+    with pytest.raises(ValueError, match="class_id must hold integers"):
+        Detections(np.zeros((1, 4)), np.zeros(1), np.array([0.5]))
+
+
+def test_selection_keeps_every_column_aligned() -> None:
+    dets = three()
+    kept = dets[dets.confidence > 0.6]
+    assert len(kept) == 2
+    np.testing.assert_array_equal(kept.class_id, [0, 7])
+    np.testing.assert_array_equal(kept.tracker_id, [3, 9])
+    np.testing.assert_array_equal(kept.data["embedding"], [[0.0, 1.0], [4.0, 5.0]])
+    np.testing.assert_array_equal(kept.data["predicted"], [False, False])
+    assert kept.labels == ["person", "7"]
+    by_index = dets[np.array([2, 0])]
+    np.testing.assert_array_equal(by_index.xyxy, [[5, 6, 7, 8], [1, 2, 3, 4]])
+    assert by_index.xyxy.dtype == np.float32  # the device's precision is kept
+    assert len(dets[1:]) == 2 and len(dets[dets.confidence > 1]) == 0
+
+
+def test_one_detection_and_iteration_give_views() -> None:
+    dets = three()
+    assert dets[0] == Detection((1.0, 2.0, 3.0, 4.0), pytest.approx(0.9), 0, "person", 3)
+    assert dets[1].track_id is None and dets[1].label == "car"
+    assert [d.class_id for d in dets] == [0, 1, 7]
+    columns = Detections(dets.xyxy, dets.confidence, dets.class_id, dets.tracker_id,
+                         class_names=NAMES)  # fmt: skip
+    assert Detections.from_detections(list(dets)) == columns != dets  # dets has data too
+    with pytest.raises(ValueError, match="class 0 labelled both 'a' and 'b'"):
+        Detections.from_detections([Detection((0, 0, 1, 1), 1.0, 0, "a"),
+                                    Detection((0, 0, 1, 1), 1.0, 0, "b")])  # fmt: skip
+
+
+def test_detections_are_not_written_after_they_are_made() -> None:
+    dets = three()
+    with pytest.raises(ValueError, match="read-only"):
+        dets.xyxy[0, 0] = 99.0
+    with pytest.raises(ValueError, match="read-only"):
+        dets.data["embedding"][0, 0] = 99.0
+    with pytest.raises(AttributeError, match="immutable"):
+        dets.confidence = np.zeros(3)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        dets.data["other"] = np.zeros(3)  # type: ignore[index]
+
+
+def test_empty_and_default_tracks() -> None:
+    empty = Detections.empty(NAMES)
+    assert len(empty) == 0 and empty.xyxy.shape == (0, 4) and empty.records() == []
+    untracked = Detections([[0, 0, 1, 1]], [0.5], [1])
+    np.testing.assert_array_equal(untracked.tracker_id, [NO_TRACK])
+    assert not untracked.tracked.any() and "track_id" not in untracked.records()[0]
+
+
+def test_a_pickled_copy_is_equal_read_only_and_carries_only_names_in_use() -> None:
+    dets = Detections([[0, 0, 1, 1]], [0.5], [1], class_names={i: f"c{i}" for i in range(80)})
+    copy = pickle.loads(pickle.dumps(dets))
+    assert copy == dets and copy.labels == ["c1"]
+    assert dict(copy.class_names) == {1: "c1"}
+    assert not copy.xyxy.flags.writeable
+
+
+def test_split_by_frame_keeps_device_order_and_copies_out_of_the_staging_buffer() -> None:
+    staging = np.array(
+        [
+            [1, 10, 10, 20, 20, 0.9, 1],
+            [0, 1, 1, 2, 2, 0.8, 0],
+            [1, 30, 30, 40, 40, 0.7, 0],
+            [0, 3, 3, 4, 4, 0.6, 1],
+        ],
+        np.float32,
+    )
+    results = split_by_frame(staging, [frame(5), frame(6), frame(7)], NAMES)
+    staging[:] = -1  # the next batch overwrites the staging buffer
+    assert [r.frame_index for r in results] == [5, 6, 7]
+    first, second, third = (r.detections for r in results)
+    np.testing.assert_array_equal(first.xyxy, [[1, 1, 2, 2], [3, 3, 4, 4]])
+    np.testing.assert_array_equal(second.confidence, np.float32([0.9, 0.7]))
+    np.testing.assert_array_equal(second.class_id, [1, 0])
+    assert second.labels == ["car", "person"] and len(third) == 0
+
+
+def analytics(conf: float) -> StreamAnalytics:
+    config = AnalyticsConfig(tracking=TrackingConfig(confirm_hits=1))
+    return StreamAnalytics(config, NAMES, conf=conf)
+
+
+def test_analyze_tracks_the_columns_and_keeps_records_above_conf() -> None:
+    stream = analytics(conf=0.3)
+    # float32(0.3) is just above the float64 0.3 the records compare with: kept, as ever.
+    scores = np.array([0.9, np.float32(0.3), 0.2], np.float32)
+    boxes = np.array([[10, 10, 50, 50], [100, 100, 150, 150], [200, 200, 260, 260]], np.float32)
+    for index in range(3):
+        detections = Detections(boxes, scores, [0, 1, 0], class_names=NAMES,
+                                data={"k": np.array([1, 2, 3])})  # fmt: skip
+        result = analyze(stream, FrameResult("cam", index, index / 25, 640, 360, detections))
+    kept = result.detections
+    assert len(kept) == 2 and kept.labels == ["person", "car"]
+    assert (kept.tracker_id > 0).all() and len(set(kept.tracker_id.tolist())) == 2
+    np.testing.assert_array_equal(kept.data["k"], [1, 2])  # extra columns follow their boxes
+    assert [set(r) >= {"track_id"} for r in kept.records()] == [True, True]
