@@ -22,6 +22,9 @@ class Detection:
     label: str
     track_id: int | None = None
     """The confirmed track this detection is on (with tracking on); None otherwise."""
+    predicted: bool = False
+    """The box is the tracker's prediction on a frame the detector did not see
+    (:mod:`vstream.engine.cadence`); the record says ``"predicted": true``."""
 
     def to_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -32,6 +35,8 @@ class Detection:
         }
         if self.track_id is not None:
             record["track_id"] = self.track_id
+        if self.predicted:
+            record["predicted"] = True
         return record
 
 

@@ -1,0 +1,170 @@
+"""Detect only the frames that need it; the tracker predicts the others.
+
+Every-frame detection is bounded by the model: more streams per machine come
+from detecting less often. A stream's :class:`Cadence` decides, frame by
+frame and in the stream's order, whether the detector sees a frame:
+
+- ``detect_every: n``: frames whose index is ``n`` or more past the last
+  detected one (so a frame dropped by a live stream's ``latest`` policy
+  does not push the next detection back);
+- ``detect_fps: f``: the first frame at or after each tick of a ``1/f``
+  second grid of stream time (pts), so the rate holds at any frame rate;
+- ``motion``: of the frames the rate allows, only those whose picture
+  changed since the last detection (:mod:`vstream.preprocess.motion`), or
+  any once ``max_idle_seconds`` have passed without one.
+
+The first frame, and the first after the pts goes back (a loop, a restarted
+camera: the tracker forgets its tracks there), are always detected.
+
+The decision is made by the preprocessing stage as it gathers a batch
+(:mod:`vstream.engine.stages`), after the intake's drops, so a batch's model
+slots hold only frames to detect; the others ride along in the batch, in
+order, and cost their decode plus :func:`predicted_result`: the tracker's
+Kalman prediction of its confirmed tracks, run through the lines and zones
+like detected boxes. A crossing is counted once, on the frame where it
+happens, whichever kind that frame is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from vstream.analytics.stream import StreamAnalytics
+from vstream.config.cadence import CadenceOptions
+from vstream.errors import SourceError
+from vstream.frame import Frame
+from vstream.results import Detection, FrameResult
+
+_PTS_TOLERANCE = 1e-4
+"""Seconds a frame may come early on the ``detect_fps`` grid (pts are rounded by containers)."""
+
+
+class Cadence:
+    """One stream's detection schedule and its counts (see the module docstring)."""
+
+    def __init__(self, options: CadenceOptions) -> None:
+        from vstream.preprocess.motion import MotionGate
+
+        self.options = options
+        self.gate = MotionGate(options.motion) if options.motion is not None else None
+        self._lock = threading.Lock()
+        self.frames_detected = 0
+        """Frames sent to the detector."""
+        self.frames_predicted = 0
+        """Frames whose boxes the tracker predicted instead (motion-skipped ones included)."""
+        self.frames_motion_skipped = 0
+        """Predicted frames the rate would have detected, kept off the model by the motion gate."""
+        self._last_index: int | None = None
+        self._last_pts: float | None = None
+        """The pts of the last frame detected."""
+        self._seen_pts: float | None = None
+        """The pts of the last frame decided on: one before it starts a new scene."""
+        self._next_tick: float | None = None
+
+    def check_rate(self, source_fps: float | None) -> None:
+        """Refuse a ``detect_fps`` above the rate the stream declares (it could never be met)."""
+        rate = self.options.detect_fps
+        if rate is not None and source_fps is not None and rate > source_fps + 1e-6:
+            raise SourceError(
+                f"detect_fps {rate:g} is above the stream's frame rate ({source_fps:g} fps); "
+                f"give at most {source_fps:g}, or detect_every"
+            )
+
+    def decide(self, frame: Frame) -> bool:
+        """Whether ``frame`` goes to the detector; frames must come in the stream's order."""
+        pts = frame.pts_seconds
+        restart = self._seen_pts is None or pts < self._seen_pts
+        self._seen_pts = pts
+        detect = restart or self._due(frame)
+        skipped_still = False
+        if detect and not restart and self.gate is not None:
+            assert self._last_pts is not None
+            idle = pts - self._last_pts >= self.gate.config.max_idle_seconds
+            if not self.gate.still(frame) or idle:
+                self.gate.remember()
+            else:
+                detect, skipped_still = False, True
+        elif detect and self.gate is not None:
+            self.gate.changed_fraction(frame)
+            self.gate.remember()
+        with self._lock:
+            if detect:
+                self.frames_detected += 1
+            else:
+                self.frames_predicted += 1
+                self.frames_motion_skipped += skipped_still
+        if detect:
+            self._last_index, self._last_pts = frame.index, pts
+            if self.options.detect_fps is not None:
+                interval = 1.0 / self.options.detect_fps
+                tick = pts if restart or self._next_tick is None else self._next_tick
+                while tick <= pts + _PTS_TOLERANCE:
+                    tick += interval
+                self._next_tick = tick
+        return detect
+
+    def _due(self, frame: Frame) -> bool:
+        """Whether the rate (``detect_every`` or ``detect_fps``) asks for a detection."""
+        if self.options.detect_fps is not None:
+            assert self._next_tick is not None
+            return frame.pts_seconds >= self._next_tick - _PTS_TOLERANCE
+        assert self._last_index is not None
+        return frame.index - self._last_index >= self.options.detect_every
+
+    def counts(self) -> dict[str, int]:
+        """Frames detected, predicted and motion-skipped so far."""
+        with self._lock:
+            return {
+                "frames_detected": self.frames_detected,
+                "frames_predicted": self.frames_predicted,
+                "frames_motion_skipped": self.frames_motion_skipped,
+            }
+
+    @property
+    def detection_rate(self) -> float | None:
+        """The fraction of frames detected so far; None before the first frame."""
+        with self._lock:
+            total = self.frames_detected + self.frames_predicted
+            return self.frames_detected / total if total else None
+
+
+def undetected_result(frame: Frame) -> FrameResult:
+    """The record of a frame the detector did not see, before the tracker fills it in."""
+    return FrameResult(
+        frame.stream_id, frame.index, frame.pts_seconds, frame.width, frame.height, ()
+    )
+
+
+def predicted_result(analytics: StreamAnalytics, result: FrameResult) -> FrameResult:
+    """``result`` (of a frame not detected) with the tracker's predicted boxes, events and counts.
+
+    The boxes are marked ``predicted``; like detected ones, only those whose
+    track's last score is above the records' ``conf`` are kept.
+    """
+    prediction, update = analytics.predict(result.pts_seconds, (result.width, result.height))
+    detections = tuple(
+        Detection(
+            (x1, y1, x2, y2),
+            score,
+            class_id,
+            analytics.label(class_id),
+            track_id=track_id,
+            predicted=True,
+        )
+        for (x1, y1, x2, y2), score, class_id, track_id in zip(
+            prediction.boxes.tolist(),
+            prediction.scores.tolist(),
+            prediction.class_ids.tolist(),
+            prediction.track_ids.tolist(),
+            strict=True,
+        )
+        if score > analytics.conf
+    )
+    return dataclasses.replace(
+        result,
+        detections=detections,
+        events=tuple(event.to_record() for event in update.events),
+        line_counts={k: dict(v) for k, v in update.line_counts.items()} or None,
+        zone_occupancy=dict(update.zone_occupancy) or None,
+    )
