@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -300,10 +301,11 @@ def test_detect_every_3_on_the_demo_keeps_every_record_and_the_line_counts(
 ) -> None:
     every, third = tmp_path / "every.jsonl", tmp_path / "third.jsonl"
     for out, n in ((every, "1"), (third, "3")):
-        result = run_cli(
-            "run", "--track", "--line", DEMO_LINE, "--detect-every", n, "--output", out, "--quiet"
-        )
+        result = run_cli("run", "--track", "--line", DEMO_LINE, "--detect-every", n, "-o", out)
         assert result.returncode == 0, result.stderr
+    assert "sample: detected 67 of 200 frames (34 %): 133 predicted, 0 of them for no motion" in (
+        result.stderr
+    )
     base, thinned = records(every), records(third)
     assert [r["frame"] for r in thinned] == list(range(200))
     for r in thinned:
@@ -376,3 +378,57 @@ def test_the_motion_gate_measures_on_the_frames_device() -> None:
     on_gpu = Frame(frame.data.cuda(), frame.pixel_format, 320, 240)
     assert small_luma(on_gpu).device.type == "cuda"
     assert torch.allclose(small_luma(on_gpu).cpu(), small_luma(frame))
+
+
+# --- visible ------------------------------------------------------------------------------
+
+
+def test_the_status_metrics_and_summary_count_detected_and_predicted_frames(
+    tmp_path: Path,
+) -> None:
+    from vstream import assets
+    from vstream.config import parse_data
+    from vstream.engine import Engine
+
+    stream = {"id": "s", "uri": str(SAMPLE), "end_seconds": 2.0, "detect_every": 4}
+    plain = {"id": "p", "uri": str(SAMPLE), "end_seconds": 2.0}
+    config = parse_data(
+        {
+            "pipelines": [
+                {
+                    "name": "main",
+                    "model": {"path": str(assets.DEMO_MODEL)},
+                    "runtime": {"device": "cpu"},
+                    "sources": [stream, plain],
+                    "sinks": [{"type": "jsonl", "path": "out-{stream}.jsonl"}],
+                }
+            ]
+        },
+        base_dir=tmp_path,
+    )
+    engine = Engine(config, base_dir=tmp_path)
+    engine.start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not engine.files_done():
+            time.sleep(0.05)
+    finally:
+        engine.stop(timeout=30)
+    status = engine.stream("s").to_json()
+    assert status["frames_processed"] == 50
+    assert (status["frames_detected"], status["frames_predicted"]) == (13, 37)
+    assert status["frames_motion_skipped"] == 0
+    assert status["detection_rate"] == 0.26
+    assert "frames_detected" not in engine.stream("p").to_json(), "every frame: nothing to say"
+    text = engine.metrics.render().decode()
+    assert 'vstream_stream_frames_detected_total{pipeline="main",stream="s"} 13.0' in text
+    assert 'vstream_stream_frames_predicted_total{pipeline="main",stream="s"} 37.0' in text
+    assert 'vstream_stream_detection_rate{pipeline="main",stream="s"} 0.26' in text
+    assert 'stream="p"} ' not in "".join(
+        line for line in text.splitlines() if "frames_detected" in line
+    )
+    (summary,) = [s for s in engine.summary() if s.id == "s"]
+    assert summary.cadence["frames_detected"] == 13
+    records = [json.loads(line) for line in (tmp_path / "out-s.jsonl").read_text().splitlines()]
+    assert [r["frame"] for r in records] == list(range(50))
+    assert "track_id" in json.dumps(records), "a stream that skips frames is tracked"

@@ -128,6 +128,11 @@ class Cadence:
             total = self.frames_detected + self.frames_predicted
             return self.frames_detected / total if total else None
 
+    def state(self) -> dict[str, int | float | None]:
+        """The counts and the detection rate, as the stream status and metrics show them."""
+        rate = self.detection_rate
+        return {**self.counts(), "detection_rate": round(rate, 4) if rate is not None else None}
+
 
 def undetected_result(frame: Frame) -> FrameResult:
     """The record of a frame the detector did not see, before the tracker fills it in."""
