@@ -21,7 +21,7 @@ from vstream.config.analytics import AnalyticsConfig, LineConfig
 from vstream.config.cadence import CadenceOptions, MotionGateConfig
 from vstream.config.sources import SourceOptions
 from vstream.config.tracking import TrackingConfig
-from vstream.engine.cadence import Cadence, predicted_result, undetected_result
+from vstream.engine.cadence import Cadence, Decision, predicted_result, undetected_result
 from vstream.engine.intake import Arrival, Intake
 from vstream.engine.stages import Batch, OverlappedStages
 from vstream.errors import SourceError
@@ -432,3 +432,24 @@ def test_the_status_metrics_and_summary_count_detected_and_predicted_frames(
     records = [json.loads(line) for line in (tmp_path / "out-s.jsonl").read_text().splitlines()]
     assert [r["frame"] for r in records] == list(range(50))
     assert "track_id" in json.dumps(records), "a stream that skips frames is tracked"
+
+
+def test_on_a_still_picture_predicted_tracks_stay_where_they_were_detected() -> None:
+    tracker = ByteTracker()
+    for i in range(4):  # moving right at 100 pixels per second
+        tracker.update(box_at(4.0 * i), np.array([0.9]), np.array([0]), i / 25)
+    moving = tracker.predict(2.0)
+    assert moving.boxes[0, 0] > 100, "a moving track drifts on at its velocity"
+    tracker = ByteTracker()
+    for i in range(4):
+        tracker.update(box_at(4.0 * i), np.array([0.9]), np.array([0]), i / 25)
+    held = [tracker.predict(t, still=True).boxes[0, 0] for t in (0.5, 1.0, 2.0)]
+    assert held == pytest.approx([12.0] * 3, abs=0.5), "the gate saw no change: nothing moved"
+
+
+def test_the_motion_gate_says_why_a_frame_was_not_detected() -> None:
+    cadence = Cadence(CadenceOptions(motion=MotionGateConfig(max_idle_seconds=100)))
+    assert cadence.decide(scene(0, 10)) is Decision.DETECT
+    assert cadence.decide(scene(1, 10)) is Decision.STILL
+    every = Cadence(CadenceOptions(detect_every=2))
+    assert [every.decide(scene(i, 10)) for i in range(2)] == [Decision.DETECT, Decision.PREDICT]

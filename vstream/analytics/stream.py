@@ -92,7 +92,7 @@ class StreamAnalytics:
         return self._observe(track_ids, track_ids[confirmed], boxes, pts_seconds, frame_size)
 
     def predict(
-        self, pts_seconds: float, frame_size: tuple[int, int] | None = None
+        self, pts_seconds: float, frame_size: tuple[int, int] | None = None, *, still: bool = False
     ) -> tuple[Prediction, AnalyticsUpdate]:
         """A frame the detector did not see: the tracker's predicted boxes, through the lines
         and zones exactly as detected ones go (:mod:`vstream.engine.cadence`).
@@ -100,9 +100,10 @@ class StreamAnalytics:
         A line keeps one state per track whichever kind of frame moved it, so
         a crossing is counted once, on the frame where it happens, detected or
         predicted. Boxes are clipped to ``frame_size``; one wholly outside it
-        is left out. The update's ``track_ids`` are the prediction's.
+        is left out. The update's ``track_ids`` are the prediction's. ``still``: the
+        picture has not changed since the last detection (:meth:`Tracker.predict`).
         """
-        prediction = self.tracker.predict(pts_seconds)
+        prediction = self.tracker.predict(pts_seconds, still=still)
         if frame_size is not None and len(prediction.boxes):
             width, height = frame_size
             boxes = prediction.boxes.copy()

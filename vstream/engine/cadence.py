@@ -28,6 +28,7 @@ happens, whichever kind that frame is.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import threading
 
 from vstream.analytics.stream import StreamAnalytics
@@ -38,6 +39,19 @@ from vstream.results import Detection, FrameResult
 
 _PTS_TOLERANCE = 1e-4
 """Seconds a frame may come early on the ``detect_fps`` grid (pts are rounded by containers)."""
+
+
+class Decision(enum.Enum):
+    """What a stream's cadence does with a frame."""
+
+    DETECT = "detect"
+    PREDICT = "predict"
+    """Not due: the tracker predicts its boxes."""
+    STILL = "still"
+    """Due, but the picture has not changed since the last detection: the tracks stay put."""
+
+    def __bool__(self) -> bool:
+        return self is Decision.DETECT
 
 
 class Cadence:
@@ -71,8 +85,9 @@ class Cadence:
                 f"give at most {source_fps:g}, or detect_every"
             )
 
-    def decide(self, frame: Frame) -> bool:
-        """Whether ``frame`` goes to the detector; frames must come in the stream's order."""
+    def decide(self, frame: Frame) -> Decision:
+        """Whether ``frame`` goes to the detector, and if not whether for a still picture;
+        frames must come in the stream's order."""
         pts = frame.pts_seconds
         restart = self._seen_pts is None or pts < self._seen_pts
         self._seen_pts = pts
@@ -102,7 +117,7 @@ class Cadence:
                 while tick <= pts + _PTS_TOLERANCE:
                     tick += interval
                 self._next_tick = tick
-        return detect
+        return Decision.DETECT if detect else Decision.STILL if skipped_still else Decision.PREDICT
 
     def _due(self, frame: Frame) -> bool:
         """Whether the rate (``detect_every`` or ``detect_fps``) asks for a detection."""
@@ -141,13 +156,17 @@ def undetected_result(frame: Frame) -> FrameResult:
     )
 
 
-def predicted_result(analytics: StreamAnalytics, result: FrameResult) -> FrameResult:
+def predicted_result(
+    analytics: StreamAnalytics, result: FrameResult, *, still: bool = False
+) -> FrameResult:
     """``result`` (of a frame not detected) with the tracker's predicted boxes, events and counts.
 
     The boxes are marked ``predicted``; like detected ones, only those whose
-    track's last score is above the records' ``conf`` are kept.
+    track's last score is above the records' ``conf`` are kept. ``still``: the motion
+    gate found the picture unchanged, so the tracks stay where they were.
     """
-    prediction, update = analytics.predict(result.pts_seconds, (result.width, result.height))
+    size = (result.width, result.height)
+    prediction, update = analytics.predict(result.pts_seconds, size, still=still)
     detections = tuple(
         Detection(
             (x1, y1, x2, y2),

@@ -28,7 +28,7 @@ from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import FRAME_SINK_TYPES
 from vstream.config.sources import SourceConfig
 from vstream.config.tracking import DEFAULT_CONF, TrackingConfig
-from vstream.engine.cadence import predicted_result
+from vstream.engine.cadence import Decision, predicted_result
 from vstream.engine.errors import ShuttingDown, StreamNotFound
 from vstream.engine.intake import Arrival, Intake
 from vstream.engine.outputs import FrameOutputs, analyze
@@ -224,7 +224,7 @@ class Pipeline:
         with self._lock:
             return [*self.streams.values(), *self._retired.values()]
 
-    def _needs_detection(self, arrival: Arrival) -> bool:
+    def _needs_detection(self, arrival: Arrival) -> Decision | bool:
         """Whether the stream's cadence sends this frame to the model (preprocessing thread)."""
         reader = self._reader(arrival.stream)
         return reader is None or reader.cadence is None or reader.cadence.decide(arrival.frame)
@@ -250,7 +250,7 @@ class Pipeline:
                 if arrival.detect:
                     result = analyze(reader.analytics, result)
                 else:
-                    result = predicted_result(reader.analytics, result)
+                    result = predicted_result(reader.analytics, result, still=arrival.still)
                 batch.results[position] = result
                 if self.metrics is not None:
                     self.metrics.observe_analytics(self.name, arrival.stream, result)

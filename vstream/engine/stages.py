@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vstream.config.sources import FreshnessPolicy
-from vstream.engine.cadence import undetected_result
+from vstream.engine.cadence import Decision, undetected_result
 from vstream.engine.intake import Arrival, Intake
 from vstream.engine.queue import FrameQueue
 from vstream.frame import Frame
@@ -219,10 +219,11 @@ class OverlappedStages:
         batch_timeout: float,
         on_end: Callable[[], object] | None = None,
         name: str = "pipeline",
-        needs_detection: Callable[[Arrival], bool] | None = None,
+        needs_detection: Callable[[Arrival], Any] | None = None,
     ) -> None:
         """``needs_detection`` says, in each stream's order, whether a frame goes to the model
-        (default: every frame does)."""
+        (default: every frame does): false, or a :class:`~vstream.engine.cadence.Decision`
+        that is, keeps it off (a still one marks the arrival ``still``)."""
         self.model = model
         self._needs_detection = needs_detection
         self.intake = intake
@@ -346,8 +347,10 @@ class OverlappedStages:
                 if self._already_failed(batch, arrival):
                     continue
                 try:
-                    if self._needs_detection is not None and not self._needs_detection(arrival):
-                        arrival = dataclasses.replace(arrival, detect=False)
+                    decision = self._needs_detection is None or self._needs_detection(arrival)
+                    if not decision:
+                        still = decision is Decision.STILL
+                        arrival = dataclasses.replace(arrival, detect=False, still=still)
                     batch.add(self.model, arrival)
                 except Exception as exc:  # this frame fails alone; its slot is reused
                     self._fail(batch, [arrival], exc)

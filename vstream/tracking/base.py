@@ -50,10 +50,11 @@ class Tracker(Protocol):
         """
         ...
 
-    def predict(self, pts_seconds: float) -> Prediction:
+    def predict(self, pts_seconds: float, *, still: bool = False) -> Prediction:
         """The confirmed tracks' boxes at ``pts_seconds``, for a frame not detected.
 
-        Advances the tracks' state as :meth:`update` would before associating.
+        Advances the tracks' state as :meth:`update` would before associating;
+        ``still``: the picture has not changed, so the tracks stop moving.
         """
         ...
 

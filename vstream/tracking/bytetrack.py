@@ -178,7 +178,7 @@ class ByteTracker:
         self._advance(pts)
         return self._associate_frame(boxes, scores, class_ids, pts)
 
-    def predict(self, pts_seconds: float) -> Prediction:
+    def predict(self, pts_seconds: float, *, still: bool = False) -> Prediction:
         """Where the tracks seen at the last detection are at ``pts_seconds``, without detecting.
 
         For the frames between detections (:mod:`vstream.engine.cadence`): the
@@ -187,10 +187,16 @@ class ByteTracker:
         ``a + b``, so the next :meth:`update` associates as if these frames had
         never been seen. Only confirmed tracks matched at the last detection come
         out: a tentative track has no id, and a lost one no box worth showing.
+
+        ``still``: the picture has not changed since the last detection (the
+        motion gate says so), so nothing moved: every track stops where it is,
+        rather than drifting on at its last velocity across a frozen scene.
         """
         pts = float(pts_seconds)
         if not math.isfinite(pts):
             raise ValueError(f"pts_seconds must be finite, got {pts_seconds!r}")
+        if still:
+            self._mean[:, 4:] = 0.0
         self._advance(pts)
         rows = np.flatnonzero(self._state == TRACKED)
         return Prediction(
