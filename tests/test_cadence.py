@@ -61,6 +61,8 @@ def decisions(options: CadenceOptions, frames: list[Frame]) -> list[int]:
         ({"detect_every": 2, "detect_fps": 5}, "both set a detection rate"),
         ({"motion": {"masks": [[[0, 0], [10, 0], [20, 0]]]}}, "enclosing area"),
         ({"motion": {"threshold": 0}}, "threshold"),
+        ({"detect_fps": 5, "adapt_detect_every": 4}, "works from detect_every, not detect_fps"),
+        ({"detect_every": 3, "adapt_detect_every": 3}, "must be above detect_every (3)"),
     ],
 )
 def test_bad_cadence_options_are_refused(options: dict, fragment: str) -> None:
@@ -108,6 +110,7 @@ def test_detect_every_n_detects_every_nth_frame_and_counts_the_rest() -> None:
         "frames_detected": 4,
         "frames_predicted": 6,
         "frames_motion_skipped": 0,
+        "frames_adapted": 0,
     }
     assert cadence.detection_rate == pytest.approx(0.4)
 
@@ -303,9 +306,8 @@ def test_detect_every_3_on_the_demo_keeps_every_record_and_the_line_counts(
     for out, n in ((every, "1"), (third, "3")):
         result = run_cli("run", "--track", "--line", DEMO_LINE, "--detect-every", n, "-o", out)
         assert result.returncode == 0, result.stderr
-    assert "sample: detected 67 of 200 frames (34 %): 133 predicted, 0 of them for no motion" in (
-        result.stderr
-    )
+    summary = "sample: detected 67 of 200 frames (34 %): 133 predicted, 0 of them for no motion"
+    assert f"{summary}, 0 under load" in result.stderr
     base, thinned = records(every), records(third)
     assert [r["frame"] for r in thinned] == list(range(200))
     for r in thinned:
@@ -453,3 +455,34 @@ def test_the_motion_gate_says_why_a_frame_was_not_detected() -> None:
     assert cadence.decide(scene(1, 10)) is Decision.STILL
     every = Cadence(CadenceOptions(detect_every=2))
     assert [every.decide(scene(i, 10)) for i in range(2)] == [Decision.DETECT, Decision.PREDICT]
+
+
+# --- adaptive cadence ------------------------------------------------------------------------
+
+
+def test_a_stream_that_falls_behind_detects_less_often_then_recovers() -> None:
+    cadence = Cadence(CadenceOptions(adapt_detect_every=3))
+    drops = {10: 1, 12: 2, 30: 5}  # frame index -> drops counted so far by the intake
+    dropped, chosen, every = 0, [], []
+    for i in range(200):
+        dropped = drops.get(i, dropped)
+        if cadence.decide(grey(i, i / 25), dropped):
+            chosen.append(i)
+        every.append(cadence.every)
+    assert every[9] == 1 and every[10] == 2, "the first drop: every 2nd frame"
+    assert every[12] == 2, "a second drop within 0.5 s changes nothing more"
+    assert every[30] == 3, "a drop 0.5 s later: every 3rd frame (the most allowed)"
+    assert every[30 + 49] == 3 and every[30 + 50] == 2, "2 s without a drop: one step back"
+    assert every[130] == 1 and every[-1] == 1
+    assert chosen[:10] == list(range(10))
+    counts = cadence.counts()
+    predicted = counts["frames_predicted"]
+    assert counts["frames_adapted"] == predicted > 0, "every frame predicted was for the load"
+    assert counts["frames_detected"] + predicted == 200
+
+
+def test_without_adapt_drops_change_nothing() -> None:
+    cadence = Cadence(CadenceOptions(detect_every=2))
+    chosen = [i for i in range(20) if cadence.decide(grey(i, i / 25), dropped=i)]
+    assert chosen == list(range(0, 20, 2))
+    assert cadence.counts()["frames_adapted"] == 0

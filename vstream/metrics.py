@@ -53,6 +53,7 @@ class StreamSample:
     """Frames sent to the detector, where the stream's cadence skips some; None otherwise."""
     frames_predicted: int | None = None
     frames_motion_skipped: int | None = None
+    frames_adapted: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,8 @@ class _RuntimeCollector(Collector):
             "frames_predicted": "Frames whose boxes the tracker predicted instead of detecting",
             "frames_motion_skipped": "Predicted frames the motion gate kept off the detector "
             "(a subset of frames_predicted)",
+            "frames_adapted": "Predicted frames detect_every would have detected, kept off the "
+            "detector while the live stream was behind (adapt_detect_every)",
         }
         for field, doc in cadence.items():
             family = CounterMetricFamily(f"vstream_stream_{field}", doc, labels=labels)

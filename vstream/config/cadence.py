@@ -76,6 +76,14 @@ class CadenceOptions(StrictModel):
         description="run the detector this many times per second of stream time, at most "
         "the stream's frame rate; null: detect_every decides",
     )
+    adapt_detect_every: Annotated[Int(2, MAX_DETECT_EVERY) | None, Cli("--adapt-detect-every")] = (
+        Field(
+            None,
+            description="live streams under load: when the latest policy drops frames, detect "
+            "less often first, one step at a time down to every n-th frame, and back up once "
+            "no frame was dropped for 2 s (counted as frames_adapted); null: off",
+        )
+    )
     motion: MotionGateConfig | None = Field(
         None,
         description="detect only frames whose picture changed since the last detection; "
@@ -89,9 +97,21 @@ class CadenceOptions(StrictModel):
                 f"detect_every ({self.detect_every}) and detect_fps ({self.detect_fps:g}) "
                 "both set a detection rate; give one"
             )
+        adapt = self.adapt_detect_every
+        if adapt is not None and self.detect_fps is not None:
+            raise ValueError("adapt_detect_every works from detect_every, not detect_fps")
+        if adapt is not None and adapt <= self.detect_every:
+            raise ValueError(
+                f"adapt_detect_every ({adapt}) must be above detect_every ({self.detect_every})"
+            )
         return self
 
     @property
     def cadence_on(self) -> bool:
         """Whether some frames may skip the detector (and the stream therefore needs a tracker)."""
-        return self.detect_every > 1 or self.detect_fps is not None or self.motion is not None
+        return (
+            self.detect_every > 1
+            or self.detect_fps is not None
+            or self.motion is not None
+            or self.adapt_detect_every is not None
+        )

@@ -13,6 +13,14 @@ frame and in the stream's order, whether the detector sees a frame:
   changed since the last detection (:mod:`vstream.preprocess.motion`), or
   any once ``max_idle_seconds`` have passed without one.
 
+With ``adapt_detect_every: m``, a live stream that falls behind (its
+``latest`` policy dropping frames in the intake) detects less often before
+it drops more: each time new drops are seen, at most every
+:data:`ADAPT_STEP_SECONDS` of stream time, ``detect_every`` goes up by one,
+to at most ``m``; after :data:`CALM_SECONDS` without a new drop it comes
+back down by one. Frames predicted only because of it are counted
+(``frames_adapted``).
+
 The first frame, and the first after the pts goes back (a loop, a restarted
 camera: the tracker forgets its tracks there), are always detected.
 
@@ -36,6 +44,11 @@ from vstream.config.cadence import CadenceOptions
 from vstream.errors import SourceError
 from vstream.frame import Frame
 from vstream.results import Detection, FrameResult
+
+ADAPT_STEP_SECONDS = 0.5
+"""Least stream time between two steps down of the detection rate under load."""
+CALM_SECONDS = 2.0
+"""Stream time without a new drop after which the detection rate steps back up."""
 
 _PTS_TOLERANCE = 1e-4
 """Seconds a frame may come early on the ``detect_fps`` grid (pts are rounded by containers)."""
@@ -69,6 +82,14 @@ class Cadence:
         """Frames whose boxes the tracker predicted instead (motion-skipped ones included)."""
         self.frames_motion_skipped = 0
         """Predicted frames the rate would have detected, kept off the model by the motion gate."""
+        self.frames_adapted = 0
+        """Predicted frames ``detect_every`` would have detected, kept off the model under load
+        (``adapt_detect_every``)."""
+        self.every = options.detect_every
+        """``detect_every`` in force: the option's, or higher while a live stream is behind."""
+        self._drops_seen = 0
+        self._changed_at: float | None = None
+        """The pts at which :attr:`every` last changed, or a new drop was last seen."""
         self._last_index: int | None = None
         self._last_pts: float | None = None
         """The pts of the last frame detected."""
@@ -85,13 +106,22 @@ class Cadence:
                 f"give at most {source_fps:g}, or detect_every"
             )
 
-    def decide(self, frame: Frame) -> Decision:
+    def decide(self, frame: Frame, dropped: int = 0) -> Decision:
         """Whether ``frame`` goes to the detector, and if not whether for a still picture;
-        frames must come in the stream's order."""
+        frames must come in the stream's order. ``dropped``: the stream's frames dropped by
+        its freshness policy so far (what ``adapt_detect_every`` reacts to)."""
         pts = frame.pts_seconds
         restart = self._seen_pts is None or pts < self._seen_pts
         self._seen_pts = pts
+        if self.options.adapt_detect_every is not None and not restart:
+            self._adapt(dropped, pts)
         detect = restart or self._due(frame)
+        adapted = (
+            not detect
+            and self.every > self.options.detect_every
+            and self._last_index is not None
+            and frame.index - self._last_index >= self.options.detect_every
+        )
         skipped_still = False
         if detect and not restart and self.gate is not None:
             assert self._last_pts is not None
@@ -109,6 +139,7 @@ class Cadence:
             else:
                 self.frames_predicted += 1
                 self.frames_motion_skipped += skipped_still
+                self.frames_adapted += adapted
         if detect:
             self._last_index, self._last_pts = frame.index, pts
             if self.options.detect_fps is not None:
@@ -125,7 +156,21 @@ class Cadence:
             assert self._next_tick is not None
             return frame.pts_seconds >= self._next_tick - _PTS_TOLERANCE
         assert self._last_index is not None
-        return frame.index - self._last_index >= self.options.detect_every
+        return frame.index - self._last_index >= self.every
+
+    def _adapt(self, dropped: int, pts: float) -> None:
+        """Step ``every`` up on new drops (at most each ADAPT_STEP_SECONDS), down when calm."""
+        limit = self.options.adapt_detect_every
+        assert limit is not None
+        since = None if self._changed_at is None else pts - self._changed_at
+        if dropped > self._drops_seen:
+            self._drops_seen = dropped
+            if self.every < limit and (since is None or since >= ADAPT_STEP_SECONDS):
+                self.every += 1
+            self._changed_at = pts
+        elif self.every > self.options.detect_every and since is not None and since >= CALM_SECONDS:
+            self.every -= 1
+            self._changed_at = pts
 
     def counts(self) -> dict[str, int]:
         """Frames detected, predicted and motion-skipped so far."""
@@ -134,6 +179,7 @@ class Cadence:
                 "frames_detected": self.frames_detected,
                 "frames_predicted": self.frames_predicted,
                 "frames_motion_skipped": self.frames_motion_skipped,
+                "frames_adapted": self.frames_adapted,
             }
 
     @property
@@ -146,7 +192,11 @@ class Cadence:
     def state(self) -> dict[str, int | float | None]:
         """The counts and the detection rate, as the stream status and metrics show them."""
         rate = self.detection_rate
-        return {**self.counts(), "detection_rate": round(rate, 4) if rate is not None else None}
+        return {
+            **self.counts(),
+            "detection_rate": round(rate, 4) if rate is not None else None,
+            "detect_every_now": self.every,
+        }
 
 
 def undetected_result(frame: Frame) -> FrameResult:

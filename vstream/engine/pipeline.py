@@ -227,7 +227,11 @@ class Pipeline:
     def _needs_detection(self, arrival: Arrival) -> Decision | bool:
         """Whether the stream's cadence sends this frame to the model (preprocessing thread)."""
         reader = self._reader(arrival.stream)
-        return reader is None or reader.cadence is None or reader.cadence.decide(arrival.frame)
+        if reader is None or reader.cadence is None:
+            return True
+        adapting = reader.cadence.options.adapt_detect_every is not None
+        dropped = self.intake.dropped(arrival.stream) if adapting else 0
+        return reader.cadence.decide(arrival.frame, dropped)
 
     def _deliver(self, batch: Batch) -> None:
         """A finished batch, on the postprocessing thread: count it, fail, hand on records."""

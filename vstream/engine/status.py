@@ -188,7 +188,11 @@ def stream_sample(stream: StreamView) -> StreamSample:
         reconnects=stream.reconnects,
         fps=stream.counters.fps(),
         frame_age_seconds=stream.frame_age_seconds,
-        **{k: v for k, v in cadence_state(stream).items() if k != "detection_rate"},
+        **{
+            k: v
+            for k, v in cadence_state(stream).items()
+            if k not in ("detection_rate", "detect_every_now")
+        },
     )
 
 
