@@ -114,7 +114,7 @@ def check_streams(page: Any, streams: FakeStreams) -> None:
     sync_api.expect(cam1.locator('[data-field="detected"]')).to_have_text("400 (33 %)")
     sync_api.expect(cam1.locator('[data-field="predicted"]')).to_have_text("800")
     sync_api.expect(cam1.locator('[data-field="still"]')).to_have_text("150")
-    sync_api.expect(cam2.locator('[data-field="detected"]')).to_have_text("\u2013")  # an en dash: no figures
+    sync_api.expect(cam2.locator('[data-field="detected"]')).to_have_text("\u2013")
     sync_api.expect(cam2.locator(".error")).to_have_text("camera-2: connection refused")
     sync_api.expect(cam1.locator('tr[data-name="gate"] .count')).to_have_text("in 3 · out 1")
     sync_api.expect(cam1.locator('tr[data-name="lawn"] .count')).to_have_text("inside 2")
