@@ -140,8 +140,8 @@ class Batch:
     def postprocess(self, model: BatchModel, raw: Any) -> list[FrameResult]:
         """Results for every arrival, in order: the model's for the frames detected, empty
         ones (:func:`~vstream.engine.cadence.undetected_result`) for the others."""
-        slots = [(a.frame, g) for a, g in zip(self.arrivals, self.geometries, strict=True)]
-        detected = [(f, g) for (f, g), a in zip(slots, self.arrivals, strict=True) if a.detect]
+        pairs = zip(self.arrivals, self.geometries, strict=True)
+        detected = [(a.frame, g) for a, g in pairs if a.detect]
         found = iter(
             model.postprocess(raw, [g for _, g in detected], [f for f, _ in detected])
             if detected
@@ -221,9 +221,9 @@ class OverlappedStages:
         name: str = "pipeline",
         needs_detection: Callable[[Arrival], Any] | None = None,
     ) -> None:
-        """``needs_detection`` says, in each stream's order, whether a frame goes to the model
-        (default: every frame does): false, or a :class:`~vstream.engine.cadence.Decision`
-        that is, keeps it off (a still one marks the arrival ``still``)."""
+        """``needs_detection`` is asked, in each stream's order, whether a frame goes to the
+        model (without it every frame does): a false answer keeps the frame off, and
+        :attr:`Decision.STILL <vstream.engine.cadence.Decision.STILL>` marks it ``still`` too."""
         self.model = model
         self._needs_detection = needs_detection
         self.intake = intake
