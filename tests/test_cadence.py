@@ -486,3 +486,32 @@ def test_without_adapt_drops_change_nothing() -> None:
     chosen = [i for i in range(20) if cadence.decide(grey(i, i / 25), dropped=i)]
     assert chosen == list(range(0, 20, 2))
     assert cadence.counts()["frames_adapted"] == 0
+
+
+def test_the_motion_gate_reads_a_cpu_picture_luma_without_converting_it() -> None:
+    import av
+
+    from vstream.decoders.cpu import PyAVPicture
+    from vstream.preprocess.motion import small_luma
+
+    with av.open(str(SAMPLE)) as container:
+        decoded = next(container.decode(video=0))
+    assert decoded.format.name == "yuv420p"
+    picture = PyAVPicture(decoded)
+    luma = picture.luma()
+    assert luma is not None
+    assert torch.equal(luma, torch.from_numpy(decoded.to_ndarray()[: decoded.height]))
+
+    class LumaOnly:
+        device = torch.device("cpu")
+
+        def luma(self) -> torch.Tensor:
+            return luma
+
+        def to_tensor(self, pixel_format: PixelFormat) -> torch.Tensor:
+            raise AssertionError("the gate converted the whole picture")
+
+    frame = Frame(None, PixelFormat.RGB24, decoded.width, decoded.height, picture=LumaOnly())
+    assert small_luma(frame).shape == (36, 64)
+    rgb = PyAVPicture(decoded.reformat(format="rgb24"))
+    assert rgb.luma() is None, "not 8-bit YUV: the gate converts"

@@ -4,12 +4,13 @@ The motion gate (:class:`~vstream.config.cadence.MotionGateConfig`) keeps
 the detector off a still scene. Measuring that must cost far less than the
 detection it saves, and must not move the frame off its device, so it works
 on a copy of the luma about :data:`SIZE` pixels wide: NV12 and I420 frames
-already hold the luma as their first ``height`` rows (no colour conversion
-at all); an RGB frame's samples are taken on a sparse grid first and only
-those are weighted into grey. The copy is blurred by area averaging as it
-shrinks, which also tames sensor noise. Everything stays a torch tensor on
-the frame's device; the only value that reaches the host is one number per
-frame, the fraction of changed pixels.
+already hold the luma as their first ``height`` rows, and a picture the CPU
+decoder has not converted yet lends its luma plane as it is (no colour
+conversion at all); an RGB frame's samples are taken on a sparse grid first
+and only those are weighted into grey. Only a grid a few times denser than
+the copy is read, then averaged down to it, which also tames sensor noise.
+Everything stays a torch tensor on the frame's device; the only value that
+reaches the host is one number per frame, the fraction of changed pixels.
 """
 
 from __future__ import annotations
@@ -31,15 +32,16 @@ def small_luma(frame: Frame, width: int = SIZE) -> torch.Tensor:
     import torch.nn.functional as F
 
     height = max(1, round(width * frame.height / frame.width))
-    data = frame.data
-    if frame.pixel_format is PixelFormat.RGB24:
-        # Sample a grid a few times denser than the copy, then weigh only those into grey.
-        step_y = max(1, frame.height // (height * 4))
-        step_x = max(1, frame.width // (width * 4))
-        rgb = data[::step_y, ::step_x].float()
+    step_y = max(1, frame.height // (height * 4))
+    step_x = max(1, frame.width // (width * 4))
+    plane = getattr(frame.picture, "luma", lambda: None)()
+    if plane is not None:
+        luma = plane[::step_y, ::step_x].float()
+    elif frame.pixel_format is PixelFormat.RGB24:
+        rgb = frame.data[::step_y, ::step_x].float()
         luma = rgb[..., 0] * 0.299 + rgb[..., 1] * 0.587 + rgb[..., 2] * 0.114
     else:
-        luma = data[: frame.height].float()
+        luma = frame.data[: frame.height : step_y, ::step_x].float()
     return F.adaptive_avg_pool2d(luma[None, None], (height, width))[0, 0]
 
 
