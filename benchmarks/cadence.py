@@ -21,9 +21,16 @@ same boxes and identities), with the motion gate on at its defaults and
 every frame otherwise due. It prints the detections skipped on the still
 half, and the crossings found against the truth.
 
+``live``: cameras per machine. ``N`` copies of the demo video replayed at
+their own rate (``realtime: true``) under the live ``latest`` policy, as
+cameras are, through one pipeline, for each ``detect_every`` and ``N`` of
+``--streams``; a stream keeps up when its policy dropped at most 1 % of its
+frames. The largest ``N`` where every stream keeps up is the figure.
+
 Run from the repository root::
 
-    .venv/bin/python benchmarks/cadence.py [every|motion|all] [--repeat 5]
+    .venv/bin/python benchmarks/cadence.py [every|motion|live|all] [--repeat 5] \
+        [--streams 2,4,6,8,12,16] [--live-every 1,3]
 """
 
 from __future__ import annotations
@@ -182,15 +189,64 @@ def motion() -> None:
             )
 
 
+def live(counts: list[int], everies: list[int]) -> None:
+    from vstream import Engine, VstreamConfig
+
+    print(f"live: the demo video at its own 25 fps, policy latest, {SAMPLE.name} x N, cpu")
+    for n in everies:
+        kept = 0
+        for streams in counts:
+            sources = [
+                {
+                    "id": f"cam{i}",
+                    "uri": str(SAMPLE),
+                    "realtime": True,
+                    "policy": "latest",
+                    "detect_every": n,
+                }
+                for i in range(streams)
+            ]
+            pipeline = {
+                "name": "live",
+                "model": {"path": str(assets.DEMO_MODEL)},
+                "runtime": {"device": "cpu", "batch_size": min(streams, 8)},
+                "analytics": {"tracking": {}},
+                "sources": sources,
+                "sinks": [{"type": "jsonl", "path": "/dev/null"}],
+            }
+            engine = Engine(VstreamConfig.model_validate({"pipelines": [pipeline]}))
+            with engine:
+                engine.wait(threading.Event(), until_files_done=True)
+                status = [engine.stream(s["id"]).to_json() for s in sources]
+            dropped = [s["frames_dropped"] / max(1, s["frames_decoded"]) for s in status]
+            ok = max(dropped) <= 0.01
+            kept = max(kept, streams) if ok else kept
+            mean = 100 * sum(dropped) / streams
+            print(
+                f"detect_every {n}: {streams:2d} streams: dropped {mean:4.1f} % "
+                f"(worst {100 * max(dropped):4.1f} %) {'keeps up' if ok else 'falls behind'}"
+            )
+        print(f"detect_every {n}: {kept} streams at 25 fps kept up")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", nargs="?", default="all", choices=["every", "motion", "all"])
+    parser.add_argument(
+        "part", nargs="?", default="all", choices=["every", "motion", "live", "all"]
+    )
     parser.add_argument("--repeat", type=int, default=5, help="passes of the demo video")
+    parser.add_argument("--streams", default="2,4,6,8,12,16", help="live: stream counts")
+    parser.add_argument("--live-every", default="1,3", help="live: detect_every values")
     args = parser.parse_args()
     if args.part in ("every", "all"):
         every(args.repeat)
     if args.part in ("motion", "all"):
         motion()
+    if args.part in ("live", "all"):
+        live(
+            [int(x) for x in args.streams.split(",")],
+            [int(x) for x in args.live_every.split(",")],
+        )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ and only those are weighted into grey. Only a grid a few times denser than
 the copy is read, then averaged down to it, which also tames sensor noise.
 Everything stays a torch tensor on the frame's device; the only value that
 reaches the host is one number per frame, the fraction of changed pixels.
+The luma of a video stream is usually limited range (16..235), grey made
+from RGB full range, so the same ``threshold`` is a little stricter on the
+former; a stream's frames all take the same way, so its gate is consistent.
 """
 
 from __future__ import annotations
