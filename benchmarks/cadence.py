@@ -25,12 +25,14 @@ half, and the crossings found against the truth.
 their own rate (``realtime: true``) under the live ``latest`` policy, as
 cameras are, through one pipeline, for each ``detect_every`` and ``N`` of
 ``--streams``; a stream keeps up when its policy dropped at most 1 % of its
-frames. The largest ``N`` where every stream keeps up is the figure.
+frames. The largest ``N`` where every stream keeps up is the figure. With
+``--adapt M`` the streams may lower their detection rate under load
+(``adapt_detect_every: M``) before they drop frames.
 
 Run from the repository root::
 
     .venv/bin/python benchmarks/cadence.py [every|motion|live|all] [--repeat 5] \
-        [--streams 2,4,6,8,12,16] [--live-every 1,3]
+        [--streams 2,4,6,8,12,16] [--live-every 1,3] [--adapt 5]
 """
 
 from __future__ import annotations
@@ -189,7 +191,7 @@ def motion() -> None:
             )
 
 
-def live(counts: list[int], everies: list[int]) -> None:
+def live(counts: list[int], everies: list[int], adapt: int | None) -> None:
     from vstream import Engine, VstreamConfig
 
     print(f"live: the demo video at its own 25 fps, policy latest, {SAMPLE.name} x N, cpu")
@@ -203,6 +205,7 @@ def live(counts: list[int], everies: list[int]) -> None:
                     "realtime": True,
                     "policy": "latest",
                     "detect_every": n,
+                    **({"adapt_detect_every": adapt} if adapt and adapt > n else {}),
                 }
                 for i in range(streams)
             ]
@@ -222,9 +225,11 @@ def live(counts: list[int], everies: list[int]) -> None:
             ok = max(dropped) <= 0.01
             kept = max(kept, streams) if ok else kept
             mean = 100 * sum(dropped) / streams
+            adapted = sum(s.get("frames_adapted", 0) for s in status)
             print(
                 f"detect_every {n}: {streams:2d} streams: dropped {mean:4.1f} % "
                 f"(worst {100 * max(dropped):4.1f} %) {'keeps up' if ok else 'falls behind'}"
+                + (f"; {adapted} frames predicted under load" if adapt and adapt > n else "")
             )
         print(f"detect_every {n}: {kept} streams at 25 fps kept up")
 
@@ -237,6 +242,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="passes of the demo video")
     parser.add_argument("--streams", default="2,4,6,8,12,16", help="live: stream counts")
     parser.add_argument("--live-every", default="1,3", help="live: detect_every values")
+    parser.add_argument("--adapt", type=int, help="live: adapt_detect_every (default off)")
     args = parser.parse_args()
     if args.part in ("every", "all"):
         every(args.repeat)
@@ -246,6 +252,7 @@ def main() -> None:
         live(
             [int(x) for x in args.streams.split(",")],
             [int(x) for x in args.live_every.split(",")],
+            args.adapt,
         )
 
 
