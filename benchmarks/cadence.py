@@ -32,7 +32,7 @@ frames. The largest ``N`` where every stream keeps up is the figure. With
 Run from the repository root::
 
     .venv/bin/python benchmarks/cadence.py [every|motion|live|all] [--repeat 5] \
-        [--streams 2,4,6,8,12,16] [--live-every 1,3] [--adapt 5]
+        [--streams 2,4,6,8,12,16] [--live-every 1,3] [--adapt 5] [--queue-size 2]
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def motion() -> None:
             )
 
 
-def live(counts: list[int], everies: list[int], adapt: int | None) -> None:
+def live(counts: list[int], everies: list[int], adapt: int | None, queue_size: int) -> None:
     from vstream import Engine, VstreamConfig
 
     print(f"live: the demo video at its own 25 fps, policy latest, {SAMPLE.name} x N, cpu")
@@ -205,6 +205,7 @@ def live(counts: list[int], everies: list[int], adapt: int | None) -> None:
                     "realtime": True,
                     "policy": "latest",
                     "detect_every": n,
+                    "queue_size": queue_size,
                     **({"adapt_detect_every": adapt} if adapt and adapt > n else {}),
                 }
                 for i in range(streams)
@@ -243,6 +244,7 @@ def main() -> None:
     parser.add_argument("--streams", default="2,4,6,8,12,16", help="live: stream counts")
     parser.add_argument("--live-every", default="1,3", help="live: detect_every values")
     parser.add_argument("--adapt", type=int, help="live: adapt_detect_every (default off)")
+    parser.add_argument("--queue-size", type=int, default=2, help="live: each stream's queue")
     args = parser.parse_args()
     if args.part in ("every", "all"):
         every(args.repeat)
@@ -253,6 +255,7 @@ def main() -> None:
             [int(x) for x in args.streams.split(",")],
             [int(x) for x in args.live_every.split(",")],
             args.adapt,
+            args.queue_size,
         )
 
 
