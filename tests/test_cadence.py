@@ -515,3 +515,26 @@ def test_the_motion_gate_reads_a_cpu_picture_luma_without_converting_it() -> Non
     assert small_luma(frame).shape == (36, 64)
     rgb = PyAVPicture(decoded.reformat(format="rgb24"))
     assert rgb.luma() is None, "not 8-bit YUV: the gate converts"
+
+
+def test_a_pipelines_file_with_detect_every_0_names_the_key(tmp_path: Path) -> None:
+    from vstream import assets
+    from vstream.config import parse_data
+    from vstream.config.loading import ConfigError
+
+    source = {"id": "s", "uri": str(SAMPLE), "detect_every": 0}
+    document = {
+        "pipelines": [
+            {
+                "name": "p",
+                "model": {"path": str(assets.DEMO_MODEL)},
+                "sources": [source],
+                "sinks": [{"type": "jsonl", "path": "o.jsonl"}],
+            }
+        ]
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_data(document, base_dir=tmp_path)
+    assert caught.value.lines() == [
+        "pipelines[0].sources[0].detect_every: must be in [1, 1000], got 0"
+    ]
