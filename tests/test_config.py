@@ -315,7 +315,8 @@ def test_a_source_from_the_api_gets_the_same_checks(workdir: Path) -> None:
         parse_source({"id": "x", "uri": "nope.mp4", "fps": 3}, base_dir=workdir)
     assert caught.value.lines() == [
         f"uri: video file not found: {workdir / 'nope.mp4'}",
-        "fps: unknown key 'fps'; expected one of: id, uri, decoder, decoder_threads, "
+        "fps: unknown key 'fps'; expected one of: id, uri, detect_every, detect_fps, "
+        "adapt_detect_every, motion, decoder, decoder_threads, "
         "pixel_format, policy, queue_size, reconnect, rtsp_transport, input_format, "
         "open_timeout_seconds, read_timeout_seconds, realtime, loop, start_seconds, end_seconds, "
         "stride",

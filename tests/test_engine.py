@@ -354,6 +354,7 @@ def test_a_transient_sink_fault_is_retried_until_delivered() -> None:
 NOT_ON_THE_RUN_COMMAND_LINE = {
     "model.dtype": "a check of the model's input type, for pipelines files",
     "model.class_names": "a list or mapping: a pipelines file says it better",
+    "sources.motion": "a section with mask polygons: pipelines file or Python",
     "model.providers": "execution providers with their options: pipelines file or Python",
     "model.input_range": "the family's or the metadata's; a model's normalisation: pipelines file",
     "model.mean": "three numbers per model: a pipelines file says them better",

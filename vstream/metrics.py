@@ -49,6 +49,11 @@ class StreamSample:
     fps: float
     frame_age_seconds: float | None
     frames_skipped: int = 0
+    frames_detected: int | None = None
+    """Frames sent to the detector, where the stream's cadence skips some; None otherwise."""
+    frames_predicted: int | None = None
+    frames_motion_skipped: int | None = None
+    frames_adapted: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,31 @@ class _RuntimeCollector(Collector):
             for s in streams:
                 family.add_metric([s.pipeline, s.stream], getattr(s, field))
             yield family
+        cadence = {
+            "frames_detected": "Frames sent to the detector (streams with a detection cadence)",
+            "frames_predicted": "Frames whose boxes the tracker predicted instead of detecting",
+            "frames_motion_skipped": "Predicted frames the motion gate kept off the detector "
+            "(a subset of frames_predicted)",
+            "frames_adapted": "Predicted frames detect_every would have detected, kept off the "
+            "detector while the live stream was behind (adapt_detect_every)",
+        }
+        for field, doc in cadence.items():
+            family = CounterMetricFamily(f"vstream_stream_{field}", doc, labels=labels)
+            for s in streams:
+                if getattr(s, field) is not None:
+                    family.add_metric([s.pipeline, s.stream], getattr(s, field))
+            yield family
+        rate = GaugeMetricFamily(
+            "vstream_stream_detection_rate",
+            "Fraction of the stream's frames sent to the detector so far",
+            labels=labels,
+        )
+        for s in streams:
+            if s.frames_detected is not None and s.frames_predicted is not None:
+                total = s.frames_detected + s.frames_predicted
+                if total:
+                    rate.add_metric([s.pipeline, s.stream], s.frames_detected / total)
+        yield rate
         fps = GaugeMetricFamily("vstream_stream_fps", "Frames processed per second", labels=labels)
         age = GaugeMetricFamily(
             "vstream_stream_frame_age_seconds",

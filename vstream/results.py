@@ -73,6 +73,13 @@ class Detection:
     label: str
     track_id: int | None = None
     """The confirmed track this detection is on (with tracking on); None otherwise."""
+    predicted: bool = False
+    """The box is the tracker's prediction on a frame the detector did not see
+    (:mod:`vstream.engine.cadence`); the record says ``"predicted": true``."""
+
+
+PREDICTED = "predicted"
+"""The ``data`` column (bool) marking boxes the tracker predicted between detections."""
 
 
 class Detections:
@@ -97,10 +104,10 @@ class Detections:
     nobody writes afterwards. Shapes that do not agree raise ``ValueError``
     naming every column's shape.
 
-    :meth:`records` writes the fixed columns only: a ``data`` column (a
-    secondary classifier's label and score, an embedding, a ``predicted``
-    flag for boxes the tracker carried) reaches the records when the feature
-    that adds it decides its keys, without changing the records of today.
+    :meth:`records` writes the fixed columns, and ``"predicted": true`` for
+    the rows the :data:`PREDICTED` column marks; another ``data`` column (a
+    secondary classifier's label and score, an embedding) reaches the records
+    when the feature that adds it decides its keys.
     """
 
     __slots__ = ("class_id", "class_names", "confidence", "data", "tracker_id", "xyxy")
@@ -196,6 +203,9 @@ class Detections:
             [d.class_id for d in detections],
             [NO_TRACK if d.track_id is None else d.track_id for d in detections],
             class_names=names,
+            data={PREDICTED: [d.predicted for d in detections]}
+            if any(d.predicted for d in detections)
+            else None,
         )
 
     def __len__(self) -> int:
@@ -269,12 +279,15 @@ class Detections:
         """The detections as JSON records: ``bbox`` (2 decimals), ``score`` (4), ``class_id``,
         ``label``, and ``track_id`` only for detections on a track."""
         records: list[dict[str, Any]] = []
-        for box, score, class_id, label, track_id in zip(
+        predicted = self.data.get(PREDICTED)
+        flags = predicted.tolist() if predicted is not None else [False] * len(self)
+        for box, score, class_id, label, track_id, flag in zip(
             self.xyxy.tolist(),
             self.confidence.tolist(),
             self.class_id.tolist(),
             self.labels,
             self.tracker_id.tolist(),
+            flags,
             strict=True,
         ):
             record: dict[str, Any] = {
@@ -285,6 +298,8 @@ class Detections:
             }
             if track_id != NO_TRACK:
                 record["track_id"] = track_id
+            if flag:
+                record["predicted"] = True
             records.append(record)
         return records
 
@@ -298,6 +313,7 @@ class Detections:
             class_id,
             label_for(class_id, self.class_names),
             None if track_id == NO_TRACK else track_id,
+            PREDICTED in self.data and bool(self.data[PREDICTED][index]),
         )
 
 

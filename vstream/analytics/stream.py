@@ -23,6 +23,7 @@ from vstream.analytics.zones import ZoneMonitor
 from vstream.config.analytics import AnalyticsConfig
 from vstream.config.tracking import DEFAULT_CONF
 from vstream.tracking import ByteTracker, Tracker
+from vstream.tracking.base import Prediction
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,11 @@ class StreamAnalytics:
         return self._names.get(class_id, str(class_id))
 
     @property
+    def class_names(self) -> Mapping[int, str]:
+        """The model's class names by id (a class without one is labelled with its number)."""
+        return self._names
+
+    @property
     def num_track_states(self) -> int:
         """Per-track entries held by the lines and zones (what their memory grows with)."""
         return sum(line.num_track_states for line in self.lines) + sum(
@@ -86,12 +92,51 @@ class StreamAnalytics:
         their dead band on the outer side.
         """
         track_ids = self.tracker.update(boxes, scores, class_ids, pts_seconds)
+        confirmed = track_ids > 0
+        boxes = np.asarray(boxes).reshape(-1, 4)[confirmed]
+        return self._observe(track_ids, track_ids[confirmed], boxes, pts_seconds, frame_size)
+
+    def predict(
+        self, pts_seconds: float, frame_size: tuple[int, int] | None = None, *, still: bool = False
+    ) -> tuple[Prediction, AnalyticsUpdate]:
+        """A frame the detector did not see: the tracker's predicted boxes, through the lines
+        and zones exactly as detected ones go (:mod:`vstream.engine.cadence`).
+
+        A line keeps one state per track whichever kind of frame moved it, so
+        a crossing is counted once, on the frame where it happens, detected or
+        predicted. Boxes are clipped to ``frame_size``; one wholly outside it
+        is left out. The update's ``track_ids`` are the prediction's. ``still``: the
+        picture has not changed since the last detection (:meth:`Tracker.predict`).
+        """
+        prediction = self.tracker.predict(pts_seconds, still=still)
+        if frame_size is not None and len(prediction.boxes):
+            width, height = frame_size
+            boxes = prediction.boxes.copy()
+            boxes[:, 0::2] = boxes[:, 0::2].clip(0, width)
+            boxes[:, 1::2] = boxes[:, 1::2].clip(0, height)
+            inside = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+            prediction = Prediction(
+                boxes[inside],
+                prediction.track_ids[inside],
+                prediction.class_ids[inside],
+                prediction.scores[inside],
+            )
+        ids = prediction.track_ids
+        return prediction, self._observe(ids, ids, prediction.boxes, pts_seconds, frame_size)
+
+    def _observe(
+        self,
+        track_ids: np.ndarray,
+        ids: np.ndarray,
+        boxes: np.ndarray,
+        pts_seconds: float,
+        frame_size: tuple[int, int] | None,
+    ) -> AnalyticsUpdate:
+        """Run the confirmed tracks ``ids`` at ``boxes`` through the lines and zones."""
         events: list[Event] = []
         if self.lines or self.zones:
             pts = float(pts_seconds)
-            confirmed = track_ids > 0
-            ids = track_ids[confirmed]
-            points = anchor_points(np.asarray(boxes).reshape(-1, 4)[confirmed], self.config.anchor)
+            points = anchor_points(boxes, self.config.anchor)
             classes = self.tracker.track_classes(ids)
             for line in self.lines:
                 if frame_size is not None:

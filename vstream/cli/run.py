@@ -274,6 +274,18 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
             engine.device,
             f" ({shown})" if shown else "",
         )
+        if stream.cadence:
+            log.info(
+                "%s: detected %d of %d frames (%.0f %%): %d predicted, %d of them for no "
+                "motion, %d under load",
+                stream.id,
+                stream.cadence["frames_detected"],
+                stream.cadence["frames_detected"] + stream.cadence["frames_predicted"],
+                100 * (stream.cadence["detection_rate"] or 0.0),
+                stream.cadence["frames_predicted"],
+                stream.cadence["frames_motion_skipped"],
+                stream.cadence["frames_adapted"],
+            )
     for reader in engine.readers() if not quiet else ():
         totals = reader.analytics.line_totals() if reader.analytics is not None else {}
         for line, directions in totals.items():

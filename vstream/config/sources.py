@@ -27,6 +27,7 @@ from vstream.config.base import (
     StrictModel,
     resolve_path,
 )
+from vstream.config.cadence import CadenceOptions
 from vstream.frame import PixelFormat
 from vstream.uri import NETWORK_SCHEMES, redact, userinfo
 
@@ -91,8 +92,9 @@ class ReconnectPolicy(StrictModel):
         return self
 
 
-class SourceOptions(StrictModel):
-    """Everything about reading a source except its address and id."""
+class SourceOptions(CadenceOptions):
+    """Everything about reading a source except its address and id (its detection cadence
+    included: :mod:`vstream.config.cadence`)."""
 
     decoder: Annotated[DecoderKind, Cli("--decoder")] = Field(
         DecoderKind.AUTO, description="auto: nvdec where it works for the stream, else cpu"

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator, Mapping
 
 import av
+import numpy as np
 import torch
 
 from vstream.cores import auto_decoder_threads
@@ -32,6 +33,11 @@ from vstream.transfer import upload
 # FFmpeg's AVColorSpace / AVColorRange values that change the conversion.
 _AVCOL_SPC_BT709 = 1
 _AVCOL_RANGE_JPEG = 2
+
+_EIGHT_BIT_YUV = frozenset(
+    {"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p", "yuvj444p", "nv12", "gray"}
+)
+"""Formats whose first plane is 8-bit luma, one byte per pixel."""
 
 _open_lock = threading.Lock()
 _open_decoders = 0
@@ -51,6 +57,16 @@ class PyAVPicture:
     def to_tensor(self, pixel_format: PixelFormat) -> torch.Tensor:
         """The whole picture in ``pixel_format``, converted by FFmpeg on the calling thread."""
         return torch.from_numpy(self.frame.to_ndarray(format=pixel_format.value, threads=1))
+
+    def luma(self) -> torch.Tensor | None:
+        """The luma plane as a ``(height, width)`` view of FFmpeg's buffer, nothing converted
+        (for the motion gate, :mod:`vstream.preprocess.motion`); None unless 8-bit YUV."""
+        frame = self.frame
+        if frame.format.name not in _EIGHT_BIT_YUV:
+            return None
+        plane = frame.planes[0]
+        shape, strides = (frame.height, frame.width), (plane.line_size, 1)
+        return torch.from_numpy(np.ndarray(shape, np.uint8, buffer=plane, strides=strides))
 
 
 def colour_of(frame: av.VideoFrame) -> ColourSpace:

@@ -29,6 +29,11 @@ class Arrival:
     frame: Frame
     stream: str
     received_at: float
+    detect: bool = True
+    """Whether the detector sees this frame; the tracker predicts the others
+    (decided as the batch is gathered: :mod:`vstream.engine.cadence`)."""
+    still: bool = False
+    """Not detected because the picture has not changed since the last detection."""
 
     @property
     def captured_at(self) -> float:

@@ -27,9 +27,10 @@ from vstream.config.model import RuntimeOptions
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import FRAME_SINK_TYPES
 from vstream.config.sources import SourceConfig
-from vstream.config.tracking import DEFAULT_CONF
+from vstream.config.tracking import DEFAULT_CONF, TrackingConfig
+from vstream.engine.cadence import Decision, predicted_result
 from vstream.engine.errors import ShuttingDown, StreamNotFound
-from vstream.engine.intake import Intake
+from vstream.engine.intake import Arrival, Intake
 from vstream.engine.outputs import FrameOutputs, analyze
 from vstream.engine.queue import FrameQueue
 from vstream.engine.reader import StreamReader
@@ -98,6 +99,7 @@ class Pipeline:
             batch_timeout=runtime.batch_timeout_seconds,
             on_end=self._stages_ended,
             name=name,
+            needs_detection=self._needs_detection,
         )
 
     @classmethod
@@ -166,9 +168,12 @@ class Pipeline:
         )
 
     def _add(self, reader: StreamReader) -> StreamReader:
-        if self.analytics is not None:
+        if self.analytics is not None or reader.cadence is not None:
+            # A stream that skips frames needs a tracker to fill them in, asked for or not.
             reader.analytics = StreamAnalytics(
-                self.analytics, self.detector.class_names, conf=self.conf
+                self.analytics or AnalyticsConfig(tracking=TrackingConfig()),
+                self.detector.class_names,
+                conf=self.conf,
             )
         with self._lock:
             if not self._taking:
@@ -222,6 +227,15 @@ class Pipeline:
         with self._lock:
             return [*self.streams.values(), *self._retired.values()]
 
+    def _needs_detection(self, arrival: Arrival) -> Decision | bool:
+        """Whether the stream's cadence sends this frame to the model (preprocessing thread)."""
+        reader = self._reader(arrival.stream)
+        if reader is None or reader.cadence is None:
+            return True
+        adapting = reader.cadence.options.adapt_detect_every is not None
+        dropped = self.intake.dropped(arrival.stream) if adapting else 0
+        return reader.cadence.decide(arrival.frame, dropped)
+
     def _deliver(self, batch: Batch) -> None:
         """A finished batch, on the postprocessing thread: count it, fail, hand on records."""
         now = time.time()
@@ -240,7 +254,11 @@ class Pipeline:
             if reader is None:
                 continue
             if reader.analytics is not None:
-                result = batch.results[position] = analyze(reader.analytics, result)
+                if arrival.detect:
+                    result = analyze(reader.analytics, result)
+                else:
+                    result = predicted_result(reader.analytics, result, still=arrival.still)
+                batch.results[position] = result
                 if self.metrics is not None:
                     self.metrics.observe_analytics(self.name, arrival.stream, result)
             reader.counters.processed(0, len(result.detections), None)

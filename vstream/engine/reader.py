@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from vstream.config.sources import FreshnessPolicy, SourceConfig
+from vstream.engine.cadence import Cadence
 from vstream.engine.intake import Intake
 from vstream.engine.status import StreamStatus
 from vstream.errors import describe
@@ -117,7 +118,10 @@ class StreamReader:
         self._packet_tap = packet_tap
         self._resume = resume
         self.analytics: StreamAnalytics | None = None
-        """The stream's tracker, lines and zones, when the pipeline has them."""
+        """The stream's tracker, lines and zones, when the pipeline has them or the stream's
+        cadence needs a tracker."""
+        self.cadence = Cadence(config) if config is not None and config.cadence_on else None
+        """Which frames the detector sees (:mod:`vstream.engine.cadence`); None: every frame."""
         self._stop = threading.Event()
         self._source: Any = frames
         self._state = SourceState.CONNECTING
@@ -190,6 +194,8 @@ class StreamReader:
                     )
                     if self._stop.is_set():
                         return
+                    if self.cadence is not None:
+                        self.cadence.check_rate(self.source_fps)
                     log.info("stream %s: reading %s", self.id, self.uri)
                 self._read()
             except Exception as exc:

@@ -24,7 +24,12 @@ drops old frames of live streams.
 Frames are gathered across streams from an :class:`~vstream.engine.intake.Intake`
 (round-robin), up to the batch size: a batch leaves when it is full or
 ``batch_timeout`` seconds after its first frame arrived, so a slow stream
-never holds the others back for longer than that.
+never holds the others back for longer than that. A frame its stream's
+cadence does not detect (``needs_detection`` says no: :mod:`vstream.engine.cadence`)
+takes no model slot: it rides along in the batch, in order, with an empty
+result the pipeline hands to the tracker. A batch is full when its model
+slots are, or when it holds :data:`MAX_FRAMES_PER_SLOT` frames per slot (so
+a still scene does not pile decoded frames into one batch).
 
 Failures stay with the streams whose frames caused them. A frame that cannot
 be preprocessed fails its stream. When the model or postprocessing fails on a
@@ -45,6 +50,7 @@ queues its work on the model's stream.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -53,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from vstream.config.sources import FreshnessPolicy
+from vstream.engine.cadence import Decision, undetected_result
 from vstream.engine.intake import Arrival, Intake
 from vstream.engine.queue import FrameQueue
 from vstream.frame import Frame
@@ -67,6 +74,9 @@ log = logging.getLogger("vstream.engine")
 
 _POLL_SECONDS = 0.1
 """How often an idle stage looks at its stop flags."""
+
+MAX_FRAMES_PER_SLOT = 8
+"""Most frames a batch holds per model slot, frames not detected included."""
 
 
 class BatchModel(Protocol):
@@ -104,7 +114,9 @@ class Batch:
     sequence: int = 0
     """Position in gathering order: postprocessing takes batches back in this order."""
     arrivals: list[Arrival] = field(default_factory=list)
-    geometries: list[LetterboxGeometry] = field(default_factory=list)
+    """Every frame of the batch in gathering order, those not detected included."""
+    geometries: list[LetterboxGeometry | None] = field(default_factory=list)
+    """One per arrival; None for a frame not detected."""
     results: list[FrameResult] = field(default_factory=list)
     failures: list[tuple[Arrival, Exception]] = field(default_factory=list)
     """Frames that have no result, each with the error that stopped it."""
@@ -119,6 +131,31 @@ class Batch:
     @property
     def frames(self) -> list[Frame]:
         return [a.frame for a in self.arrivals]
+
+    @property
+    def detected(self) -> int:
+        """Frames in the model's slots (the batch's arrivals to detect)."""
+        return sum(a.detect for a in self.arrivals)
+
+    def add(self, model: BatchModel, arrival: Arrival) -> None:
+        """Put ``arrival`` in the batch: into the next model slot if it is to be detected."""
+        geometry = (
+            model.preprocess(self.buffer, self.detected, arrival.frame) if arrival.detect else None
+        )
+        self.arrivals.append(arrival)
+        self.geometries.append(geometry)
+
+    def postprocess(self, model: BatchModel, raw: Sequence[torch.Tensor]) -> list[FrameResult]:
+        """Results for every arrival, in order: the model's for the frames detected, empty
+        ones (:func:`~vstream.engine.cadence.undetected_result`) for the others."""
+        pairs = zip(self.arrivals, self.geometries, strict=True)
+        detected = [(a.frame, g) for a, g in pairs if a.detect]
+        found = iter(
+            model.postprocess(raw, [g for _, g in detected], [f for f, _ in detected])
+            if detected
+            else []
+        )
+        return [next(found) if a.detect else undetected_result(a.frame) for a in self.arrivals]
 
 
 Deliver = Callable[[Batch], object]
@@ -190,8 +227,13 @@ class OverlappedStages:
         batch_timeout: float,
         on_end: Callable[[], object] | None = None,
         name: str = "pipeline",
+        needs_detection: Callable[[Arrival], object] | None = None,
     ) -> None:
+        """``needs_detection`` is asked, in each stream's order, whether a frame goes to the
+        model (without it every frame does): a false answer keeps the frame off, and
+        :attr:`Decision.STILL <vstream.engine.cadence.Decision.STILL>` marks it ``still`` too."""
         self.model = model
+        self._needs_detection = needs_detection
         self.intake = intake
         self.batch_timeout = batch_timeout
         self._deliver = deliver
@@ -291,13 +333,17 @@ class OverlappedStages:
     def _gather(self, batch: Batch) -> Batch | None:
         """Letterbox frames into ``batch`` until it is full or its time is up; None at the end."""
         capacity = self.model.batch_size
+        room = capacity * MAX_FRAMES_PER_SLOT
         deadline: float | None = None
-        while len(batch.arrivals) < capacity and not self._aborted.is_set():
+        while (
+            batch.detected < capacity and len(batch.arrivals) < room and not self._aborted.is_set()
+        ):
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 break
             wait = _POLL_SECONDS if deadline is None else min(deadline - now, _POLL_SECONDS)
-            arrivals = self.intake.take(capacity - len(batch.arrivals), wait)
+            limit = min(capacity - batch.detected, room - len(batch.arrivals))
+            arrivals = self.intake.take(limit, wait)
             if not arrivals:
                 if self._draining.is_set() and self.intake.queued() == 0:
                     break
@@ -309,14 +355,13 @@ class OverlappedStages:
                 if self._already_failed(batch, arrival):
                     continue
                 try:
-                    geometry = self.model.preprocess(
-                        batch.buffer, len(batch.arrivals), arrival.frame
-                    )
+                    decision = self._needs_detection is None or self._needs_detection(arrival)
+                    if not decision:
+                        still = decision is Decision.STILL
+                        arrival = dataclasses.replace(arrival, detect=False, still=still)
+                    batch.add(self.model, arrival)
                 except Exception as exc:  # this frame fails alone; its slot is reused
                     self._fail(batch, [arrival], exc)
-                    continue
-                batch.arrivals.append(arrival)
-                batch.geometries.append(geometry)
             batch.preprocess_seconds += time.perf_counter() - started
         if self._aborted.is_set() or not (batch.arrivals or batch.failures):
             return None
@@ -326,10 +371,10 @@ class OverlappedStages:
         try:
             while (batch := self._to_infer.get()) is not None:
                 self._drop_failed_streams(batch)
-                if batch.arrivals:
+                if batch.detected:
                     started = time.perf_counter()
                     try:
-                        batch.raw = self.model.infer(batch.buffer, len(batch.arrivals))
+                        batch.raw = self.model.infer(batch.buffer, batch.detected)
                     except Exception as exc:
                         self._rerun_by_stream(batch, exc)
                     batch.inference_seconds = time.perf_counter() - started
@@ -343,9 +388,7 @@ class OverlappedStages:
             if batch.arrivals and not batch.done:
                 started = time.perf_counter()
                 try:
-                    batch.results = self.model.postprocess(
-                        batch.raw, batch.geometries, batch.frames
-                    )
+                    batch.results = batch.postprocess(self.model, batch.raw)
                 except Exception as exc:
                     self._rerun_by_stream(batch, exc)
                 batch.postprocess_seconds = time.perf_counter() - started
@@ -370,13 +413,11 @@ class OverlappedStages:
         else:
             for arrivals in groups.values():
                 try:
-                    frames = [a.frame for a in arrivals]
-                    geometries = [
-                        self.model.preprocess(batch.buffer, slot, f)
-                        for slot, f in enumerate(frames)
-                    ]
-                    raw = self.model.infer(batch.buffer, len(frames))
-                    results += self.model.postprocess(raw, geometries, frames)
+                    alone = Batch(batch.buffer)
+                    for arrival in arrivals:
+                        alone.add(self.model, arrival)
+                    raw = self.model.infer(batch.buffer, alone.detected) if alone.detected else None
+                    results += alone.postprocess(self.model, raw)
                     kept += arrivals
                 except Exception as exc:
                     self._fail(batch, arrivals, exc)
@@ -428,12 +469,9 @@ class OverlappedStages:
         batch.geometries = []
         for arrival in kept:
             try:
-                geometry = self.model.preprocess(batch.buffer, len(batch.arrivals), arrival.frame)
+                batch.add(self.model, arrival)
             except Exception as exc:
                 self._fail(batch, [arrival], exc)
-                continue
-            batch.arrivals.append(arrival)
-            batch.geometries.append(geometry)
 
     def _discard_failed_streams(self, batch: Batch) -> None:
         """Fail the results of streams that failed in an earlier batch while this one ran.

@@ -104,6 +104,9 @@ class StreamStatus:
     frame_age_seconds: float | None
     analytics: dict[str, Any] = field(default_factory=dict)
     """Line counts and zone occupancy, where analytics run."""
+    cadence: dict[str, Any] = field(default_factory=dict)
+    """Frames detected, predicted and skipped for no motion, and the detection rate, where the
+    stream's cadence skips frames (:mod:`vstream.engine.cadence`)."""
     placement: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -126,13 +129,19 @@ class StreamStatus:
             fps=round(stream.counters.fps(), 2),
             frame_age_seconds=round(age, 4) if age is not None else None,
             analytics=analytics_state(stream.analytics),
+            cadence=cadence_state(stream),
             placement=placement,
         )
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of ``GET /streams/{id}``: the fields, then analytics and placement."""
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {**shown, **shown.pop("analytics"), **shown.pop("placement")}
+        return {
+            **shown,
+            **shown.pop("analytics"),
+            **shown.pop("cadence"),
+            **shown.pop("placement"),
+        }
 
 
 @dataclass(frozen=True)
@@ -147,6 +156,8 @@ class StreamSummary:
     dropped: int
     failed_frames: int
     error: str | None
+    cadence: dict[str, Any] = field(default_factory=dict)
+    """:meth:`StreamStatus.cadence`: empty where every frame is detected."""
 
     @classmethod
     def of(cls, stream: StreamView) -> StreamSummary:
@@ -159,6 +170,7 @@ class StreamSummary:
             dropped=stream.frames_dropped,
             failed_frames=stream.frames_failed,
             error=stream.error_text,
+            cadence=cadence_state(stream),
         )
 
 
@@ -176,7 +188,19 @@ def stream_sample(stream: StreamView) -> StreamSample:
         reconnects=stream.reconnects,
         fps=stream.counters.fps(),
         frame_age_seconds=stream.frame_age_seconds,
+        **{
+            k: v
+            for k, v in cadence_state(stream).items()
+            if k not in ("detection_rate", "detect_every_now")
+        },
     )
+
+
+def cadence_state(stream: StreamView) -> dict[str, Any]:
+    """A stream's detection counts and rate (:meth:`~vstream.engine.cadence.Cadence.state`);
+    empty for a stream that detects every frame (a worker's stream in a cluster has none)."""
+    cadence = getattr(stream, "cadence", None)
+    return cadence.state() if cadence is not None else {}
 
 
 def analytics_state(analytics: StreamAnalytics | None) -> dict[str, Any]:

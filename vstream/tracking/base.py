@@ -8,12 +8,27 @@ library) can be given to :class:`vstream.analytics.StreamAnalytics`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 NO_TRACK = -1
 """Track id of a detection that is on no confirmed track."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The boxes a tracker predicts for a frame it was given no detections for."""
+
+    boxes: np.ndarray
+    """``(N, 4)`` float ``x1, y1, x2, y2`` pixels."""
+    track_ids: np.ndarray
+    """``(N,)`` int64, positive: confirmed tracks only."""
+    class_ids: np.ndarray
+    """``(N,)`` int64: the class each track reports (:meth:`Tracker.track_classes`)."""
+    scores: np.ndarray
+    """``(N,)`` float: the score of each track's last detection."""
 
 
 @runtime_checkable
@@ -32,6 +47,14 @@ class Tracker(Protocol):
         ``boxes`` are ``(N, 4)`` float ``x1, y1, x2, y2`` in pixels. Returns
         ``(N,)`` int64 track ids: positive for a detection on a confirmed track,
         :data:`NO_TRACK` otherwise. Ids are never reused.
+        """
+        ...
+
+    def predict(self, pts_seconds: float, *, still: bool = False) -> Prediction:
+        """The confirmed tracks' boxes at ``pts_seconds``, for a frame not detected.
+
+        Advances the tracks' state as :meth:`update` would before associating;
+        ``still``: the picture has not changed, so the tracks stop moving.
         """
         ...
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from vstream.config.tracking import DEFAULT_CONF, TrackingConfig
 from vstream.tracking import kalman
-from vstream.tracking.base import NO_TRACK, iou_matrix
+from vstream.tracking.base import NO_TRACK, Prediction, iou_matrix
 
 TENTATIVE, TRACKED, LOST = 0, 1, 2
 """Track states: not yet confirmed; confirmed and seen in the last frame; confirmed, unseen."""
@@ -129,6 +129,7 @@ class ByteTracker:
         self._hits = np.zeros(0, dtype=np.int64)
         self._first_pts = np.zeros(0)
         self._last_pts = np.zeros(0)  # when the track last had a detection
+        self._score = np.zeros(0)  # the score of that detection
         self._votes = np.zeros((0, 0))  # summed detection score per class
         self._pts: float | None = None
 
@@ -174,14 +175,45 @@ class ByteTracker:
         pts = float(pts_seconds)
         if not math.isfinite(pts):
             raise ValueError(f"pts_seconds must be finite, got {pts_seconds!r}")
+        self._advance(pts)
+        return self._associate_frame(boxes, scores, class_ids, pts)
+
+    def predict(self, pts_seconds: float, *, still: bool = False) -> Prediction:
+        """Where the tracks seen at the last detection are at ``pts_seconds``, without detecting.
+
+        For the frames between detections (:mod:`vstream.engine.cadence`): the
+        Kalman predict step :meth:`update` runs first, alone. A constant-velocity
+        prediction over ``a`` then ``b`` seconds is exactly the one over
+        ``a + b``, so the next :meth:`update` associates as if these frames had
+        never been seen. Only confirmed tracks matched at the last detection come
+        out: a tentative track has no id, and a lost one no box worth showing.
+
+        ``still``: the picture has not changed since the last detection (the
+        motion gate says so), so nothing moved: every track stops where it is,
+        rather than drifting on at its last velocity across a frozen scene.
+        """
+        pts = float(pts_seconds)
+        if not math.isfinite(pts):
+            raise ValueError(f"pts_seconds must be finite, got {pts_seconds!r}")
+        if still:
+            self._mean[:, 4:] = 0.0
+        self._advance(pts)
+        rows = np.flatnonzero(self._state == TRACKED)
+        return Prediction(
+            boxes=kalman.cxcywh_to_xyxy(self._mean[rows, :4]),
+            track_ids=self._ids[rows].copy(),
+            class_ids=self.track_classes(self._ids[rows]),
+            scores=self._score[rows].copy(),
+        )
+
+    def _advance(self, pts: float) -> None:
+        """Move every track to ``pts`` (a pts that goes back is a new scene: all forgotten)."""
         if self._pts is not None and pts < self._pts:
             self.reset()
         dt = 0.0 if self._pts is None else pts - self._pts
         self._pts = pts
-
         self._mean[self._state == LOST, 6:] = 0.0  # an unseen object keeps its size
         kalman.predict(self._mean, self._cov, dt)
-        return self._associate_frame(boxes, scores, class_ids, pts)
 
     def _associate_frame(
         self, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, pts: float
@@ -279,6 +311,7 @@ class ByteTracker:
         self._mean[rows], self._cov[rows] = mean, cov
         self._hits[rows] += 1
         self._last_pts[rows] = pts
+        self._score[rows] = scores
         self._vote(rows, class_ids, scores)
 
     def _vote(self, rows: np.ndarray, class_ids: np.ndarray, scores: np.ndarray) -> None:
@@ -304,6 +337,7 @@ class ByteTracker:
         self._hits = np.concatenate([self._hits, np.ones(n, dtype=np.int64)])
         self._first_pts = np.concatenate([self._first_pts, np.full(n, pts)])
         self._last_pts = np.concatenate([self._last_pts, np.full(n, pts)])
+        self._score = np.concatenate([self._score, scores])
         self._votes = np.concatenate([self._votes, np.zeros((n, self._votes.shape[1]))])
         self._vote(np.arange(first, first + n), class_ids, scores)
 
@@ -326,4 +360,5 @@ class ByteTracker:
         self._mean, self._cov = self._mean[keep], self._cov[keep]
         self._ids, self._state, self._hits = self._ids[keep], self._state[keep], self._hits[keep]
         self._first_pts, self._last_pts = self._first_pts[keep], self._last_pts[keep]
+        self._score = self._score[keep]
         self._votes = self._votes[keep]
