@@ -94,9 +94,11 @@ def test_one_detection_and_iteration_give_views() -> None:
     assert dets[0] == Detection((1.0, 2.0, 3.0, 4.0), pytest.approx(0.9), 0, "person", 3)
     assert dets[1].track_id is None and dets[1].label == "car"
     assert [d.class_id for d in dets] == [0, 1, 7]
+    assert [d.predicted for d in dets] == [False, True, False]
+    assert [r.get("predicted") for r in dets.records()] == [None, True, None]
     columns = Detections(dets.xyxy, dets.confidence, dets.class_id, dets.tracker_id,
-                         class_names=NAMES)  # fmt: skip
-    assert Detections.from_detections(list(dets)) == columns != dets  # dets has data too
+                         class_names=NAMES, data={"predicted": dets.data["predicted"]})  # fmt: skip
+    assert Detections.from_detections(list(dets)) == columns != dets  # dets has embeddings too
     with pytest.raises(ValueError, match="class 0 labelled both 'a' and 'b'"):
         Detections.from_detections([Detection((0, 0, 1, 1), 1.0, 0, "a"),
                                     Detection((0, 0, 1, 1), 1.0, 0, "b")])  # fmt: skip
