@@ -254,10 +254,22 @@ def test_a_cuda_session_onnx_runtime_built_on_the_cpu_is_refused_with_one_line(
 
 
 class FakeDriver:
-    """``libcuda``'s stream calls: ``cuStreamCreate`` writes a handle, destroy records it."""
+    """``libcuda``'s stream and current-context calls, called through ctypes as vstream does:
+    ``cuStreamCreate`` writes a handle, destroy records it; ``cuCtxGetCurrent`` writes the
+    thread's context (NULL until one is set) and ``cuCtxSetCurrent`` sets it, both returning
+    CUDA_SUCCESS (0), as the driver API documents."""
 
     def __init__(self) -> None:
         self.destroyed: list[int] = []
+        self.context: int | None = None
+
+    def cuCtxGetCurrent(self, pointer) -> int:
+        pointer._obj.value = self.context
+        return 0
+
+    def cuCtxSetCurrent(self, context) -> int:
+        self.context = context.value
+        return 0
 
     def cuStreamCreate(self, pointer, flags: int) -> int:
         pointer._obj.value = 0xABC0
