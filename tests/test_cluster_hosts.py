@@ -134,6 +134,9 @@ def two_nodes() -> Iterator[TwoNodes]:
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN": secrets.token_hex(32),
     }
+    # A local instance started earlier in this process (vstream.cluster.connect) sets this to 0,
+    # and Ray then refuses to start a second node ("not supported on Windows and OSX").
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
     port = free_port()
     try:
         yield from _nodes(directory, env, port)
