@@ -43,6 +43,7 @@ from vstream.sinks.buffered import BufferedSink, SinkStats
 from vstream.sources.base import ResumePoint, SourceState
 
 if TYPE_CHECKING:
+    from vstream.cascade.stage import Cascade
     from vstream.detector import Detector
 
 log = logging.getLogger("vstream.engine")
@@ -68,6 +69,7 @@ class Pipeline:
         analytics: AnalyticsConfig | None = None,
         conf: float = DEFAULT_CONF,
         outputs: FrameOutputs | None = None,
+        cascade: Cascade | None = None,
     ) -> None:
         self.name = name
         self.detector = detector
@@ -80,6 +82,8 @@ class Pipeline:
         keeps lower scores for the tracker, and :func:`analyze` cuts them from the records."""
         self.outputs = outputs
         """Annotated videos, previews and event clips; None when the pipeline has none."""
+        self.cascade = cascade
+        """The secondary models, run on each frame after the tracker; None when there are none."""
         self.intake = Intake()
         self.streams: dict[str, StreamReader] = {}
         self.failure: BaseException | None = None
@@ -109,6 +113,16 @@ class Pipeline:
         from vstream.sinks.factory import build_sink
 
         detector = Detector.from_config(config.model, config.detector_postprocess(), config.runtime)
+        cascade = None
+        if config.secondary:
+            from vstream.cascade.stage import Cascade
+
+            cascade = Cascade(
+                config.secondary,
+                detector.class_names,
+                device=detector.device,
+                cuda_stream=detector.cuda_stream,
+            )
         sinks: list[BufferedSink] = []
         try:
             for sink in config.sinks:
@@ -128,6 +142,7 @@ class Pipeline:
             analytics=config.analytics,
             conf=config.postprocess.conf,
             outputs=outputs,
+            cascade=cascade,
         )
 
     def start(self) -> None:
@@ -200,6 +215,8 @@ class Pipeline:
         reader.counters.discarded(self.intake.unregister(stream_id))
         if self.outputs is not None:
             self.outputs.remove_stream(stream_id)
+        if self.cascade is not None:
+            self.cascade.remove_stream(stream_id)
         if self.metrics is not None:
             self.metrics.forget_stream(self.name, stream_id)
         self._reap()
@@ -261,6 +278,15 @@ class Pipeline:
                 batch.results[position] = result
                 if self.metrics is not None:
                     self.metrics.observe_analytics(self.name, arrival.stream, result)
+            if self.cascade is not None:
+                tracker = reader.analytics.tracker if reader.analytics is not None else None
+                result = self.cascade.apply(
+                    arrival.frame,
+                    result,
+                    detected=arrival.detect,
+                    live_tracks=tracker.live_track_ids() if tracker is not None else None,
+                )
+                batch.results[position] = result
             reader.counters.processed(0, len(result.detections), None)
             if self.outputs is not None and self.outputs.wanted:
                 self.outputs.deliver(arrival.frame, result, reader.source_fps)
