@@ -8,6 +8,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import vstream
 from tests.helpers import run_cli
 from vstream.assets import COLOUR_MODEL, DEMO_MODEL, SAMPLE_VIDEO
 from vstream.config.secondary import SecondaryConfig
@@ -120,3 +121,50 @@ pipelines:
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "on.classes [99] are not classes of the detector" in lines[0]
+
+
+def test_run_flags_add_a_secondary_model_named_after_its_file(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    result = run_cli(
+        "run", "-q", "--secondary", COLOUR_MODEL, "--on-classes", "0,2", "--output", out
+    )
+    assert result.returncode == 0, result.stderr
+    detections = [
+        d for line in out.read_text().splitlines() for d in json.loads(line)["detections"]
+    ]
+    assert {d["class_id"] for d in detections} - {0, 2}, "the video has other classes"
+    for detection in detections:
+        read = detection.get("attributes")
+        assert (read is not None) == (detection["class_id"] in (0, 2))
+        assert read is None or read[COLOUR_MODEL.stem]["label"] in LABELS
+
+
+def test_run_flags_refuse_on_classes_alone_and_a_missing_model(tmp_path: Path) -> None:
+    alone = run_cli("run", "-q", "--on-classes", "1")
+    assert alone.returncode == 2
+    assert alone.stderr.strip() == "vstream: error: --on-classes: applies to --secondary models"
+    missing = run_cli("run", "-q", "--secondary", tmp_path / "nope.onnx")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.count("\n") == 1 and "nope.onnx" in missing.stderr
+
+
+def test_detect_takes_secondary_models_as_paths_dicts_and_configs() -> None:
+    results = list(
+        vstream.detect(
+            SAMPLE_VIDEO,
+            secondary=[
+                COLOUR_MODEL,
+                {"name": "shape_colour", "path": str(COLOUR_MODEL), "on": {"classes": [1]}},
+                SecondaryConfig(name="third", path=str(COLOUR_MODEL), on={"min_size": 10_000}),
+            ],
+        )
+    )
+    assert [r.frame_index for r in results] == list(range(len(results)))
+    records = [d for r in results for d in r.to_record()["detections"]]
+    assert records
+    for record in records:
+        read = record["attributes"]
+        assert read["colour"]["label"] in LABELS and read["colour"]["fresh"]
+        assert ("shape_colour" in read) == (record["class_id"] == 1)
+        assert read.get("shape_colour", read["colour"]) == read["colour"]  # the same model
+        assert "third" not in read  # no box is 10000 pixels wide

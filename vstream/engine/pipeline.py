@@ -25,6 +25,7 @@ from vstream.analytics.stream import StreamAnalytics
 from vstream.config.analytics import AnalyticsConfig
 from vstream.config.model import RuntimeOptions
 from vstream.config.pipelines import PipelineConfig
+from vstream.config.secondary import SecondaryConfig
 from vstream.config.sinks import FRAME_SINK_TYPES
 from vstream.config.sources import SourceConfig
 from vstream.config.tracking import DEFAULT_CONF, TrackingConfig
@@ -113,16 +114,7 @@ class Pipeline:
         from vstream.sinks.factory import build_sink
 
         detector = Detector.from_config(config.model, config.detector_postprocess(), config.runtime)
-        cascade = None
-        if config.secondary:
-            from vstream.cascade.stage import Cascade
-
-            cascade = Cascade(
-                config.secondary,
-                detector.class_names,
-                device=detector.device,
-                cuda_stream=detector.cuda_stream,
-            )
+        cascade = _cascade(config.secondary, detector)
         sinks: list[BufferedSink] = []
         try:
             for sink in config.sinks:
@@ -469,8 +461,22 @@ class ResultQueue:
         self._queue.clear()
 
 
+def _cascade(secondary: Sequence[SecondaryConfig], detector: Detector) -> Cascade | None:
+    """The secondary models on the detector's device and CUDA stream; None without any."""
+    if not secondary:
+        return None
+    from vstream.cascade.stage import Cascade
+
+    return Cascade(
+        secondary, detector.class_names, device=detector.device, cuda_stream=detector.cuda_stream
+    )
+
+
 def detect_iter(
-    detector: Detector, sources: Sequence[Iterable[Frame] | SourceConfig]
+    detector: Detector,
+    sources: Sequence[Iterable[Frame] | SourceConfig],
+    *,
+    secondary: Sequence[SecondaryConfig] = (),
 ) -> Iterator[FrameResult]:
     """Every frame of every source through ``detector`` on the overlapped stages.
 
@@ -480,10 +486,12 @@ def detect_iter(
     semantics as ``vstream run``. Each source's
     results come in its own order. A stream that fails stops alone; the
     first failure is raised once every other frame has its result. Leaving
-    the iteration early stops every thread before it returns.
+    the iteration early stops every thread before it returns. ``secondary``:
+    the cascade's models, run on every detection they select (no tracking).
     """
     if not sources:
         return
+    cascade = _cascade(secondary, detector)
     results = ResultQueue(capacity=max(1, detector.batch_size * detector.buffers))
     pipeline = Pipeline(
         "detect",
@@ -491,6 +499,7 @@ def detect_iter(
         runtime=detector.runtime,
         sinks=[results],
         finish_when_idle=True,
+        cascade=cascade,
     )
     pipeline.start()
     readers = [
