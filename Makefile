@@ -34,11 +34,13 @@ system-deps:
 			$(SYSTEM_PACKAGES) >/dev/null && \
 		{ systemctl disable --now nginx >/dev/null 2>&1 || true; }; }
 
-# The bundled model on the bundled video: tracking, a counting line, records and the
-# annotated video side by side in out/ (the summary line says where).
+# The bundled model on the bundled video: tracking, a counting line, the demo colour
+# classifier as a cascade (attributes.colour), records and the annotated video side by
+# side in out/ (the summary line says where).
 demo: setup
 	@mkdir -p out
 	$(VENV)/bin/vstream run --track --line gate=320,360,320,0 \
+		--secondary vstream/assets/colour.onnx \
 		--output out/demo.jsonl --save-video out/demo.mp4
 
 test: setup system-deps

@@ -18,7 +18,7 @@ from vstream.annotate import (
 from vstream.annotate.font import GlyphAtlas
 from vstream.frame import Frame, PixelFormat
 from vstream.preprocess.colour import to_rgb_planar
-from vstream.results import Detection, Detections, FrameResult
+from vstream.results import ATTRIBUTES, Detection, Detections, FrameResult
 
 GREY = 90
 
@@ -329,3 +329,30 @@ def test_cuda_draws_the_same_pixels_as_the_cpu() -> None:
         on_gpu = rgb_to_yuv420(rgb.cuda(), interleaved=interleaved).cpu().int()
         on_cpu = rgb_to_yuv420(rgb, interleaved=interleaved).int()
         assert (on_gpu - on_cpu).abs().max() <= 1  # float rounding may differ by one level
+
+
+def test_labels_show_the_cascade_labels_after_the_class() -> None:
+    """The text is the record's: class, score, each attribute's label(s), then the track."""
+    frame = grey_frame()
+    det = Detection((100.0, 80.0, 200.0, 180.0), 0.87, 1, "square", track_id=7)
+    plain = result(det).detections
+    attributes = np.empty(1, dtype=object)
+    attributes[0] = {
+        "colour": {"label": "blue", "score": 0.9, "fresh": True},
+        "parts": {"labels": ["wheel", "door"], "scores": [0.8, 0.7], "fresh": False},
+    }
+    read = Detections(
+        plain.xyxy, plain.confidence, plain.class_id, plain.tracker_id,
+        class_names=plain.class_names, data={ATTRIBUTES: attributes},
+    )  # fmt: skip
+    annotator = Annotator(show_status=False)
+    image = annotator.annotate(frame, FrameResult("cam", 0, 61.5, 320, 240, read))
+    atlas = glyph_atlas(annotator.font_size_for(320, 240))
+    scene = annotator._scene(torch.device("cpu"), 320, 240)
+    pad, height = scene.pad, scene.label_height
+    ink = atlas.render("square 0.87 blue wheel door #7").int()
+    inked = image[80 - height + pad : 80 - height + pad + atlas.height, 100 + pad :]
+    inked = inked[:, : ink.shape[1]].int()
+    # Wherever the atlas inks the text, the label is not plain background.
+    colour = torch.tensor(class_colour(1), dtype=torch.int32)
+    assert torch.equal((inked != colour).any(dim=-1), ink > 0)

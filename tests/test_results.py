@@ -14,7 +14,14 @@ from vstream.config.analytics import AnalyticsConfig
 from vstream.config.tracking import TrackingConfig
 from vstream.engine.outputs import analyze
 from vstream.frame import Frame, PixelFormat
-from vstream.results import NO_TRACK, Detection, Detections, FrameResult, split_by_frame
+from vstream.results import (
+    ATTRIBUTES,
+    NO_TRACK,
+    Detection,
+    Detections,
+    FrameResult,
+    split_by_frame,
+)
 
 NAMES = {0: "person", 1: "car"}
 
@@ -171,3 +178,14 @@ def test_analyze_tracks_the_columns_and_keeps_records_above_conf() -> None:
     assert (kept.tracker_id > 0).all() and len(set(kept.tracker_id.tolist())) == 2
     np.testing.assert_array_equal(kept.data["k"], [1, 2])  # extra columns follow their boxes
     assert [set(r) >= {"track_id"} for r in kept.records()] == [True, True]
+
+
+def test_attributes_reach_the_records_of_the_rows_read_and_survive_selection() -> None:
+    values = np.empty(2, dtype=object)
+    values[:] = [None, {"colour": {"label": "red", "score": 0.9, "fresh": True}}]
+    dets = Detections([[0, 0, 5, 5], [1, 1, 6, 6]], [0.9, 0.8], [0, 1], data={ATTRIBUTES: values})
+    records = dets.records()
+    assert "attributes" not in records[0]
+    assert records[1]["attributes"] == {"colour": {"label": "red", "score": 0.9, "fresh": True}}
+    assert dets[np.array([False, True])].records() == [records[1]]
+    assert pickle.loads(pickle.dumps(dets)).records() == records

@@ -163,3 +163,19 @@ def test_embeddings_reach_records_only_when_asked() -> None:
     assert record_values(result, (), keep_embedding=True) == [
         {"embedding": [0.6, 0.8], "fresh": True}
     ]
+
+
+def test_carried_gives_only_the_tracks_last_readings_and_reads_nothing() -> None:
+    """A frame the detector skipped: tracked objects keep their reading, others have none."""
+    cache, read = AttributeCache(reinfer_seconds=0.0, regrow=4.0), Reader()
+    read.frame = 2
+    cache.resolve(
+        np.array([7, 8]), np.array([box(20), box(30)], np.float32), 0.0, np.ones(2, bool), read
+    )
+    read.frame = 0
+    empty = read(np.zeros(0, np.int64))
+    carried = cache.carried(np.array([9, 8, -1, 7]), np.array([True, True, True, False]), empty)
+    assert carried.read.tolist() == [False, True, False, False]
+    assert not carried.fresh.any()
+    assert carried.label_ids.tolist() == [-1, 2, -1, -1]
+    assert len(cache) == 2  # nothing was added or dropped

@@ -81,6 +81,10 @@ class Detection:
 PREDICTED = "predicted"
 """The ``data`` column (bool) marking boxes the tracker predicted between detections."""
 
+ATTRIBUTES = "attributes"
+"""The ``data`` column (objects) of a cascade's readings (:mod:`vstream.cascade.stage`): per
+detection, ``{model name: {"label", "score", "fresh"}}`` as records write it, or None."""
+
 
 class Detections:
     """The detections of one frame, as columns of equal length ``N``.
@@ -104,10 +108,11 @@ class Detections:
     nobody writes afterwards. Shapes that do not agree raise ``ValueError``
     naming every column's shape.
 
-    :meth:`records` writes the fixed columns, and ``"predicted": true`` for
-    the rows the :data:`PREDICTED` column marks; another ``data`` column (a
-    secondary classifier's label and score, an embedding) reaches the records
-    when the feature that adds it decides its keys.
+    :meth:`records` writes the fixed columns, ``"predicted": true`` for
+    the rows the :data:`PREDICTED` column marks, and ``"attributes"`` where the
+    :data:`ATTRIBUTES` column (a cascade's readings) has a value; another
+    ``data`` column reaches the records when the feature that adds it decides
+    its keys.
     """
 
     __slots__ = ("class_id", "class_names", "confidence", "data", "tracker_id", "xyxy")
@@ -281,13 +286,16 @@ class Detections:
         records: list[dict[str, Any]] = []
         predicted = self.data.get(PREDICTED)
         flags = predicted.tolist() if predicted is not None else [False] * len(self)
-        for box, score, class_id, label, track_id, flag in zip(
+        read = self.data.get(ATTRIBUTES)
+        attributes = read.tolist() if read is not None else [None] * len(self)
+        for box, score, class_id, label, track_id, flag, attribute in zip(
             self.xyxy.tolist(),
             self.confidence.tolist(),
             self.class_id.tolist(),
             self.labels,
             self.tracker_id.tolist(),
             flags,
+            attributes,
             strict=True,
         ):
             record: dict[str, Any] = {
@@ -300,6 +308,8 @@ class Detections:
                 record["track_id"] = track_id
             if flag:
                 record["predicted"] = True
+            if attribute:
+                record["attributes"] = attribute
             records.append(record)
         return records
 

@@ -28,7 +28,7 @@ from vstream.annotate import draw
 from vstream.annotate.convert import frame_to_rgb
 from vstream.annotate.font import GlyphAtlas, glyph_atlas
 from vstream.frame import Frame
-from vstream.results import NO_TRACK, Detections, label_for
+from vstream.results import ATTRIBUTES, NO_TRACK, Detections, label_for
 
 if TYPE_CHECKING:
     from vstream.results import FrameResult
@@ -131,6 +131,18 @@ def _format_time(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{int(hours):02d}:{int(minutes):02d}:{secs:05.2f}"
+
+
+def _attribute_text(attribute: dict[str, Any] | None) -> str:
+    """A detection's cascade labels after its class (`` blue``), as its record has them.
+
+    Only the labels: scores and embeddings would crowd the box; a multi-label
+    model shows each of its labels.
+    """
+    words: list[str] = []
+    for value in (attribute or {}).values():
+        words += [value["label"]] if "label" in value else value.get("labels", [])
+    return "".join(f" {word}" for word in words)
 
 
 def _counts_text(counts: Any) -> str:
@@ -400,11 +412,14 @@ class Annotator:
         # Rounded (half to even, as Python's round) and clamped to the picture, in numpy.
         limits = np.array([width, height, width, height], dtype=np.float64)
         boxes = np.clip(np.round(detections.xyxy[finite]), 0, limits).astype(np.int64)
-        for (x1, y1, x2, y2), score, class_id, track_id in zip(
+        read = detections.data.get(ATTRIBUTES)
+        attributes = read[finite].tolist() if read is not None else [None] * len(boxes)
+        for (x1, y1, x2, y2), score, class_id, track_id, attribute in zip(
             boxes.tolist(),
             detections.confidence[finite].tolist(),
             detections.class_id[finite].tolist(),
             detections.tracker_id[finite].tolist(),
+            attributes,
             strict=True,
         ):
             if x2 <= x1 or y2 <= y1:
@@ -415,6 +430,7 @@ class Annotator:
             draw.box_outline(image, x1, y1, x2, y2, t, scene.colours[row])
             if self.show_labels:
                 text = f"{label_for(class_id, detections.class_names)} {score:.2f}"
+                text += _attribute_text(attribute)
                 if tracked:
                     text += f" #{track_id}"
                 above = y1 - scene.label_height

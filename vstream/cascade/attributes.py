@@ -153,6 +153,27 @@ class AttributeCache:
                 self._readings[track] = (pts, float(areas[row]), fresh.take([index]))
         return _assemble(count, order, parts, due)
 
+    def carried(
+        self, track_ids: np.ndarray, selected: np.ndarray, empty: SecondaryOutput
+    ) -> Attributes:
+        """The last readings of the ``selected`` detections' tracks, none read now.
+
+        For a frame the detector skipped: its boxes are the tracker's
+        predictions, so its objects keep what they were last read as (not
+        fresh); an object on no track, or not read yet, has no value. ``empty``
+        is the model's result for no boxes (it gives the columns' widths).
+        """
+        track_ids = np.asarray(track_ids, dtype=np.int64)
+        selected = np.asarray(selected, dtype=bool)
+        rows = [
+            row
+            for row in np.flatnonzero(selected).tolist()
+            if int(track_ids[row]) in self._readings
+        ]
+        parts = [empty, *(self._readings[int(track_ids[r])][2] for r in rows)]
+        order = np.asarray(rows, dtype=np.int64)
+        return _assemble(len(track_ids), order, parts, np.zeros(len(track_ids), dtype=bool))
+
     def retain(self, live_track_ids: Iterable[int]) -> None:
         """Drop the readings of every track not in ``live_track_ids`` (the tracker's live ones)."""
         live = set(live_track_ids)

@@ -105,7 +105,7 @@ def _number(kind: type) -> Any:
     return parse
 
 
-def _int_list(text: str) -> list[int]:
+def int_list(text: str) -> list[int]:
     try:
         return [int(part) for part in text.replace(",", " ").split()]
     except ValueError:
@@ -141,7 +141,7 @@ def _argument(option: Option) -> dict[str, Any]:
     elif origin is typing.Literal:
         spec["choices"] = list(typing.get_args(kind))
     elif origin is list:
-        spec["type"] = _int_list
+        spec["type"] = int_list
     elif kind in (int, float):
         spec["type"] = _number(kind)
     if "metavar" not in spec and "choices" not in spec and kind is not bool:
@@ -225,6 +225,15 @@ def run_document(
         set_path(document, (*analytics, "tracking"), {})
     if extras.lines:
         set_path(document, (*analytics, "lines"), [line.model_dump() for line in extras.lines])
+    if extras.on_classes is not None and not extras.secondary:
+        raise ConfigError([ConfigIssue("--on-classes", None, "applies to --secondary models")])
+    if extras.secondary:
+        on = {} if extras.on_classes is None else {"on": {"classes": extras.on_classes}}
+        set_path(
+            document,
+            (*PIPELINE, "secondary"),
+            [{"name": Path(path).stem, "path": path, **on} for path in extras.secondary],
+        )
     for path, value in values.items():
         set_path(document, path, value)
     return document
@@ -238,6 +247,29 @@ class RunExtras:
     lines: tuple[Any, ...] = ()
     save_video: str | None = None
     clips: Path | None = None
+    secondary: tuple[str, ...] = ()
+    """``--secondary PATH`` (repeatable): each a secondary model named after its file."""
+    on_classes: list[int] | None = None
+    """``--on-classes``: the detector classes every ``--secondary`` model reads."""
+
+
+def secondary_help() -> str:
+    """``--secondary``'s help, from the config's fields (one definition of each option)."""
+    from vstream.config.secondary import SecondaryConfig
+
+    fields = SecondaryConfig.model_fields
+    return (
+        "secondary model ONNX file (repeatable), named after its file: each selected "
+        f"detection gets attributes.<stem> (kind {fields['kind'].default}; other settings "
+        "are a pipelines file's secondary:)"
+    )
+
+
+def on_classes_help() -> str:
+    """``--on-classes``' help: the ``on.classes`` field's description."""
+    from vstream.config.secondary import SecondaryOn
+
+    return f"with --secondary: {SecondaryOn.model_fields['classes'].description}"
 
 
 def line_spec(text: str) -> Any:
@@ -287,6 +319,7 @@ def build_run_config(
         named = {
             "--source": (*SOURCE, "uri"),
             "--line": (*PIPELINE, "analytics", "lines"),
+            "--secondary": (*PIPELINE, "secondary"),
             **{flag: (*PIPELINE, "sinks", i) for i, flag in enumerate(sink_flags)},
         }
         flags = {**flags, **{f: Option(p, FieldInfo(), Cli(f)) for f, p in named.items()}}

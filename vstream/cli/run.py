@@ -26,7 +26,10 @@ from vstream.cli.options import (
     RunExtras,
     add_flags,
     build_run_config,
+    int_list,
     line_spec,
+    on_classes_help,
+    secondary_help,
 )
 from vstream.config.sinks import fill
 from vstream.errors import VstreamError
@@ -106,6 +109,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="count crossings of this segment (pixels; repeatable); 'in' is crossing from the "
         "left of the segment, looking from its start to its end, to its right",
     )  # fmt: skip
+    cascade = run.add_argument_group("cascade (secondary models)")
+    _own(
+        cascade, "--secondary", action="append", default=argparse.SUPPRESS, metavar="PATH.onnx",
+        help=secondary_help(),
+    )  # fmt: skip
+    _own(
+        cascade, "--on-classes", type=int_list, default=argparse.SUPPRESS, metavar="ID,ID",
+        help=on_classes_help(),
+    )  # fmt: skip
     for prefix, model in RUN_SECTIONS:
         _FLAGS.update(add_flags(groups[str(prefix[2])], ((prefix, model),)))
     run.set_defaults(handler=run_command)
@@ -169,6 +181,8 @@ def run_command(args: argparse.Namespace) -> int:
             lines=tuple(getattr(args, "line", ())),
             save_video=getattr(args, "save_video", None),
             clips=getattr(args, "clips", None),
+            secondary=tuple(getattr(args, "secondary", ())),
+            on_classes=getattr(args, "on_classes", None),
         )
         config = build_run_config(
             args,

@@ -25,6 +25,7 @@ from vstream.analytics.stream import StreamAnalytics
 from vstream.config.analytics import AnalyticsConfig
 from vstream.config.model import RuntimeOptions
 from vstream.config.pipelines import PipelineConfig
+from vstream.config.secondary import SecondaryConfig
 from vstream.config.sinks import FRAME_SINK_TYPES
 from vstream.config.sources import SourceConfig
 from vstream.config.tracking import DEFAULT_CONF, TrackingConfig
@@ -43,6 +44,7 @@ from vstream.sinks.buffered import BufferedSink, SinkStats
 from vstream.sources.base import ResumePoint, SourceState
 
 if TYPE_CHECKING:
+    from vstream.cascade.stage import Cascade
     from vstream.detector import Detector
 
 log = logging.getLogger("vstream.engine")
@@ -68,6 +70,7 @@ class Pipeline:
         analytics: AnalyticsConfig | None = None,
         conf: float = DEFAULT_CONF,
         outputs: FrameOutputs | None = None,
+        cascade: Cascade | None = None,
     ) -> None:
         self.name = name
         self.detector = detector
@@ -80,6 +83,8 @@ class Pipeline:
         keeps lower scores for the tracker, and :func:`analyze` cuts them from the records."""
         self.outputs = outputs
         """Annotated videos, previews and event clips; None when the pipeline has none."""
+        self.cascade = cascade
+        """The secondary models, run on each frame after the tracker; None when there are none."""
         self.intake = Intake()
         self.streams: dict[str, StreamReader] = {}
         self.failure: BaseException | None = None
@@ -109,6 +114,7 @@ class Pipeline:
         from vstream.sinks.factory import build_sink
 
         detector = Detector.from_config(config.model, config.detector_postprocess(), config.runtime)
+        cascade = _cascade(config.secondary, detector)
         sinks: list[BufferedSink] = []
         try:
             for sink in config.sinks:
@@ -128,6 +134,7 @@ class Pipeline:
             analytics=config.analytics,
             conf=config.postprocess.conf,
             outputs=outputs,
+            cascade=cascade,
         )
 
     def start(self) -> None:
@@ -200,6 +207,8 @@ class Pipeline:
         reader.counters.discarded(self.intake.unregister(stream_id))
         if self.outputs is not None:
             self.outputs.remove_stream(stream_id)
+        if self.cascade is not None:
+            self.cascade.remove_stream(stream_id)
         if self.metrics is not None:
             self.metrics.forget_stream(self.name, stream_id)
         self._reap()
@@ -261,6 +270,15 @@ class Pipeline:
                 batch.results[position] = result
                 if self.metrics is not None:
                     self.metrics.observe_analytics(self.name, arrival.stream, result)
+            if self.cascade is not None:
+                tracker = reader.analytics.tracker if reader.analytics is not None else None
+                result = self.cascade.apply(
+                    arrival.frame,
+                    result,
+                    detected=arrival.detect,
+                    live_tracks=tracker.live_track_ids() if tracker is not None else None,
+                )
+                batch.results[position] = result
             reader.counters.processed(0, len(result.detections), None)
             if self.outputs is not None and self.outputs.wanted:
                 self.outputs.deliver(arrival.frame, result, reader.source_fps)
@@ -443,8 +461,22 @@ class ResultQueue:
         self._queue.clear()
 
 
+def _cascade(secondary: Sequence[SecondaryConfig], detector: Detector) -> Cascade | None:
+    """The secondary models on the detector's device and CUDA stream; None without any."""
+    if not secondary:
+        return None
+    from vstream.cascade.stage import Cascade
+
+    return Cascade(
+        secondary, detector.class_names, device=detector.device, cuda_stream=detector.cuda_stream
+    )
+
+
 def detect_iter(
-    detector: Detector, sources: Sequence[Iterable[Frame] | SourceConfig]
+    detector: Detector,
+    sources: Sequence[Iterable[Frame] | SourceConfig],
+    *,
+    secondary: Sequence[SecondaryConfig] = (),
 ) -> Iterator[FrameResult]:
     """Every frame of every source through ``detector`` on the overlapped stages.
 
@@ -454,10 +486,12 @@ def detect_iter(
     semantics as ``vstream run``. Each source's
     results come in its own order. A stream that fails stops alone; the
     first failure is raised once every other frame has its result. Leaving
-    the iteration early stops every thread before it returns.
+    the iteration early stops every thread before it returns. ``secondary``:
+    the cascade's models, run on every detection they select (no tracking).
     """
     if not sources:
         return
+    cascade = _cascade(secondary, detector)
     results = ResultQueue(capacity=max(1, detector.batch_size * detector.buffers))
     pipeline = Pipeline(
         "detect",
@@ -465,6 +499,7 @@ def detect_iter(
         runtime=detector.runtime,
         sinks=[results],
         finish_when_idle=True,
+        cascade=cascade,
     )
     pipeline.start()
     readers = [

@@ -1,0 +1,170 @@
+"""The cascade in the engine: the demo colour classifier reads the demo detector's objects."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import vstream
+from tests.helpers import run_cli
+from vstream.assets import COLOUR_MODEL, DEMO_MODEL, SAMPLE_VIDEO
+from vstream.config.secondary import SecondaryConfig
+from vstream.inference.secondary_spec import check_secondary
+
+LABELS = set(check_secondary(SecondaryConfig(name="colour", path=str(COLOUR_MODEL))).labels)
+
+
+def run_yaml(
+    tmp_path: Path, secondary: str, extra: str = "", source: str = ""
+) -> list[dict[str, Any]]:
+    out = tmp_path / "out.jsonl"
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(
+        f"""
+pipelines:
+  - name: main
+    model: {{path: {DEMO_MODEL}}}
+{extra}
+    secondary:
+      - {{name: colour, path: {COLOUR_MODEL}, {secondary}}}
+    sources:
+      - {{id: cam, uri: {SAMPLE_VIDEO}{source}}}
+    sinks:
+      - {{type: jsonl, path: {out}}}
+"""
+    )
+    result = run_cli("run", config)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def attributes(records: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+    return [d.get("attributes") for r in records for d in r["detections"]]
+
+
+def test_without_tracking_every_detection_is_read_fresh(tmp_path: Path) -> None:
+    records = run_yaml(tmp_path, "max_batch: 4")
+    assert [r["frame"] for r in records] == list(range(len(records)))
+    read = attributes(records)
+    assert read and all(a is not None for a in read)
+    assert {a["colour"]["label"] for a in read} <= LABELS
+    assert all(a["colour"]["fresh"] and 0 < a["colour"]["score"] <= 1 for a in read)
+    assert len({a["colour"]["label"] for a in read}) > 2  # the shapes have several colours
+
+
+def test_with_tracking_readings_are_carried_and_read_again_when_old(tmp_path: Path) -> None:
+    records = run_yaml(
+        tmp_path, "reinfer_seconds: 0.5, regrow: 100", "    analytics: {tracking: {}}"
+    )
+    assert [r["frame"] for r in records] == list(range(len(records)))
+    fresh_at: dict[int, list[float]] = defaultdict(list)
+    carried = 0
+    for record in records:
+        for detection in record["detections"]:
+            value = detection["attributes"]["colour"]
+            assert value["label"] in LABELS
+            if "track_id" not in detection:
+                assert value["fresh"]  # nothing to carry a reading on
+            elif value["fresh"]:
+                fresh_at[detection["track_id"]].append(record["pts"])
+            else:
+                carried += 1
+    assert carried > 0
+    gaps = [b - a for times in fresh_at.values() for a, b in pairwise(times)]
+    assert gaps, "no track was read a second time"
+    assert min(gaps) >= 0.5 - 1e-6
+
+
+def test_predicted_frames_carry_the_tracks_readings(tmp_path: Path) -> None:
+    records = run_yaml(
+        tmp_path,
+        "reinfer_seconds: 0",
+        "    analytics: {tracking: {}}",
+        ", detect_every: 3",
+    )
+    predicted = [d for r in records for d in r["detections"] if d.get("predicted")]
+    assert predicted
+    assert all(not d["attributes"]["colour"]["fresh"] for d in predicted if "attributes" in d)
+    assert any("attributes" in d for d in predicted)
+    detected = [d for r in records for d in r["detections"] if not d.get("predicted")]
+    assert all(d["attributes"]["colour"]["fresh"] for d in detected)  # reinfer_seconds 0
+
+
+def test_on_classes_restricts_which_detections_are_read(tmp_path: Path) -> None:
+    records = run_yaml(tmp_path, "on: {classes: [0]}")
+    detections = [d for r in records for d in r["detections"]]
+    assert {d["class_id"] for d in detections} - {0}, "the video has other classes"
+    for detection in detections:
+        assert ("attributes" in detection) == (detection["class_id"] == 0)
+
+
+def test_an_on_class_the_detector_lacks_fails_with_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "pipelines.yaml"
+    config.write_text(
+        f"""
+pipelines:
+  - name: main
+    model: {{path: {DEMO_MODEL}}}
+    secondary:
+      - {{name: colour, path: {COLOUR_MODEL}, on: {{classes: [0, 99]}}}}
+    sources:
+      - {{id: cam, uri: {SAMPLE_VIDEO}}}
+    sinks:
+      - {{type: stdout}}
+"""
+    )
+    result = run_cli("run", config)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "on.classes [99] are not classes of the detector" in lines[0]
+
+
+def test_run_flags_add_a_secondary_model_named_after_its_file(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    result = run_cli(
+        "run", "-q", "--secondary", COLOUR_MODEL, "--on-classes", "0,2", "--output", out
+    )
+    assert result.returncode == 0, result.stderr
+    detections = [
+        d for line in out.read_text().splitlines() for d in json.loads(line)["detections"]
+    ]
+    assert {d["class_id"] for d in detections} - {0, 2}, "the video has other classes"
+    for detection in detections:
+        read = detection.get("attributes")
+        assert (read is not None) == (detection["class_id"] in (0, 2))
+        assert read is None or read[COLOUR_MODEL.stem]["label"] in LABELS
+
+
+def test_run_flags_refuse_on_classes_alone_and_a_missing_model(tmp_path: Path) -> None:
+    alone = run_cli("run", "-q", "--on-classes", "1")
+    assert alone.returncode == 2
+    assert alone.stderr.strip() == "vstream: error: --on-classes: applies to --secondary models"
+    missing = run_cli("run", "-q", "--secondary", tmp_path / "nope.onnx")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.count("\n") == 1 and "nope.onnx" in missing.stderr
+
+
+def test_detect_takes_secondary_models_as_paths_dicts_and_configs() -> None:
+    results = list(
+        vstream.detect(
+            SAMPLE_VIDEO,
+            secondary=[
+                COLOUR_MODEL,
+                {"name": "shape_colour", "path": str(COLOUR_MODEL), "on": {"classes": [1]}},
+                SecondaryConfig(name="third", path=str(COLOUR_MODEL), on={"min_size": 10_000}),
+            ],
+        )
+    )
+    assert [r.frame_index for r in results] == list(range(len(results)))
+    records = [d for r in results for d in r.to_record()["detections"]]
+    assert records
+    for record in records:
+        read = record["attributes"]
+        assert read["colour"]["label"] in LABELS and read["colour"]["fresh"]
+        assert ("shape_colour" in read) == (record["class_id"] == 1)
+        assert read.get("shape_colour", read["colour"]) == read["colour"]  # the same model
+        assert "third" not in read  # no box is 10000 pixels wide
