@@ -251,13 +251,11 @@ def batch_size(spec: ModelSpec, requested: int | None) -> int:
     return requested
 
 
-def check_model(
-    path: str | Path, imgsz: int | tuple[int, int] | None, requested_batch: int | None
-) -> ModelSpec:
-    """Load ``path`` in ONNX Runtime (CPU) and check it fits the options, without torch.
+def open_for_inspection(path: str | Path, what: str) -> Any:
+    """An ONNX Runtime session (CPU) made only to read ``path``'s inputs, outputs and metadata.
 
-    What ``vstream validate`` runs: the model loads, has one image input,
-    and its fixed size and batch (if any) fit ``imgsz`` and the batch size.
+    A model that does not load is one line naming ``what`` (``model``,
+    ``secondary model``) and ONNX Runtime's first line, never a traceback.
     """
     from vstream.inference.wheels import load_onnxruntime
 
@@ -268,12 +266,23 @@ def check_model(
     # (about 0.1 s of loading a YOLOv8n, an eighth of what vstream validate takes).
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        session = ort.InferenceSession(
+        return ort.InferenceSession(
             str(path), sess_options=options, providers=["CPUExecutionProvider"]
         )
     except Exception as exc:  # ONNX Runtime raises several unrelated types
         first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-        raise ModelError(f"cannot load model {path}: {first}") from None
+        raise ModelError(f"cannot load {what} {path}: {first}") from None
+
+
+def check_model(
+    path: str | Path, imgsz: int | tuple[int, int] | None, requested_batch: int | None
+) -> ModelSpec:
+    """Load ``path`` in ONNX Runtime (CPU) and check it fits the options, without torch.
+
+    What ``vstream validate`` runs: the model loads, has one image input,
+    and its fixed size and batch (if any) fit ``imgsz`` and the batch size.
+    """
+    session = open_for_inspection(path, "model")
     spec = read_model_spec(session, Path(path))
     input_size(spec, imgsz)
     batch_size(spec, requested_batch)

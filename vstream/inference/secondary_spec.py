@@ -39,6 +39,7 @@ from vstream.inference.model import (
     _literal,
     _tensor_spec,
     infer_output_shapes,
+    open_for_inspection,
     parse_class_names,
 )
 
@@ -246,22 +247,10 @@ def check_secondary(config: SecondaryConfig) -> SecondarySpec:
     What ``vstream validate`` runs for each secondary model (beside
     :func:`vstream.config.secondary.check_on_classes` with the detector's names).
     """
-    from vstream.inference.wheels import load_onnxruntime
-
-    ort = load_onnxruntime()
     path = Path(config.path)
     if not path.is_file():
         raise ModelError(f"secondary model file not found: {path}")
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:
-        session = ort.InferenceSession(
-            str(path), sess_options=options, providers=["CPUExecutionProvider"]
-        )
-    except Exception as exc:  # ONNX Runtime raises several unrelated types
-        first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-        raise ModelError(f"cannot load secondary model {path}: {first}") from None
+    session = open_for_inspection(path, "secondary model")
     return read_secondary_spec(session, config)
 
 
