@@ -16,7 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = 17
 
 
-def _save(graph: onnx.GraphProto, path: Path, metadata: dict[str, str] | None = None) -> Path:
+def save_model(graph: onnx.GraphProto, path: Path, metadata: dict[str, str] | None = None) -> Path:
+    """``graph`` as a checked model file at ``path`` (opset 17, IR 8), with ``metadata``."""
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = 8
     for key, value in (metadata or {}).items():
@@ -63,7 +64,7 @@ def constant_output_model(
         ],
         initializer=[const, zero],
     )
-    return _save(graph, path, metadata)
+    return save_model(graph, path, metadata)
 
 
 def scale_model(path: Path, *, elem_type: int = TensorProto.FLOAT) -> Path:
@@ -78,7 +79,7 @@ def scale_model(path: Path, *, elem_type: int = TensorProto.FLOAT) -> Path:
         [helper.make_tensor_value_info("output0", elem_type, ["batch", 3, "height", "width"])],
         initializer=[two],
     )
-    return _save(graph, path)
+    return save_model(graph, path)
 
 
 def flatten_model(path: Path) -> Path:
@@ -99,7 +100,7 @@ def flatten_model(path: Path) -> Path:
         [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", "flat"])],
         initializer=[keep_rest],
     )
-    return _save(graph, path)
+    return save_model(graph, path)
 
 
 def nonzero_model(path: Path) -> Path:
@@ -115,7 +116,7 @@ def nonzero_model(path: Path) -> Path:
         [helper.make_tensor_value_info("output0", TensorProto.INT64, [4, "n"])],
         initializer=[half],
     )
-    return _save(graph, path)
+    return save_model(graph, path)
 
 
 def brightness_model(path: Path, *, imgsz: int = 64, batch: int | str = "batch") -> Path:
@@ -159,7 +160,7 @@ def brightness_model(path: Path, *, imgsz: int = 64, batch: int | str = "batch")
         [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [batch, 5, 8])],
         initializer=initializers,
     )
-    return _save(graph, path, {"names": str({0: "blob"})})
+    return save_model(graph, path, {"names": str({0: "blob"})})
 
 
 def partly_inferred_model(path: Path) -> Path:
@@ -186,7 +187,7 @@ def partly_inferred_model(path: Path) -> Path:
         [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", "rows", "cols"])],
         initializer=[numpy_helper.from_array(np.array([6, 10], dtype=np.int64), "rows_cols")],
     )
-    return _save(graph, path)
+    return save_model(graph, path)
 
 
 def family_model(
@@ -235,4 +236,4 @@ def family_model(
     graph = helper.make_graph(
         nodes, "family_detector", inputs, graph_outputs, initializer=initializers
     )
-    return _save(graph, path, metadata)
+    return save_model(graph, path, metadata)

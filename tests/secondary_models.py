@@ -10,21 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
-
-OPSET = 17
-
-
-def _save(graph: onnx.GraphProto, path: Path, metadata: dict[str, str] | None) -> Path:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = 8
-    for key, value in (metadata or {}).items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
+from onnx_models import save_model
 
 
 def linear_model(
@@ -54,7 +41,7 @@ def linear_model(
         [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [batch, weights.shape[1]])],
         initializer=[w],
     )
-    return _save(graph, path, metadata)
+    return save_model(graph, path, metadata)
 
 
 def flatten_model(
@@ -72,4 +59,4 @@ def flatten_model(
             )
         ],
     )
-    return _save(graph, path, metadata)
+    return save_model(graph, path, metadata)
