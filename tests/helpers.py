@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -145,6 +148,17 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    """``condition()``'s first true value, asked every 50 ms; fails naming ``what`` after
+    ``timeout`` seconds (every wait of a test is bounded)."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+    return value
 
 
 class RtspServer:

@@ -16,14 +16,14 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from helpers import wait_for
 
 from vstream import assets
 from vstream.cluster.connect import RayConnection
@@ -37,15 +37,6 @@ from vstream.errors import ModelError, VstreamError
 MODEL = assets.DEMO_MODEL
 VIDEO = assets.SAMPLE_VIDEO
 FPS = 25
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 def ray_processes() -> dict[int, str]:
