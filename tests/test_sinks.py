@@ -133,15 +133,21 @@ def test_a_stuck_destination_never_blocks_the_writer_with_drop_oldest() -> None:
     assert sink.stats.delivered + sink.stats.dropped == 300
 
 
+class GatedTransport(FlakyTransport):
+    """Holds every send until ``release`` is set (up to 30 s), then keeps the records."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def send(self, records: Sequence[dict]) -> None:
+        self.release.wait(30)
+        self.received.extend(records)
+
+
 def test_block_overflow_makes_the_writer_wait_and_loses_nothing() -> None:
-    release = threading.Event()
-
-    class GatedTransport(FlakyTransport):
-        def send(self, records: Sequence[dict]) -> None:
-            release.wait(30)
-            self.received.extend(records)
-
     transport = GatedTransport()
+    release = transport.release
     sink = BufferedSink(transport, name="file", capacity=10, batch_records=5, overflow="block")
     written = []
 
@@ -163,14 +169,8 @@ def test_block_overflow_makes_the_writer_wait_and_loses_nothing() -> None:
 
 def test_block_overflow_takes_a_write_larger_than_its_room_part_by_part() -> None:
     """A cluster driver writes up to 512 records at once: past the free space, they wait."""
-    release = threading.Event()
-
-    class GatedTransport(FlakyTransport):
-        def send(self, records: Sequence[dict]) -> None:
-            release.wait(30)
-            self.received.extend(records)
-
     transport = GatedTransport()
+    release = transport.release
     sink = BufferedSink(transport, name="file", capacity=10, batch_records=5, overflow="block")
     sink.write([result(i) for i in range(4)])
     thread = threading.Thread(target=sink.write, args=([result(i) for i in range(4, 40)],))
