@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,24 +85,12 @@ class ModelSpec:
     @property
     def fixed_input_size(self) -> tuple[int, int] | None:
         """``(height, width)`` when the model's spatial input size is static."""
-        h, w = self.input.shape[2], self.input.shape[3]
-        if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0:
-            return h, w
-        return None
+        return static_size(self.input)
 
     @property
     def metadata_imgsz(self) -> tuple[int, int] | None:
         """``(height, width)`` recorded in the metadata (``imgsz``), if any."""
-        value = _literal(self.metadata.get("imgsz"))
-        if isinstance(value, int):
-            return value, value
-        if (
-            isinstance(value, (list, tuple))
-            and len(value) == 2
-            and all(isinstance(v, int) for v in value)
-        ):
-            return value[0], value[1]
-        return None
+        return metadata_size(self.metadata)
 
     @property
     def stride(self) -> int:
@@ -217,17 +206,47 @@ def infer_output_shapes(
     return shapes
 
 
+def static_size(image: TensorSpec) -> tuple[int, int] | None:
+    """``(height, width)`` of an NCHW input whose spatial size is static, else None."""
+    h, w = image.shape[2], image.shape[3]
+    if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0:
+        return h, w
+    return None
+
+
+def metadata_size(metadata: dict[str, str]) -> tuple[int, int] | None:
+    """``(height, width)`` a model's metadata records as ``imgsz`` (one int or two), if any."""
+    value = _literal(metadata.get("imgsz"))
+    if isinstance(value, int):
+        return value, value
+    if (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and all(isinstance(v, int) for v in value)
+    ):
+        return value[0], value[1]
+    return None
+
+
+def fitting_size(
+    name: str, fixed: tuple[int, int] | None, imgsz: int | Sequence[int] | None
+) -> tuple[int, int] | None:
+    """``imgsz`` as ``(height, width)`` (None when not asked), refused where the model file
+    ``name`` fixes another size: one rule for the detector and the secondary models."""
+    requested = (imgsz, imgsz) if isinstance(imgsz, int) else imgsz
+    if fixed is not None and requested is not None and tuple(requested) != fixed:
+        raise ModelError(
+            f"{name} takes a fixed {fixed[1]}x{fixed[0]} input; "
+            f"imgsz {requested[1]}x{requested[0]} does not fit (leave imgsz unset)"
+        )
+    return None if requested is None else (requested[0], requested[1])
+
+
 def input_size(spec: ModelSpec, imgsz: int | tuple[int, int] | None) -> tuple[int, int]:
     """The ``(height, width)`` the model runs at: fixed by the model, asked for, or a default."""
-    requested = (imgsz, imgsz) if isinstance(imgsz, int) else imgsz
-    fixed = spec.fixed_input_size
-    if fixed is not None:
-        if requested is not None and tuple(requested) != fixed:
-            raise ModelError(
-                f"{spec.path.name} takes a fixed {fixed[1]}x{fixed[0]} input; "
-                f"imgsz {requested[1]}x{requested[0]} does not fit (leave imgsz unset)"
-            )
-        return fixed
+    requested = fitting_size(spec.path.name, spec.fixed_input_size, imgsz)
+    if spec.fixed_input_size is not None:
+        return spec.fixed_input_size
     size = requested or spec.metadata_imgsz or (DEFAULT_IMGSZ, DEFAULT_IMGSZ)
     stride = spec.stride
     if any(s <= 0 or s % stride for s in size):

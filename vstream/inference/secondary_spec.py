@@ -38,9 +38,12 @@ from vstream.inference.model import (
     TensorSpec,
     _literal,
     _tensor_spec,
+    fitting_size,
     infer_output_shapes,
+    metadata_size,
     open_for_inspection,
     parse_class_names,
+    static_size,
 )
 
 _CHOICES = {
@@ -116,29 +119,12 @@ def _triple(config: SecondaryConfig, metadata: dict[str, str], key: str, default
 
 def _input_size(config: SecondaryConfig, image: TensorSpec, metadata: dict[str, str]) -> Any:
     name = Path(config.path).name
-    h, w = image.shape[2], image.shape[3]
-    fixed = (h, w) if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0 else None
-    asked = config.imgsz
-    requested = (asked, asked) if isinstance(asked, int) else asked
-    if fixed is not None:
-        if requested is not None and tuple(requested) != fixed:
-            raise ModelError(
-                f"{name} takes a fixed {fixed[1]}x{fixed[0]} input; imgsz "
-                f"{requested[1]}x{requested[0]} does not fit (leave imgsz unset)"
-            )
-        return fixed
-    if requested is not None:
-        return tuple(requested)
-    found = _literal(metadata.get("imgsz"))
-    if isinstance(found, int) and found > 0:
-        return found, found
-    if (
-        isinstance(found, list | tuple)
-        and len(found) == 2
-        and all(isinstance(v, int) and v > 0 for v in found)
-    ):
-        return found[0], found[1]
-    raise ModelError(f"{name}: the input size is dynamic and not in the metadata; set imgsz")
+    fixed = static_size(image)
+    requested = fitting_size(name, fixed, config.imgsz)
+    size = fixed or requested or metadata_size(metadata)
+    if size is None or min(size) <= 0:
+        raise ModelError(f"{name}: the input size is dynamic and not in the metadata; set imgsz")
+    return size
 
 
 def _labels(config: SecondaryConfig, metadata: dict[str, str]) -> tuple[str, ...] | None:
