@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -148,6 +149,15 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def frames_by_stream(path: Path) -> dict[str, list[int]]:
+    """The frame numbers of a JSON Lines records file, per stream, in the order written."""
+    found: dict[str, list[int]] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        found.setdefault(record["stream"], []).append(record["frame"])
+    return found
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import wait_for
+from helpers import frames_by_stream, wait_for
 
 from vstream import assets
 from vstream.cluster.connect import RayConnection
@@ -230,14 +230,6 @@ def daemon_config(tmp_path: Path) -> Any:
         "pipelines": [pipeline],
     }
     return parse_config(json.dumps(document), base_dir=tmp_path)
-
-
-def frames_by_stream(path: Path) -> dict[str, list[int]]:
-    found: dict[str, list[int]] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        found.setdefault(record["stream"], []).append(record["frame"])
-    return found
 
 
 def test_the_local_instance_listens_on_loopback_only(local_ray: RayConnection) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import free_port, wait_for
+from helpers import frames_by_stream, free_port, wait_for
 
 from vstream import assets
 
@@ -142,14 +142,6 @@ def _nodes(directory: Path, env: dict[str, str], port: int) -> Iterator[TwoNodes
             second.stop()
     finally:
         head.stop()
-
-
-def frames_by_stream(path: Path) -> dict[str, list[int]]:
-    found: dict[str, list[int]] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        found.setdefault(record["stream"], []).append(record["frame"])
-    return found
 
 
 def test_a_lost_node_s_streams_move_and_every_frame_comes_once(
