@@ -237,6 +237,20 @@ class Detections:
             data={k: v[index] for k, v in self.data.items()},
         )
 
+    def with_columns(
+        self, *, tracker_id: Any = None, data: Mapping[str, Any] | None = None
+    ) -> Detections:
+        """These detections with ``tracker_id`` replaced and ``data`` columns added or replaced
+        (what the tracker and the cascade attach); the other columns shared, not copied."""
+        return Detections(
+            self.xyxy,
+            self.confidence,
+            self.class_id,
+            self.tracker_id if tracker_id is None else tracker_id,
+            class_names=self.class_names,
+            data={**self.data, **(data or {})},
+        )
+
     def __iter__(self) -> Iterator[Detection]:
         return (self._view(i) for i in range(len(self)))
 

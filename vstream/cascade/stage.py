@@ -29,7 +29,7 @@ from vstream.cascade.attributes import AttributeCache, Attributes, record_values
 from vstream.cascade.model import SecondaryModel
 from vstream.config.secondary import SecondaryConfig, check_on_classes
 from vstream.frame import Frame
-from vstream.results import ATTRIBUTES, Detections, FrameResult
+from vstream.results import ATTRIBUTES, FrameResult
 
 _NO_BOXES = np.zeros((0, 4), dtype=np.float32)
 """What :meth:`SecondaryModel.run` reads to give an empty result of the model's width."""
@@ -107,14 +107,7 @@ class Cascade:
                     values[row][config.name] = value
         column = np.empty(count, dtype=object)
         column[:] = [value or None for value in values]
-        with_attributes = Detections(
-            detections.xyxy,
-            detections.confidence,
-            detections.class_id,
-            detections.tracker_id,
-            class_names=detections.class_names,
-            data={**detections.data, ATTRIBUTES: column},
-        )
+        with_attributes = detections.with_columns(data={ATTRIBUTES: column})
         return dataclasses.replace(result, detections=with_attributes)
 
     def remove_stream(self, stream_id: str) -> None:

@@ -35,7 +35,6 @@ happens, whichever kind that frame is.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import threading
 
@@ -43,6 +42,7 @@ import numpy as np
 
 from vstream.analytics.stream import StreamAnalytics
 from vstream.config.cadence import CadenceOptions
+from vstream.engine.outputs import recorded
 from vstream.errors import SourceError
 from vstream.frame import Frame
 from vstream.results import PREDICTED, Detections, FrameResult
@@ -232,11 +232,4 @@ def predicted_result(
         class_names=analytics.class_names,
         data={PREDICTED: np.ones(len(prediction.scores), dtype=bool)},
     )
-    detections = boxes[boxes.confidence.astype(np.float64) > analytics.conf]  # as analyze()
-    return dataclasses.replace(
-        result,
-        detections=detections,
-        events=tuple(event.to_record() for event in update.events),
-        line_counts={k: dict(v) for k, v in update.line_counts.items()} or None,
-        zone_occupancy=dict(update.zone_occupancy) or None,
-    )
+    return recorded(result, boxes, update, analytics.conf)  # kept above conf as analyze()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from vstream.analytics.stream import StreamAnalytics
+from vstream.analytics.stream import AnalyticsUpdate, StreamAnalytics
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig, fill
 from vstream.frame import Frame
@@ -71,17 +71,18 @@ def analyze(analytics: StreamAnalytics, result: FrameResult) -> FrameResult:
         frame_size=(result.width, result.height),
     )
     track_ids = np.where(update.track_ids > 0, update.track_ids, NO_TRACK)
-    tracked = Detections(
-        detections.xyxy,
-        detections.confidence,
-        detections.class_id,
-        track_ids,
-        class_names=detections.class_names,
-        data=detections.data,
-    )
+    tracked = detections.with_columns(tracker_id=track_ids)
+    return recorded(result, tracked, update, analytics.conf)
+
+
+def recorded(
+    result: FrameResult, detections: Detections, update: AnalyticsUpdate, conf: float
+) -> FrameResult:
+    """``result`` with the ``detections`` above ``conf`` and ``update``'s events and counts:
+    what a frame's record holds after the analytics, detected or predicted."""
     # In float64, as the records always compared: against a float32 column numpy would
     # round ``conf`` to float32 first.
-    kept = tracked[detections.confidence.astype(np.float64) > analytics.conf]
+    kept = detections[detections.confidence.astype(np.float64) > conf]
     return dataclasses.replace(
         result,
         detections=kept,
