@@ -138,7 +138,7 @@ def test_without_tracking_appearance_embeddings_change_nothing() -> None:
 
 def test_appearance_never_joins_a_track_to_a_box_the_iou_gate_refuses() -> None:
     """A track's own look far away (no overlap with its prediction) does not take the track;
-    a box of another look where the track is predicted does."""
+    a box that looks a little different where the track is predicted does."""
     from vstream.tracking import ByteTracker, TrackingConfig
 
     tracker = ByteTracker(TrackingConfig(appearance="look", appearance_weight=1.0))
@@ -148,7 +148,7 @@ def test_appearance_never_joins_a_track_to_a_box_the_iou_gate_refuses() -> None:
     assert got.tolist() == [1]
     far = np.array([[400.0, 100.0, 440.0, 160.0]])
     got = tracker.update(
-        np.concatenate([far, box]), [0.9, 0.9], [0, 0], 5 / 25, np.stack([RED, BLUE])
+        np.concatenate([far, box]), [0.9, 0.9], [0, 0], 5 / 25, np.stack([RED, unit(1, 0.3, 0)])
     )
     assert got.tolist() == [-1, 1]
 
@@ -183,3 +183,50 @@ def test_embeddings_must_be_one_row_per_detection() -> None:
         tracker.update(boxes, [0.9, 0.9], [0, 0], 0.0, np.zeros((3, 4), np.float32))
     with pytest.raises(ValueError, match=r"\(2,\)"):
         tracker.update(boxes, [0.9, 0.9], [0, 0], 0.0, np.zeros(2, np.float32))
+
+
+def test_a_track_that_turned_back_while_hidden_is_found_again_by_its_look() -> None:
+    """Hidden for 0.6 s while it turns back: its prediction went on, 90 px past the box it
+    comes back with, so IoU starts a new track; its look finds the old one."""
+    from synthetic import Mover, render
+
+    from vstream.tracking import ByteTracker, TrackingConfig
+
+    mover = Mover([(0, 100, 200), (1.6, 340, 200), (2.0, 340, 200), (3.6, 100, 200)])
+    mover.hidden = [(1.5, 2.1)]
+    frames = render([mover], fps=25, seconds=3.6)
+
+    def ids(tracker, looks: bool) -> set[int]:
+        got = [
+            tracker.update(
+                f.boxes,
+                f.scores,
+                f.class_ids,
+                f.pts,
+                np.tile(RED, (len(f.boxes), 1)) if looks else None,
+            )
+            for f in frames
+        ]
+        return {int(i[0]) for i in got if len(i) and i[0] > 0}
+
+    assert ids(ByteTracker(TrackingConfig()), looks=False) == {1, 2}
+    assert ids(ByteTracker(TrackingConfig(appearance="look")), looks=True) == {1}
+
+
+def test_a_box_that_looks_unlike_the_track_does_not_take_it() -> None:
+    """Where the track is predicted there is only a box of another look: the track is not
+    continued on it (a new object stands where it was), however well the boxes overlap."""
+    from vstream.tracking import ByteTracker, TrackingConfig
+
+    tracker = ByteTracker(TrackingConfig(appearance="look"))
+    box = np.array([[100.0, 100.0, 140.0, 160.0]])
+    for i in range(5):
+        assert (
+            tracker.update(box, [0.9], [0], i / 25, RED[None]).tolist()
+            == [-1, -1, 1, 1, 1][i : i + 1]
+        )
+    assert tracker.update(box, [0.9], [0], 5 / 25, BLUE[None]).tolist() == [-1]
+    plain = ByteTracker(TrackingConfig())
+    for i in range(5):
+        plain.update(box, [0.9], [0], i / 25)
+    assert plain.update(box, [0.9], [0], 5 / 25, BLUE[None]).tolist() == [1]

@@ -40,17 +40,29 @@ Choices of ours:
 
 Appearance (``tracking.appearance``, :mod:`.appearance`): when the config
 names an embedding model and :meth:`ByteTracker.update` is given its vectors,
-each confirmed track keeps a smoothed vector (:class:`AppearanceBank`) and the
-cost of stage 2 (high-score detections against confirmed tracks) becomes
-``(1 - w) * (1 - IoU) + w * cosine distance``, ``w`` being
-``tracking.appearance_weight``; the IoU gate is unchanged. That stage already
-holds the lost tracks, so it is also where a track comes back after an
-occlusion: appearance decides which of the boxes its prediction overlaps is
-its own. Low-score boxes (stage 3) stay on IoU alone: they are mostly partly
-hidden objects whose crop is half someone else. A track's vector is updated
-only from a high-score detection whose box overlaps no other detection, so a
-crossing does not blend two objects' looks into one. Without vectors (or
-without ``tracking.appearance``) the tracker is exactly the IoU tracker.
+each confirmed track keeps a smoothed vector (:class:`AppearanceBank`), and:
+
+- the cost of step 2 (high-score detections against confirmed tracks, lost
+  ones included) becomes ``(1 - w) * (1 - IoU) + w * cosine distance``, ``w``
+  being ``tracking.appearance_weight``. The IoU gate is unchanged, and a pair
+  that looks unlike (cosine distance above :data:`UNLIKE`) is refused too:
+  otherwise the Hungarian matching, which must pair what it can, hands a
+  track whose own box fell out of its gate to the other object in it, which
+  is exactly the swap of a crossing;
+- then the tracks still unmatched that have a vector are re-identified among
+  the high-score detections still free, by look alone (at most
+  :data:`ALIKE`), near the path between where each was last seen and where
+  it is predicted (:meth:`ByteTracker._reidentify`). This is where ID
+  switches after an occlusion are won: a hidden object that stopped or turned
+  back comes out far from its constant-velocity prediction, where IoU cannot
+  find it and would start a new track;
+- low-score boxes (step 3) stay on IoU alone: they are mostly partly hidden
+  objects whose crop is half someone else's. A track's vector is updated only
+  from a high-score detection whose box overlaps no other detection, so a
+  crossing does not blend two objects' looks into one.
+
+Without vectors, or without ``tracking.appearance``, the tracker is exactly
+the IoU tracker.
 """
 
 from __future__ import annotations
@@ -68,6 +80,17 @@ TENTATIVE, TRACKED, LOST = 0, 1, 2
 """Track states: not yet confirmed; confirmed and seen in the last frame; confirmed, unseen."""
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+
+UNLIKE = 0.35
+"""With appearance, a pair of track and detection whose cosine distance (in ``[0, 1]``,
+:func:`.appearance.cosine_distance`) is above this never matches: looks at right angles
+or worse are different objects, however well the boxes overlap."""
+ALIKE = 0.15
+"""Largest cosine distance at which a track is re-identified by its look alone, away
+from its prediction (:meth:`ByteTracker._reidentify`)."""
+REACH = 1.0
+"""How far (in track sizes, plus one per second unseen) from its path a track may be
+re-identified."""
 
 
 def _associate(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -150,6 +173,7 @@ class ByteTracker:
         self._hits = np.zeros(0, dtype=np.int64)
         self._first_pts = np.zeros(0)
         self._last_pts = np.zeros(0)  # when the track last had a detection
+        self._seen = np.zeros((0, 4))  # that detection's box, cx cy w h
         self._score = np.zeros(0)  # the score of that detection
         self._votes = np.zeros((0, 0))  # summed detection score per class
         self._pts: float | None = None
@@ -281,11 +305,21 @@ class ByteTracker:
         # 1. High-score detections against every confirmed track, lost ones included.
         cost = self._cost(confirmed, boxes[high], cfg.match_iou)
         if embeddings is not None:
-            dimension = embeddings.shape[1]
-            looks = self._bank.vectors(self._ids[confirmed], dimension)
+            looks = self._bank.vectors(self._ids[confirmed], embeddings.shape[1])
             appearance = cosine_distance(looks, embeddings[high])
             cost = blend_costs(cost, appearance, self.appearance_weight)
+            cost[appearance > UNLIKE] = np.inf  # NaN (no vector) compares False: kept
         t1, d1, rest_tracks, rest_high = _associate(cost)
+        if embeddings is not None:
+            # 1b. Unmatched tracks that have a look against the high-score boxes still free,
+            # by look alone, near where the track could be (:meth:`_reidentify`).
+            t1b, d1b = self._reidentify(
+                confirmed[rest_tracks], boxes, high[rest_high], embeddings, pts
+            )
+            t1 = np.concatenate([t1, rest_tracks[t1b]])
+            d1 = np.concatenate([d1, rest_high[d1b]])
+            rest_tracks = np.delete(rest_tracks, t1b)
+            rest_high = np.delete(rest_high, d1b)
         # 2. Low-score detections against the unmatched tracks seen in the previous frame.
         recent = confirmed[rest_tracks]
         recent = recent[self._state[recent] == TRACKED]
@@ -321,6 +355,49 @@ class ByteTracker:
         if embeddings is not None:
             self._remember(boxes, valid, high, track_ids, embeddings)
         return track_ids
+
+    def _reidentify(
+        self,
+        rows: np.ndarray,
+        boxes: np.ndarray,
+        dets: np.ndarray,
+        embeddings: np.ndarray,
+        pts: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Match tracks ``rows`` to detections ``dets`` by look, where IoU could not.
+
+        After an occlusion the motion model is often wrong: the hidden object
+        stopped, turned or slowed while its prediction went on, and its box no
+        longer overlaps the prediction. A pair is allowed here when the look is
+        close (cosine distance at most :data:`ALIKE`), the sizes agree as the
+        IoU gate would have them (:func:`_shape_iou`), and the box's centre is
+        within :data:`REACH` track sizes, plus as many per second unseen, of the
+        path between where the track was last seen and where it is predicted
+        (the object stopped, or went on). The cost is the cosine distance.
+        Returns the matched positions in ``rows`` and in ``dets``.
+        """
+        looks = self._bank.vectors(self._ids[rows], embeddings.shape[1])
+        with np.errstate(invalid="ignore"):
+            distance = cosine_distance(looks, embeddings[dets])
+        if len(rows) == 0 or len(dets) == 0 or not (distance <= ALIKE).any():
+            return _EMPTY, _EMPTY
+        centres = kalman.xyxy_to_cxcywh(boxes[dets])[:, :2]
+        seen, predicted = self._seen[rows, :2], self._mean[rows, :2]
+        path = predicted - seen
+        length2 = np.maximum((path**2).sum(axis=1), 1e-9)
+        along = ((centres[None] - seen[:, None]) * path[:, None]).sum(axis=2) / length2[:, None]
+        nearest = seen[:, None] + np.clip(along, 0.0, 1.0)[..., None] * path[:, None]
+        off_path = np.sqrt(((centres[None] - nearest) ** 2).sum(axis=2))
+        size = np.maximum(self._seen[rows, 2], self._seen[rows, 3])
+        reach = size * (REACH + (pts - self._last_pts[rows]))
+        predicted_boxes = kalman.cxcywh_to_xyxy(self._mean[rows, :4])
+        allowed = (
+            (distance <= ALIKE)
+            & (off_path <= reach[:, None])
+            & (_shape_iou(predicted_boxes, boxes[dets]) >= self.config.match_iou)
+        )
+        matched_rows, matched_dets, _, _ = _associate(np.where(allowed, distance, np.inf))
+        return matched_rows, matched_dets
 
     def _remember(
         self,
@@ -384,6 +461,7 @@ class ByteTracker:
         self._mean[rows], self._cov[rows] = mean, cov
         self._hits[rows] += 1
         self._last_pts[rows] = pts
+        self._seen[rows] = kalman.xyxy_to_cxcywh(boxes)
         self._score[rows] = scores
         self._vote(rows, class_ids, scores)
 
@@ -410,6 +488,7 @@ class ByteTracker:
         self._hits = np.concatenate([self._hits, np.ones(n, dtype=np.int64)])
         self._first_pts = np.concatenate([self._first_pts, np.full(n, pts)])
         self._last_pts = np.concatenate([self._last_pts, np.full(n, pts)])
+        self._seen = np.concatenate([self._seen, kalman.xyxy_to_cxcywh(boxes)])
         self._score = np.concatenate([self._score, scores])
         self._votes = np.concatenate([self._votes, np.zeros((n, self._votes.shape[1]))])
         self._vote(np.arange(first, first + n), class_ids, scores)
@@ -433,5 +512,6 @@ class ByteTracker:
         self._mean, self._cov = self._mean[keep], self._cov[keep]
         self._ids, self._state, self._hits = self._ids[keep], self._state[keep], self._hits[keep]
         self._first_pts, self._last_pts = self._first_pts[keep], self._last_pts[keep]
+        self._seen = self._seen[keep]
         self._score = self._score[keep]
         self._votes = self._votes[keep]
