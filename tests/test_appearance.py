@@ -230,3 +230,37 @@ def test_a_box_that_looks_unlike_the_track_does_not_take_it() -> None:
     for i in range(5):
         plain.update(box, [0.9], [0], i / 25)
     assert plain.update(box, [0.9], [0], 5 / 25, BLUE[None]).tolist() == [1]
+
+
+# -- the demo embedder --------------------------------------------------------------------------
+
+
+def test_the_demo_embedder_needs_no_keys_but_its_kind_and_tells_objects_apart() -> None:
+    import json
+
+    from vstream import VideoFileSource
+    from vstream.assets import APPEARANCE_MODEL, SAMPLE_GROUND_TRUTH, SAMPLE_VIDEO
+    from vstream.cascade import SecondaryModel
+    from vstream.config.secondary import SecondaryConfig
+    from vstream.inference.secondary_spec import check_secondary
+
+    assert APPEARANCE_MODEL.stat().st_size < 500_000
+    config = SecondaryConfig(name="look", path=str(APPEARANCE_MODEL), kind="embedding")
+    spec = check_secondary(config)
+    assert (spec.outputs, spec.input_size, spec.crop, spec.resize) == (
+        "embedding",
+        (32, 32),
+        "stretch",
+        "linear",
+    )
+    truth = json.loads(SAMPLE_GROUND_TRUTH.read_text())["frames"]
+    model = SecondaryModel(config)
+    vectors, ids = [], []
+    for frame, expected in zip(VideoFileSource(SAMPLE_VIDEO), truth[:10], strict=False):
+        vectors.append(model.run(frame, np.array([b[:4] for b in expected["boxes"]])).embeddings)
+        ids += expected["ids"]
+    vectors, ids = np.concatenate(vectors), np.array(ids)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    similarity = vectors @ vectors.T
+    same = ids[:, None] == ids[None, :]
+    assert similarity[same].min() > 0.8 > 0.5 > similarity[~same].max()

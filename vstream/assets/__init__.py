@@ -10,7 +10,16 @@ ASSETS_DIR = Path(__file__).resolve().parent
 DEMO_MODEL = ASSETS_DIR / "demo.onnx"
 COLOUR_MODEL = ASSETS_DIR / "colour.onnx"
 """The demo colour classifier, a secondary model for the demo detector's objects."""
+APPEARANCE_MODEL = ASSETS_DIR / "appearance.onnx"
+"""The demo appearance embedder (kind ``embedding``): unit vectors for ``tracking.appearance``."""
 SAMPLE_VIDEO = ASSETS_DIR / "sample.mp4"
 SAMPLE_GROUND_TRUTH = ASSETS_DIR / "sample_ground_truth.json"
 
-__all__ = ["ASSETS_DIR", "COLOUR_MODEL", "DEMO_MODEL", "SAMPLE_GROUND_TRUTH", "SAMPLE_VIDEO"]
+__all__ = [
+    "APPEARANCE_MODEL",
+    "ASSETS_DIR",
+    "COLOUR_MODEL",
+    "DEMO_MODEL",
+    "SAMPLE_GROUND_TRUTH",
+    "SAMPLE_VIDEO",
+]
