@@ -264,3 +264,14 @@ def test_the_demo_embedder_needs_no_keys_but_its_kind_and_tells_objects_apart() 
     similarity = vectors @ vectors.T
     same = ids[:, None] == ids[None, :]
     assert similarity[same].min() > 0.8 > 0.5 > similarity[~same].max()
+
+
+def test_a_box_mostly_inside_a_higher_scoring_one_has_no_look() -> None:
+    """The crop of an object half hidden behind another reads as the one in front: its
+    vector is ignored, so it cannot pull the front object's track onto itself."""
+    from vstream.tracking.bytetrack import _covered
+
+    boxes = np.array([[0, 0, 40, 40], [10, 0, 50, 40], [100, 0, 140, 40], [0, 0, 40, 40.0]])
+    scores = np.array([0.9, 0.5, 0.9, 0.9])
+    valid = np.array([True, True, True, False])
+    assert _covered(boxes, scores, valid).tolist() == [False, True, False, False]

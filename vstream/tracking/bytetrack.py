@@ -57,9 +57,13 @@ each confirmed track keeps a smoothed vector (:class:`AppearanceBank`), and:
   back comes out far from its constant-velocity prediction, where IoU cannot
   find it and would start a new track;
 - low-score boxes (step 3) stay on IoU alone: they are mostly partly hidden
-  objects whose crop is half someone else's. A track's vector is updated only
-  from a high-score detection whose box overlaps no other detection, so a
-  crossing does not blend two objects' looks into one.
+  objects whose crop is half someone else's. For the same reason a detection
+  whose box lies mostly (:data:`COVERED`) inside a higher-scoring one's has
+  no vector this frame: the crop of an object half behind another reads as
+  the one in front, and would pull the front object's track onto it. A
+  track's vector is updated only from a high-score detection whose box
+  overlaps no other detection, so a crossing does not blend two objects'
+  looks into one.
 
 Without vectors, or without ``tracking.appearance``, the tracker is exactly
 the IoU tracker.
@@ -91,6 +95,9 @@ from its prediction (:meth:`ByteTracker._reidentify`)."""
 REACH = 1.0
 """How far (in track sizes, plus one per second unseen) from its path a track may be
 re-identified."""
+COVERED = 0.5
+"""A detection whose box lies more than this share inside a higher-scoring detection's box
+has its vector ignored: its crop mostly shows the other object (the one in front)."""
 
 
 def _associate(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -125,6 +132,23 @@ def _centred(boxes: np.ndarray) -> np.ndarray:
     """``boxes`` of the same size, centred on the origin."""
     half = (boxes[:, 2:4] - boxes[:, 0:2]) / 2
     return np.concatenate([-half, half], axis=1)
+
+
+def _covered(boxes: np.ndarray, scores: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """``(N,)`` bool: candidates more than :data:`COVERED` of whose box area lies inside the
+    box of a higher-scoring candidate."""
+    out = np.zeros(len(boxes), dtype=bool)
+    index = np.flatnonzero(candidates)
+    if len(index) < 2:
+        return out
+    b = boxes[index]
+    width = np.minimum(b[:, None, 2], b[None, :, 2]) - np.maximum(b[:, None, 0], b[None, :, 0])
+    height = np.minimum(b[:, None, 3], b[None, :, 3]) - np.maximum(b[:, None, 1], b[None, :, 1])
+    inside = np.maximum(width, 0.0) * np.maximum(height, 0.0)
+    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    higher = scores[index][None, :] > scores[index][:, None]
+    out[index] = ((inside > COVERED * area[:, None]) & higher).any(axis=1)
+    return out
 
 
 def _duplicates(
@@ -297,6 +321,8 @@ class ByteTracker:
             & (scores >= limits.low)
         )
         valid[_duplicates(boxes, scores, valid, cfg.duplicate_iou)] = False
+        if embeddings is not None:
+            embeddings = np.where(_covered(boxes, scores, valid)[:, None], 0.0, embeddings)
         high = np.flatnonzero(valid & (scores >= limits.high))
         low = np.flatnonzero(valid & (scores < limits.high))
         confirmed = np.flatnonzero(self._state != TENTATIVE)
