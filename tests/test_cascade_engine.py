@@ -168,3 +168,64 @@ def test_detect_takes_secondary_models_as_paths_dicts_and_configs() -> None:
         assert ("shape_colour" in read) == (record["class_id"] == 1)
         assert read.get("shape_colour", read["colour"]) == read["colour"]  # the same model
         assert "third" not in read  # no box is 10000 pixels wide
+
+
+def test_lines_count_by_attribute_and_events_carry_the_tracks_reading(tmp_path: Path) -> None:
+    # One unfiltered gate, and beside it the same gate once per colour label: each
+    # filtered gate must count exactly the unfiltered gate's crossings of that colour.
+    gate = "start: [320, 360], end: [320, 0]"
+    lines = [f"{{name: gate, {gate}}}"] + [
+        f"{{name: gate_{label}, {gate}, attributes: {{colour: [{label}]}}}}" for label in LABELS
+    ]
+    extra = "    analytics:\n      tracking: {}\n      lines: [" + ", ".join(lines) + "]"
+    records = run_yaml(tmp_path, "reinfer_seconds: 0.5", extra)
+    events = [e for r in records for e in r["events"] if e["type"] == "line_crossing"]
+    unfiltered = [e for e in events if e["line"] == "gate"]
+    assert len(unfiltered) >= 3, "the demo's objects cross the gate"
+    assert all(e["attributes"]["colour"] in LABELS for e in unfiltered)
+    for label in LABELS:
+        expected = [
+            (e["track_id"], e["direction"], e["pts"])
+            for e in unfiltered
+            if e["attributes"]["colour"] == label
+        ]
+        got = [
+            (e["track_id"], e["direction"], e["pts"])
+            for e in events
+            if e["line"] == f"gate_{label}"
+        ]
+        assert got == expected, label
+    assert len({e["attributes"]["colour"] for e in unfiltered}) > 1  # the filter chose
+    final = records[-1]["lines"]
+    assert sum(sum(final[f"gate_{label}"].values()) for label in LABELS) == len(unfiltered)
+
+
+def test_an_attribute_filter_naming_no_classifier_or_no_label_fails_with_one_line(
+    tmp_path: Path,
+) -> None:
+    def run(attributes: str) -> list[str]:
+        config = tmp_path / "pipelines.yaml"
+        config.write_text(
+            f"""
+pipelines:
+  - name: main
+    model: {{path: {DEMO_MODEL}}}
+    secondary:
+      - {{name: colour, path: {COLOUR_MODEL}}}
+    analytics:
+      zones: [{{name: yard, points: [[0, 0], [100, 0], [100, 100]], attributes: {attributes}}}]
+    sources:
+      - {{id: cam, uri: {SAMPLE_VIDEO}}}
+    sinks:
+      - {{type: stdout}}
+"""
+        )
+        result = run_cli("run", config)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        return result.stderr.strip().splitlines()
+
+    lines = run("{shade: [red]}")
+    assert len(lines) == 1 and "attribute 'shade' must name a secondary classifier" in lines[0]
+    lines = run("{colour: [red, mauve]}")
+    assert len(lines) == 1 and "attribute 'colour' has no labels ['mauve']" in lines[0]

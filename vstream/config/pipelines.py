@@ -104,6 +104,22 @@ class PipelineConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _attribute_filters_name_classifiers(self) -> PipelineConfig:
+        kinds = {model.name: model.kind for model in self.secondary}
+        places = [("lines", item) for item in self.analytics.lines]
+        places += [("zones", item) for item in self.analytics.zones]
+        for section, item in places:
+            for name in item.attributes or {}:
+                if kinds.get(name) != "classifier":
+                    classifiers = [n for n, kind in kinds.items() if kind == "classifier"]
+                    raise ValueError(
+                        f"analytics.{section} {item.name!r}: attribute {name!r} must name a "
+                        f"secondary classifier; this pipeline has "
+                        f"{', '.join(map(repr, classifiers)) or 'none'}"
+                    )
+        return self
+
+    @model_validator(mode="after")
     def _one_video_per_stream(self) -> PipelineConfig:
         if len(self.sources) > 1:
             for index, sink in enumerate(self.sinks):
