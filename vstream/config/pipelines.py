@@ -297,6 +297,19 @@ class VstreamConfig(StrictModel):
                         "frames; with cluster: the frames stay on the workers and only records "
                         "reach the driver's sinks"
                     )
+                if pipeline.secondary:
+                    raise ValueError(
+                        f"pipeline {pipeline.name} has secondary models; with cluster: a cascade "
+                        "reads crops of frames that stay on the workers after the driver's "
+                        "tracker has run, which cluster mode does not do yet"
+                    )
+                paced = [s.id for s in pipeline.sources if s.cadence_on]
+                if paced:
+                    raise ValueError(
+                        f"source {paced[0]} of pipeline {pipeline.name} sets a detection "
+                        "cadence; with cluster: the tracker that fills the skipped frames runs "
+                        "on the driver, apart from the frames, which cluster mode does not do yet"
+                    )
                 device = pipeline.runtime.device
                 if device.startswith("cuda:") and device != "cuda:0":
                     raise ValueError(
