@@ -14,7 +14,8 @@ from vstream.assets import COLOUR_MODEL, DEMO_MODEL, SAMPLE_VIDEO
 from vstream.config.secondary import SecondaryConfig
 from vstream.inference.secondary_spec import check_secondary
 
-LABELS = set(check_secondary(SecondaryConfig(name="colour", path=str(COLOUR_MODEL))).labels)
+LABELS_IN_ORDER = check_secondary(SecondaryConfig(name="colour", path=str(COLOUR_MODEL))).labels
+LABELS = set(LABELS_IN_ORDER)
 
 
 def run_yaml(
@@ -229,3 +230,10 @@ pipelines:
     assert len(lines) == 1 and "attribute 'shade' must name a secondary classifier" in lines[0]
     lines = run("{colour: [red, mauve]}")
     assert len(lines) == 1 and "attribute 'colour' has no labels ['mauve']" in lines[0]
+    checked = run_cli("validate", tmp_path / "pipelines.yaml")
+    assert checked.returncode == 2
+    assert checked.stderr.strip().splitlines() == [
+        f"vstream: {tmp_path / 'pipelines.yaml'}: pipelines[0].analytics.zones[0]: 'yard': "
+        "attribute 'colour' has no labels ['mauve']; the model's labels are "
+        + ", ".join(LABELS_IN_ORDER)
+    ]

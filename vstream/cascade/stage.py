@@ -37,8 +37,7 @@ import numpy as np
 from vstream.analytics.events import NO_ATTRIBUTES, AttributesOf, Reading, TrackAttributes
 from vstream.cascade.attributes import AttributeCache, Attributes, record_values
 from vstream.cascade.model import SecondaryModel, SecondaryOutput
-from vstream.config.secondary import SecondaryConfig, check_on_classes
-from vstream.errors import ModelError
+from vstream.config.secondary import SecondaryConfig, check_filter_labels, check_on_classes
 from vstream.frame import Frame
 from vstream.results import ATTRIBUTES, Detections, FrameResult
 
@@ -72,7 +71,7 @@ class Cascade:
         by_name = {model.config.name: model for model in self.models}
         for place, wanted in attribute_filters:
             for name, labels in wanted.items():
-                _check_labels(place, name, labels, by_name[name].labels)
+                check_filter_labels(place, name, labels, by_name[name].labels)
         self.appearance = by_name[appearance] if appearance is not None else None
         self._caches: dict[tuple[str, int], AttributeCache] = {}
         self._lock = threading.Lock()
@@ -177,15 +176,6 @@ def _reading(last: SecondaryOutput, model: SecondaryModel) -> Reading:
         chosen = np.flatnonzero(last.probabilities[0] >= model.config.threshold)
         return tuple(labels[i] for i in chosen)
     return labels[int(last.label_ids[0])]
-
-
-def _check_labels(place: str, name: str, wanted: Iterable[str], labels: tuple[str, ...]) -> None:
-    unknown = [label for label in wanted if label not in labels]
-    if unknown:
-        raise ModelError(
-            f"{place}: attribute {name!r} has no labels {unknown}; the model's labels are "
-            f"{', '.join(labels)}"
-        )
 
 
 def _values(
