@@ -85,6 +85,8 @@ class Pipeline:
         """Annotated videos, previews and event clips; None when the pipeline has none."""
         self.cascade = cascade
         """The secondary models, run on each frame after the tracker; None when there are none."""
+        if metrics is not None and cascade is not None:
+            metrics.watch_cascade(name, cascade)
         self.intake = Intake()
         self.streams: dict[str, StreamReader] = {}
         self.failure: BaseException | None = None
@@ -182,6 +184,8 @@ class Pipeline:
                 self.detector.class_names,
                 conf=self.conf,
             )
+        if self.cascade is not None:
+            reader.attributes = self.cascade.counts(reader.id)
         with self._lock:
             if not self._taking:
                 self.intake.unregister(reader.id)
