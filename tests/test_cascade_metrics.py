@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.helpers import run_cli
 from vstream import assets
 from vstream.cascade.attributes import Attributes
 from vstream.cascade.counts import label_counts
@@ -29,13 +30,18 @@ def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
 
 
 def finished(engine: Engine, timeout: float) -> None:
-    """Wait until the file has ended and every processed frame's record reached the sink
-    (``files_done`` alone can come while the last batch is still being delivered)."""
+    """Wait until every decoded frame was processed and its record reached the sink
+    (``files_done`` alone can come while the last batch is still in the stages)."""
     deadline = time.monotonic() + timeout
     (sink,) = engine.pipelines["main"].sinks
     while time.monotonic() < deadline:
-        processed = engine.stream("cam").frames_processed
-        if engine.files_done() and sink.stats.delivered == processed:
+        s = engine.stream("cam")
+        settled = s.frames_processed + s.frames_failed + s.frames_dropped + s.frames_skipped
+        if (
+            engine.files_done()
+            and settled == s.frames_decoded
+            and sink.stats.delivered == s.frames_processed
+        ):
             return
         time.sleep(0.05)
     raise AssertionError("the stream did not finish in time")
@@ -161,3 +167,17 @@ def test_label_counts_count_fresh_readings_only_and_each_label_of_a_multi_label_
         np.full(2, -1), np.ones(2), np.ones(2, bool), np.ones(2, bool), np.ones((2, 4)), None
     )
     assert label_counts(embedding, (), multi_label=False, threshold=0.5) == {}
+
+
+def test_the_run_summary_says_what_each_secondary_model_read(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    result = run_cli("run", "--secondary", assets.COLOUR_MODEL, "--output", out)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    read = [d["attributes"]["colour"] for r in records for d in r["detections"]]
+    labels = Counter(a["label"] for a in read)
+    ordered = sorted(labels.items(), key=lambda item: (-item[1], item[0]))
+    seen = ", ".join(f"{label} {n}" for label, n in ordered)
+    line = next(x for x in result.stderr.splitlines() if " colour read " in x)
+    assert f"colour read {len(read)} objects in {len(records)} runs" in line
+    assert line.endswith(f"carried 0 readings: {seen}")
