@@ -184,14 +184,14 @@ class Pipeline:
                 self.detector.class_names,
                 conf=self.conf,
             )
-        if self.cascade is not None:
-            reader.attributes = self.cascade.counts(reader.id)
         with self._lock:
             if not self._taking:
                 self.intake.unregister(reader.id)
                 raise ShuttingDown(f"pipeline {self.name} is shutting down: no new streams")
             self.streams[reader.id] = reader
             self._reading += 1
+        if self.cascade is not None:
+            reader.attributes = self.cascade.counts(reader.id)
         reader.start()
         return reader
 
