@@ -85,6 +85,8 @@ class Pipeline:
         """Annotated videos, previews and event clips; None when the pipeline has none."""
         self.cascade = cascade
         """The secondary models, run on each frame after the tracker; None when there are none."""
+        if metrics is not None and cascade is not None:
+            metrics.watch_cascade(name, cascade)
         self.intake = Intake()
         self.streams: dict[str, StreamReader] = {}
         self.failure: BaseException | None = None
@@ -188,6 +190,8 @@ class Pipeline:
                 raise ShuttingDown(f"pipeline {self.name} is shutting down: no new streams")
             self.streams[reader.id] = reader
             self._reading += 1
+        if self.cascade is not None:
+            reader.attributes = self.cascade.counts(reader.id)
         reader.start()
         return reader
 
