@@ -237,3 +237,25 @@ pipelines:
         "attribute 'colour' has no labels ['mauve']; the model's labels are "
         + ", ".join(LABELS_IN_ORDER)
     ]
+
+
+def test_the_shipped_cascade_config_counts_warm_colours_on_its_own_gate() -> None:
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "cascade.yaml"
+    result = run_cli("run", shipped)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["frame"] for r in records] == list(range(200))
+    crossings = [e for r in records for e in r["events"] if e["type"] == "line_crossing"]
+    gate = [
+        (e["track_id"], e["direction"], e["attributes"]["colour"])
+        for e in crossings
+        if e["line"] == "gate"
+    ]
+    warm = [
+        (e["track_id"], e["direction"], e["attributes"]["colour"])
+        for e in crossings
+        if e["line"] == "warm_gate"
+    ]
+    assert gate and warm == [c for c in gate if c[2] in {"red", "orange", "yellow"}]
+    assert len(warm) < len(gate)
+    assert "colour read" in result.stderr and "line warm_gate:" in result.stderr
