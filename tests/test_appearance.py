@@ -61,6 +61,125 @@ def test_the_bank_smooths_keeps_unit_length_and_forgets_ended_tracks() -> None:
     assert len(bank) == 1 and not bank.vectors(np.array([3]), 2).any()
 
 
+def test_no_tracks_or_no_detections_give_an_empty_distance() -> None:
+    assert cosine_distance(np.zeros((0, 3)), np.stack([unit(1, 0, 0)])).shape == (0, 1)
+    assert cosine_distance(np.stack([unit(1, 0, 0)]), np.zeros((0,))).shape == (1, 0)
+
+
 def test_a_bad_momentum_is_refused() -> None:
     with pytest.raises(ValueError, match="momentum must be in"):
         AppearanceBank(momentum=1.0)
+
+
+# -- ByteTracker with appearance ----------------------------------------------------------------
+
+RED, BLUE = unit(1, 0, 0), unit(0, 0, 1)
+
+
+def bounce_frames():
+    """Two boxes meet head-on at 7.5 px a frame, overlapping by IoU 0.5 (below the duplicate
+    gate), and turn back where they met: a constant-velocity prediction says they went on,
+    so each track's prediction overlaps the other object's box more than its own (both
+    within the IoU gate)."""
+    from synthetic import Mover, render
+
+    movers = [
+        Mover([(0, 100, 200), (1.6, 400, 200), (3.2, 100, 200)]),
+        Mover([(0, 700, 220), (1.6, 400, 220), (3.2, 700, 220)]),
+    ]
+    return render(movers, fps=25, seconds=3.2)
+
+
+def run_tracker(frames, tracker, with_embeddings: bool) -> list[np.ndarray]:
+    looks = np.stack([RED, BLUE])
+    return [
+        tracker.update(
+            f.boxes,
+            f.scores,
+            f.class_ids,
+            f.pts,
+            looks[: len(f.boxes)] if with_embeddings else None,
+        )
+        for f in frames
+    ]
+
+
+def ids_per_object(ids: list[np.ndarray]) -> tuple[set[int], set[int]]:
+    """Track ids given to object 0 and to object 1 (detections are listed per object)."""
+    return (
+        {int(i[0]) for i in ids if len(i) > 0 and i[0] > 0},
+        {int(i[1]) for i in ids if len(i) > 1 and i[1] > 0},
+    )
+
+
+def test_iou_alone_swaps_ids_where_two_objects_turn_back_and_appearance_keeps_them() -> None:
+    from vstream.tracking import ByteTracker, TrackingConfig
+
+    frames = bounce_frames()
+    plain = run_tracker(frames, ByteTracker(TrackingConfig()), with_embeddings=False)
+    assert ids_per_object(plain) == ({1, 2}, {1, 2})  # the swap
+    config = TrackingConfig(appearance="look", appearance_weight=0.5)
+    tracker = ByteTracker(config)
+    looked = run_tracker(frames, tracker, with_embeddings=True)
+    assert ids_per_object(looked) == ({1}, {2})
+    assert tracker.num_appearances == 2
+
+
+def test_without_tracking_appearance_embeddings_change_nothing() -> None:
+    from vstream.tracking import ByteTracker, TrackingConfig
+
+    frames = bounce_frames()
+    plain = run_tracker(frames, ByteTracker(TrackingConfig()), with_embeddings=False)
+    given = run_tracker(frames, ByteTracker(TrackingConfig()), with_embeddings=True)
+    weightless = ByteTracker(TrackingConfig(appearance="look", appearance_weight=0.0))
+    for other in (given, run_tracker(frames, weightless, with_embeddings=True)):
+        assert all(np.array_equal(a, b) for a, b in zip(plain, other, strict=True))
+
+
+def test_appearance_never_joins_a_track_to_a_box_the_iou_gate_refuses() -> None:
+    """A track's own look far away (no overlap with its prediction) does not take the track;
+    a box of another look where the track is predicted does."""
+    from vstream.tracking import ByteTracker, TrackingConfig
+
+    tracker = ByteTracker(TrackingConfig(appearance="look", appearance_weight=1.0))
+    box = np.array([[100.0, 100.0, 140.0, 160.0]])
+    for i in range(5):
+        got = tracker.update(box, [0.9], [0], i / 25, RED[None])
+    assert got.tolist() == [1]
+    far = np.array([[400.0, 100.0, 440.0, 160.0]])
+    got = tracker.update(
+        np.concatenate([far, box]), [0.9, 0.9], [0, 0], 5 / 25, np.stack([RED, BLUE])
+    )
+    assert got.tolist() == [-1, 1]
+
+
+def test_the_bank_follows_the_live_tracks_and_reset_empties_it() -> None:
+    from vstream.tracking import ByteTracker, TrackingConfig
+
+    config = TrackingConfig(appearance="look", track_buffer_seconds=0.2)
+    tracker = ByteTracker(config)
+    rng = np.random.default_rng(0)
+    for i in range(300):
+        # Ten objects at a time, each replaced by a new one every 30 frames.
+        generation = i // 30
+        xs = 60.0 * np.arange(10) + 3.0 * (i % 30)
+        boxes = np.stack([xs, np.full(10, 50.0), xs + 30, np.full(10, 90.0)], axis=1)
+        boxes[:, 1::2] += 200.0 * (generation % 2)
+        looks = rng.normal(size=(10, 8)).astype(np.float32)
+        looks /= np.linalg.norm(looks, axis=1, keepdims=True)
+        tracker.update(boxes, np.full(10, 0.9), np.zeros(10), i / 25, looks)
+        assert tracker.num_appearances <= len(tracker.live_track_ids())
+    assert tracker.num_appearances <= 20
+    tracker.reset()
+    assert tracker.num_appearances == 0
+
+
+def test_embeddings_must_be_one_row_per_detection() -> None:
+    from vstream.tracking import ByteTracker, TrackingConfig
+
+    tracker = ByteTracker(TrackingConfig(appearance="look"))
+    boxes = np.array([[0.0, 0, 10, 10], [20, 0, 30, 10]])
+    with pytest.raises(ValueError, match=r"\(3, 4\).*\(2, 4\)"):
+        tracker.update(boxes, [0.9, 0.9], [0, 0], 0.0, np.zeros((3, 4), np.float32))
+    with pytest.raises(ValueError, match=r"\(2,\)"):
+        tracker.update(boxes, [0.9, 0.9], [0, 0], 0.0, np.zeros(2, np.float32))

@@ -28,8 +28,12 @@ def cosine_distance(tracks: np.ndarray, detections: np.ndarray) -> np.ndarray:
 
     Rows of zeros (no vector) give NaN, so :func:`blend_costs` can leave them out.
     """
-    tracks = np.asarray(tracks, dtype=np.float32).reshape(len(tracks), -1)
-    detections = np.asarray(detections, dtype=np.float32).reshape(len(detections), -1)
+    tracks = np.asarray(tracks, dtype=np.float32)
+    detections = np.asarray(detections, dtype=np.float32)
+    if len(tracks) == 0 or len(detections) == 0:
+        return np.full((len(tracks), len(detections)), np.nan, dtype=np.float32)
+    tracks = tracks.reshape(len(tracks), -1)
+    detections = detections.reshape(len(detections), -1)
     distance = (1.0 - np.clip(tracks @ detections.T, -1.0, 1.0)) / 2.0
     missing = ~tracks.any(axis=1)[:, None] | ~detections.any(axis=1)[None, :]
     return np.where(missing, np.nan, distance)
@@ -42,8 +46,11 @@ def blend_costs(iou_cost: np.ndarray, appearance: np.ndarray, weight: float) -> 
     gate refuses; they stay infinite. A NaN ``appearance`` (no vector) leaves the
     pair at its IoU cost.
     """
-    blended = (1.0 - weight) * iou_cost + weight * appearance
     keep_iou = np.isnan(appearance) | ~np.isfinite(iou_cost)
+    # Filled where the IoU cost is kept, so that inf * 0 (weight 1) makes no NaN.
+    blended = (1.0 - weight) * np.where(keep_iou, 0.0, iou_cost) + weight * np.where(
+        keep_iou, 0.0, appearance
+    )
     return np.where(keep_iou, iou_cost, blended)
 
 

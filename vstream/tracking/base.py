@@ -41,12 +41,17 @@ class Tracker(Protocol):
         scores: np.ndarray,
         class_ids: np.ndarray,
         pts_seconds: float,
+        embeddings: np.ndarray | None = None,
     ) -> np.ndarray:
         """Associate one frame's detections with tracks.
 
         ``boxes`` are ``(N, 4)`` float ``x1, y1, x2, y2`` in pixels. Returns
         ``(N,)`` int64 track ids: positive for a detection on a confirmed track,
         :data:`NO_TRACK` otherwise. Ids are never reused.
+
+        ``embeddings``: ``(N, D)`` float32 unit rows, one per detection, from an
+        appearance model (a row of zeros: no vector for that detection); a
+        tracker that uses no appearance ignores them. None: no vectors this frame.
         """
         ...
 

@@ -37,6 +37,20 @@ Choices of ours:
   the tracks are forgotten.
 - Memory is bounded: tracks are rows of a few arrays; a forgotten track's
   row is deleted, and nothing about it is kept.
+
+Appearance (``tracking.appearance``, :mod:`.appearance`): when the config
+names an embedding model and :meth:`ByteTracker.update` is given its vectors,
+each confirmed track keeps a smoothed vector (:class:`AppearanceBank`) and the
+cost of stage 2 (high-score detections against confirmed tracks) becomes
+``(1 - w) * (1 - IoU) + w * cosine distance``, ``w`` being
+``tracking.appearance_weight``; the IoU gate is unchanged. That stage already
+holds the lost tracks, so it is also where a track comes back after an
+occlusion: appearance decides which of the boxes its prediction overlaps is
+its own. Low-score boxes (stage 3) stay on IoU alone: they are mostly partly
+hidden objects whose crop is half someone else. A track's vector is updated
+only from a high-score detection whose box overlaps no other detection, so a
+crossing does not blend two objects' looks into one. Without vectors (or
+without ``tracking.appearance``) the tracker is exactly the IoU tracker.
 """
 
 from __future__ import annotations
@@ -47,6 +61,7 @@ import numpy as np
 
 from vstream.config.tracking import DEFAULT_CONF, TrackingConfig
 from vstream.tracking import kalman
+from vstream.tracking.appearance import AppearanceBank, blend_costs, cosine_distance
 from vstream.tracking.base import NO_TRACK, Prediction, iou_matrix
 
 TENTATIVE, TRACKED, LOST = 0, 1, 2
@@ -117,6 +132,12 @@ class ByteTracker:
         self.config = config or TrackingConfig()
         self.thresholds = self.config.thresholds(conf)
         """The score thresholds in force."""
+        self.appearance_weight = (
+            float(self.config.appearance_weight) if self.config.appearance else 0.0
+        )
+        """Share of the first-stage cost that is appearance: ``tracking.appearance_weight``
+        when ``tracking.appearance`` names a model, else 0 (embeddings are ignored)."""
+        self._bank = AppearanceBank()
         self._next_id = 1
         self.reset()
 
@@ -132,11 +153,17 @@ class ByteTracker:
         self._score = np.zeros(0)  # the score of that detection
         self._votes = np.zeros((0, 0))  # summed detection score per class
         self._pts: float | None = None
+        self._bank = AppearanceBank(self._bank.momentum)
 
     @property
     def num_tracks(self) -> int:
         """Tracks held now (tentative, tracked and lost): what memory grows with."""
         return len(self._ids)
+
+    @property
+    def num_appearances(self) -> int:
+        """Track vectors held now (at most one per confirmed track)."""
+        return len(self._bank)
 
     def live_track_ids(self) -> frozenset[int]:
         return frozenset(self._ids[self._ids > 0].tolist())
@@ -160,8 +187,14 @@ class ByteTracker:
         scores: np.ndarray,
         class_ids: np.ndarray,
         pts_seconds: float,
+        embeddings: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Track one frame's detections; see :meth:`vstream.tracking.Tracker.update`."""
+        """Track one frame's detections; see :meth:`vstream.tracking.Tracker.update`.
+
+        ``embeddings`` (``(N, D)`` unit rows, zeros where a detection has none) join
+        the first stage's cost when :attr:`appearance_weight` is above 0, and are
+        ignored otherwise.
+        """
         boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         class_ids = np.asarray(class_ids, dtype=np.int64).reshape(-1)
@@ -170,13 +203,22 @@ class ByteTracker:
                 f"{len(boxes)} boxes, {len(scores)} scores and {len(class_ids)} class ids: "
                 "one of each per detection"
             )
+        if embeddings is not None:
+            embeddings = np.asarray(embeddings, dtype=np.float32)
+            if embeddings.ndim != 2 or len(embeddings) != len(boxes):
+                raise ValueError(
+                    f"embeddings of shape {embeddings.shape} for boxes of shape {boxes.shape}: "
+                    "one row per detection, (N, D)"
+                )
+            if self.appearance_weight <= 0.0:
+                embeddings = None
         if len(class_ids) and class_ids.min() < 0:
             raise ValueError("class ids must be non-negative")
         pts = float(pts_seconds)
         if not math.isfinite(pts):
             raise ValueError(f"pts_seconds must be finite, got {pts_seconds!r}")
         self._advance(pts)
-        return self._associate_frame(boxes, scores, class_ids, pts)
+        return self._associate_frame(boxes, scores, class_ids, pts, embeddings)
 
     def predict(self, pts_seconds: float, *, still: bool = False) -> Prediction:
         """Where the tracks seen at the last detection are at ``pts_seconds``, without detecting.
@@ -216,7 +258,12 @@ class ByteTracker:
         kalman.predict(self._mean, self._cov, dt)
 
     def _associate_frame(
-        self, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, pts: float
+        self,
+        boxes: np.ndarray,
+        scores: np.ndarray,
+        class_ids: np.ndarray,
+        pts: float,
+        embeddings: np.ndarray | None,
     ) -> np.ndarray:
         cfg, limits = self.config, self.thresholds
         valid = (
@@ -232,9 +279,13 @@ class ByteTracker:
         tentative = np.flatnonzero(self._state == TENTATIVE)
 
         # 1. High-score detections against every confirmed track, lost ones included.
-        t1, d1, rest_tracks, rest_high = _associate(
-            self._cost(confirmed, boxes[high], cfg.match_iou)
-        )
+        cost = self._cost(confirmed, boxes[high], cfg.match_iou)
+        if embeddings is not None:
+            dimension = embeddings.shape[1]
+            looks = self._bank.vectors(self._ids[confirmed], dimension)
+            appearance = cosine_distance(looks, embeddings[high])
+            cost = blend_costs(cost, appearance, self.appearance_weight)
+        t1, d1, rest_tracks, rest_high = _associate(cost)
         # 2. Low-score detections against the unmatched tracks seen in the previous frame.
         recent = confirmed[rest_tracks]
         recent = recent[self._state[recent] == TRACKED]
@@ -267,7 +318,29 @@ class ByteTracker:
         on_confirmed = self._ids[rows] > 0
         track_ids[dets[on_confirmed]] = self._ids[rows[on_confirmed]]
         self._keep(keep)
+        if embeddings is not None:
+            self._remember(boxes, valid, high, track_ids, embeddings)
         return track_ids
+
+    def _remember(
+        self,
+        boxes: np.ndarray,
+        valid: np.ndarray,
+        high: np.ndarray,
+        track_ids: np.ndarray,
+        embeddings: np.ndarray,
+    ) -> None:
+        """Fold the vectors of the tracked high-score detections that overlap no other
+        detection into their tracks' (a crossing would mix two looks), and forget the
+        vectors of the tracks no longer kept."""
+        on_track = high[track_ids[high] > 0]
+        if len(on_track):
+            others = np.flatnonzero(valid)
+            overlap = iou_matrix(boxes[on_track], boxes[others])
+            overlap[on_track[:, None] == others[None, :]] = 0.0
+            alone = on_track[~(overlap > 0.0).any(axis=1)]
+            self._bank.update(track_ids[alone], embeddings[alone])
+        self._bank.retain(self.live_track_ids())
 
     def _cost(self, rows: np.ndarray, boxes: np.ndarray, min_iou: float) -> np.ndarray:
         """Matching cost of tracks ``rows`` and detections ``boxes``, in [0, 1]; inf: no match.
