@@ -92,6 +92,16 @@ class FakeStreams:
                 "frame_age_seconds": 0.084,
                 "lines": {"gate": {"in": 3, "out": 1}},
                 "zones": {"lawn": 2},
+                "attributes": {
+                    "colour": {
+                        "fresh": 17,
+                        "cached": 40,
+                        "runs": 9,
+                        "seconds": 0.1234,
+                        "labels": {"blue": 5, "red": 12},
+                    },
+                    "reid": {"fresh": 30, "cached": 0, "runs": 6, "seconds": 0.05, "labels": {}},
+                },
             },
             {
                 "id": "cam2",

@@ -14,7 +14,8 @@ from vstream.assets import COLOUR_MODEL, DEMO_MODEL, SAMPLE_VIDEO
 from vstream.config.secondary import SecondaryConfig
 from vstream.inference.secondary_spec import check_secondary
 
-LABELS = set(check_secondary(SecondaryConfig(name="colour", path=str(COLOUR_MODEL))).labels)
+LABELS_IN_ORDER = check_secondary(SecondaryConfig(name="colour", path=str(COLOUR_MODEL))).labels
+LABELS = set(LABELS_IN_ORDER)
 
 
 def run_yaml(
@@ -168,3 +169,142 @@ def test_detect_takes_secondary_models_as_paths_dicts_and_configs() -> None:
         assert ("shape_colour" in read) == (record["class_id"] == 1)
         assert read.get("shape_colour", read["colour"]) == read["colour"]  # the same model
         assert "third" not in read  # no box is 10000 pixels wide
+
+
+def test_lines_count_by_attribute_and_events_carry_the_tracks_reading(tmp_path: Path) -> None:
+    # One unfiltered gate, and beside it the same gate once per colour label: each
+    # filtered gate must count exactly the unfiltered gate's crossings of that colour.
+    gate = "start: [320, 360], end: [320, 0]"
+    lines = [f"{{name: gate, {gate}}}"] + [
+        f"{{name: gate_{label}, {gate}, attributes: {{colour: [{label}]}}}}" for label in LABELS
+    ]
+    extra = "    analytics:\n      tracking: {}\n      lines: [" + ", ".join(lines) + "]"
+    records = run_yaml(tmp_path, "reinfer_seconds: 0.5", extra)
+    events = [e for r in records for e in r["events"] if e["type"] == "line_crossing"]
+    unfiltered = [e for e in events if e["line"] == "gate"]
+    assert len(unfiltered) >= 3, "the demo's objects cross the gate"
+    assert all(e["attributes"]["colour"] in LABELS for e in unfiltered)
+    for label in LABELS:
+        expected = [
+            (e["track_id"], e["direction"], e["pts"])
+            for e in unfiltered
+            if e["attributes"]["colour"] == label
+        ]
+        got = [
+            (e["track_id"], e["direction"], e["pts"])
+            for e in events
+            if e["line"] == f"gate_{label}"
+        ]
+        assert got == expected, label
+    assert len({e["attributes"]["colour"] for e in unfiltered}) > 1  # the filter chose
+    final = records[-1]["lines"]
+    assert sum(sum(final[f"gate_{label}"].values()) for label in LABELS) == len(unfiltered)
+
+
+def test_an_attribute_filter_naming_no_classifier_or_no_label_fails_with_one_line(
+    tmp_path: Path,
+) -> None:
+    def run(attributes: str) -> list[str]:
+        config = tmp_path / "pipelines.yaml"
+        config.write_text(
+            f"""
+pipelines:
+  - name: main
+    model: {{path: {DEMO_MODEL}}}
+    secondary:
+      - {{name: colour, path: {COLOUR_MODEL}}}
+    analytics:
+      zones: [{{name: yard, points: [[0, 0], [100, 0], [100, 100]], attributes: {attributes}}}]
+    sources:
+      - {{id: cam, uri: {SAMPLE_VIDEO}}}
+    sinks:
+      - {{type: stdout}}
+"""
+        )
+        result = run_cli("run", config)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        return result.stderr.strip().splitlines()
+
+    lines = run("{shade: [red]}")
+    assert len(lines) == 1 and "attribute 'shade' must name a secondary classifier" in lines[0]
+    lines = run("{colour: [red, mauve]}")
+    assert len(lines) == 1 and "attribute 'colour' has no labels ['mauve']" in lines[0]
+    checked = run_cli("validate", tmp_path / "pipelines.yaml")
+    assert checked.returncode == 2
+    assert checked.stderr.strip().splitlines() == [
+        f"vstream: {tmp_path / 'pipelines.yaml'}: pipelines[0].analytics.zones[0]: 'yard': "
+        "attribute 'colour' has no labels ['mauve']; the model's labels are "
+        + ", ".join(LABELS_IN_ORDER)
+    ]
+
+
+def test_the_shipped_cascade_config_counts_warm_colours_on_its_own_gate() -> None:
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "cascade.yaml"
+    result = run_cli("run", shipped)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["frame"] for r in records] == list(range(200))
+    crossings = [e for r in records for e in r["events"] if e["type"] == "line_crossing"]
+    gate = [
+        (e["track_id"], e["direction"], e["attributes"]["colour"])
+        for e in crossings
+        if e["line"] == "gate"
+    ]
+    warm = [
+        (e["track_id"], e["direction"], e["attributes"]["colour"])
+        for e in crossings
+        if e["line"] == "warm_gate"
+    ]
+    assert gate and warm == [c for c in gate if c[2] in {"red", "orange", "yellow"}]
+    assert len(warm) < len(gate)
+    assert "colour read" in result.stderr and "line warm_gate:" in result.stderr
+
+
+def test_an_appearance_model_reaches_the_tracker_and_is_written_only_when_asked(
+    tmp_path: Path,
+) -> None:
+    # The embedding: each crop's mean colour, L2-normalised (a colour direction), which
+    # tells the demo's flat-coloured shapes apart. Every detection of every frame is
+    # embedded for the tracker; records carry the vectors only with keep_embedding.
+    import numpy as np
+    from secondary_models import linear_model
+
+    from vstream.evaluation_tracks import evaluate_tracks
+
+    look = linear_model(tmp_path / "look.onnx", np.eye(3, dtype=np.float32))
+    truth = json.loads(SAMPLE_VIDEO.with_name("sample_ground_truth.json").read_text())
+
+    def run(tracking: str, secondary: str) -> tuple[list[dict[str, Any]], str]:
+        out = tmp_path / f"out{len(list(tmp_path.glob('out*')))}.jsonl"  # jsonl appends
+        config = tmp_path / "pipelines.yaml"
+        config.write_text(
+            f"""
+pipelines:
+  - name: main
+    model: {{path: {DEMO_MODEL}}}
+    analytics: {{tracking: {tracking}}}
+    secondary: [{secondary}]
+    sources: [{{id: cam, uri: {SAMPLE_VIDEO}}}]
+    sinks: [{{type: jsonl, path: {out}}}]
+"""
+        )
+        result = run_cli("run", config)
+        assert result.returncode == 0, result.stderr
+        return [json.loads(line) for line in out.read_text().splitlines()], result.stderr
+
+    plain, _ = run("{}", f"{{name: colour, path: {COLOUR_MODEL}}}")
+    kept, log = run(
+        "{appearance: look}", f"{{name: look, path: {look}, kind: embedding, keep_embedding: true}}"
+    )
+    quiet, _ = run("{appearance: look}", f"{{name: look, path: {look}, kind: embedding}}")
+    detections = [d for r in kept for d in r["detections"]]
+    vectors = [d["attributes"]["look"]["embedding"] for d in detections]
+    assert len(vectors) == len(detections) > 0
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
+    assert all("attributes" not in d for r in quiet for d in r["detections"])
+    read = int(log.split("look read ")[1].split(" objects")[0])
+    assert read >= len(detections)  # every candidate of every frame, for the tracker
+    with_look, iou_only = evaluate_tracks(quiet, truth), evaluate_tracks(plain, truth)
+    assert with_look.id_switches <= iou_only.id_switches
+    assert with_look.mota >= iou_only.mota - 0.01

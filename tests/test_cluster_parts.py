@@ -265,3 +265,23 @@ def test_without_ray_a_cluster_config_fails_with_one_clear_line(
     assert done.returncode == 2, done.stderr
     assert lines[-1].endswith("Ray is not installed: pip install 'vstream[ray]'"), lines
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            f"    secondary: [{{name: colour, path: {assets.COLOUR_MODEL}}}]\n",
+            "pipeline p has secondary models; with cluster",
+        ),
+        (
+            f"    sources: [{{id: cam, uri: {assets.SAMPLE_VIDEO}, detect_every: 3}}]\n",
+            "source cam of pipeline p sets a detection cadence; with cluster",
+        ),
+    ],
+    ids=["cascade", "cadence"],
+)
+def test_what_cluster_mode_does_not_run_is_refused_not_ignored(extra: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(config_text("{engine: ray}") + extra, source="p.yaml")
+    assert message in str(raised.value)

@@ -118,11 +118,23 @@ def check_streams(page: Any, streams: FakeStreams) -> None:
     sync_api.expect(cam2.locator(".error")).to_have_text("camera-2: connection refused")
     sync_api.expect(cam1.locator('tr[data-name="gate"] .count')).to_have_text("in 3 · out 1")
     sync_api.expect(cam1.locator('tr[data-name="lawn"] .count')).to_have_text("inside 2")
+    # The cascade's labels per secondary model, most seen first; an embedding has none.
+    colour = cam1.locator('tr[data-kind="attribute"][data-name="colour"] .count')
+    sync_api.expect(colour).to_have_text("red 12 · blue 5")
+    sync_api.expect(colour).to_have_attribute(
+        "title", "17 objects read in 9 runs (0.12 s), 40 readings carried"
+    )
+    reid = cam1.locator('tr[data-kind="attribute"][data-name="reid"] .count')
+    sync_api.expect(reid).to_have_text("read 30")
+    sync_api.expect(cam2.locator('tr[data-kind="attribute"]')).to_have_count(0)
     # Updated live: the page polls GET /streams.
     streams.streams[0]["frames_processed"] = 4321
     streams.streams[0]["lines"] = {"gate": {"in": 4, "out": 1}}
+    labels = {f"c{i}": i for i in range(1, 9)}
+    streams.streams[0]["attributes"]["colour"]["labels"] = labels
     sync_api.expect(cam1.locator('[data-field="processed"]')).to_have_text("4,321", timeout=WAIT_MS)
     sync_api.expect(cam1.locator('tr[data-name="gate"] .count')).to_have_text("in 4 · out 1")
+    sync_api.expect(colour).to_have_text("c8 8 · c7 7 · c6 6 · c5 5 · c4 4 · c3 3 · +2 more")
 
 
 def test_dashboard_shows_streams_live_previews_and_clips(

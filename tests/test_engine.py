@@ -461,13 +461,13 @@ def test_tracking_sees_low_scores_and_records_keep_conf(
     from vstream.analytics.stream import StreamAnalytics
 
     seen: list[float] = []
-    update = StreamAnalytics.update
+    track = StreamAnalytics.track
 
     def spying(self: StreamAnalytics, boxes: Any, scores: Any, *rest: Any, **options: Any) -> Any:
         seen.extend(scores.tolist())
-        return update(self, boxes, scores, *rest, **options)
+        return track(self, boxes, scores, *rest, **options)
 
-    monkeypatch.setattr(StreamAnalytics, "update", spying)
+    monkeypatch.setattr(StreamAnalytics, "track", spying)
     plain = run_demo(tmp_path, "plain", {})
     tracked = run_demo(tmp_path, "tracked", {"tracking": {}})
     assert seen and min(seen) < 0.5 and min(seen) >= 0.1  # the tracker got its candidates

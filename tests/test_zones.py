@@ -206,3 +206,39 @@ def test_zone_config_is_validated() -> None:
         AnalyticsConfig(zones=[PEN, PEN])
     with pytest.raises(ValidationError, match="listed more than once"):
         ZoneConfig(name="z", points=[(0, 0), (1, 0), (0, 1)], classes=[1, 1])
+
+
+def test_a_zone_with_an_attribute_filter_follows_only_objects_read_so() -> None:
+    # Two objects walk into the pen and out again; a classifier read track 1 as red and
+    # track 2 as blue. The red-only zone sees one visit; both visits' events carry the
+    # reading.
+    walkers = [
+        Mover([(0, 100, 170), (1, 300, 170), (3, 300, 170), (4, 500, 170)]),
+        Mover([(0, 100, 230), (1, 300, 230), (3, 300, 230), (4, 500, 230)], class_id=1),
+    ]
+    reds = ZoneConfig(name="reds", points=PEN.points, attributes={"colour": ["red"]})
+    stream = analytics(PEN, reds)
+    readings = {1: {"colour": "red"}, 2: {"colour": "blue"}}
+    updates = [
+        stream.update(
+            f.boxes, f.scores, f.class_ids, f.pts, attributes_of=lambda t: readings.get(t, {})
+        )
+        for f in render(walkers, fps=25, seconds=4)
+    ]
+    pen = [e for e in events(updates) if e["zone"] == "pen"]
+    red = [e for e in events(updates) if e["zone"] == "reds"]
+    assert [e["type"] for e in pen] == ["zone_enter"] * 2 + ["zone_exit"] * 2
+    assert {e["track_id"]: e["attributes"]["colour"] for e in pen} == {1: "red", 2: "blue"}
+    assert [(e["type"], e["track_id"]) for e in red] == [("zone_enter", 1), ("zone_exit", 1)]
+    assert max(u.zone_occupancy["reds"] for u in updates) == 1
+
+    # A track read only after it entered is not inside until it is read (then it enters).
+    late = analytics(reds)
+    entered = []
+    for index, f in enumerate(render(walkers[:1], fps=25, seconds=4)):
+        read = readings if index >= 30 else {}  # read from 1.2 s, after it entered at 0.56 s
+        update = late.update(
+            f.boxes, f.scores, f.class_ids, f.pts, attributes_of=lambda t, r=read: r.get(t, {})
+        )
+        entered += [e.pts for e in update.events if e.type == "zone_enter"]
+    assert len(entered) == 1 and entered[0] >= 1.2

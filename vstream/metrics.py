@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -259,6 +259,63 @@ class _ClusterCollector(Collector):
         yield gaps
 
 
+class CascadeFigures(Protocol):
+    """What the metrics read of a pipeline's cascade (:class:`vstream.cascade.stage.Cascade`)."""
+
+    def totals(self) -> dict[str, Any]:
+        """Per model name: its :class:`~vstream.cascade.counts.ModelCounts` over every stream."""
+        ...
+
+    def stream_counts(self) -> dict[str, dict[str, Any]]:
+        """Per stream not removed, per model name: its ``ModelCounts``."""
+        ...
+
+
+class _CascadeCollector(Collector):
+    """The secondary models' figures, read from each pipeline's cascade at scrape time.
+
+    A removed stream's figures leave its cascade, so its label series go with it.
+    """
+
+    def __init__(self) -> None:
+        self.cascades: dict[str, CascadeFigures] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["pipeline", "model"]
+        readings = CounterMetricFamily(
+            "vstream_secondary_readings",
+            "Objects a secondary model gave a reading: fresh (its crop read in that frame) or "
+            "cached (the track's last reading carried)",
+            labels=[*labels, "reading"],
+        )
+        runs = CounterMetricFamily(
+            "vstream_secondary_runs",
+            "Calls of a secondary model: frames with at least one crop to read",
+            labels=labels,
+        )
+        seconds = CounterMetricFamily(
+            "vstream_secondary_seconds",
+            "Time spent in a secondary model's calls (crops, the model, the copy to the host)",
+            labels=labels,
+        )
+        by_label = CounterMetricFamily(
+            "vstream_attribute_readings",
+            "Fresh readings of a secondary classifier that gave a label, per stream",
+            labels=["pipeline", "stream", "model", "label"],
+        )
+        for pipeline, cascade in list(self.cascades.items()):
+            for model, counts in cascade.totals().items():
+                readings.add_metric([pipeline, model, "fresh"], counts.fresh)
+                readings.add_metric([pipeline, model, "cached"], counts.cached)
+                runs.add_metric([pipeline, model], counts.runs)
+                seconds.add_metric([pipeline, model], counts.seconds)
+            for stream, models in cascade.stream_counts().items():
+                for model, counts in models.items():
+                    for label, n in counts.labels.items():
+                        by_label.add_metric([pipeline, stream, model, label], n)
+        yield from (readings, runs, seconds, by_label)
+
+
 class Metrics:
     """The registry of one process and the metrics observed directly by inference loops."""
 
@@ -303,6 +360,7 @@ class Metrics:
             ["pipeline"],
             registry=self.registry,
         )
+        self._cascades: _CascadeCollector | None = None
 
     def observe_analytics(self, pipeline: str, stream: str, result: Any) -> None:
         """Count a frame's line crossings and set its zones' occupancy."""
@@ -326,6 +384,13 @@ class Metrics:
     def watch(self, samples: Samples) -> None:
         """Report the stream and sink figures ``samples`` returns at each scrape."""
         self.registry.register(_RuntimeCollector(samples))
+
+    def watch_cascade(self, pipeline: str, cascade: CascadeFigures) -> None:
+        """Report ``pipeline``'s secondary models (readings, runs, time, labels) at each scrape."""
+        if self._cascades is None:
+            self._cascades = _CascadeCollector()
+            self.registry.register(self._cascades)
+        self._cascades.cascades[pipeline] = cascade
 
     def watch_cluster(self, sample: Callable[[], ClusterSample]) -> None:
         """Report a cluster driver's workers, losses and moves at each scrape."""

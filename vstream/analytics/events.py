@@ -14,15 +14,46 @@ seconds):
   the exit is emitted when the tracker forgets the track, at the ``pts`` it
   was last seen.
 - ``loitering``: ``zone``, ``dwell_seconds`` so far; once per visit.
+
+With a cascade (:mod:`vstream.cascade`), every event also carries the object's
+``attributes``: each secondary classifier's last reading of the track, by
+model name (``{"colour": "red"}``; a multi-label model gives a list).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 EventType = Literal["line_crossing", "zone_enter", "zone_exit", "loitering"]
 Direction = Literal["in", "out"]
+
+Reading = str | tuple[str, ...]
+"""One classifier's reading of a track: its label (a tuple of labels for a multi-label model)."""
+
+TrackAttributes = Mapping[str, Reading]
+"""A track's readings by secondary model name: ``{"colour": "red"}``."""
+
+AttributesOf = Callable[[int], TrackAttributes]
+"""The readings of a track id so far (empty when none): what lines and zones filter on."""
+
+NO_ATTRIBUTES: TrackAttributes = MappingProxyType({})
+"""No readings (read-only, so that it can be every default)."""
+
+
+def attributes_match(wanted: Mapping[str, list[str]] | None, attributes: TrackAttributes) -> bool:
+    """Whether ``attributes`` pass a line's or zone's ``attributes`` filter: for every
+    attribute listed, the track was read as one of its labels (an unread track fails)."""
+    if not wanted:
+        return True
+    for name, labels in wanted.items():
+        reading = attributes.get(name)
+        read = (reading,) if isinstance(reading, str) else reading or ()
+        if not any(label in labels for label in read):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -38,6 +69,7 @@ class Event:
     direction: Direction | None = None
     zone: str | None = None
     dwell_seconds: float | None = None
+    attributes: TrackAttributes = field(default_factory=lambda: NO_ATTRIBUTES, hash=False)
 
     def to_record(self) -> dict[str, Any]:
         """The JSON form, e.g. ``{"type": "line_crossing", "line": "gate", "direction": "in",
@@ -53,4 +85,9 @@ class Event:
         )
         if self.dwell_seconds is not None:
             record["dwell_seconds"] = round(self.dwell_seconds, 6)
+        if self.attributes:
+            record["attributes"] = {
+                name: reading if isinstance(reading, str) else list(reading)
+                for name, reading in self.attributes.items()
+            }
         return record

@@ -48,11 +48,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from vstream.analytics.events import Direction, Event
+from vstream.analytics.events import (
+    NO_ATTRIBUTES,
+    AttributesOf,
+    Direction,
+    Event,
+    TrackAttributes,
+    attributes_match,
+)
 from vstream.analytics.geometry import Segment
 from vstream.config.analytics import LineConfig
 
@@ -75,6 +82,8 @@ class _TrackState:
     """Position along the segment (0..1 is on it) where the path last crossed the line."""
     class_id: int = -1
     """The track's class at its last observation."""
+    attributes: TrackAttributes = field(default_factory=lambda: NO_ATTRIBUTES)
+    """The track's last secondary readings (kept here: the cascade forgets them with the track)."""
 
 
 class LineCounter:
@@ -121,8 +130,12 @@ class LineCounter:
         class_ids: np.ndarray,
         pts: float,
         label_of: Callable[[int], str],
+        attributes_of: AttributesOf | None = None,
     ) -> list[Event]:
-        """Place this frame's anchors of confirmed tracks; return the crossings this settles."""
+        """Place this frame's anchors of confirmed tracks; return the crossings this settles.
+
+        ``attributes_of`` gives a track's secondary readings so far (a cascade), which the
+        line's ``attributes`` filter and its events use."""
         distances = self.segment.signed_distance(points)
         events = []
         for track_id, (x, y), distance, class_id in zip(
@@ -132,26 +145,41 @@ class LineCounter:
             if state is None:
                 state = self._tracks[track_id] = _TrackState()
             state.class_id = class_id
+            if attributes_of is not None:
+                state.attributes = attributes_of(track_id) or state.attributes
             direction, since = self._step(state, x, y, distance, pts)
             if direction is not None:
-                events.extend(self._count(track_id, class_id, direction, since, label_of))
+                events.extend(self._count(track_id, state, direction, since, label_of))
         return events
 
     def _count(
         self,
         track_id: int,
-        class_id: int,
+        state: _TrackState,
         direction: Direction,
         pts: float,
         label_of: Callable[[int], str],
     ) -> list[Event]:
-        """The crossing's event (and its count), unless the line does not watch the class."""
+        """The crossing's event (and its count), unless the line does not watch the class
+        or the track's attributes."""
+        class_id = state.class_id
         if self._classes is not None and class_id not in self._classes:
             return []
+        if not attributes_match(self.config.attributes, state.attributes):
+            return []
         self.totals[direction, class_id] += 1
-        label = label_of(class_id)
-        line = self.config.name
-        return [Event("line_crossing", track_id, class_id, label, pts, line, direction)]
+        return [
+            Event(
+                "line_crossing",
+                track_id,
+                class_id,
+                label_of(class_id),
+                pts,
+                self.config.name,
+                direction,
+                attributes=state.attributes,
+            )
+        ]
 
     def _step(
         self, state: _TrackState, x: float, y: float, distance: float, pts: float
@@ -202,5 +230,5 @@ class LineCounter:
             if since is not None:
                 direction = self._settle(state, -state.side)
                 if direction is not None:
-                    events.extend(self._count(track_id, state.class_id, direction, since, label_of))
+                    events.extend(self._count(track_id, state, direction, since, label_of))
         return events

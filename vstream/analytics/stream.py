@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vstream.analytics.events import Direction, Event
+from vstream.analytics.events import AttributesOf, Direction, Event
 from vstream.analytics.geometry import anchor_points
 from vstream.analytics.lines import LineCounter
 from vstream.analytics.zones import ZoneMonitor
@@ -84,29 +84,51 @@ class StreamAnalytics:
         class_ids: np.ndarray,
         pts_seconds: float,
         frame_size: tuple[int, int] | None = None,
+        *,
+        embeddings: np.ndarray | None = None,
+        attributes_of: AttributesOf | None = None,
     ) -> AnalyticsUpdate:
-        """Track one frame's detections and run them through the lines and zones.
+        """Track one frame's detections and run them through the lines and zones:
+        :meth:`track`, then :meth:`observe`.
 
         ``boxes`` are ``(N, 4)`` ``x1, y1, x2, y2`` pixels. ``frame_size``
         (``width, height``), when given, lets lines near the frame edge narrow
         their dead band on the outer side.
         """
-        track_ids = self.tracker.update(boxes, scores, class_ids, pts_seconds)
-        confirmed = track_ids > 0
-        boxes = np.asarray(boxes).reshape(-1, 4)[confirmed]
-        return self._observe(track_ids, track_ids[confirmed], boxes, pts_seconds, frame_size)
+        track_ids = self.track(boxes, scores, class_ids, pts_seconds, embeddings=embeddings)
+        return self.observe(track_ids, boxes, pts_seconds, frame_size, attributes_of=attributes_of)
+
+    def track(
+        self,
+        boxes: np.ndarray,
+        scores: np.ndarray,
+        class_ids: np.ndarray,
+        pts_seconds: float,
+        *,
+        embeddings: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """The tracker's step alone: ``(N,)`` int64 track ids, positive where confirmed.
+
+        ``embeddings`` (``(N, D)`` unit rows, an appearance model's) join the
+        association cost when the tracker was built with appearance. Separate from
+        :meth:`observe` so that a cascade can read the tracked objects between the
+        two, and lines and zones can count by what it read.
+        """
+        if embeddings is None:
+            return self.tracker.update(boxes, scores, class_ids, pts_seconds)
+        return self.tracker.update(boxes, scores, class_ids, pts_seconds, embeddings=embeddings)
 
     def predict(
         self, pts_seconds: float, frame_size: tuple[int, int] | None = None, *, still: bool = False
-    ) -> tuple[Prediction, AnalyticsUpdate]:
-        """A frame the detector did not see: the tracker's predicted boxes, through the lines
-        and zones exactly as detected ones go (:mod:`vstream.engine.cadence`).
+    ) -> Prediction:
+        """A frame the detector did not see: the tracker's predicted boxes (cadence).
 
-        A line keeps one state per track whichever kind of frame moved it, so
-        a crossing is counted once, on the frame where it happens, detected or
-        predicted. Boxes are clipped to ``frame_size``; one wholly outside it
-        is left out. The update's ``track_ids`` are the prediction's. ``still``: the
-        picture has not changed since the last detection (:meth:`Tracker.predict`).
+        Boxes are clipped to ``frame_size``; one wholly outside it is left out.
+        ``still``: the picture has not changed since the last detection
+        (:meth:`Tracker.predict`). The boxes then go through :meth:`observe`
+        exactly as detected ones: a line keeps one state per track whichever
+        kind of frame moved it, so a crossing is counted once, on the frame where
+        it happens, detected or predicted.
         """
         prediction = self.tracker.predict(pts_seconds, still=still)
         if frame_size is not None and len(prediction.boxes):
@@ -121,18 +143,28 @@ class StreamAnalytics:
                 prediction.class_ids[inside],
                 prediction.scores[inside],
             )
-        ids = prediction.track_ids
-        return prediction, self._observe(ids, ids, prediction.boxes, pts_seconds, frame_size)
+        return prediction
 
-    def _observe(
+    def observe(
         self,
         track_ids: np.ndarray,
-        ids: np.ndarray,
         boxes: np.ndarray,
         pts_seconds: float,
-        frame_size: tuple[int, int] | None,
+        frame_size: tuple[int, int] | None = None,
+        *,
+        attributes_of: AttributesOf | None = None,
     ) -> AnalyticsUpdate:
-        """Run the confirmed tracks ``ids`` at ``boxes`` through the lines and zones."""
+        """Run a frame's tracked boxes through the lines and zones.
+
+        ``track_ids`` (``(N,)``, from :meth:`track` or a prediction) and ``boxes``
+        (``(N, 4)``) are one frame's; only confirmed tracks (positive ids) are
+        placed. ``attributes_of`` gives a track's secondary readings (a cascade),
+        for the lines' and zones' ``attributes`` filters and their events.
+        """
+        track_ids = np.asarray(track_ids, dtype=np.int64)
+        confirmed = track_ids > 0
+        ids = track_ids[confirmed]
+        boxes = np.asarray(boxes).reshape(-1, 4)[confirmed]
         events: list[Event] = []
         if self.lines or self.zones:
             pts = float(pts_seconds)
@@ -141,9 +173,9 @@ class StreamAnalytics:
             for line in self.lines:
                 if frame_size is not None:
                     line.set_frame_size(*frame_size)
-                events.extend(line.observe(ids, points, classes, pts, self.label))
+                events.extend(line.observe(ids, points, classes, pts, self.label, attributes_of))
             for zone in self.zones:
-                events.extend(zone.observe(ids, points, classes, pts, self.label))
+                events.extend(zone.observe(ids, points, classes, pts, self.label, attributes_of))
             live = self.tracker.live_track_ids()
             for line in self.lines:
                 events.extend(line.forget(live, self.label))

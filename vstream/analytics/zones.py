@@ -19,11 +19,18 @@ track that entered is followed to its exit even if its class changes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from vstream.analytics.events import Event, EventType
+from vstream.analytics.events import (
+    NO_ATTRIBUTES,
+    AttributesOf,
+    Event,
+    EventType,
+    TrackAttributes,
+    attributes_match,
+)
 from vstream.analytics.geometry import Polygon
 from vstream.config.analytics import ZoneConfig
 
@@ -40,6 +47,8 @@ class _TrackState:
     loitered: bool = False
     last_seen: float = 0.0
     class_id: int = -1
+    attributes: TrackAttributes = field(default_factory=lambda: NO_ATTRIBUTES)
+    """The track's last secondary readings (kept here: the cascade forgets them with the track)."""
 
 
 class ZoneMonitor:
@@ -68,8 +77,12 @@ class ZoneMonitor:
         class_ids: np.ndarray,
         pts: float,
         label_of: Callable[[int], str],
+        attributes_of: AttributesOf | None = None,
     ) -> list[Event]:
-        """Place this frame's anchors of confirmed tracks; return entries, exits and loitering."""
+        """Place this frame's anchors of confirmed tracks; return entries, exits and loitering.
+
+        ``attributes_of`` gives a track's secondary readings so far (a cascade), which the
+        zone's ``attributes`` filter and its events use."""
         inside = self.polygon.contains(points)
         clear = self.polygon.border_distance(points) > self.dead_band
         events = []
@@ -82,6 +95,8 @@ class ZoneMonitor:
             state.last_seen = pts
             if state.state != INSIDE:
                 state.class_id = class_id
+            if attributes_of is not None:
+                state.attributes = attributes_of(track_id) or state.attributes
             if not is_clear:
                 state.pending_since = None  # on the border: the new side must be held anew
             else:
@@ -109,7 +124,8 @@ class ZoneMonitor:
             state.state = OUTSIDE
             self.occupancy -= 1
             return "zone_exit", since
-        if self._classes is not None and state.class_id not in self._classes:
+        watched = self._classes is None or state.class_id in self._classes
+        if not watched or not attributes_match(self.config.attributes, state.attributes):
             state.state = OUTSIDE  # not watched: followed as outside, never counted
             return None
         state.state, state.entered_at, state.loitered = INSIDE, since, False
@@ -134,6 +150,7 @@ class ZoneMonitor:
             pts,
             zone=self.config.name,
             dwell_seconds=dwell,
+            attributes=state.attributes,
         )
 
     def _loitering(self, pts: float, label_of: Callable[[int], str]) -> list[Event]:

@@ -174,6 +174,11 @@ class AttributeCache:
         order = np.asarray(rows, dtype=np.int64)
         return _assemble(len(track_ids), order, parts, np.zeros(len(track_ids), dtype=bool))
 
+    def last(self, track_id: int) -> SecondaryOutput | None:
+        """The track's last reading (one row), or None if it has none."""
+        kept = self._readings.get(track_id)
+        return None if kept is None else kept[2]
+
     def retain(self, live_track_ids: Iterable[int]) -> None:
         """Drop the readings of every track not in ``live_track_ids`` (the tracker's live ones)."""
         live = set(live_track_ids)

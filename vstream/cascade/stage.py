@@ -8,6 +8,15 @@ object is read again only when its reading is old or its box has grown; a
 frame the detector skipped (its boxes predicted by the tracker) is not read
 at all: its tracked objects carry their last reading, marked not fresh.
 
+The model named by ``tracking.appearance`` (an embedding) also runs before
+the tracker, on every detection of a detected frame it selects
+(:meth:`Cascade.embed`): the tracker needs every box's look to associate it,
+so nothing is cached there. It is read again in :meth:`Cascade.apply` only when
+its vectors go into records (``keep_embedding``).
+
+Lines and zones count by attribute (their ``attributes`` filter) with each
+track's last classifier readings, given by :meth:`Cascade.attributes_of`.
+
 The result is one :data:`~vstream.results.ATTRIBUTES` data column on the
 frame's :class:`~vstream.results.Detections`: per detection, the values its
 records write under ``"attributes"`` (``{name: {"label", "score", "fresh"}}``),
@@ -20,16 +29,19 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
+from vstream.analytics.events import NO_ATTRIBUTES, AttributesOf, Reading, TrackAttributes
 from vstream.cascade.attributes import AttributeCache, Attributes, record_values
-from vstream.cascade.model import SecondaryModel
-from vstream.config.secondary import SecondaryConfig, check_on_classes
+from vstream.cascade.counts import ModelCounts, StreamAttributeCounts, add_to, label_counts
+from vstream.cascade.model import SecondaryModel, SecondaryOutput
+from vstream.config.secondary import SecondaryConfig, check_filter_labels, check_on_classes
 from vstream.frame import Frame
-from vstream.results import ATTRIBUTES, FrameResult
+from vstream.results import ATTRIBUTES, Detections, FrameResult
 
 _NO_BOXES = np.zeros((0, 4), dtype=np.float32)
 """What :meth:`SecondaryModel.run` reads to give an empty result of the model's width."""
@@ -45,16 +57,28 @@ class Cascade:
         *,
         device: Any,
         cuda_stream: Any = None,
+        appearance: str | None = None,
+        attribute_filters: Iterable[tuple[str, Mapping[str, list[str]]]] = (),
     ) -> None:
         """Checks each model's ``on.classes`` against the detector's ``class_names`` first
-        (one line, a ModelError), before any model is loaded."""
+        (one line, a ModelError), before any model is loaded; then the labels of the
+        lines' and zones' ``attribute_filters`` (``(place, {model: labels})``) against
+        the models'. ``appearance``: the name of the embedding model the tracker uses."""
         configs = list(configs)
         for config in configs:
             check_on_classes(config, class_names)
         self.models = [
             SecondaryModel(config, device=device, cuda_stream=cuda_stream) for config in configs
         ]
+        by_name = {model.config.name: model for model in self.models}
+        for place, wanted in attribute_filters:
+            for name, labels in wanted.items():
+                check_filter_labels(place, name, labels, by_name[name].labels)
+        self.appearance = by_name[appearance] if appearance is not None else None
         self._caches: dict[tuple[str, int], AttributeCache] = {}
+        self._counts: dict[str, StreamAttributeCounts] = {}
+        self._totals = {model.name: ModelCounts() for model in self.models}
+        """Per model, every stream's figures added up; only grows (the metrics' counters)."""
         self._lock = threading.Lock()
 
     def _cache(self, stream_id: str, index: int) -> AttributeCache:
@@ -65,6 +89,71 @@ class Cascade:
                 config = self.models[index].config
                 cache = self._caches[key] = AttributeCache(config.reinfer_seconds, config.regrow)
             return cache
+
+    def embed(self, frame: Frame, detections: Detections) -> np.ndarray | None:
+        """``(N, D)`` unit rows: the appearance model's vector of every detection it selects
+        (zeros for the rest), for the tracker; None without an appearance model. Counted
+        as fresh readings of the model."""
+        model = self.appearance
+        if model is None:
+            return None
+        selected = model.select(detections.xyxy, detections.class_id)
+        vectors = np.zeros((len(detections), model.spec.output_size), dtype=np.float32)
+        tally = ModelCounts(fresh=int(selected.sum()))
+        if selected.any():
+            read = _timed_run(model, frame, detections.xyxy[selected], tally)
+            vectors[selected] = read.embeddings
+        with self._lock:
+            counts = self._counts.get(frame.stream_id)
+            add_to(self._totals[model.name], tally)
+        if counts is not None:
+            counts.add(model.name, tally)
+        return vectors
+
+    def attributes_of(self, stream_id: str) -> AttributesOf:
+        """A track's last classifier readings in ``stream_id``, by model name (the lines'
+        and zones' ``attributes`` filters read them)."""
+        readers = [
+            (model, self._cache(stream_id, index))
+            for index, model in enumerate(self.models)
+            if model.config.kind == "classifier"
+        ]
+
+        def of(track_id: int) -> TrackAttributes:
+            found: dict[str, Reading] = {}
+            for model, cache in readers:
+                last = cache.last(track_id)
+                if last is not None:
+                    found[model.config.name] = _reading(last, model)
+            return found or NO_ATTRIBUTES
+
+        return of
+
+    def counts(self, stream_id: str) -> StreamAttributeCounts:
+        """The stream's figures per model, counted from now until it is removed.
+
+        The engine asks for them as it adds the stream; a stream never asked
+        for (or removed) is counted in :meth:`totals` only, so a frame
+        delivered after its stream's removal brings back no figures.
+        """
+        with self._lock:
+            counts = self._counts.get(stream_id)
+            if counts is None:
+                counts = self._counts[stream_id] = StreamAttributeCounts(
+                    [model.name for model in self.models]
+                )
+            return counts
+
+    def totals(self) -> dict[str, ModelCounts]:
+        """Per model name, the pipeline's figures over every stream, removed ones included."""
+        with self._lock:
+            return {name: counts.copy() for name, counts in self._totals.items()}
+
+    def stream_counts(self) -> dict[str, dict[str, ModelCounts]]:
+        """Per stream not removed, its figures per model name."""
+        with self._lock:
+            streams = list(self._counts.items())
+        return {stream_id: counts.snapshot() for stream_id, counts in streams}
 
     def apply(
         self,
@@ -84,16 +173,23 @@ class Cascade:
         count = len(detections)
         live = None if live_tracks is None else frozenset(live_tracks)
         values: list[dict[str, Any]] = [{} for _ in range(count)]
+        with self._lock:
+            counts = self._counts.get(result.stream_id)
         for index, model in enumerate(self.models):
+            if model is self.appearance and not model.config.keep_embedding:
+                continue  # read for the tracker by embed(); nothing of it goes into records
             cache = self._cache(result.stream_id, index)
             selected = model.select(detections.xyxy, detections.class_id)
+            tally = ModelCounts()
             if detected:
                 attributes = cache.resolve(
                     detections.tracker_id,
                     detections.xyxy,
                     result.pts_seconds,
                     selected,
-                    lambda rows, model=model: model.run(frame, detections.xyxy[rows]),
+                    lambda rows, model=model, tally=tally: _timed_run(
+                        model, frame, detections.xyxy[rows], tally
+                    ),
                 )
             else:
                 attributes = cache.carried(
@@ -105,16 +201,62 @@ class Cascade:
             for row, value in enumerate(_values(attributes, model, config)):
                 if value is not None:
                     values[row][config.name] = value
+            self._count(counts, model, attributes, tally)
         column = np.empty(count, dtype=object)
         column[:] = [value or None for value in values]
         with_attributes = detections.with_columns(data={ATTRIBUTES: column})
         return dataclasses.replace(result, detections=with_attributes)
 
+    def _count(
+        self,
+        counts: StreamAttributeCounts | None,
+        model: SecondaryModel,
+        attributes: Attributes,
+        tally: ModelCounts,
+    ) -> None:
+        """Add one frame's readings by ``model`` (and its run, in ``tally``) to the figures."""
+        fresh = np.asarray(attributes.fresh, dtype=bool)
+        tally.fresh = int(fresh.sum())
+        tally.cached = int((np.asarray(attributes.read, dtype=bool) & ~fresh).sum())
+        tally.labels = label_counts(
+            attributes,
+            model.spec.labels,
+            multi_label=model.config.multi_label,
+            threshold=model.config.threshold,
+        )
+        if counts is not None:
+            counts.add(model.name, tally)
+        with self._lock:
+            add_to(self._totals[model.name], tally)
+
     def remove_stream(self, stream_id: str) -> None:
-        """Forget the stream's readings (it was removed)."""
+        """Forget the stream's readings and figures (it was removed)."""
         with self._lock:
             for key in [k for k in self._caches if k[0] == stream_id]:
                 del self._caches[key]
+            self._counts.pop(stream_id, None)
+
+
+def _timed_run(
+    model: SecondaryModel, frame: Frame, boxes: np.ndarray, tally: ModelCounts
+) -> SecondaryOutput:
+    """``model.run`` of ``boxes``, its time and the call counted in ``tally`` when it reads any."""
+    if len(boxes) == 0:
+        return model.run(frame, boxes)
+    started = time.perf_counter()
+    output = model.run(frame, boxes)
+    tally.runs += 1
+    tally.seconds += time.perf_counter() - started
+    return output
+
+
+def _reading(last: SecondaryOutput, model: SecondaryModel) -> Reading:
+    """A classifier's one-row reading as the label (or labels, multi-label) it gives."""
+    labels = model.labels
+    if model.config.multi_label and last.probabilities is not None:
+        chosen = np.flatnonzero(last.probabilities[0] >= model.config.threshold)
+        return tuple(labels[i] for i in chosen)
+    return labels[int(last.label_ids[0])]
 
 
 def _values(

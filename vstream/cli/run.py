@@ -300,6 +300,18 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
                 stream.cadence["frames_motion_skipped"],
                 stream.cadence["frames_adapted"],
             )
+        for model, counts in stream.attributes.items():
+            seen = ", ".join(f"{label} {n}" for label, n in counts["labels"].items())
+            log.info(
+                "%s: %s read %d objects in %d runs (%.2f s), carried %d readings%s",
+                stream.id,
+                model,
+                counts["fresh"],
+                counts["runs"],
+                counts["seconds"],
+                counts["cached"],
+                f": {seen}" if seen else "",
+            )
     for reader in engine.readers() if not quiet else ():
         totals = reader.analytics.line_totals() if reader.analytics is not None else {}
         for line, directions in totals.items():

@@ -22,6 +22,7 @@ from pathlib import Path
 from vstream.cli.args import EXIT_BAD_INPUT, EXIT_OK
 from vstream.cluster.connect import ray_missing
 from vstream.config import ConfigError, load_config
+from vstream.config.analytics import AnalyticsConfig
 from vstream.errors import VstreamError
 
 
@@ -36,6 +37,25 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     validate.add_argument("config", type=Path, help="pipelines file (YAML)")
     validate.set_defaults(handler=validate_command)
+
+
+def _filter_problems(
+    where: str, analytics: AnalyticsConfig, labels: dict[str, tuple[str, ...]]
+) -> list[str]:
+    """The lines' and zones' ``attributes`` filters naming labels their classifier lacks."""
+    from vstream.config.secondary import check_filter_labels
+
+    problems = []
+    for section, places in (("lines", analytics.lines), ("zones", analytics.zones)):
+        for k, place in enumerate(places):
+            for name, wanted in (place.attributes or {}).items():
+                if name not in labels:
+                    continue  # its model's own problem is reported already
+                try:
+                    check_filter_labels(f"{place.name!r}", name, wanted, labels[name])
+                except VstreamError as exc:
+                    problems.append(f"{where}.{section}[{k}]: {exc}")
+    return problems
 
 
 def validate_command(args: argparse.Namespace) -> int:
@@ -61,12 +81,15 @@ def validate_command(args: argparse.Namespace) -> int:
             problems.append(f"{args.config}: pipelines[{i}].model: {exc}")
             spec = None
         names = pipeline.model.names() or (spec.class_names if spec is not None else None)
+        labels: dict[str, tuple[str, ...]] = {}
         for j, secondary in enumerate(pipeline.secondary):
             try:
-                check_secondary(secondary)
+                labels[secondary.name] = check_secondary(secondary).labels
                 check_on_classes(secondary, names or [])
             except VstreamError as exc:
                 problems.append(f"{args.config}: pipelines[{i}].secondary[{j}]: {exc}")
+        where = f"{args.config}: pipelines[{i}].analytics"
+        problems += _filter_problems(where, pipeline.analytics, labels)
     for line in problems:
         print(f"vstream: {line}", file=sys.stderr)
     if problems:

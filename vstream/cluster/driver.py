@@ -727,6 +727,11 @@ class ClusterEngine(EngineBase):
         """Place ``source`` of ``pipeline`` on a worker with room, as :meth:`Engine.add_stream`."""
         if pipeline not in self.pipelines:
             raise PipelineNotFound(f"no pipeline {pipeline!r}")
+        if source.cadence_on:
+            raise VstreamError(
+                f"stream {source.id}: a detection cadence (detect_every, detect_fps, motion) "
+                "is not run in cluster mode yet"
+            )
         with self._lock:
             self._admit(pipeline, source)
             live = sum(s.state in ("starting", "ready") for s in self._slots)

@@ -20,6 +20,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from vstream.config.base import NAME_PATTERN, Cli, Int, Name, Number, StrictModel
+from vstream.config.model import ClassName
 from vstream.config.tracking import MAX_TRACK_SECONDS, TrackingConfig
 
 MAX_COORDINATE = 100_000.0
@@ -40,6 +41,33 @@ def _distinct(classes: list[int]) -> list[int]:
 ClassIds = Annotated[
     list[Int(0, MAX_CLASS_ID)], Field(min_length=1, max_length=1000), AfterValidator(_distinct)
 ]
+
+
+def _distinct_labels(labels: list[str]) -> list[str]:
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"labels are listed more than once: {labels}")
+    return labels
+
+
+AttributeFilter = Annotated[
+    dict[
+        Name,
+        Annotated[
+            list[ClassName], Field(min_length=1, max_length=1000), AfterValidator(_distinct_labels)
+        ],
+    ],
+    Field(min_length=1, max_length=8),
+]
+"""``{attribute: [labels]}``: only objects whose secondary classifier ``attribute`` reads one of
+``labels`` (every attribute listed must match). Names and labels are checked against the
+pipeline's ``secondary`` models (:func:`check_attribute_filters`)."""
+
+ATTRIBUTE_FILTER_HELP = (
+    "count only objects a secondary classifier reads as one of these labels, e.g. "
+    "{colour: [red, white]} (every attribute listed must match); decided with the track's "
+    "last reading when the crossing or entry happens: an object not read by then is not "
+    "counted (in a zone, it enters once it is read); null: every object"
+)
 
 
 class Anchor(str, enum.Enum):
@@ -81,6 +109,7 @@ class LineConfig(StrictModel):
     classes: ClassIds | None = Field(
         None, description="class ids this line counts; null: every class"
     )
+    attributes: AttributeFilter | None = Field(None, description=ATTRIBUTE_FILTER_HELP)
 
     @model_validator(mode="after")
     def _has_length(self) -> LineConfig:
@@ -153,6 +182,7 @@ class ZoneConfig(StrictModel):
     classes: ClassIds | None = Field(
         None, description="class ids this zone watches; null: every class"
     )
+    attributes: AttributeFilter | None = Field(None, description=ATTRIBUTE_FILTER_HELP)
     loiter_seconds: Number(0.0, MAX_TRACK_SECONDS, open_low=True) | None = Field(
         None,
         description="emit one loitering event per visit once an object has been inside this "

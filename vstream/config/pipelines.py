@@ -104,6 +104,22 @@ class PipelineConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _attribute_filters_name_classifiers(self) -> PipelineConfig:
+        kinds = {model.name: model.kind for model in self.secondary}
+        places = [("lines", item) for item in self.analytics.lines]
+        places += [("zones", item) for item in self.analytics.zones]
+        for section, item in places:
+            for name in item.attributes or {}:
+                if kinds.get(name) != "classifier":
+                    classifiers = [n for n, kind in kinds.items() if kind == "classifier"]
+                    raise ValueError(
+                        f"analytics.{section} {item.name!r}: attribute {name!r} must name a "
+                        f"secondary classifier; this pipeline has "
+                        f"{', '.join(map(repr, classifiers)) or 'none'}"
+                    )
+        return self
+
+    @model_validator(mode="after")
     def _one_video_per_stream(self) -> PipelineConfig:
         if len(self.sources) > 1:
             for index, sink in enumerate(self.sinks):
@@ -280,6 +296,19 @@ class VstreamConfig(StrictModel):
                         f"pipeline {pipeline.name} has a {frames[0]} sink, which needs the "
                         "frames; with cluster: the frames stay on the workers and only records "
                         "reach the driver's sinks"
+                    )
+                if pipeline.secondary:
+                    raise ValueError(
+                        f"pipeline {pipeline.name} has secondary models; with cluster: a cascade "
+                        "reads crops of frames that stay on the workers after the driver's "
+                        "tracker has run, which cluster mode does not do yet"
+                    )
+                paced = [s.id for s in pipeline.sources if s.cadence_on]
+                if paced:
+                    raise ValueError(
+                        f"source {paced[0]} of pipeline {pipeline.name} sets a detection "
+                        "cadence; with cluster: the tracker that fills the skipped frames runs "
+                        "on the driver, apart from the frames, which cluster mode does not do yet"
                     )
                 device = pipeline.runtime.device
                 if device.startswith("cuda:") and device != "cuda:0":

@@ -18,7 +18,7 @@ checked when the model is opened, by
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -204,6 +204,20 @@ def check_on_classes(
         )
 
 
+def check_filter_labels(
+    place: str, name: str, wanted: Iterable[str], labels: Sequence[str]
+) -> None:
+    """Refuse labels in a line's or zone's ``attributes`` filter that the classifier ``name``
+    lacks (it would never count): one line, a ModelError. Needs the model's labels, so it
+    runs when the pipeline is built or validated."""
+    unknown = [label for label in wanted if label not in labels]
+    if unknown:
+        raise ModelError(
+            f"{place}: attribute {name!r} has no labels {unknown}; the model's labels are "
+            f"{', '.join(labels)}"
+        )
+
+
 def _describe(class_names: Mapping[int, str] | Sequence[str]) -> str:
     items = (
         sorted(class_names.items())
@@ -219,6 +233,7 @@ __all__ = [
     "CropMode",
     "SecondaryConfig",
     "SecondaryOn",
+    "check_filter_labels",
     "check_on_classes",
     "unique_names",
 ]

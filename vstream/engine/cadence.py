@@ -35,14 +35,16 @@ happens, whichever kind that frame is.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import threading
 
 import numpy as np
 
+from vstream.analytics.events import AttributesOf
 from vstream.analytics.stream import StreamAnalytics
 from vstream.config.cadence import CadenceOptions
-from vstream.engine.outputs import recorded
+from vstream.engine.outputs import Read, above, recorded
 from vstream.errors import SourceError
 from vstream.frame import Frame
 from vstream.results import PREDICTED, Detections, FrameResult
@@ -214,16 +216,22 @@ def undetected_result(frame: Frame) -> FrameResult:
 
 
 def predicted_result(
-    analytics: StreamAnalytics, result: FrameResult, *, still: bool = False
+    analytics: StreamAnalytics,
+    result: FrameResult,
+    *,
+    still: bool = False,
+    read: Read | None = None,
+    attributes_of: AttributesOf | None = None,
 ) -> FrameResult:
     """``result`` (of a frame not detected) with the tracker's predicted boxes, events and counts.
 
     The boxes are marked ``predicted``; like detected ones, only those whose
-    track's last score is above the records' ``conf`` are kept. ``still``: the motion
-    gate found the picture unchanged, so the tracks stay where they were.
+    track's last score is above the records' ``conf`` are kept, and go through
+    the cascade's ``read`` (which carries cached readings only). ``still``: the
+    motion gate found the picture unchanged, so the tracks stay where they were.
     """
     size = (result.width, result.height)
-    prediction, update = analytics.predict(result.pts_seconds, size, still=still)
+    prediction = analytics.predict(result.pts_seconds, size, still=still)
     boxes = Detections(
         prediction.boxes,
         prediction.scores,
@@ -232,4 +240,14 @@ def predicted_result(
         class_names=analytics.class_names,
         data={PREDICTED: np.ones(len(prediction.scores), dtype=bool)},
     )
-    return recorded(result, boxes, update, analytics.conf)  # kept above conf as analyze()
+    kept = dataclasses.replace(result, detections=above(boxes, analytics.conf))
+    if read is not None:
+        kept = read(kept)
+    update = analytics.observe(
+        prediction.track_ids,
+        prediction.boxes,
+        result.pts_seconds,
+        size,
+        attributes_of=attributes_of,
+    )
+    return recorded(kept, update)

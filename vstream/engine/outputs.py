@@ -2,9 +2,9 @@
 
 Two steps follow postprocessing, on the postprocessing thread:
 
-1. :func:`analyze` runs a stream's tracker, lines and zones on the host-side
-   boxes (nothing else crosses the device boundary) and returns the record
-   with track ids, events, line counts and zone occupancy.
+1. :func:`analyze` runs a stream's tracker, the cascade, lines and zones on
+   the host-side boxes (nothing else crosses the device boundary) and returns
+   the record with track ids, attributes, events, line counts and zone occupancy.
 2. :class:`FrameOutputs` gives the frame to whatever wants pictures: the
    annotated video of each stream, the live preview (only while someone
    watches) and event clips (compressed packets from the demuxer, plus an
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from vstream.analytics.events import AttributesOf
 from vstream.analytics.stream import AnalyticsUpdate, StreamAnalytics
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig, fill
@@ -54,38 +55,63 @@ class Preview(Protocol):
     def remove(self, stream_id: str) -> None: ...
 
 
-def analyze(analytics: StreamAnalytics, result: FrameResult) -> FrameResult:
-    """``result`` after the stream's tracker, lines and zones have seen it.
+Read = Callable[[FrameResult], FrameResult]
+"""The cascade's step (:meth:`vstream.cascade.stage.Cascade.apply`) on a frame's kept, tracked
+detections: between the tracker and the lines, so that they can count by what it read."""
+
+
+def analyze(
+    analytics: StreamAnalytics,
+    result: FrameResult,
+    *,
+    embeddings: np.ndarray | None = None,
+    read: Read | None = None,
+    attributes_of: AttributesOf | None = None,
+) -> FrameResult:
+    """``result`` after the stream's tracker, the cascade (``read``), lines and zones.
 
     The detector kept boxes down to the tracker's ``low_score`` for its second
     stage (:meth:`~vstream.config.PipelineConfig.detector_postprocess`); the
     record keeps only those above ``conf``, exactly as without tracking (the
-    same comparison as the detector's own threshold).
+    same comparison as the detector's own threshold), and the cascade reads
+    only those. ``embeddings``: the appearance model's vector of every
+    detection (:meth:`Cascade.embed`); ``attributes_of``: each track's readings
+    (:meth:`Cascade.attributes_of`), for the lines' and zones' filters.
     """
     detections = result.detections
-    update = analytics.update(
+    track_ids = analytics.track(
         detections.xyxy,
         detections.confidence,
         detections.class_id,
         result.pts_seconds,
-        frame_size=(result.width, result.height),
+        embeddings=embeddings,
     )
-    track_ids = np.where(update.track_ids > 0, update.track_ids, NO_TRACK)
-    tracked = detections.with_columns(tracker_id=track_ids)
-    return recorded(result, tracked, update, analytics.conf)
+    tracked = detections.with_columns(tracker_id=np.where(track_ids > 0, track_ids, NO_TRACK))
+    kept = dataclasses.replace(result, detections=above(tracked, analytics.conf))
+    if read is not None:
+        kept = read(kept)
+    update = analytics.observe(
+        track_ids,
+        detections.xyxy,
+        result.pts_seconds,
+        (result.width, result.height),
+        attributes_of=attributes_of,
+    )
+    return recorded(kept, update)
 
 
-def recorded(
-    result: FrameResult, detections: Detections, update: AnalyticsUpdate, conf: float
-) -> FrameResult:
-    """``result`` with the ``detections`` above ``conf`` and ``update``'s events and counts:
-    what a frame's record holds after the analytics, detected or predicted."""
+def above(detections: Detections, conf: float) -> Detections:
+    """The ``detections`` a record keeps: those scoring above ``conf``."""
     # In float64, as the records always compared: against a float32 column numpy would
     # round ``conf`` to float32 first.
-    kept = detections[detections.confidence.astype(np.float64) > conf]
+    return detections[detections.confidence.astype(np.float64) > conf]
+
+
+def recorded(result: FrameResult, update: AnalyticsUpdate) -> FrameResult:
+    """``result`` with ``update``'s events and counts: what a frame's record holds after the
+    analytics, detected or predicted."""
     return dataclasses.replace(
         result,
-        detections=kept,
         events=tuple(event.to_record() for event in update.events),
         line_counts={k: dict(v) for k, v in update.line_counts.items()} or None,
         zone_occupancy=dict(update.zone_occupancy) or None,

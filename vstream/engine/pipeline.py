@@ -85,6 +85,8 @@ class Pipeline:
         """Annotated videos, previews and event clips; None when the pipeline has none."""
         self.cascade = cascade
         """The secondary models, run on each frame after the tracker; None when there are none."""
+        if metrics is not None and cascade is not None:
+            metrics.watch_cascade(name, cascade)
         self.intake = Intake()
         self.streams: dict[str, StreamReader] = {}
         self.failure: BaseException | None = None
@@ -114,7 +116,7 @@ class Pipeline:
         from vstream.sinks.factory import build_sink
 
         detector = Detector.from_config(config.model, config.detector_postprocess(), config.runtime)
-        cascade = _cascade(config.secondary, detector)
+        cascade = _cascade(config.secondary, detector, config.analytics)
         sinks: list[BufferedSink] = []
         try:
             for sink in config.sinks:
@@ -188,6 +190,8 @@ class Pipeline:
                 raise ShuttingDown(f"pipeline {self.name} is shutting down: no new streams")
             self.streams[reader.id] = reader
             self._reading += 1
+        if self.cascade is not None:
+            reader.attributes = self.cascade.counts(reader.id)
         reader.start()
         return reader
 
@@ -245,6 +249,31 @@ class Pipeline:
         dropped = self.intake.dropped(arrival.stream) if adapting else 0
         return reader.cadence.decide(arrival.frame, dropped)
 
+    def _analyze(
+        self, analytics: StreamAnalytics, arrival: Arrival, result: FrameResult
+    ) -> FrameResult:
+        """A stream's tracker, cascade, lines and zones on one frame (postprocessing thread)."""
+        cascade = self.cascade
+        if cascade is None:
+            if arrival.detect:
+                return analyze(analytics, result)
+            return predicted_result(analytics, result, still=arrival.still)
+        tracker = analytics.tracker
+
+        def read(kept: FrameResult) -> FrameResult:
+            live = tracker.live_track_ids()
+            return cascade.apply(arrival.frame, kept, detected=arrival.detect, live_tracks=live)
+
+        attributes_of = cascade.attributes_of(arrival.stream)
+        if not arrival.detect:
+            return predicted_result(
+                analytics, result, still=arrival.still, read=read, attributes_of=attributes_of
+            )
+        embeddings = cascade.embed(arrival.frame, result.detections)
+        return analyze(
+            analytics, result, embeddings=embeddings, read=read, attributes_of=attributes_of
+        )
+
     def _deliver(self, batch: Batch) -> None:
         """A finished batch, on the postprocessing thread: count it, fail, hand on records."""
         now = time.time()
@@ -263,22 +292,14 @@ class Pipeline:
             if reader is None:
                 continue
             if reader.analytics is not None:
-                if arrival.detect:
-                    result = analyze(reader.analytics, result)
-                else:
-                    result = predicted_result(reader.analytics, result, still=arrival.still)
-                batch.results[position] = result
+                result = self._analyze(reader.analytics, arrival, result)
                 if self.metrics is not None:
                     self.metrics.observe_analytics(self.name, arrival.stream, result)
-            if self.cascade is not None:
-                tracker = reader.analytics.tracker if reader.analytics is not None else None
+            elif self.cascade is not None:
                 result = self.cascade.apply(
-                    arrival.frame,
-                    result,
-                    detected=arrival.detect,
-                    live_tracks=tracker.live_track_ids() if tracker is not None else None,
+                    arrival.frame, result, detected=arrival.detect, live_tracks=None
                 )
-                batch.results[position] = result
+            batch.results[position] = result
             reader.counters.processed(0, len(result.detections), None)
             if self.outputs is not None and self.outputs.wanted:
                 self.outputs.deliver(arrival.frame, result, reader.source_fps)
@@ -461,14 +482,30 @@ class ResultQueue:
         self._queue.clear()
 
 
-def _cascade(secondary: Sequence[SecondaryConfig], detector: Detector) -> Cascade | None:
-    """The secondary models on the detector's device and CUDA stream; None without any."""
+def _cascade(
+    secondary: Sequence[SecondaryConfig],
+    detector: Detector,
+    analytics: AnalyticsConfig | None = None,
+) -> Cascade | None:
+    """The secondary models on the detector's device and CUDA stream; None without any.
+
+    ``analytics`` names the tracker's appearance model and holds the lines' and zones'
+    attribute filters, whose labels are checked against the models'."""
     if not secondary:
         return None
     from vstream.cascade.stage import Cascade
 
+    tracking = analytics.tracking if analytics is not None else None
+    appearance = tracking.appearance if tracking is not None else None
+    places = [*analytics.lines, *analytics.zones] if analytics is not None else []
+    attribute_filters = [(f"{p.name!r}", p.attributes) for p in places if p.attributes]
     return Cascade(
-        secondary, detector.class_names, device=detector.device, cuda_stream=detector.cuda_stream
+        secondary,
+        detector.class_names,
+        device=detector.device,
+        cuda_stream=detector.cuda_stream,
+        appearance=appearance,
+        attribute_filters=attribute_filters,
     )
 
 

@@ -29,6 +29,7 @@ from vstream.uri import is_live, redact
 
 if TYPE_CHECKING:
     from vstream.analytics.stream import StreamAnalytics
+    from vstream.cascade.counts import StreamAttributeCounts
 
 log = logging.getLogger("vstream.engine")
 
@@ -122,6 +123,9 @@ class StreamReader:
         cadence needs a tracker."""
         self.cadence = Cadence(config) if config is not None and config.cadence_on else None
         """Which frames the detector sees (:mod:`vstream.engine.cadence`); None: every frame."""
+        self.attributes: StreamAttributeCounts | None = None
+        """The cascade's readings of the stream's objects, counted (the pipeline sets it when
+        it has secondary models)."""
         self._stop = threading.Event()
         self._source: Any = frames
         self._state = SourceState.CONNECTING

@@ -107,6 +107,9 @@ class StreamStatus:
     cadence: dict[str, Any] = field(default_factory=dict)
     """Frames detected, predicted and skipped for no motion, and the detection rate, where the
     stream's cadence skips frames (:mod:`vstream.engine.cadence`)."""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    """Per secondary model: objects read fresh, readings carried (cached), model runs, seconds
+    in the model and fresh readings per label, where the pipeline has a cascade."""
     placement: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -130,12 +133,16 @@ class StreamStatus:
             frame_age_seconds=round(age, 4) if age is not None else None,
             analytics=analytics_state(stream.analytics),
             cadence=cadence_state(stream),
+            attributes=attributes_state(stream),
             placement=placement,
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object of ``GET /streams/{id}``: the fields, then analytics and placement."""
+        """The JSON object of ``GET /streams/{id}``: the fields, then analytics and placement;
+        ``attributes`` only where the pipeline has secondary models."""
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not shown["attributes"]:
+            del shown["attributes"]
         return {
             **shown,
             **shown.pop("analytics"),
@@ -158,6 +165,8 @@ class StreamSummary:
     error: str | None
     cadence: dict[str, Any] = field(default_factory=dict)
     """:meth:`StreamStatus.cadence`: empty where every frame is detected."""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    """:attr:`StreamStatus.attributes`: empty without secondary models."""
 
     @classmethod
     def of(cls, stream: StreamView) -> StreamSummary:
@@ -171,6 +180,7 @@ class StreamSummary:
             failed_frames=stream.frames_failed,
             error=stream.error_text,
             cadence=cadence_state(stream),
+            attributes=attributes_state(stream),
         )
 
 
@@ -201,6 +211,13 @@ def cadence_state(stream: StreamView) -> dict[str, Any]:
     empty for a stream that detects every frame (a worker's stream in a cluster has none)."""
     cadence = getattr(stream, "cadence", None)
     return cadence.state() if cadence is not None else {}
+
+
+def attributes_state(stream: StreamView) -> dict[str, Any]:
+    """Per secondary model, the cascade's figures for the stream
+    (:class:`~vstream.cascade.counts.StreamAttributeCounts`); empty without a cascade."""
+    counts = getattr(stream, "attributes", None)
+    return counts.state() if counts is not None else {}
 
 
 def analytics_state(analytics: StreamAnalytics | None) -> dict[str, Any]:
