@@ -21,6 +21,13 @@ sample with other seeds (``tools/demo_assets/video.py``, written to
     .venv/bin/python benchmarks/appearance.py [--video V --ground-truth G] \\
         [--weights 0.3 0.5 0.7] [--sample-seeds 4 5 6] [--threads 2]
 
+``--engine`` also runs the whole pipeline (:class:`vstream.Engine`, as
+``vstream run`` does): the demo detector with tracking, and for appearance
+the embedder as ``secondary: [{name: look, path: appearance.onnx, kind:
+embedding}]`` with ``tracking: {appearance: look}``, the engine running it
+on every detection of a frame before the tracker. Its records are scored
+the same way; the wall time of the whole run is printed beside them.
+
 The embedding's cost is the time of ``SecondaryModel.run`` on each frame's
 detections (wall time on this process, so other jobs on the machine count),
 beside the detector's (decode, letterbox, inference, NMS) for scale.
@@ -143,6 +150,56 @@ def track(frames: list[Detected], conf: float, weight: float | None) -> tuple[li
     return records, 1e3 * spent / max(len(frames), 1)
 
 
+def engine_records(
+    video: Path, embedder: Path, weight: float | None, conf: float, threads: int
+) -> tuple[list[dict], float]:
+    """What ``vstream run`` writes for ``video`` with tracking, with appearance at ``weight``
+    (None: IoU alone, no embedder), and the run's wall time in seconds."""
+    import tempfile
+    import threading
+
+    from vstream import Engine, VstreamConfig
+
+    with tempfile.TemporaryDirectory(prefix="appearance-") as tmp:
+        output = Path(tmp) / "records.jsonl"
+        pipeline: dict = {
+            "name": "appearance",
+            "model": {"path": str(ROOT / "vstream/assets/demo.onnx"), "intra_op_threads": threads},
+            "postprocess": {"conf": conf, "iou": NMS_IOU},
+            "runtime": {"device": "cpu"},
+            "analytics": {"tracking": {}},
+            "sources": [{"id": video.stem, "uri": str(video)}],
+            "sinks": [{"type": "jsonl", "path": str(output)}],
+        }
+        if weight is not None:
+            pipeline["secondary"] = [{"name": "look", "path": str(embedder), "kind": "embedding"}]
+            pipeline["analytics"]["tracking"] = {"appearance": "look", "appearance_weight": weight}
+        started = time.perf_counter()
+        with Engine(VstreamConfig.model_validate({"pipelines": [pipeline]})) as engine:
+            engine.wait(threading.Event(), until_files_done=True)
+        seconds = time.perf_counter() - started
+        return [json.loads(line) for line in output.read_text().splitlines()], seconds
+
+
+def compare_engine(
+    video: Path, truth_path: Path, embedder: Path, weights: list[float], conf: float, threads: int
+) -> None:
+    from vstream.evaluation_tracks import evaluate_tracks
+
+    truth = json.loads(truth_path.read_text())
+    print(f"  through vstream.Engine ({video.name}):")
+    print("  | pipeline | ID switches | MOTA | IDF1 | misses | false positives | tracks | "
+          "run s |")  # fmt: skip
+    print("  | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for weight in [None, *weights]:
+        records, seconds = engine_records(video, embedder, weight, conf, threads)
+        scores = evaluate_tracks(records, truth)
+        name = "tracking" if weight is None else f"tracking + appearance {weight:g}"
+        print(f"  | {name} | {scores.id_switches} | {scores.mota:.3f} | {scores.idf1:.3f} | "
+              f"{scores.misses} | {scores.false_positives} | {scores.predicted_tracks} | "
+              f"{seconds:.1f} |")  # fmt: skip
+
+
 def compare(
     video: Path, truth_path: Path, embedder: Path, weights: list[float], conf: float, threads: int
 ) -> None:
@@ -193,6 +250,7 @@ def main() -> None:
     parser.add_argument("--weights", type=float, nargs="+", default=[0.3, 0.5, 0.7])
     parser.add_argument("--conf", type=float, default=0.25, help="the records' score threshold")
     parser.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads")
+    parser.add_argument("--engine", action="store_true", help="also through vstream.Engine")
     parser.add_argument(
         "--sample-seeds", type=int, nargs="*", default=[], help="also renders of the sample"
     )
@@ -216,6 +274,8 @@ def main() -> None:
     print("ByteTracker with and without appearance (benchmarks/appearance.py)")
     for video, truth in runs:
         compare(video, truth, args.embedder, args.weights, args.conf, args.threads)
+        if args.engine:
+            compare_engine(video, truth, args.embedder, args.weights, args.conf, args.threads)
 
 
 if __name__ == "__main__":
