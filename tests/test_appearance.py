@@ -136,9 +136,10 @@ def test_without_tracking_appearance_embeddings_change_nothing() -> None:
         assert all(np.array_equal(a, b) for a, b in zip(plain, other, strict=True))
 
 
-def test_appearance_never_joins_a_track_to_a_box_the_iou_gate_refuses() -> None:
-    """A track's own look far away (no overlap with its prediction) does not take the track;
-    a box that looks a little different where the track is predicted does."""
+def test_appearance_never_joins_a_track_to_a_box_far_from_it() -> None:
+    """A track's own look far away (no overlap with its prediction, and far from its path)
+    does not take the track; a box that looks a little different where the track is
+    predicted does."""
     from vstream.tracking import ByteTracker, TrackingConfig
 
     tracker = ByteTracker(TrackingConfig(appearance="look", appearance_weight=1.0))

@@ -93,7 +93,9 @@ class TrackingConfig(StrictModel):
     appearance_weight: Number(0.0, 1.0) = Field(
         0.3,
         description="with appearance: the share of the cost that is appearance (cosine "
-        "distance), the rest 1 - IoU; pairs the IoU thresholds refuse stay refused",
+        "distance), the rest 1 - IoU; pairs the IoU thresholds refuse stay refused there, "
+        "pairs that look unlike are refused too, and a track the IoU lost (an object that "
+        "stopped or turned back while hidden) is found again by look alone, near its path",
     )
 
     @model_validator(mode="after")

@@ -10,10 +10,16 @@ and the association cost becomes::
     cost = (1 - weight) * (1 - IoU) + weight * (1 - cos(track, detection)) / 2
 
 Both terms are in ``[0, 1]``. The IoU gate is kept as it is: a pair the IoU
-refuses (an infinite cost) stays refused, so appearance only reorders the
-pairs motion already allows and never joins a track to a box far away.
-Where a track or a detection has no vector (not read yet, not selected by
-the model's ``on``), the pair's cost is the IoU term alone.
+refuses (an infinite cost) stays refused, so in this cost appearance only
+reorders the pairs motion already allows. Where a track or a detection has
+no vector (not read yet, not selected by the model's ``on``), the pair's
+cost is the IoU term alone.
+
+:class:`~vstream.tracking.ByteTracker` does two more things with looks (see
+its module): it refuses pairs that look unlike, and it re-identifies a track
+its IoU gate lost (an object that stopped or turned back while hidden) by
+look alone, only near the path between where the track was last seen and
+where it is predicted, never across the frame.
 """
 
 from __future__ import annotations
