@@ -152,9 +152,13 @@ def free_port() -> int:
 
 
 def frames_by_stream(path: Path) -> dict[str, list[int]]:
-    """The frame numbers of a JSON Lines records file, per stream, in the order written."""
+    """The frame numbers of a JSON Lines records file, per stream, in the order written.
+
+    Only complete lines count: a daemon still running may be halfway through writing
+    the last one (seen: a record cut after 167 characters while a test polled)."""
     found: dict[str, list[int]] = {}
-    for line in path.read_text().splitlines():
+    text = path.read_text()
+    for line in text[: text.rfind("\n") + 1].splitlines():
         record = json.loads(line)
         found.setdefault(record["stream"], []).append(record["frame"])
     return found
