@@ -149,6 +149,33 @@ def test_run_flags_refuse_on_classes_alone_and_a_missing_model(tmp_path: Path) -
     assert missing.stderr.count("\n") == 1 and "nope.onnx" in missing.stderr
 
 
+def test_the_appearance_flag_tracks_with_the_embedder_and_names_itself_in_errors(
+    tmp_path: Path,
+) -> None:
+    from vstream.assets import APPEARANCE_MODEL
+    from vstream.evaluation_tracks import evaluate_tracks
+
+    truth = json.loads(SAMPLE_VIDEO.with_name("sample_ground_truth.json").read_text())
+    scores = {}
+    for flags in ((), ("--appearance", APPEARANCE_MODEL)):
+        out = tmp_path / f"out{len(flags)}.jsonl"
+        result = run_cli("run", "--track", *flags, "--output", out)
+        assert result.returncode == 0, result.stderr
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        assert not any("attributes" in d for r in records for d in r["detections"])
+        scores[bool(flags)] = evaluate_tracks(records, truth)
+        assert ("appearance read" in result.stderr) == bool(flags)
+    assert scores[True].id_switches < scores[False].id_switches
+    missing = run_cli("run", "-q", "--secondary", COLOUR_MODEL, "--appearance", tmp_path / "x.onnx")
+    assert missing.returncode == 2
+    assert (
+        missing.stderr.startswith("vstream: error: --appearance: ") and "x.onnx" in missing.stderr
+    )
+    classifier = run_cli("run", "-q", "--appearance", COLOUR_MODEL)
+    assert classifier.returncode == 2 and classifier.stderr.count("\n") == 1
+    assert "kind embedding" in classifier.stderr
+
+
 def test_detect_takes_secondary_models_as_paths_dicts_and_configs() -> None:
     results = list(
         vstream.detect(

@@ -221,19 +221,20 @@ def run_document(
         sinks.append({"type": "clips", "directory": str(extras.clips)})
     set_path(document, (*PIPELINE, "sinks"), sinks)
     analytics = (*PIPELINE, "analytics")
-    if extras.track:
+    if extras.track or extras.appearance is not None:
         set_path(document, (*analytics, "tracking"), {})
     if extras.lines:
         set_path(document, (*analytics, "lines"), [line.model_dump() for line in extras.lines])
     if extras.on_classes is not None and not extras.secondary:
         raise ConfigError([ConfigIssue("--on-classes", None, "applies to --secondary models")])
-    if extras.secondary:
-        on = {} if extras.on_classes is None else {"on": {"classes": extras.on_classes}}
-        set_path(
-            document,
-            (*PIPELINE, "secondary"),
-            [{"name": Path(path).stem, "path": path, **on} for path in extras.secondary],
-        )
+    on = {} if extras.on_classes is None else {"on": {"classes": extras.on_classes}}
+    secondary = [{"name": Path(path).stem, "path": path, **on} for path in extras.secondary]
+    if extras.appearance is not None:
+        look = Path(extras.appearance).stem
+        secondary.append({"name": look, "path": extras.appearance, "kind": "embedding"})
+        set_path(document, (*analytics, "tracking", "appearance"), look)
+    if secondary:
+        set_path(document, (*PIPELINE, "secondary"), secondary)
     for path, value in values.items():
         set_path(document, path, value)
     return document
@@ -251,6 +252,9 @@ class RunExtras:
     """``--secondary PATH`` (repeatable): each a secondary model named after its file."""
     on_classes: list[int] | None = None
     """``--on-classes``: the detector classes every ``--secondary`` model reads."""
+    appearance: str | None = None
+    """``--appearance PATH``: an embedding model, named after its file, whose vectors the
+    tracker uses (``tracking.appearance``); implies ``--track``."""
 
 
 def secondary_help() -> str:
@@ -262,6 +266,18 @@ def secondary_help() -> str:
         "secondary model ONNX file (repeatable), named after its file: each selected "
         f"detection gets attributes.<stem> (kind {fields['kind'].default}; other settings "
         "are a pipelines file's secondary:)"
+    )
+
+
+def appearance_help() -> str:
+    """``--appearance``' help, from the tracking fields it sets."""
+    from vstream.config.tracking import TrackingConfig
+
+    weight = TrackingConfig.model_fields["appearance_weight"].default
+    return (
+        "embedding model ONNX file whose vectors join the tracker's association cost at "
+        f"weight {weight:g} (objects that cross or hide one another keep their ids); "
+        "implies --track"
     )
 
 
@@ -319,6 +335,8 @@ def build_run_config(
         named = {
             "--source": (*SOURCE, "uri"),
             "--line": (*PIPELINE, "analytics", "lines"),
+            # The --appearance model follows the --secondary ones; the more exact path first.
+            "--appearance": (*PIPELINE, "secondary", len(extras.secondary)),
             "--secondary": (*PIPELINE, "secondary"),
             **{flag: (*PIPELINE, "sinks", i) for i, flag in enumerate(sink_flags)},
         }

@@ -25,6 +25,7 @@ from vstream.cli.options import (
     RUN_SECTIONS,
     RunExtras,
     add_flags,
+    appearance_help,
     build_run_config,
     int_list,
     line_spec,
@@ -118,6 +119,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         cascade, "--on-classes", type=int_list, default=argparse.SUPPRESS, metavar="ID,ID",
         help=on_classes_help(),
     )  # fmt: skip
+    _own(
+        cascade, "--appearance", default=argparse.SUPPRESS, metavar="PATH.onnx",
+        help=appearance_help(),
+    )  # fmt: skip
     for prefix, model in RUN_SECTIONS:
         _FLAGS.update(add_flags(groups[str(prefix[2])], ((prefix, model),)))
     run.set_defaults(handler=run_command)
@@ -183,6 +188,7 @@ def run_command(args: argparse.Namespace) -> int:
             clips=getattr(args, "clips", None),
             secondary=tuple(getattr(args, "secondary", ())),
             on_classes=getattr(args, "on_classes", None),
+            appearance=getattr(args, "appearance", None),
         )
         config = build_run_config(
             args,
