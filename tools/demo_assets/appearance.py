@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 import scenes
 import torch
+from crop_export import check_export, export
 from torch import nn
 from train import yuv420_roundtrip
 
@@ -62,6 +63,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ASSET = REPO_ROOT / "vstream" / "assets" / "appearance.onnx"
 
 IMGSZ = 32
+
+METADATA = {
+    "kind": "embedding",
+    "description": "vstream demo appearance embedder (procedural shapes), unit vectors",
+}
+"""What the model says of itself, beside the crop settings :mod:`crop_export` writes."""
 DIMENSION = 32
 CANVAS = 96
 """Side of the background each view is drawn on."""
@@ -231,41 +238,6 @@ def train(seed: int, identities: int, views: int, epochs: int, per_batch: int) -
     return model.eval()
 
 
-def export(model: AppearanceNet, path: Path) -> None:
-    import onnx
-
-    example = torch.zeros(1, 3, IMGSZ, IMGSZ)
-    torch.onnx.export(
-        model, example, str(path), input_names=["images"], output_names=["embeddings"],
-        dynamic_axes={"images": {0: "batch"}, "embeddings": {0: "batch"}}, opset_version=17,
-        dynamo=False,
-    )  # fmt: skip
-    proto = onnx.load(str(path))
-    metadata = {
-        "kind": "embedding",
-        "imgsz": json.dumps([IMGSZ, IMGSZ]),
-        "crop": "stretch",
-        "resize": "linear",
-        "input_range": "1",
-        "description": "vstream demo appearance embedder (procedural shapes), unit vectors",
-    }
-    for key, value in metadata.items():
-        entry = proto.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(proto, str(path))
-
-
-def check_export(model: AppearanceNet, path: Path) -> float:
-    """Largest difference between ONNX Runtime and torch on a batch of 5 random crops."""
-    import onnxruntime as ort
-
-    x = torch.rand(5, 3, IMGSZ, IMGSZ)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (got,) = session.run(None, {"images": x.numpy()})
-    with torch.no_grad():
-        return float(np.abs(got - model(x).numpy()).max())
-
-
 def separation(vectors: np.ndarray, ids: np.ndarray) -> dict[str, float]:
     """Same- against different-identity cosine similarity over every pair of rows."""
     similarity = vectors @ vectors.T
@@ -362,10 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "train":
         started = time.perf_counter()
         model = train(args.seed, args.identities, args.views, args.epochs, args.per_batch)
-        export(model, args.out)
+        export(model, args.out, IMGSZ, "embeddings", METADATA)
         print(f"trained in {time.perf_counter() - started:.0f} s")
         print(f"{args.out}: {args.out.stat().st_size} bytes; onnxruntime vs torch max "
-              f"difference {check_export(model, args.out):.1e}")  # fmt: skip
+              f"difference {check_export(model, args.out, IMGSZ):.1e}")  # fmt: skip
     print("held-out synthetic views (500 identities, 4 views each):")
     for name, value in held_out(args.out, 1000 + args.seed, 500).items():
         print(f"  {name}: {value:.3f}")

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import scenes
 import torch
+from crop_export import check_export, export
 from torch import nn
 from train import yuv420_roundtrip
 
@@ -48,6 +49,14 @@ HUES = ((15, "orange"), (45, "yellow"), (70, "green"), (165, "cyan"), (200, "blu
         (260, "purple"), (330, "red"))  # fmt: skip
 """Upper hue bound (degrees) of each named range, from 15 (red below it)."""
 IMGSZ = 32
+
+METADATA = {
+    "kind": "classifier",
+    "labels": json.dumps(list(LABELS)),
+    "outputs": "logits",
+    "description": "vstream demo colour classifier (procedural shapes)",
+}
+"""What the model says of itself, beside the crop settings :mod:`crop_export` writes."""
 
 
 def colour_label(rgb: tuple[float, float, float]) -> int:
@@ -167,43 +176,6 @@ def train(seed: int, scenes_count: int, epochs: int) -> ColourNet:
     return model.eval()
 
 
-def export(model: ColourNet, path: Path) -> None:
-    import onnx
-
-    example = torch.zeros(1, 3, IMGSZ, IMGSZ)
-    torch.onnx.export(
-        model, example, str(path), input_names=["images"], output_names=["logits"],
-        dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17,
-        dynamo=False,
-    )  # fmt: skip
-    proto = onnx.load(str(path))
-    metadata = {
-        "kind": "classifier",
-        "labels": json.dumps(list(LABELS)),
-        "imgsz": json.dumps([IMGSZ, IMGSZ]),
-        "crop": "stretch",
-        "resize": "linear",
-        "input_range": "1",
-        "outputs": "logits",
-        "description": "vstream demo colour classifier (procedural shapes)",
-    }
-    for key, value in metadata.items():
-        entry = proto.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(proto, str(path))
-
-
-def check_export(model: ColourNet, path: Path) -> float:
-    """Largest difference between ONNX Runtime and torch on a batch of 5 random crops."""
-    import onnxruntime as ort
-
-    x = torch.rand(5, 3, IMGSZ, IMGSZ)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (got,) = session.run(None, {"images": x.numpy()})
-    with torch.no_grad():
-        return float(np.abs(got - model(x).numpy()).max())
-
-
 def held_out(path: Path, seed: int, scenes_count: int) -> tuple[float, int]:
     """Accuracy on fresh synthetic crops (a seed training never used), hue boundaries and all."""
     import onnxruntime as ort
@@ -256,9 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     if args.command == "train":
         model = train(args.seed, args.scenes, args.epochs)
-        export(model, args.out)
+        export(model, args.out, IMGSZ, "logits", METADATA)
         print(f"{args.out}: {args.out.stat().st_size} bytes; onnxruntime vs torch max "
-              f"difference {check_export(model, args.out):.1e}")  # fmt: skip
+              f"difference {check_export(model, args.out, IMGSZ):.1e}")  # fmt: skip
     accuracy, count = held_out(args.out, 1000 + args.seed, 500)
     print(f"held-out synthetic crops: {accuracy:.3f} of {count}")
     scores = evaluate(args.out, args.video_seed)
