@@ -1,37 +1,50 @@
-"""Render one annotated frame of the demo video as a small JPEG (the README's picture).
+"""Save one frame of ``make demo``'s annotated video as a small JPEG (the README's picture).
 
-Runs the bundled demo model on one frame of ``vstream/assets/sample.mp4``, draws
-the result with :class:`vstream.annotate.Annotator` and saves a JPEG under
-``--max-bytes`` (lowering the quality until it fits). From the repository root::
+Runs what ``make demo`` runs (the demo detector, the colour classifier and the
+appearance embedder, tracking and the ``gate`` line) into a temporary
+directory, decodes frame ``--frame`` of its annotated video with PyAV and
+saves it under ``--max-bytes`` (lowering the quality until it fits), so the
+picture is exactly what a user's ``out/demo.mp4`` shows. From the repository
+root::
 
-    .venv/bin/python tools/annotated_demo_frame.py [--frame 60] [--out PATH.jpg]
+    .venv/bin/python tools/annotated_demo_frame.py [--frame 170] [--out PATH.jpg]
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
-from PIL import Image
+import av
 
 import vstream
-from vstream.annotate import Annotator
-from vstream.sources import VideoFileSource
+
+DEMO_FLAGS = (
+    "--line", "gate=320,360,320,0",
+    "--secondary", str(vstream.assets.COLOUR_MODEL),
+    "--appearance", str(vstream.assets.APPEARANCE_MODEL),
+)  # fmt: skip
+"""The flags of the Makefile's ``demo`` target."""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frame", type=int, default=60, help="frame index (default 60)")
+    parser.add_argument("--frame", type=int, default=170, help="frame index (default 170)")
     parser.add_argument("--out", type=Path, default=Path("docs/images/annotated_demo.jpg"))
     parser.add_argument("--max-bytes", type=int, default=95_000, help="size cap of the JPEG")
     args = parser.parse_args()
-    with VideoFileSource(vstream.assets.SAMPLE_VIDEO) as source:
-        frame = next(f for f in source if f.index == args.frame)
-        fps = source.fps
-    detector = vstream.Detector(vstream.assets.DEMO_MODEL, device="cpu")
-    (result,) = detector.detect([frame])
-    picture = Image.fromarray(Annotator().annotate(frame, result, fps=fps).numpy())
+    with tempfile.TemporaryDirectory(prefix="demo-frame-") as tmp:
+        video = Path(tmp) / "demo.mp4"
+        command = [sys.executable, "-m", "vstream", "run", "-q", *DEMO_FLAGS]
+        command += ["--output", str(Path(tmp) / "demo.jsonl"), "--save-video", str(video)]
+        subprocess.run(command, check=True)
+        with av.open(str(video)) as container:
+            frames = container.decode(video=0)
+            picture = next(f for i, f in enumerate(frames) if i == args.frame).to_image()
     for quality in range(90, 40, -5):
         buffer = io.BytesIO()
         picture.save(buffer, "JPEG", quality=quality, optimize=True)
@@ -39,10 +52,7 @@ def main() -> None:
             break
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(buffer.getvalue())
-    print(
-        f"{args.out}: frame {frame.index}, {len(result.detections)} detections, "
-        f"JPEG quality {quality}, {buffer.tell()} bytes"
-    )
+    print(f"{args.out}: frame {args.frame}, JPEG quality {quality}, {buffer.tell()} bytes")
 
 
 if __name__ == "__main__":
