@@ -68,7 +68,8 @@ class Deliverer:
         halt: threading.Event,
         slots: int,
     ) -> None:
-        """``slots``: worker slots that may ever be started, each with up to DELIVERY_DEPTH."""
+        """``slots``: the workers that may ever be started, replacements included; each has at
+        most :data:`DELIVERY_DEPTH` batches queued, so :meth:`submit` never blocks."""
         self.roster = roster
         self.sinks = sinks
         self.pipelines = pipelines
