@@ -5,6 +5,10 @@
 - :mod:`~vstream.cluster.relay`: the bounded queue of records a worker keeps for the driver;
 - :mod:`~vstream.cluster.placement`: which worker takes a stream, by capacity;
 - :mod:`~vstream.cluster.stream`: a stream as the driver keeps it (delivered, resume point);
+- :mod:`~vstream.cluster.slots`: the driver's worker slots: start, wait, kill, replace;
+- :mod:`~vstream.cluster.roster`: which stream is on which worker; moves off lost or stuck ones;
+- :mod:`~vstream.cluster.collect`: the driver's control thread: the calls, records accepted;
+- :mod:`~vstream.cluster.deliver`: the driver's delivery thread: analytics and sinks;
 - :mod:`~vstream.cluster.driver`: :class:`ClusterEngine`, the engine interface over all that.
 
 Nothing here imports Ray until a config asks for it: Ray is the optional
