@@ -6,7 +6,10 @@ import json
 import re
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,37 +50,37 @@ def finished(engine: Engine, timeout: float) -> None:
     raise AssertionError("the stream did not finish in time")
 
 
-def test_metrics_status_and_summary_count_the_readings_the_records_have(tmp_path: Path) -> None:
-    source = {"id": "cam", "uri": str(assets.SAMPLE_VIDEO), "end_seconds": 2.0}
-    config = parse_data(
-        {
-            "pipelines": [
-                {
-                    "name": "main",
-                    "model": {"path": str(assets.DEMO_MODEL)},
-                    "runtime": {"device": "cpu"},
-                    "analytics": {"tracking": {}},
-                    "secondary": [
-                        {"name": "colour", "path": str(assets.COLOUR_MODEL), "reinfer_seconds": 0.5}
-                    ],
-                    "sources": [source],
-                    "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
-                }
-            ]
-        },
-        base_dir=tmp_path,
-    )
-    engine = Engine(config, base_dir=tmp_path)
+@contextmanager
+def finished_engine(tmp_path: Path, end_seconds: float, **pipeline: Any) -> Iterator[Engine]:
+    """An engine running the demo video's first ``end_seconds`` (stream ``cam``, records in
+    ``out.jsonl``) with ``pipeline``'s extra keys, once every frame's record is written;
+    stopped after the block."""
+    source = {"id": "cam", "uri": str(assets.SAMPLE_VIDEO), "end_seconds": end_seconds}
+    main = {
+        "name": "main",
+        "model": {"path": str(assets.DEMO_MODEL)},
+        "runtime": {"device": "cpu"},
+        "sources": [source],
+        "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
+        **pipeline,
+    }
+    engine = Engine(parse_data({"pipelines": [main]}, base_dir=tmp_path), base_dir=tmp_path)
     engine.start()
     try:
         finished(engine, 120)
+        yield engine
+    finally:
+        engine.stop(timeout=30)
+
+
+def test_metrics_status_and_summary_count_the_readings_the_records_have(tmp_path: Path) -> None:
+    colour = {"name": "colour", "path": str(assets.COLOUR_MODEL), "reinfer_seconds": 0.5}
+    with finished_engine(tmp_path, 2.0, analytics={"tracking": {}}, secondary=[colour]) as engine:
         status = engine.stream("cam").to_json()
         text = engine.metrics.render().decode()
         summary = next(s for s in engine.summary() if s.id == "cam")
         engine.remove_stream("cam")
         after = engine.metrics.render().decode()
-    finally:
-        engine.stop(timeout=30)
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     read = [d["attributes"]["colour"] for r in records for d in r["detections"]]
     fresh = [a for a in read if a["fresh"]]
@@ -114,29 +117,9 @@ def test_metrics_status_and_summary_count_the_readings_the_records_have(tmp_path
 
 
 def test_a_pipeline_without_secondary_models_shows_no_attributes(tmp_path: Path) -> None:
-    source = {"id": "cam", "uri": str(assets.SAMPLE_VIDEO), "end_seconds": 0.5}
-    config = parse_data(
-        {
-            "pipelines": [
-                {
-                    "name": "main",
-                    "model": {"path": str(assets.DEMO_MODEL)},
-                    "runtime": {"device": "cpu"},
-                    "sources": [source],
-                    "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
-                }
-            ]
-        },
-        base_dir=tmp_path,
-    )
-    engine = Engine(config, base_dir=tmp_path)
-    engine.start()
-    try:
-        finished(engine, 60)
+    with finished_engine(tmp_path, 0.5) as engine:
         status = engine.stream("cam").to_json()
         text = engine.metrics.render().decode()
-    finally:
-        engine.stop(timeout=30)
     assert "attributes" not in status
     assert "vstream_secondary" not in text and "vstream_attribute" not in text
 
