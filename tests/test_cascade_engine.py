@@ -102,7 +102,9 @@ def test_on_classes_restricts_which_detections_are_read(tmp_path: Path) -> None:
         assert ("attributes" in detection) == (detection["class_id"] == 0)
 
 
-def test_an_on_class_the_detector_lacks_fails_with_one_line(tmp_path: Path) -> None:
+def refused(tmp_path: Path, secondary: str, extra: str = "") -> list[str]:
+    """The stderr lines of ``vstream run`` on a demo pipeline with ``secondary`` (and
+    ``extra`` keys), which must refuse it: exit 2, no traceback."""
     config = tmp_path / "pipelines.yaml"
     config.write_text(
         f"""
@@ -110,7 +112,8 @@ pipelines:
   - name: main
     model: {{path: {DEMO_MODEL}}}
     secondary:
-      - {{name: colour, path: {COLOUR_MODEL}, on: {{classes: [0, 99]}}}}
+      - {secondary}
+{extra}
     sources:
       - {{id: cam, uri: {SAMPLE_VIDEO}}}
     sinks:
@@ -118,9 +121,13 @@ pipelines:
 """
     )
     result = run_cli("run", config)
-    assert result.returncode == 2
+    assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
+    return result.stderr.strip().splitlines()
+
+
+def test_an_on_class_the_detector_lacks_fails_with_one_line(tmp_path: Path) -> None:
+    lines = refused(tmp_path, f"{{name: colour, path: {COLOUR_MODEL}, on: {{classes: [0, 99]}}}}")
     assert len(lines) == 1 and "on.classes [99] are not classes of the detector" in lines[0]
 
 
@@ -232,26 +239,9 @@ def test_an_attribute_filter_naming_no_classifier_or_no_label_fails_with_one_lin
     tmp_path: Path,
 ) -> None:
     def run(attributes: str) -> list[str]:
-        config = tmp_path / "pipelines.yaml"
-        config.write_text(
-            f"""
-pipelines:
-  - name: main
-    model: {{path: {DEMO_MODEL}}}
-    secondary:
-      - {{name: colour, path: {COLOUR_MODEL}}}
-    analytics:
-      zones: [{{name: yard, points: [[0, 0], [100, 0], [100, 100]], attributes: {attributes}}}]
-    sources:
-      - {{id: cam, uri: {SAMPLE_VIDEO}}}
-    sinks:
-      - {{type: stdout}}
-"""
-        )
-        result = run_cli("run", config)
-        assert result.returncode == 2, result.stderr
-        assert "Traceback" not in result.stderr
-        return result.stderr.strip().splitlines()
+        zone = f"{{name: yard, points: [[0, 0], [100, 0], [100, 100]], attributes: {attributes}}}"
+        colour = f"{{name: colour, path: {COLOUR_MODEL}}}"
+        return refused(tmp_path, colour, f"    analytics: {{zones: [{zone}]}}")
 
     lines = run("{shade: [red]}")
     assert len(lines) == 1 and "attribute 'shade' must name a secondary classifier" in lines[0]
