@@ -70,7 +70,8 @@ def clips(tmp_path: Path) -> Iterator[Any]:
     ring = recorder.ring("cam1")
     feed = Feed(encode(tmp_path / "source.mp4", 50))
     feed.until(ring, 1.1)
-    recorder.trigger("cam1", {"type": "line", "line": "gate", "track": 7}, 1.0, moving_frame(5))
+    event = {"type": "line", "line": "gate", "track": 7, "attributes": {"colour": "red"}}
+    recorder.trigger("cam1", event, 1.0, moving_frame(5))
     feed.until(ring)
     assert recorder.flush(10)
     yield recorder
@@ -157,7 +158,9 @@ def test_dashboard_shows_streams_live_previews_and_clips(
         preview_moves(page, hub, "cam1")
         # The clip is listed with its snapshot and a link to the video.
         row = page.locator("#clips tbody tr").first
-        sync_api.expect(row).to_contain_text("line gate · track 7", timeout=WAIT_MS)
+        sync_api.expect(row).to_contain_text(
+            "line gate · track 7 · attributes colour red", timeout=WAIT_MS
+        )
         sync_api.expect(row).to_contain_text("cam1")
         page.wait_for_function(
             "() => { const i = document.querySelector('#clips img');"
