@@ -124,7 +124,7 @@ def parse_class_names(text: str | None) -> dict[int, str]:
     return {}
 
 
-def _tensor_spec(node: Any) -> TensorSpec:
+def tensor_spec(node: Any) -> TensorSpec:
     shape = tuple(d if isinstance(d, (int, str)) else None for d in node.shape)
     return TensorSpec(name=node.name, type_name=node.type, shape=shape)
 
@@ -139,13 +139,23 @@ def _is_size_input(spec: TensorSpec) -> bool:
     )
 
 
+def check_image_dtype(path: Path, image: TensorSpec) -> None:
+    """Refuse an image input of a type the letterbox and the crops cannot write (one line):
+    the detector's and the secondary models' inputs are filled by the same code."""
+    if not image.supported or image.dtype_name not in INPUT_DTYPES:
+        raise ModelError(
+            f"{path.name}: input {image.name!r} is {image.type_name}; "
+            "only float32 and float16 image inputs are supported"
+        )
+
+
 def read_model_spec(session: Any, path: Path) -> ModelSpec:
     """Describe the model loaded in ``session`` and check it can be a detector.
 
     One input is the image (the 4-dimensional one); the others may only be
     ``[B, 2]`` image sizes, which DETR exports take to scale their boxes.
     """
-    inputs = [_tensor_spec(i) for i in session.get_inputs()]
+    inputs = [tensor_spec(i) for i in session.get_inputs()]
     images = [i for i in inputs if len(i.shape) == 4] if len(inputs) > 1 else inputs
     others = [i for i in inputs if i not in images]
     if len(images) != 1 or not all(_is_size_input(i) for i in others):
@@ -161,12 +171,8 @@ def read_model_spec(session: Any, path: Path) -> ModelSpec:
             f"{path.name}: input {image.name!r} must be [batch, 3, height, width], "
             f"got {list(image.shape)}"
         )
-    if not image.supported or image.dtype_name not in INPUT_DTYPES:
-        raise ModelError(
-            f"{path.name}: input {image.name!r} is {image.type_name}; "
-            "only float32 and float16 image inputs are supported"
-        )
-    outputs = tuple(_tensor_spec(o) for o in session.get_outputs())
+    check_image_dtype(path, image)
+    outputs = tuple(tensor_spec(o) for o in session.get_outputs())
     for out in outputs:
         if not out.supported:
             raise ModelError(

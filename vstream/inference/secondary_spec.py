@@ -37,13 +37,14 @@ from vstream.inference.model import (
     INPUT_DTYPES,
     TensorSpec,
     _literal,
-    _tensor_spec,
+    check_image_dtype,
     fitting_size,
     infer_output_shapes,
     metadata_size,
     open_for_inspection,
     parse_class_names,
     static_size,
+    tensor_spec,
 )
 
 _CHOICES = {
@@ -153,7 +154,7 @@ def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
     values must be as many as its labels.
     """
     path = Path(config.path)
-    inputs = [_tensor_spec(i) for i in session.get_inputs()]
+    inputs = [tensor_spec(i) for i in session.get_inputs()]
     image = inputs[0]
     channels = image.shape[1] if len(image.shape) == 4 else None
     if len(inputs) != 1 or len(image.shape) != 4 or (isinstance(channels, int) and channels != 3):
@@ -162,11 +163,7 @@ def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
             f"{path.name}: a secondary model takes one image input [batch, 3, height, width]; "
             f"this model takes {described}"
         )
-    if not image.supported or image.dtype_name not in INPUT_DTYPES:
-        raise ModelError(
-            f"{path.name}: input {image.name!r} is {image.type_name}; "
-            "only float32 and float16 image inputs are supported"
-        )
+    check_image_dtype(path, image)
     metadata = dict(session.get_modelmeta().custom_metadata_map)
     declared = metadata.get("kind")
     if declared is not None and declared != config.kind:
@@ -175,7 +172,7 @@ def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
             f"configured as kind {config.kind}"
         )
     size = _input_size(config, image, metadata)
-    output = _tensor_spec(session.get_outputs()[0])
+    output = tensor_spec(session.get_outputs()[0])
     values = output.shape[1] if len(output.shape) == 2 else None
     if len(output.shape) == 2 and not (isinstance(values, int) and values > 0):
         shape = infer_output_shapes(path, image.name, (1, 3, *size)).get(output.name, ())
