@@ -105,9 +105,7 @@ class Cascade:
             vectors[selected] = read.embeddings
         with self._lock:
             counts = self._counts.get(frame.stream_id)
-            add_to(self._totals[model.name], tally)
-        if counts is not None:
-            counts.add(model.name, tally)
+        self._add(counts, model, tally)
         return vectors
 
     def attributes_of(self, stream_id: str) -> AttributesOf:
@@ -224,6 +222,12 @@ class Cascade:
             multi_label=model.config.multi_label,
             threshold=model.config.threshold,
         )
+        self._add(counts, model, tally)
+
+    def _add(
+        self, counts: StreamAttributeCounts | None, model: SecondaryModel, tally: ModelCounts
+    ) -> None:
+        """Add ``tally`` to the stream's figures (if it is still counted) and the totals."""
         if counts is not None:
             counts.add(model.name, tally)
         with self._lock:
