@@ -254,22 +254,20 @@ class Pipeline:
     ) -> FrameResult:
         """A stream's tracker, cascade, lines and zones on one frame (postprocessing thread)."""
         cascade = self.cascade
-        if cascade is None:
-            if arrival.detect:
-                return analyze(analytics, result)
-            return predicted_result(analytics, result, still=arrival.still)
-        tracker = analytics.tracker
+        read = attributes_of = None
+        if cascade is not None:
+            tracker = analytics.tracker
 
-        def read(kept: FrameResult) -> FrameResult:
-            live = tracker.live_track_ids()
-            return cascade.apply(arrival.frame, kept, detected=arrival.detect, live_tracks=live)
+            def read(kept: FrameResult) -> FrameResult:
+                live = tracker.live_track_ids()
+                return cascade.apply(arrival.frame, kept, detected=arrival.detect, live_tracks=live)
 
-        attributes_of = cascade.attributes_of(arrival.stream)
+            attributes_of = cascade.attributes_of(arrival.stream)
         if not arrival.detect:
             return predicted_result(
                 analytics, result, still=arrival.still, read=read, attributes_of=attributes_of
             )
-        embeddings = cascade.embed(arrival.frame, result.detections)
+        embeddings = cascade.embed(arrival.frame, result.detections) if cascade else None
         return analyze(
             analytics, result, embeddings=embeddings, read=read, attributes_of=attributes_of
         )
