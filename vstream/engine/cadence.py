@@ -35,7 +35,6 @@ happens, whichever kind that frame is.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import threading
 
@@ -44,7 +43,7 @@ import numpy as np
 from vstream.analytics.events import AttributesOf
 from vstream.analytics.stream import StreamAnalytics
 from vstream.config.cadence import CadenceOptions
-from vstream.engine.outputs import Read, above, recorded
+from vstream.engine.outputs import Read, recorded
 from vstream.errors import SourceError
 from vstream.frame import Frame
 from vstream.results import PREDICTED, Detections, FrameResult
@@ -240,14 +239,4 @@ def predicted_result(
         class_names=analytics.class_names,
         data={PREDICTED: np.ones(len(prediction.scores), dtype=bool)},
     )
-    kept = dataclasses.replace(result, detections=above(boxes, analytics.conf))
-    if read is not None:
-        kept = read(kept)
-    update = analytics.observe(
-        prediction.track_ids,
-        prediction.boxes,
-        result.pts_seconds,
-        size,
-        attributes_of=attributes_of,
-    )
-    return recorded(kept, update)
+    return recorded(analytics, result, boxes, read=read, attributes_of=attributes_of)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from vstream.analytics.events import AttributesOf
-from vstream.analytics.stream import AnalyticsUpdate, StreamAnalytics
+from vstream.analytics.stream import StreamAnalytics
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig, fill
 from vstream.frame import Frame
@@ -87,17 +87,7 @@ def analyze(
         embeddings=embeddings,
     )
     tracked = detections.with_columns(tracker_id=np.where(track_ids > 0, track_ids, NO_TRACK))
-    kept = dataclasses.replace(result, detections=above(tracked, analytics.conf))
-    if read is not None:
-        kept = read(kept)
-    update = analytics.observe(
-        track_ids,
-        detections.xyxy,
-        result.pts_seconds,
-        (result.width, result.height),
-        attributes_of=attributes_of,
-    )
-    return recorded(kept, update)
+    return recorded(analytics, result, tracked, read=read, attributes_of=attributes_of)
 
 
 def above(detections: Detections, conf: float) -> Detections:
@@ -107,11 +97,29 @@ def above(detections: Detections, conf: float) -> Detections:
     return detections[detections.confidence.astype(np.float64) > conf]
 
 
-def recorded(result: FrameResult, update: AnalyticsUpdate) -> FrameResult:
-    """``result`` with ``update``'s events and counts: what a frame's record holds after the
-    analytics, detected or predicted."""
+def recorded(
+    analytics: StreamAnalytics,
+    result: FrameResult,
+    tracked: Detections,
+    *,
+    read: Read | None = None,
+    attributes_of: AttributesOf | None = None,
+) -> FrameResult:
+    """What a frame's record holds after the analytics, detected or predicted: the
+    ``tracked`` detections above ``conf``, read by the cascade (``read``), and the events
+    and counts of the lines and zones, which see every confirmed track of ``tracked``."""
+    kept = dataclasses.replace(result, detections=above(tracked, analytics.conf))
+    if read is not None:
+        kept = read(kept)
+    update = analytics.observe(
+        tracked.tracker_id,
+        tracked.xyxy,
+        result.pts_seconds,
+        (result.width, result.height),
+        attributes_of=attributes_of,
+    )
     return dataclasses.replace(
-        result,
+        kept,
         events=tuple(event.to_record() for event in update.events),
         line_counts={k: dict(v) for k, v in update.line_counts.items()} or None,
         zone_occupancy=dict(update.zone_occupancy) or None,
