@@ -30,7 +30,7 @@ from vstream.config.base import (
 )
 from vstream.config.cluster import ClusterConfig
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
-from vstream.config.secondary import MAX_SECONDARY, SecondaryConfig, unique_names
+from vstream.config.secondary import MAX_SECONDARY, SecondaryConfig, check_kind, unique_names
 from vstream.config.sinks import FRAME_SINK_TYPES, SinkConfig
 from vstream.config.sources import SourceConfig
 from vstream.cores import counted_decoder_threads
@@ -94,29 +94,17 @@ class PipelineConfig(StrictModel):
         wanted = tracking.appearance if tracking is not None else None
         if wanted is None:
             return self
-        kinds = {model.name: model.kind for model in self.secondary}
-        if kinds.get(wanted) != "embedding":
-            embeddings = [name for name, kind in kinds.items() if kind == "embedding"]
-            raise ValueError(
-                f"analytics.tracking.appearance {wanted!r} must name a secondary model of kind "
-                f"embedding; this pipeline has {', '.join(map(repr, embeddings)) or 'none'}"
-            )
+        check_kind(self.secondary, wanted, "embedding", "analytics.tracking.appearance")
         return self
 
     @model_validator(mode="after")
     def _attribute_filters_name_classifiers(self) -> PipelineConfig:
-        kinds = {model.name: model.kind for model in self.secondary}
         places = [("lines", item) for item in self.analytics.lines]
         places += [("zones", item) for item in self.analytics.zones]
         for section, item in places:
             for name in item.attributes or {}:
-                if kinds.get(name) != "classifier":
-                    classifiers = [n for n, kind in kinds.items() if kind == "classifier"]
-                    raise ValueError(
-                        f"analytics.{section} {item.name!r}: attribute {name!r} must name a "
-                        f"secondary classifier; this pipeline has "
-                        f"{', '.join(map(repr, classifiers)) or 'none'}"
-                    )
+                where = f"analytics.{section} {item.name!r}: attribute"
+                check_kind(self.secondary, name, "classifier", where)
         return self
 
     @model_validator(mode="after")

@@ -182,6 +182,21 @@ def unique_names(models: Sequence[SecondaryConfig]) -> None:
         seen[model.name] = index
 
 
+_KIND_NOUNS = {"classifier": "classifier", "embedding": "model of kind embedding"}
+
+
+def check_kind(models: Sequence[SecondaryConfig], name: str, kind: str, where: str) -> None:
+    """Refuse ``name`` at ``where`` (``tracking.appearance``, a line's ``attributes``) unless
+    it names one of ``models`` of ``kind``; the message lists those the pipeline has."""
+    if any(model.name == name and model.kind == kind for model in models):
+        return
+    have = [repr(model.name) for model in models if model.kind == kind]
+    raise ValueError(
+        f"{where} {name!r} must name a secondary {_KIND_NOUNS[kind]}; "
+        f"this pipeline has {', '.join(have) or 'none'}"
+    )
+
+
 def check_on_classes(
     model: SecondaryConfig, class_names: Mapping[int, str] | Sequence[str]
 ) -> None:
@@ -234,6 +249,7 @@ __all__ = [
     "SecondaryConfig",
     "SecondaryOn",
     "check_filter_labels",
+    "check_kind",
     "check_on_classes",
     "unique_names",
 ]
