@@ -46,6 +46,12 @@ class Attributes:
     """``(N, labels)`` float32 for a classifier (NaN where unread), else None."""
 
 
+def labels_given(probabilities: np.ndarray, threshold: float) -> np.ndarray:
+    """Which labels a multi-label classifier gives: a bool mask, every label whose
+    probability is at ``threshold`` or more (the one rule for records, counts and lines)."""
+    return probabilities >= threshold
+
+
 def record_values(
     attributes: Attributes,
     labels: tuple[str, ...],
@@ -72,7 +78,7 @@ def record_values(
             kept = {"embedding": [round(float(v), 5) for v in vector], "fresh": fresh}
             values.append(kept if keep_embedding else None)
         elif multi_label and attributes.probabilities is not None:
-            chosen = np.flatnonzero(attributes.probabilities[row] >= threshold)
+            chosen = np.flatnonzero(labels_given(attributes.probabilities[row], threshold))
             values.append(
                 {
                     "labels": [labels[i] for i in chosen],

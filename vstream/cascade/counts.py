@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from vstream.cascade.attributes import Attributes
+from vstream.cascade.attributes import Attributes, labels_given
 
 
 @dataclass
@@ -59,7 +59,7 @@ def label_counts(
     if attributes.embeddings is not None or not labels or not fresh.any():
         return {}
     if multi_label and attributes.probabilities is not None:
-        hits = (attributes.probabilities[fresh] >= threshold).sum(axis=0)
+        hits = labels_given(attributes.probabilities[fresh], threshold).sum(axis=0)
     else:
         hits = np.bincount(attributes.label_ids[fresh], minlength=len(labels))
     return {labels[i]: int(n) for i, n in enumerate(hits.tolist()) if n}

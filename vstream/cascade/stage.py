@@ -36,7 +36,12 @@ from typing import Any
 import numpy as np
 
 from vstream.analytics.events import NO_ATTRIBUTES, AttributesOf, Reading, TrackAttributes
-from vstream.cascade.attributes import AttributeCache, Attributes, record_values
+from vstream.cascade.attributes import (
+    AttributeCache,
+    Attributes,
+    labels_given,
+    record_values,
+)
 from vstream.cascade.counts import ModelCounts, StreamAttributeCounts, add_to, label_counts
 from vstream.cascade.model import SecondaryModel, SecondaryOutput
 from vstream.config.secondary import SecondaryConfig, check_filter_labels, check_on_classes
@@ -258,7 +263,7 @@ def _reading(last: SecondaryOutput, model: SecondaryModel) -> Reading:
     """A classifier's one-row reading as the label (or labels, multi-label) it gives."""
     labels = model.labels
     if model.config.multi_label and last.probabilities is not None:
-        chosen = np.flatnonzero(last.probabilities[0] >= model.config.threshold)
+        chosen = np.flatnonzero(labels_given(last.probabilities[0], model.config.threshold))
         return tuple(labels[i] for i in chosen)
     return labels[int(last.label_ids[0])]
 
