@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from synthetic import Mover, events, render, run
 
 from vstream.analytics import AnalyticsConfig, StreamAnalytics, TrackingConfig, ZoneConfig
+from vstream.analytics.events import attributes_match
 from vstream.analytics.geometry import Polygon
 
 # A 200 x 100 rectangle: x 200..400, y 150..250.
@@ -242,3 +243,22 @@ def test_a_zone_with_an_attribute_filter_follows_only_objects_read_so() -> None:
         )
         entered += [e.pts for e in update.events if e.type == "zone_enter"]
     assert len(entered) == 1 and entered[0] >= 1.2
+
+
+@pytest.mark.parametrize(
+    ("reading", "passes"),
+    [
+        ("red", True),
+        ("blue", False),
+        (("blue", "red"), True),  # a multi-label reading passes with any label the filter lists
+        (("blue", "green"), False),
+        ((), False),  # a multi-label classifier that gave no label
+        (None, False),  # the track was never read
+    ],
+)
+def test_an_attribute_filter_takes_single_and_multi_label_readings(
+    reading: str | tuple[str, ...] | None, passes: bool
+) -> None:
+    attributes = {} if reading is None else {"colour": reading}
+    assert attributes_match({"colour": ["red", "white"]}, attributes) is passes
+    assert attributes_match(None, attributes) is True  # no filter: everything passes
