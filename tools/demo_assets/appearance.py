@@ -43,7 +43,6 @@ of that identity's boxes in the previous 25 frames) is its own.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -53,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import scenes
 import torch
-from crop_export import check_export, export
+from crop_export import parse, save, tool_parser
 from torch import nn
 from train import yuv420_roundtrip
 
@@ -318,26 +317,17 @@ def evaluate(path: Path) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("command", choices=("train", "evaluate"))
-    parser.add_argument("--out", type=Path, default=ASSET)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = tool_parser(__doc__, ASSET)
     parser.add_argument("--identities", type=int, default=6000)
     parser.add_argument("--views", type=int, default=4)
     parser.add_argument("--per-batch", type=int, default=64, help="identities per batch")
     parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = parse(parser, argv)
     if args.command == "train":
         started = time.perf_counter()
         model = train(args.seed, args.identities, args.views, args.epochs, args.per_batch)
-        export(model, args.out, IMGSZ, "embeddings", METADATA)
         print(f"trained in {time.perf_counter() - started:.0f} s")
-        print(f"{args.out}: {args.out.stat().st_size} bytes; onnxruntime vs torch max "
-              f"difference {check_export(model, args.out, IMGSZ):.1e}")  # fmt: skip
+        save(model, args.out, IMGSZ, "embeddings", METADATA)
     print("held-out synthetic views (500 identities, 4 views each):")
     for name, value in held_out(args.out, 1000 + args.seed, 500).items():
         print(f"  {name}: {value:.3f}")

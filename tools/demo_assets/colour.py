@@ -24,7 +24,6 @@ compares with the label of the colour the renderer painted that object in
 
 from __future__ import annotations
 
-import argparse
 import colorsys
 import json
 import math
@@ -35,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import scenes
 import torch
-from crop_export import check_export, export
+from crop_export import parse, save, tool_parser
 from torch import nn
 from train import yuv420_roundtrip
 
@@ -214,23 +213,14 @@ def evaluate(path: Path, seed: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("command", choices=("train", "evaluate"))
-    parser.add_argument("--out", type=Path, default=ASSET)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = tool_parser(__doc__, ASSET)
     parser.add_argument("--scenes", type=int, default=3000)
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--video-seed", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = parse(parser, argv)
     if args.command == "train":
         model = train(args.seed, args.scenes, args.epochs)
-        export(model, args.out, IMGSZ, "logits", METADATA)
-        print(f"{args.out}: {args.out.stat().st_size} bytes; onnxruntime vs torch max "
-              f"difference {check_export(model, args.out, IMGSZ):.1e}")  # fmt: skip
+        save(model, args.out, IMGSZ, "logits", METADATA)
     accuracy, count = held_out(args.out, 1000 + args.seed, 500)
     print(f"held-out synthetic crops: {accuracy:.3f} of {count}")
     scores = evaluate(args.out, args.video_seed)

@@ -8,6 +8,7 @@ mode, value range), so a pipeline needs no more than ``{name, path}``.
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -49,3 +50,30 @@ def check_export(model: nn.Module, path: Path, imgsz: int) -> float:
     (got,) = session.run(None, {"images": x.numpy()})
     with torch.no_grad():
         return float(np.abs(got - model(x).numpy()).max())
+
+
+def save(model: nn.Module, path: Path, imgsz: int, output: str, metadata: dict[str, str]) -> None:
+    """:func:`export` ``model`` and say the file's size and how far ONNX Runtime is from torch."""
+    export(model, path, imgsz, output, metadata)
+    print(f"{path}: {path.stat().st_size} bytes; onnxruntime vs torch max "
+          f"difference {check_export(model, path, imgsz):.1e}")  # fmt: skip
+
+
+def tool_parser(description: str | None, asset: Path) -> argparse.ArgumentParser:
+    """The options every crop-model tool takes: ``train`` or ``evaluate``, ``--out``
+    (default ``asset``), ``--seed``, ``--threads``; each tool adds its own."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=("train", "evaluate"))
+    parser.add_argument("--out", type=Path, default=asset)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser``'s arguments, with torch set to use ``--threads`` threads."""
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    return args
