@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
@@ -293,3 +294,55 @@ def test_the_shipped_cascade_config_counts_warm_colours_and_keeps_ids_with_appea
     with_look = evaluate_tracks(records, truth)
     without = evaluate_tracks([json.loads(x) for x in plain.stdout.splitlines()], truth)
     assert with_look.id_switches < without.id_switches
+
+
+def test_kept_embeddings_are_the_embedders_own_and_cost_no_second_read(tmp_path: Path) -> None:
+    # configs/cascade.yaml with the embedder's vectors in the records and the detector on
+    # every second frame: the tracker's appearance model is read once per detected frame,
+    # and the records take those vectors (fresh), or the track's last one between detections.
+    import numpy as np
+
+    from vstream.assets import APPEARANCE_MODEL
+    from vstream.cascade import SecondaryModel
+    from vstream.sources.file import VideoFileSource
+
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "cascade.yaml"
+    text = shipped.read_text().replace("../vstream/assets", str(DEMO_MODEL.parent))
+    text = text.replace("uri: ../vstream/assets/sample.mp4", f"uri: {SAMPLE_VIDEO}")
+    text = text.replace(f"uri: {SAMPLE_VIDEO}", f"uri: {SAMPLE_VIDEO}\n        detect_every: 2")
+    runs = {}
+    for keep in ("false", "true"):
+        config = tmp_path / f"keep-{keep}.yaml"
+        config.write_text(
+            text.replace("kind: embedding", f"kind: embedding\n        keep_embedding: {keep}")
+        )
+        result = run_cli("run", config)
+        assert result.returncode == 0, result.stderr
+        runs[keep] = re.findall(r"look read (\d+) objects in (\d+) runs", result.stderr)
+    # As many reads either way: one run per detected frame (100 of 200), none again for records.
+    assert runs["true"] == runs["false"] and runs["true"][0][1] == "100"
+
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    embedder = SecondaryModel(
+        SecondaryConfig(name="look", path=str(APPEARANCE_MODEL), kind="embedding")
+    )
+    last: dict[int, list[float]] = {}
+    checked = 0
+    for frame, record in zip(VideoFileSource(SAMPLE_VIDEO), records, strict=True):
+        detections = record["detections"]
+        kept = [d["attributes"]["look"] for d in detections]
+        if frame.index % 2 == 0:  # detected: every vector read in this frame, by the embedder
+            boxes = np.array([d["bbox"] for d in detections], np.float32).reshape(-1, 4)
+            expected = embedder.run(frame, boxes).embeddings
+            assert all(k["fresh"] for k in kept)
+            # atol: the records round the boxes to 0.01 px and the vectors to 5 decimals
+            np.testing.assert_allclose([k["embedding"] for k in kept], expected, atol=1e-3)
+            checked += len(kept)
+        else:  # predicted: the track's vector from its last detected frame
+            assert not any(k["fresh"] for k in kept)
+            tracks = [d["track_id"] for d in detections]
+            assert [k["embedding"] for k in kept] == [last[t] for t in tracks]
+        for k, d in zip(kept, detections, strict=True):
+            if "track_id" in d:  # on a confirmed track
+                last[d["track_id"]] = k["embedding"]
+    assert checked > 500

@@ -153,7 +153,7 @@ def test_the_model_file_resolves_labels_and_preprocessing(workdir: Path) -> None
         (
             lambda p: linear_model(p, np.eye(3), metadata={"kind": "embedding"}),
             {},
-            "the model's metadata says it is a embedding model, configured as kind classifier",
+            "the model's metadata says it is of kind embedding, configured as kind classifier",
         ),
     ],
 )

@@ -134,6 +134,8 @@ class AttributeCache:
         pts: float,
         selected: np.ndarray,
         read: Callable[[np.ndarray], SecondaryOutput],
+        *,
+        read_all: bool = False,
     ) -> Attributes:
         """Every detection's attributes: read where due, carried where not.
 
@@ -141,12 +143,16 @@ class AttributeCache:
         detections the model reads at all; ``read(rows)`` reads the boxes at
         ``rows`` (indices into the frame's detections) and returns one row each,
         in that order (``lambda rows: model.run(frame, boxes[rows])``). It is
-        called once per frame, with no rows when nothing is due.
+        called once per frame, with no rows when nothing is due. ``read_all``:
+        every selected detection is due (its reading was made anyway).
         """
         track_ids = np.asarray(track_ids, dtype=np.int64)
         count = len(track_ids)
         selected = np.asarray(selected, dtype=bool)
-        due = self.due(track_ids, boxes, pts) & selected
+        due = self.due(track_ids, boxes, pts)
+        if read_all:
+            due[:] = True
+        due &= selected
         rows = np.flatnonzero(due)
         fresh = read(rows)
         carried = np.flatnonzero(selected & ~due)

@@ -57,6 +57,18 @@ class SecondaryOutput:
     def __len__(self) -> int:
         return len(self.label_ids)
 
+    @classmethod
+    def of_embeddings(cls, vectors: np.ndarray) -> SecondaryOutput:
+        """An embedding model's result for ``vectors`` (``(N, D)`` unit rows): no label,
+        score 1."""
+        count = len(vectors)
+        return cls(
+            np.full(count, -1, dtype=np.int64),
+            np.ones(count, dtype=np.float32),
+            None,
+            vectors.astype(np.float32, copy=False),
+        )
+
     def take(self, rows: np.ndarray) -> SecondaryOutput:
         """The rows ``rows`` (indices or a mask) of every column."""
         return SecondaryOutput(
@@ -240,12 +252,7 @@ class SecondaryModel:
     def _columns(self, values: np.ndarray) -> SecondaryOutput:
         count = len(values)
         if self.spec.outputs == "embedding":
-            return SecondaryOutput(
-                np.full(count, -1, dtype=np.int64),
-                np.ones(count, dtype=np.float32),
-                None,
-                values.astype(np.float32, copy=False),
-            )
+            return SecondaryOutput.of_embeddings(values)
         best = values.argmax(axis=1)
         scores = values[np.arange(count), best].astype(np.float32)
         return SecondaryOutput(best.astype(np.int64), scores, values, None)

@@ -11,8 +11,9 @@ at all: its tracked objects carry their last reading, marked not fresh.
 The model named by ``tracking.appearance`` (an embedding) also runs before
 the tracker, on every detection of a detected frame it selects
 (:meth:`Cascade.embed`): the tracker needs every box's look to associate it,
-so nothing is cached there. It is read again in :meth:`Cascade.apply` only when
-its vectors go into records (``keep_embedding``).
+so nothing is cached there. Its vectors go into records only with
+``keep_embedding``: then :meth:`Cascade.apply` takes those of the kept detections,
+all fresh, without reading them again.
 
 Lines and zones count by attribute (their ``attributes`` filter) with each
 track's last classifier readings, given by :meth:`Cascade.attributes_of`.
@@ -165,12 +166,15 @@ class Cascade:
         *,
         detected: bool,
         live_tracks: Iterable[int] | None,
+        embeddings: np.ndarray | None = None,
     ) -> FrameResult:
         """``result`` with every model's attributes as the :data:`ATTRIBUTES` column.
 
         ``detected``: the detector saw this frame (else its boxes are the tracker's
         predictions, and only cached readings are given). ``live_tracks``: the
         tracker's live track ids, whose readings are kept (None: no tracker).
+        ``embeddings``: the appearance model's rows of ``result``'s detections, as
+        :meth:`embed` gave them in this frame (already counted there).
         """
         detections = result.detections
         count = len(detections)
@@ -184,15 +188,20 @@ class Cascade:
             cache = self._cache(result.stream_id, index)
             selected = model.select(detections.xyxy, detections.class_id)
             tally = ModelCounts()
+            # The appearance model's vectors of this frame, read by embed(): all fresh.
+            given = embeddings if detected and model is self.appearance else None
             if detected:
                 attributes = cache.resolve(
                     detections.tracker_id,
                     detections.xyxy,
                     result.pts_seconds,
                     selected,
-                    lambda rows, model=model, tally=tally: _timed_run(
-                        model, frame, detections.xyxy[rows], tally
+                    lambda rows, model=model, tally=tally, given=given: (
+                        _timed_run(model, frame, detections.xyxy[rows], tally)
+                        if given is None
+                        else SecondaryOutput.of_embeddings(given[rows])
                     ),
+                    read_all=given is not None,
                 )
             else:
                 attributes = cache.carried(
@@ -204,7 +213,8 @@ class Cascade:
             for row, value in enumerate(_values(attributes, model, config)):
                 if value is not None:
                     values[row][config.name] = value
-            self._count(counts, model, attributes, tally)
+            if given is None:
+                self._count(counts, model, attributes, tally)
         column = np.empty(count, dtype=object)
         column[:] = [value or None for value in values]
         with_attributes = detections.with_columns(data={ATTRIBUTES: column})

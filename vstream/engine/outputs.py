@@ -55,9 +55,11 @@ class Preview(Protocol):
     def remove(self, stream_id: str) -> None: ...
 
 
-Read = Callable[[FrameResult], FrameResult]
+Read = Callable[[FrameResult, np.ndarray], FrameResult]
 """The cascade's step (:meth:`vstream.cascade.stage.Cascade.apply`) on a frame's kept, tracked
-detections: between the tracker and the lines, so that they can count by what it read."""
+detections, ``read(kept, rows)``: between the tracker and the lines, so that they can count
+by what it read. ``rows`` are the kept detections' indices among the frame's detections (before
+the cut to ``conf``): what was computed per detection before the tracker follows them."""
 
 
 def analyze(
@@ -90,11 +92,11 @@ def analyze(
     return recorded(analytics, result, tracked, read=read, attributes_of=attributes_of)
 
 
-def above(detections: Detections, conf: float) -> Detections:
-    """The ``detections`` a record keeps: those scoring above ``conf``."""
+def kept_rows(detections: Detections, conf: float) -> np.ndarray:
+    """The indices of the ``detections`` a record keeps: those scoring above ``conf``."""
     # In float64, as the records always compared: against a float32 column numpy would
     # round ``conf`` to float32 first.
-    return detections[detections.confidence.astype(np.float64) > conf]
+    return np.flatnonzero(detections.confidence.astype(np.float64) > conf)
 
 
 def recorded(
@@ -108,9 +110,10 @@ def recorded(
     """What a frame's record holds after the analytics, detected or predicted: the
     ``tracked`` detections above ``conf``, read by the cascade (``read``), and the events
     and counts of the lines and zones, which see every confirmed track of ``tracked``."""
-    kept = dataclasses.replace(result, detections=above(tracked, analytics.conf))
+    rows = kept_rows(tracked, analytics.conf)
+    kept = dataclasses.replace(result, detections=tracked[rows])
     if read is not None:
-        kept = read(kept)
+        kept = read(kept, rows)
     update = analytics.observe(
         tracked.tracker_id,
         tracked.xyxy,

@@ -44,6 +44,8 @@ from vstream.sinks.buffered import BufferedSink, SinkStats
 from vstream.sources.base import ResumePoint, SourceState
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from vstream.cascade.stage import Cascade
     from vstream.detector import Detector
 
@@ -254,20 +256,26 @@ class Pipeline:
     ) -> FrameResult:
         """A stream's tracker, cascade, lines and zones on one frame (postprocessing thread)."""
         cascade = self.cascade
-        read = attributes_of = None
+        read = attributes_of = embeddings = None
         if cascade is not None:
             tracker = analytics.tracker
+            if arrival.detect:
+                embeddings = cascade.embed(arrival.frame, result.detections)
 
-            def read(kept: FrameResult) -> FrameResult:
-                live = tracker.live_track_ids()
-                return cascade.apply(arrival.frame, kept, detected=arrival.detect, live_tracks=live)
+            def read(kept: FrameResult, rows: np.ndarray) -> FrameResult:
+                return cascade.apply(
+                    arrival.frame,
+                    kept,
+                    detected=arrival.detect,
+                    live_tracks=tracker.live_track_ids(),
+                    embeddings=None if embeddings is None else embeddings[rows],
+                )
 
             attributes_of = cascade.attributes_of(arrival.stream)
         if not arrival.detect:
             return predicted_result(
                 analytics, result, still=arrival.still, read=read, attributes_of=attributes_of
             )
-        embeddings = cascade.embed(arrival.frame, result.detections) if cascade else None
         return analyze(
             analytics, result, embeddings=embeddings, read=read, attributes_of=attributes_of
         )

@@ -168,7 +168,7 @@ def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
     declared = metadata.get("kind")
     if declared is not None and declared != config.kind:
         raise ModelError(
-            f"{path.name}: the model's metadata says it is a {declared} model, "
+            f"{path.name}: the model's metadata says it is of kind {declared}, "
             f"configured as kind {config.kind}"
         )
     size = _input_size(config, image, metadata)
