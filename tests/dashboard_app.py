@@ -10,7 +10,6 @@ pipeline's delivery thread would.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -162,14 +161,3 @@ def serve(
         yield server.url
     finally:
         server.stop()
-
-
-def wait_for(condition: Any, timeout: float = 10.0, every: float = 0.05) -> bool:
-    """Poll ``condition()`` until true or ``timeout`` seconds pass; its last answer."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if condition():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(every)

@@ -164,15 +164,26 @@ def frames_by_stream(path: Path) -> dict[str, list[int]]:
     return found
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
     """``condition()``'s first true value, asked every 50 ms; fails naming ``what`` after
     ``timeout`` seconds (every wait of a test is bounded)."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or condition}")
         time.sleep(0.05)
     return value
+
+
+def eventually(condition: Callable[[], Any], timeout: float = 30.0) -> bool:
+    """Whether ``condition()`` turns true within ``timeout`` seconds (asked every 20 ms):
+    ``assert eventually(...)``, or a wait whose failure the test reports itself."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 class RtspServer:

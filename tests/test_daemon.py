@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from helpers import tiny_detector, write_video
+from helpers import tiny_detector, wait_for, write_video
 from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
@@ -112,14 +112,6 @@ def shipped_environment() -> dict[str, str]:
     return env
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("daemon")
@@ -158,16 +150,14 @@ def daemon(media: Path) -> Iterator[Daemon]:
 
 def test_health_ready_and_metrics_move_as_frames_flow(daemon: Daemon) -> None:
     assert daemon.http.get("/health").json() == {"status": "ok"}
-    wait_until(lambda: daemon.http.get("/ready").status_code == 200, what="/ready")
+    wait_for(lambda: daemon.http.get("/ready").status_code == 200, what="/ready")
     first = daemon.metrics()
     labels = (("pipeline", "main"), ("stream", "cam1"))
     for name in (
         "vstream_stream_frames_decoded_total",
         "vstream_stream_frames_processed_total",
     ):
-        wait_until(
-            lambda n=name: daemon.metrics()[(n, labels)] > first[(n, labels)] + 10, what=name
-        )
+        wait_for(lambda n=name: daemon.metrics()[(n, labels)] > first[(n, labels)] + 10, what=name)
     second = daemon.metrics()
     # realtime: paced at the video's 25 fps, never faster (slower only on a loaded machine)
     assert 0 < second[("vstream_stream_fps", labels)] < 40
@@ -186,7 +176,7 @@ def test_streams_are_added_and_removed_while_another_keeps_running(daemon: Daemo
     )
     assert added.status_code == 201, added.text
     assert added.json()["id"] == "cam2" and added.json()["pipeline"] == "main"
-    wait_until(lambda: daemon.processed("cam2") > 10, what="cam2 frames")
+    wait_for(lambda: daemon.processed("cam2") > 10, what="cam2 frames")
     ids = [s["id"] for s in daemon.http.get("/streams").json()["streams"]]
     assert ids == ["cam1", "cam2"]
 
@@ -195,7 +185,7 @@ def test_streams_are_added_and_removed_while_another_keeps_running(daemon: Daemo
     assert removed.status_code == 200 and removed.json()["removed"]["id"] == "cam2"
     assert [s["id"] for s in daemon.http.get("/streams").json()["streams"]] == ["cam1"]
     assert daemon.processed("cam2") == -1.0  # gone from the metrics
-    wait_until(lambda: daemon.processed("cam1") > before + 10, what="cam1 to keep running")
+    wait_for(lambda: daemon.processed("cam1") > before + 10, what="cam1 to keep running")
     assert daemon.http.get("/ready").status_code == 200
 
 
@@ -213,7 +203,7 @@ def test_credentials_are_absent_from_logs_metrics_and_api(daemon: Daemon) -> Non
     uri = f"rtsp://admin:{SECRET}@127.0.0.1:9/stream"
     added = daemon.http.post("/streams", json={"id": "door", "uri": uri})
     assert added.status_code == 201
-    wait_until(lambda: "127.0.0.1:9" in daemon.log(), what="a log line about the camera")
+    wait_for(lambda: "127.0.0.1:9" in daemon.log(), what="a log line about the camera")
     time.sleep(0.5)
     texts = [
         added.text,
@@ -252,7 +242,7 @@ def test_sigterm_flushes_every_sink_and_exits_0(
     )
     daemon = Daemon(config)
     try:
-        wait_until(lambda: daemon.processed("a") > 30 and daemon.processed("b") > 30)
+        wait_for(lambda: daemon.processed("a") > 30 and daemon.processed("b") > 30)
         seen = daemon.processed("a") + daemon.processed("b")
         daemon.signal(signal.SIGTERM)
         assert daemon.wait() == 0, daemon.log()
@@ -292,7 +282,7 @@ def test_a_second_signal_forces_exit_and_logs_are_json_on_request(media: Path) -
     )
     daemon = Daemon(config, None, "--log-format", "json")
     try:
-        wait_until(lambda: daemon.processed("a") > 20)
+        wait_for(lambda: daemon.processed("a") > 20)
         daemon.signal(signal.SIGTERM)
         time.sleep(1.0)
         assert daemon.process.poll() is None, "the flush should still be waiting for the broker"
@@ -327,21 +317,21 @@ def test_a_broker_outage_costs_counted_records_but_never_stalls_the_pipeline(
     sink = {"pipeline": "main", "sink": "mqtt"}
     daemon = Daemon(config)
     try:
-        wait_until(lambda: len(subscriber.received()) > 10, what="records in mosquitto")
+        wait_for(lambda: len(subscriber.received()) > 10, what="records in mosquitto")
         mqtt_broker.kill()
         during = daemon.processed("a")
-        wait_until(
+        wait_for(
             lambda: (daemon.metric("vstream_sink_records_dropped_total", **sink) or 0) > 0,
             what="drops while the broker is down",
         )
         # Drops begin once the 10-record buffer is full; the pipeline goes on past that.
-        wait_until(
+        wait_for(
             lambda: daemon.processed("a") > during + 30,
             what="frames processed while the broker is down (the pipeline stalled with its sink)",
         )
         mqtt_broker.start()
         resumed = len(subscriber.received())
-        wait_until(lambda: len(subscriber.received()) > resumed + 10, what="delivery to resume")
+        wait_for(lambda: len(subscriber.received()) > resumed + 10, what="delivery to resume")
         metrics = daemon.metrics()
         daemon.signal(signal.SIGTERM)
         assert daemon.wait() == 0

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_app import FakeStreams, Feeder, moving_frame, serve, wait_for
+from dashboard_app import FakeStreams, Feeder, moving_frame, serve
+from helpers import eventually
 
 from vstream.server.auth import SESSION_COOKIE
 from vstream.server.preview import PreviewHub
@@ -95,7 +96,7 @@ def preview_moves(page: Any, hub: PreviewHub, stream_id: str) -> None:
     image = page.locator(f'[data-stream="{stream_id}"] img.preview-image')
     first = image.screenshot()
     encodes = hub.stats()[stream_id]["encodes"]
-    assert wait_for(lambda: hub.stats()[stream_id]["encodes"] >= encodes + 3, 10)
+    assert eventually(lambda: hub.stats()[stream_id]["encodes"] >= encodes + 3, 10)
     page.wait_for_timeout(300)
     second = image.screenshot()
     assert first != second, "the preview did not change"
@@ -177,11 +178,11 @@ def test_dashboard_shows_streams_live_previews_and_clips(
         assert errors == []
         # Closing the page ends the previews: no viewer, no encoding, no annotating.
         context.close()
-        assert wait_for(lambda: hub.viewers() == 0, 10), hub.stats()
+        assert eventually(lambda: hub.viewers() == 0, 10), hub.stats()
         produced = dict(feeder.produced)
         encodes = hub.stats()["cam1"]["encodes"]
         offers = feeder.offers
-        assert wait_for(lambda: feeder.offers > offers + 10, 10)
+        assert eventually(lambda: feeder.offers > offers + 10, 10)
         assert feeder.produced == produced and hub.stats()["cam1"]["encodes"] == encodes
 
 
@@ -233,4 +234,4 @@ def test_dashboard_asks_for_the_token_once(browser: Any, hub: PreviewHub, clips:
         snapshot = page.request.get(url + "/streams/cam1/snapshot.jpg")
         assert snapshot.status == 401
         context.close()
-        assert wait_for(lambda: hub.viewers() == 0, 10), hub.stats()
+        assert eventually(lambda: hub.viewers() == 0, 10), hub.stats()

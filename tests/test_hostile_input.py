@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 import redis
-from helpers import tiny_detector, write_video
+from helpers import eventually, tiny_detector, write_video
 
 from vstream import assets
 from vstream.cli import main
@@ -100,15 +100,6 @@ def api(engine: Engine) -> Iterator[httpx.Client]:
             yield client
     finally:
         server.stop()
-
-
-def wait_until(condition, timeout: float = 30.0, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(step)
-    return True
 
 
 def remove_all(api: httpx.Client) -> None:
@@ -198,7 +189,7 @@ def test_credentials_never_leak_from_the_api_logs_or_errors(
     try:
         assert added.json()["uri"] == "rtsp://***@127.0.0.1:9/cam"
         # Connection refused on port 9: the reader logs its reconnections.
-        assert wait_until(lambda: api.get("/streams/secret").json()["reconnects"] >= 1)
+        assert eventually(lambda: api.get("/streams/secret").json()["reconnects"] >= 1)
         shown = [
             api.get("/streams").text,
             api.get("/streams/secret").text,
@@ -287,19 +278,19 @@ def test_add_remove_churn_returns_threads_and_memory(api: httpx.Client, engine: 
         for i in range(20):
             body = {"id": f"c{i}", "uri": "inside/ok.mp4", "loop": True, "decoder_threads": 1}
             assert api.post("/streams", json=body).status_code == 201
-        assert wait_until(
+        assert eventually(
             lambda: all(s["frames_processed"] > 0 for s in api.get("/streams").json()["streams"])
         )
         for i in range(20):
             assert api.delete(f"/streams/c{i}").status_code == 200
-        assert wait_until(lambda: not any(r.running for p in engine.pipelines.values()
+        assert eventually(lambda: not any(r.running for p in engine.pipelines.values()
                                           for r in p.readers()))  # fmt: skip
 
     round_of_streams()
     threads, rss = threading.active_count(), rss_bytes()
     for _ in range(4):
         round_of_streams()
-    assert wait_until(lambda: threading.active_count() <= threads)
+    assert eventually(lambda: threading.active_count() <= threads)
     assert rss_bytes() - rss < 40 * 2**20, f"RSS grew by {(rss_bytes() - rss) / 2**20:.1f} MB"
 
 
@@ -414,13 +405,13 @@ def test_freezing_redis_past_the_timeout_writes_no_entry_twice(
     try:
         for frame in range(50):
             sink.write([frame_result(frame)])
-        assert wait_until(lambda: client.xlen("vstream:cam") == 50)
+        assert eventually(lambda: client.xlen("vstream:cam") == 50)
         # Frozen while batches are in flight: the commands reach the socket, the timeout
         # fires, and redis runs them once it thaws, after vstream has sent them again.
         redis_broker.process.send_signal(signal.SIGSTOP)
         for frame in range(50, 150):
             sink.write([frame_result(frame)])
-        assert wait_until(lambda: sink.stats.retries >= 2, timeout=20)
+        assert eventually(lambda: sink.stats.retries >= 2, timeout=20)
         redis_broker.process.send_signal(signal.SIGCONT)
         sink.close()
     finally:
@@ -536,7 +527,7 @@ def test_device_paths_must_be_real_v4l2_devices(api: httpx.Client, uri: str, mes
 def test_a_file_inside_the_allowed_paths_is_taken(api: httpx.Client) -> None:
     added = api.post("/streams", json={"id": "ok", "uri": "inside/ok.mp4"})
     assert added.status_code == 201, added.text
-    assert wait_until(lambda: api.get("/streams/ok").json()["state"] == "finished")
+    assert eventually(lambda: api.get("/streams/ok").json()["state"] == "finished")
     assert api.delete("/streams/ok").json()["removed"]["frames_processed"] == 5
 
 
@@ -614,7 +605,7 @@ def shown_for(api: httpx.Client, body: dict[str, object], log: io.StringIO) -> l
     added = api.post("/streams", json=body)
     assert added.status_code == 201, added.text
     try:
-        assert wait_until(lambda: api.get(f"/streams/{body['id']}").json()["reconnects"] >= 1)
+        assert eventually(lambda: api.get(f"/streams/{body['id']}").json()["reconnects"] >= 1)
         return [added.text, api.get("/streams").text, api.get("/metrics").text, log.getvalue()]
     finally:
         api.delete(f"/streams/{body['id']}")

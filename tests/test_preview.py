@@ -13,7 +13,8 @@ import httpx
 import numpy as np
 import pytest
 import torch
-from dashboard_app import FakeStreams, Feeder, moving_frame, serve, wait_for
+from dashboard_app import FakeStreams, Feeder, moving_frame, serve
+from helpers import eventually
 from PIL import Image
 
 from vstream.config import PreviewConfig
@@ -118,12 +119,12 @@ def test_mjpeg_delivers_frames_and_stops_when_the_client_leaves(hub: PreviewHub)
         assert {jpeg_size(p) for p in parts} == {(320, 180)}
         assert len(set(parts)) == 4
         # The client left: the viewer is gone and nothing more is produced or encoded.
-        assert wait_for(lambda: hub.viewers("cam1") == 0, 10), "the viewer was never released"
+        assert eventually(lambda: hub.viewers("cam1") == 0, 10), "the viewer was never released"
         assert not hub.watched("cam1")
         time.sleep(0.3)
         encodes, produced = hub.stats()["cam1"]["encodes"], feeder.produced["cam1"]
         offers = feeder.offers
-        assert wait_for(lambda: feeder.offers > offers + 10, 10)  # the pipeline goes on
+        assert eventually(lambda: feeder.offers > offers + 10, 10)  # the pipeline goes on
         assert hub.stats()["cam1"]["encodes"] == encodes
         assert feeder.produced["cam1"] == produced
         assert feeder.produced["cam2"] == 0  # never watched, never annotated
@@ -177,7 +178,7 @@ def test_viewers_are_capped() -> None:
             read_parts(first, 1)
             second = client.get(f"{url}/streams/cam2/preview.mjpg")
             assert second.status_code == 503 and "too many" in second.json()["error"]
-        assert wait_for(lambda: hub.viewers() == 0, 10)
+        assert eventually(lambda: hub.viewers() == 0, 10)
     finally:
         hub.close()
 
@@ -383,9 +384,9 @@ def test_idle_viewers_are_dropped_and_closed_ones_free_their_slot() -> None:
         ):
             clients = idle_viewers(url, "cam1", 3)
             try:
-                assert wait_for(lambda: hub.viewers() == 3, 10)
+                assert eventually(lambda: hub.viewers() == 3, 10)
                 # Their sockets stay open, but they take nothing: dropped after the timeout.
-                assert wait_for(lambda: hub.viewers() == 0, 60), hub.stats()
+                assert eventually(lambda: hub.viewers() == 0, 60), hub.stats()
                 with httpx.stream("GET", f"{url}/streams/cam1/preview.mjpg", timeout=10) as ok:
                     assert ok.status_code == 200
                     read_parts(ok, 2)
@@ -397,11 +398,11 @@ def test_idle_viewers_are_dropped_and_closed_ones_free_their_slot() -> None:
             serve(hub, FakeStreams(), write_timeout=600) as url,
         ):
             clients = idle_viewers(url, "cam1", 3)
-            assert wait_for(lambda: hub.viewers() == 3, 10)
+            assert eventually(lambda: hub.viewers() == 3, 10)
             for client in clients:
                 client.close()
             # Long before the write timeout: a closed socket frees its slot at once.
-            assert wait_for(lambda: hub.viewers() == 0, 30), hub.stats()
+            assert eventually(lambda: hub.viewers() == 0, 30), hub.stats()
             assert httpx.get(f"{url}/streams/cam1/snapshot.jpg", timeout=10).status_code == 200
     finally:
         hub.close()

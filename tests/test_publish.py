@@ -47,15 +47,6 @@ def frames_in(path: Path) -> tuple[int, tuple[int, int]]:
     return len(frames), (frames[0].width, frames[0].height) if frames else (0, 0)
 
 
-def wait_until(condition, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return bool(condition())
-
-
 def recorded_frames(path: Path, expected: int) -> int:
     """Frames nginx recorded in ``path``, once it has finished writing them (bounded wait)."""
     counted = 0

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis
+from helpers import eventually
 
 from vstream.results import Detection, Detections, FrameResult
 from vstream.sinks import BufferedSink, DeliveryError, JsonLinesSink, RetryPolicy
@@ -34,15 +35,6 @@ def result(frame: int, stream: str = "cam", detections: int = 1) -> FrameResult:
         [Detection((1.0 + i, 2.0, 30.5, 40.25), 0.9, i, f"class{i}") for i in range(detections)]
     )
     return FrameResult(stream, frame, frame / 25, 320, 240, dets)
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 class FlakyTransport:
@@ -71,7 +63,7 @@ def test_retries_until_delivered_in_order() -> None:
     transport = FlakyTransport(failures=3)
     sink = BufferedSink(transport, name="t", retry=FAST_RETRY)
     sink.write([result(i) for i in range(5)])
-    assert wait_until(lambda: len(transport.received) == 5)
+    assert eventually(lambda: len(transport.received) == 5)
     sink.close()
     assert [r["frame"] for r in transport.received] == list(range(5))
     assert (sink.stats.failures, sink.stats.retries, sink.stats.dropped) == (3, 3, 0)
@@ -100,12 +92,12 @@ def test_overflow_drops_oldest_and_counts_them() -> None:
     transport.down.set()
     sink = BufferedSink(transport, name="t", capacity=10, batch_records=4, retry=FAST_RETRY)
     sink.write([result(0)])
-    assert wait_until(lambda: transport.attempts >= 1)  # frame 0 is now held by the sender
+    assert eventually(lambda: transport.attempts >= 1)  # frame 0 is now held by the sender
     for i in range(1, 26):
         sink.write([result(i)])
     assert sink.buffered == 10
     transport.down.clear()
-    assert wait_until(lambda: sink.buffered == 0)
+    assert eventually(lambda: sink.buffered == 0)
     sink.close()
     frames = [r["frame"] for r in transport.received]
     assert frames == [0, *range(16, 26)]
@@ -158,7 +150,7 @@ def test_block_overflow_makes_the_writer_wait_and_loses_nothing() -> None:
 
     thread = threading.Thread(target=writer)
     thread.start()
-    assert wait_until(lambda: sink.buffered == 10)
+    assert eventually(lambda: sink.buffered == 10)
     assert thread.is_alive() and len(written) < 40, "the writer waits while the buffer is full"
     release.set()
     thread.join(10)
@@ -175,7 +167,7 @@ def test_block_overflow_takes_a_write_larger_than_its_room_part_by_part() -> Non
     sink.write([result(i) for i in range(4)])
     thread = threading.Thread(target=sink.write, args=([result(i) for i in range(4, 40)],))
     thread.start()
-    assert wait_until(lambda: sink.buffered == 10)
+    assert eventually(lambda: sink.buffered == 10)
     assert thread.is_alive(), "the records that do not fit wait for room"
     release.set()
     thread.join(10)
@@ -326,14 +318,14 @@ def test_a_full_disk_keeps_whole_lines_and_is_retried_until_space_is_freed(
         transport, name="jsonl", batch_records=5, overflow="block", retry=FAST_RETRY
     )
     sink.write([result(i) for i in range(20)])
-    assert wait_until(lambda: disk.refused >= 3), "retried while the disk is full"
+    assert eventually(lambda: disk.refused >= 3), "retried while the disk is full"
     assert sink.state == "retrying" and sink.error is None, "a full disk is not a failure"
     assert sink.outage is not None and "No space left on device" in sink.outage
     assert "out.jsonl" in sink.outage
     assert whole_lines(path) == list(range(7)), "cut back to the last whole line"
     assert sink.stats.delivered == 7 and sink.stats.failures >= 3 and sink.stats.retries >= 3
     disk.free()
-    assert wait_until(lambda: sink.stats.delivered == 20)
+    assert eventually(lambda: sink.stats.delivered == 20)
     assert sink.state == "ok" and sink.outage is None
     sink.close()
     assert whole_lines(path) == list(range(20)), "every record once, in order"
@@ -403,7 +395,7 @@ def test_webhook_posts_batches_and_retries_server_errors_and_timeouts(
     transport = WebhookTransport(url=url, timeout=0.5, headers={"Authorization": "Bearer abc"})
     sink = BufferedSink(transport, name="hook", batch_records=50, retry=FAST_RETRY)
     sink.write([result(i) for i in range(10)])
-    assert wait_until(lambda: webhook_server.bodies)  # type: ignore[attr-defined]
+    assert eventually(lambda: webhook_server.bodies)  # type: ignore[attr-defined]
     # 503: retried; the slow 200 timed out: retried; then the 400 rejected the batch.
     assert (sink.stats.failures, sink.stats.dropped) == (3, 10)
     sink.write([result(i) for i in range(10, 15)])
@@ -448,9 +440,9 @@ def test_mqtt_message_accepted_while_the_connection_drops_is_confirmed_after_rec
     moment just before the drop once.
     """
     transport = MqttTransport(host="127.0.0.1", port=mqtt_broker.port, qos=1, ack_timeout=1.0)
-    assert wait_until(transport.client.is_connected)
+    assert eventually(transport.client.is_connected)
     mqtt_broker.kill()
-    assert wait_until(lambda: not transport.client.is_connected())
+    assert eventually(lambda: not transport.client.is_connected())
     really_connected = transport.client.is_connected
     answers = iter([True])
     monkeypatch.setattr(
@@ -513,15 +505,15 @@ def test_broker_restart_resumes_delivery_and_counts_drops(
     feeder = threading.Thread(target=_feed, args=(sink, stop, write_times), daemon=True)
     feeder.start()
     try:
-        assert wait_until(lambda: sink.stats.delivered >= 50)
+        assert eventually(lambda: sink.stats.delivered >= 50)
         broker.kill()
         written_at_loss = len(write_times)
-        assert wait_until(lambda: sink.stats.dropped > 0)
+        assert eventually(lambda: sink.stats.dropped > 0)
         # The writer never waits for the broker: it kept writing while the broker was gone.
-        assert wait_until(lambda: len(write_times) >= written_at_loss + 50)
+        assert eventually(lambda: len(write_times) >= written_at_loss + 50)
         delivered_while_down = sink.stats.delivered
         broker.start()
-        assert wait_until(lambda: sink.stats.delivered > delivered_while_down + 100, timeout=15)
+        assert eventually(lambda: sink.stats.delivered > delivered_while_down + 100, timeout=15)
     finally:
         stop.set()
         feeder.join(5)

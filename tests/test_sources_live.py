@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import RtspServer, free_port, run_cli
+from helpers import RtspServer, free_port, run_cli, wait_for
 from onnx_models import constant_output_model
 
 from vstream import Detector
@@ -31,14 +31,6 @@ from vstream.sources import (
 )
 
 FAST_RECONNECT = {"initial_delay_seconds": 0.2, "max_delay_seconds": 1.0}
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
 
 
 class StateLog:
