@@ -19,10 +19,11 @@ LABELS_IN_ORDER = check_secondary(SecondaryConfig(name="colour", path=str(COLOUR
 LABELS = set(LABELS_IN_ORDER)
 
 
-def run_yaml(
-    tmp_path: Path, secondary: str, extra: str = "", source: str = ""
-) -> list[dict[str, Any]]:
-    out = tmp_path / "out.jsonl"
+def pipelines_file(
+    tmp_path: Path, secondary: str, extra: str = "", source: str = "", sink: str = "{type: stdout}"
+) -> Path:
+    """A pipelines file: the demo detector on the sample, the secondary model ``secondary``
+    (one flow mapping), ``extra`` pipeline keys, ``source`` keys after the sample's uri."""
     config = tmp_path / "pipelines.yaml"
     config.write_text(
         f"""
@@ -31,13 +32,22 @@ pipelines:
     model: {{path: {DEMO_MODEL}}}
 {extra}
     secondary:
-      - {{name: colour, path: {COLOUR_MODEL}, {secondary}}}
+      - {secondary}
     sources:
       - {{id: cam, uri: {SAMPLE_VIDEO}{source}}}
     sinks:
-      - {{type: jsonl, path: {out}}}
+      - {sink}
 """
     )
+    return config
+
+
+def run_yaml(
+    tmp_path: Path, secondary: str, extra: str = "", source: str = ""
+) -> list[dict[str, Any]]:
+    out = tmp_path / "out.jsonl"
+    colour = f"{{name: colour, path: {COLOUR_MODEL}, {secondary}}}"
+    config = pipelines_file(tmp_path, colour, extra, source, f"{{type: jsonl, path: {out}}}")
     result = run_cli("run", config)
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in out.read_text().splitlines()]
@@ -106,21 +116,7 @@ def test_on_classes_restricts_which_detections_are_read(tmp_path: Path) -> None:
 def refused(tmp_path: Path, secondary: str, extra: str = "") -> list[str]:
     """The stderr lines of ``vstream run`` on a demo pipeline with ``secondary`` (and
     ``extra`` keys), which must refuse it: exit 2, no traceback."""
-    config = tmp_path / "pipelines.yaml"
-    config.write_text(
-        f"""
-pipelines:
-  - name: main
-    model: {{path: {DEMO_MODEL}}}
-    secondary:
-      - {secondary}
-{extra}
-    sources:
-      - {{id: cam, uri: {SAMPLE_VIDEO}}}
-    sinks:
-      - {{type: stdout}}
-"""
-    )
+    config = pipelines_file(tmp_path, secondary, extra)
     result = run_cli("run", config)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
@@ -308,7 +304,6 @@ def test_kept_embeddings_are_the_embedders_own_and_cost_no_second_read(tmp_path:
 
     shipped = Path(__file__).resolve().parents[1] / "configs" / "cascade.yaml"
     text = shipped.read_text().replace("../vstream/assets", str(DEMO_MODEL.parent))
-    text = text.replace("uri: ../vstream/assets/sample.mp4", f"uri: {SAMPLE_VIDEO}")
     text = text.replace(f"uri: {SAMPLE_VIDEO}", f"uri: {SAMPLE_VIDEO}\n        detect_every: 2")
     runs = {}
     for keep in ("false", "true"):
