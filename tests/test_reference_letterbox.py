@@ -203,10 +203,13 @@ def test_taps_are_opencvs(source: int, target: int) -> None:
     assert np.array_equal(ours, expected)
 
 
-def test_a_plan_uploads_index_rows_not_frame_sized_tables() -> None:
-    """The column indices are one row, expanded: on an H100 the profiler caught a (rows, cols)
-    int64 table (1.8 MB for 640x360) crossing from pageable memory at each new pipeline."""
-    plan = _Plan((853, 479), (640, 360), (853, 427), torch.device("cpu"))
-    for cols in plan.cols:
-        assert cols.shape[0] == 2 * 360  # two taps per output row
-        assert cols.untyped_storage().nbytes() == cols.shape[1] * cols.element_size()
+@pytest.mark.parametrize("layout", list(PixelFormat))
+def test_a_plan_uploads_index_rows_not_frame_sized_tables(layout: PixelFormat) -> None:
+    """Index tensors are rows and columns, broadcast: on an H100 the profiler caught a (rows,
+    cols) int64 table (1.8 MB for 640x360) crossing from pageable memory at each new pipeline."""
+    plan = _Plan((854, 480), (640, 360), layout, 4, torch.device("cpu"))
+    samples_rows, samples_cols = plan.shape
+    assert (samples_rows, samples_cols) == (2 * 360, 2 * 640)  # two taps per output row, column
+    largest = 3 * max(samples_rows, samples_cols) * 8
+    for index in plan.index:
+        assert index.untyped_storage().nbytes() <= largest

@@ -96,6 +96,8 @@ class BatchModel(Protocol):
 
     def preprocess(self, buffer: int, slot: int, frame: Frame) -> LetterboxGeometry: ...
 
+    def preprocess_batch(self, buffer: int, frames: Sequence[Frame]) -> list[LetterboxGeometry]: ...
+
     def infer(self, buffer: int, frames: int) -> list[torch.Tensor]: ...
 
     def postprocess(
@@ -137,13 +139,38 @@ class Batch:
         """Frames in the model's slots (the batch's arrivals to detect)."""
         return sum(a.detect for a in self.arrivals)
 
-    def add(self, model: BatchModel, arrival: Arrival) -> None:
-        """Put ``arrival`` in the batch: into the next model slot if it is to be detected."""
-        geometry = (
-            model.preprocess(self.buffer, self.detected, arrival.frame) if arrival.detect else None
-        )
+    def add(self, arrival: Arrival) -> None:
+        """Put ``arrival`` in the batch; :meth:`letterbox` then puts it in its model slot."""
         self.arrivals.append(arrival)
-        self.geometries.append(geometry)
+        self.geometries.append(None)
+
+    def letterbox(self, model: BatchModel) -> list[tuple[Arrival, Exception]]:
+        """Letterbox every frame to detect into the buffer's first slots, all together.
+
+        Together, a batch costs the host one gathering operation per frame and
+        the same few dozen for the rest, whatever its size. If that fails, the
+        frames go one at a time, so that a frame that cannot be letterboxed
+        fails alone: it leaves the batch, and is returned with its error.
+        """
+        detect = [a.frame for a in self.arrivals if a.detect]
+        try:
+            found = iter(model.preprocess_batch(self.buffer, detect) if detect else ())
+            self.geometries = [next(found) if a.detect else None for a in self.arrivals]
+            return []
+        except Exception:
+            log.debug("letterboxing a batch together failed; frame by frame", exc_info=True)
+        failed: list[tuple[Arrival, Exception]] = []
+        arrivals, self.arrivals, self.geometries = self.arrivals, [], []
+        for arrival in arrivals:
+            try:
+                frame, slot = arrival.frame, self.detected
+                geometry = model.preprocess(self.buffer, slot, frame) if arrival.detect else None
+            except Exception as exc:  # this frame fails alone; its slot is reused
+                failed.append((arrival, exc))
+                continue
+            self.arrivals.append(arrival)
+            self.geometries.append(geometry)
+        return failed
 
     def postprocess(self, model: BatchModel, raw: Sequence[torch.Tensor]) -> list[FrameResult]:
         """Results for every arrival, in order: the model's for the frames detected, empty
@@ -359,12 +386,16 @@ class OverlappedStages:
                     if not decision:
                         still = decision is Decision.STILL
                         arrival = dataclasses.replace(arrival, detect=False, still=still)
-                    batch.add(self.model, arrival)
-                except Exception as exc:  # this frame fails alone; its slot is reused
+                    batch.add(arrival)
+                except Exception as exc:  # this frame fails alone
                     self._fail(batch, [arrival], exc)
             batch.preprocess_seconds += time.perf_counter() - started
         if self._aborted.is_set() or not (batch.arrivals or batch.failures):
             return None
+        started = time.perf_counter()
+        for arrival, exc in batch.letterbox(self.model):
+            self._fail(batch, [arrival], exc)
+        batch.preprocess_seconds += time.perf_counter() - started
         return batch
 
     def _inference_loop(self) -> None:
@@ -415,7 +446,9 @@ class OverlappedStages:
                 try:
                     alone = Batch(batch.buffer)
                     for arrival in arrivals:
-                        alone.add(self.model, arrival)
+                        alone.add(arrival)
+                    for _, exc in alone.letterbox(self.model)[:1]:
+                        raise exc
                     raw = self.model.infer(batch.buffer, alone.detected) if alone.detected else None
                     results += alone.postprocess(self.model, raw)
                     kept += arrivals
@@ -468,10 +501,9 @@ class OverlappedStages:
         batch.arrivals = []
         batch.geometries = []
         for arrival in kept:
-            try:
-                batch.add(self.model, arrival)
-            except Exception as exc:
-                self._fail(batch, [arrival], exc)
+            batch.add(arrival)
+        for arrival, exc in batch.letterbox(self.model):
+            self._fail(batch, [arrival], exc)
 
     def _discard_failed_streams(self, batch: Batch) -> None:
         """Fail the results of streams that failed in an earlier batch while this one ran.

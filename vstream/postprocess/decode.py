@@ -35,8 +35,10 @@ and the per-frame geometry is uploaded without a stream synchronisation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import collections
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from vstream.config.model import PostprocessOptions
@@ -53,6 +55,16 @@ from vstream.transfer import transfers, upload
 
 DETECTION_COLUMNS = ("frame", "x1", "y1", "x2", "y2", "score", "class_id")
 """Columns of the detections tensor; ``frame`` is the position in the batch."""
+
+NMS_ROUNDS = 4
+"""Rounds of :class:`FixedShapes`' suppression: settles chains of up to four boxes, each
+suppressed by the one before it; a frame not settled by then is done again exactly."""
+
+MIN_WINDOW = 64
+"""Fewest candidates per frame :class:`FixedShapes` examines."""
+
+WINDOW_MEMORY = 64
+"""Batches whose candidate counts :class:`FixedShapes` sizes its window by."""
 
 
 def _rank_within_frame(frame: torch.Tensor) -> torch.Tensor:
@@ -180,6 +192,18 @@ class Postprocessor:
             boxes = boxes * self._input_scale
         return boxes, score[frame, index].float(), class_id[frame, index], frame
 
+    def ordered(
+        self, outputs: torch.Tensor | Sequence[torch.Tensor], frames: int
+    ) -> tuple[list[torch.Tensor], int | None]:
+        """The outputs of the first ``frames`` frames in this family's order, checked, and the
+        number of classes they hold (None where the layout does not say)."""
+        given = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+        ordered = [given[i][:frames] for i in self.order]
+        shapes = [tuple(given[i].shape) for i in self.order]
+        if self.family.outputs == 1:
+            check_output_shape(self.format, shapes[0])
+        return ordered, class_count(self.format, shapes)
+
     def __call__(
         self,
         outputs: torch.Tensor | Sequence[torch.Tensor],
@@ -191,12 +215,7 @@ class Postprocessor:
         output). Returns a float32 tensor of shape ``(M, 7)`` with columns
         :data:`DETECTION_COLUMNS`, grouped by frame, highest score first.
         """
-        given = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
-        ordered = [given[i][: len(geometries)] for i in self.order]
-        shapes = [tuple(given[i].shape) for i in self.order]
-        if self.family.outputs == 1:
-            check_output_shape(self.format, shapes[0])
-        classes = class_count(self.format, shapes)
+        ordered, classes = self.ordered(outputs, len(geometries))
         boxes, score, class_id, frame = self._candidates(ordered, classes)
         if not self.family.nms:
             order = _group_by_frame(frame, score)
@@ -218,6 +237,147 @@ class Postprocessor:
         return torch.cat(
             [frame[:, None].float(), boxes, score[:, None], class_id[:, None].float()], dim=1
         )
+
+
+class FixedShapes:
+    """The postprocess of a batch in shapes fixed before the run: no host wait until its copy.
+
+    On CUDA every data-dependent size (``nonzero``, torchvision's NMS keeping
+    boxes by a mask) makes the host wait for the stream. Here every frame
+    instead keeps its best ``window`` candidates (a ``topk``), suppresses them
+    against each other in a ``window x window`` matrix, and writes at most
+    ``min(max_det, window)`` rows into a tensor of a fixed shape, led by a
+    header row per frame: ``[count, exact, candidates]``. That tensor is the
+    batch's one copy to the host and its one wait
+    (:func:`vstream.transfer.to_host`); the host cuts the rows by the counts.
+
+    **Exact, or done again.** Greedy NMS keeps a box unless a better kept box
+    of its class overlaps it by more than ``iou``: with the candidates sorted,
+    ``kept = valid & ~any(kept_j & suppresses_ji, j < i)``. That recursion has
+    one solution, reached by iterating from "all kept" (each round settles at
+    least one more box of every chain of suppressions; real chains are two or
+    three long). After :data:`NMS_ROUNDS` rounds a frame whose last round
+    changed nothing holds exactly torchvision's answer. A frame that had more
+    candidates than the window, or whose rounds had not settled, says so in
+    its header, and the batch is postprocessed again by the exact path
+    (:class:`Postprocessor`'s, one more host wait, counted as ``window``).
+    The window follows the candidates seen (the next power of two of the most
+    a frame had in the last :data:`WINDOW_MEMORY` batches, from
+    :data:`MIN_WINDOW`), so the matrix stays small and a grown scene costs one
+    batch done twice.
+
+    On a CPU nothing waits, and the exact path's NMS costs less than the
+    matrix, so there the detector keeps the exact path; this one runs on a
+    CPU only where asked (tests, the host-overhead benchmark).
+    """
+
+    def __init__(self, post: Postprocessor) -> None:
+        self.post = post
+        self.window = MIN_WINDOW
+        """Candidates per frame the next batch examines; grows and shrinks with the scenes."""
+        self._needed: collections.deque[int] = collections.deque(maxlen=WINDOW_MEMORY)
+
+    def _window_for(self, anchors: int) -> int:
+        config = self.post.config
+        limit = config.max_candidates if self.post.family.nms else config.max_det
+        return max(1, min(self.window, anchors, limit))
+
+    def _complete(self, anchors: int, window: int) -> bool:
+        """Whether ``window`` candidates per frame are all the exact path would take."""
+        config = self.post.config
+        limit = config.max_candidates if self.post.family.nms else config.max_det
+        return window >= min(anchors, limit)
+
+    def __call__(
+        self,
+        outputs: torch.Tensor | Sequence[torch.Tensor],
+        geometries: Sequence[LetterboxGeometry],
+    ) -> torch.Tensor:
+        """``(frames, 1 + rows, 6)`` float32: per frame a header row, then its detections
+        (``x1, y1, x2, y2, score, class_id`` in the frame's pixels, best first)."""
+        post = self.post
+        ordered, classes = post.ordered(outputs, len(geometries))
+        boxes, score, class_id = post._dense(ordered)
+        frames, anchors = score.shape
+        keep = score > post.config.conf
+        if post.config.classes is not None:
+            keep &= post._class_allowed(class_id, classes)
+        window = self._window_for(anchors)
+        masked = torch.where(keep, score, torch.full_like(score, -torch.inf))
+        score, anchor = masked.topk(window, dim=1)
+        valid = torch.gather(keep, 1, anchor)
+        class_id = torch.gather(class_id, 1, anchor)
+        boxes = torch.gather(boxes, 1, anchor[..., None].expand(-1, -1, boxes.shape[-1])).float()
+        if post._grid is not None:
+            boxes = _yolox_decode(boxes, post._grid[anchor])
+        if post.family.box == "cxcywh":
+            boxes = cxcywh_to_xyxy(boxes)
+        if post.family.normalised:
+            boxes = boxes * post._input_scale
+        settled = torch.ones(frames, dtype=torch.bool, device=boxes.device)
+        if post.family.nms:
+            valid, settled = _suppress(boxes, class_id, valid, post.config.iou)
+        geometry = post._geometry_tensor(geometries)[:, None, :]
+        boxes = (boxes - geometry[..., 0:2].repeat(1, 1, 2)) / geometry[..., 2:4].repeat(1, 1, 2)
+        boxes = torch.minimum(boxes.clamp_(min=0.0), geometry[..., 4:6].repeat(1, 1, 2))
+        found = torch.cat([boxes, score[..., None].float(), class_id[..., None].float()], dim=2)
+        rows = min(post.config.max_det, window)
+        # The kept rows first, in their order (best first): a stable sort of "not kept".
+        first = torch.sort((~valid).to(torch.uint8), dim=1, stable=True).indices[:, :rows]
+        found = torch.gather(found, 1, first[..., None].expand(-1, -1, found.shape[-1]))
+        candidates = keep.sum(1)
+        exact = settled if self._complete(anchors, window) else settled & (candidates <= window)
+        header = torch.stack([valid.sum(1).clamp_(max=rows), exact, candidates], dim=1)
+        header = torch.nn.functional.pad(header.float(), (0, found.shape[-1] - 3))
+        return torch.cat([header[:, None, :], found], dim=1)
+
+    def unpack(self, host: np.ndarray) -> np.ndarray | None:
+        """The batch's rows as the exact path gives them (``frame, x1, ..., class_id``), or
+        None if a frame was not exact (then the window grows for the next batches)."""
+        header = host[:, 0]
+        needed = int(header[:, 2].max()) if len(header) else 0
+        self._needed.append(needed)
+        seen = max(self._needed)
+        self.window = max(MIN_WINDOW, 1 << max(0, seen - 1).bit_length())
+        if not header[:, 1].all():
+            return None
+        counts = header[:, 0].astype(np.int64)
+        mask = np.arange(host.shape[1] - 1)[None, :] < counts[:, None]
+        frame = np.broadcast_to(np.arange(len(host), dtype=np.float32)[:, None], mask.shape)
+        return np.concatenate([frame[mask][:, None], host[:, 1:][mask]], axis=1)
+
+
+def _suppress(
+    boxes: torch.Tensor, class_id: torch.Tensor, valid: torch.Tensor, iou: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy NMS of each frame's candidates, sorted best first, in fixed shapes.
+
+    Returns which boxes are kept and, per frame, whether the rounds settled.
+    The overlap is torchvision's arithmetic (``inter / (area_i + area_j - inter)``,
+    suppressing above ``iou``).
+    """
+    x1, y1, x2, y2 = boxes.unbind(-1)
+    area = (x2 - x1) * (y2 - y1)
+    width = (_pairs(torch.minimum, x2) - _pairs(torch.maximum, x1)).clamp_(min=0)
+    height = (_pairs(torch.minimum, y2) - _pairs(torch.maximum, y1)).clamp_(min=0)
+    inter = width * height
+    overlap = inter / (area[:, :, None] + area[:, None, :] - inter)
+    window = boxes.shape[1]
+    earlier = torch.ones((window, window), dtype=torch.bool, device=boxes.device).triu_(1)
+    # suppresses[b, j, i]: box j, better than box i, of its class, overlaps it by more than iou
+    suppresses = (overlap > iou) & earlier & (class_id[:, :, None] == class_id[:, None, :])
+    suppresses = (suppresses & valid[:, :, None]).to(boxes.dtype)
+    kept = valid
+    for _ in range(NMS_ROUNDS):
+        before = kept
+        hit = torch.bmm(kept[:, None, :].to(boxes.dtype), suppresses)[:, 0] > 0
+        kept = valid & ~hit
+    return kept, (kept == before).all(1)
+
+
+def _pairs(op: Callable[..., torch.Tensor], values: torch.Tensor) -> torch.Tensor:
+    """``op(values[b, j], values[b, i])`` for every pair of a frame's candidates."""
+    return op(values[:, :, None], values[:, None, :])
 
 
 def _yolox_grid(input_size: tuple[int, int], device: torch.device) -> torch.Tensor:

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from vstream.decoders.cpu import PyAVPicture
 from vstream.devices import same_device
 from vstream.frame import Frame, PixelFormat
-from vstream.preprocess.colour import chroma_planes, to_rgb_planar
+from vstream.preprocess.colour import to_rgb_planar
 from vstream.preprocess.resample import Resampler
 from vstream.preprocess.scale import Scaler
 
@@ -173,7 +173,9 @@ class Letterboxer:
             self._divisor = torch.tensor(list(divisor), **made).view(3, 1, 1)
             self._pad = [(PAD_VALUE / 255.0 - o) / d for o, d in zip(offset, divisor, strict=True)]
         self._slot_geometry: list[LetterboxGeometry | None] = [None] * input_tensor.shape[0]
-        self._resampler = Resampler()
+        self._resampler = Resampler(frames=input_tensor.shape[0])
+        self._windows: dict[tuple[int, int, LetterboxGeometry], torch.Tensor] = {}
+        """Views of the input where runs of slots are resampled together, made once each."""
         self._resized: dict[tuple[int, int], np.ndarray] = {}
         self._scaler = Scaler()
         self._levels = torch.tensor(255, dtype=input_tensor.dtype, device=input_tensor.device)
@@ -185,20 +187,85 @@ class Letterboxer:
 
     def load(self, slot: int, frame: Frame) -> LetterboxGeometry:
         """Letterbox ``frame`` into batch slot ``slot``; return its geometry."""
-        if not same_device(frame.device, self.input.device):
-            raise ValueError(
-                f"frame is on {frame.device} but the model input is on {self.input.device}"
-            )
+        return self.load_batch(slot, [frame])[0]
+
+    def load_batch(self, first_slot: int, frames: Sequence[Frame]) -> list[LetterboxGeometry]:
+        """Letterbox ``frames`` into consecutive slots from ``first_slot``; their geometries.
+
+        Frames alike (size, layout, colour and device) that take the device
+        resampler go through it together: each costs one gathering operation,
+        and every later step runs once for all of them. The CPU decoder's
+        pictures go to FFmpeg and OpenCV one by one, as before.
+        """
+        geometries: list[LetterboxGeometry] = []
+        slot = first_slot
+        for run in _alike_runs(frames):
+            first = run[0]
+            if not same_device(first.device, self.input.device):
+                raise ValueError(
+                    f"frame is on {first.device} but the model input is on {self.input.device}"
+                )
+            if self._resampled(first):
+                geometries += self._load_together(slot, run)
+            else:
+                geometries += [self._load_one(slot + i, frame) for i, frame in enumerate(run)]
+            slot += len(run)
+        return geometries
+
+    def _geometry(self, slot: int, frame: Frame) -> LetterboxGeometry:
+        """The frame's geometry in ``slot``, whose padding is painted when it changes."""
         _, _, input_height, input_width = self.input.shape
         geometry = LetterboxGeometry.fit(
             frame.width, frame.height, input_width, input_height, self.mode
         )
-        target = self.input[slot]
         if self._slot_geometry[slot] != geometry:
-            for channel, value in zip(target, self._pad, strict=True):
+            for channel, value in zip(self.input[slot], self._pad, strict=True):
                 channel.fill_(value)
             self._slot_geometry[slot] = geometry
-        window = target[
+        return geometry
+
+    def _normalise(self, window: torch.Tensor) -> None:
+        if self._offset is not None and self._divisor is not None:
+            window.sub_(self._offset).div_(self._divisor)  # in place, broadcast: no allocation
+
+    def _resampled(self, frame: Frame) -> bool:
+        """Whether ``frame`` takes the device resampler: the reference's pixels off the CPU
+        decoder (NVDEC's NV12, tensor frames); FFmpeg and OpenCV make them for its pictures."""
+        if self.resize != "linear":
+            return False
+        on_cpu = self.input.device.type == "cpu"
+        return not (
+            on_cpu and (isinstance(frame.picture, PyAVPicture) or frame.pixel_format is RGB24)
+        )
+
+    def _load_together(self, first_slot: int, frames: Sequence[Frame]) -> list[LetterboxGeometry]:
+        geometries = [self._geometry(first_slot + i, f) for i, f in enumerate(frames)]
+        geometry, first = geometries[0], frames[0]
+        key = (first_slot, len(frames), geometry)
+        windows = self._windows.get(key)
+        if windows is None:
+            if len(self._windows) >= MAX_SIZES * self.batch_size:
+                self._windows.clear()
+            windows = self._windows[key] = self.input[
+                first_slot : first_slot + len(frames),
+                :,
+                geometry.top : geometry.top + geometry.resized_height,
+                geometry.left : geometry.left + geometry.resized_width,
+            ]
+        self._resampler.resample(
+            [f.data for f in frames],
+            first.pixel_format,
+            (first.width, first.height),
+            first.colour,
+            windows,
+        )
+        self._normalise(windows)
+        return geometries
+
+    def _load_one(self, slot: int, frame: Frame) -> LetterboxGeometry:
+        geometry = self._geometry(slot, frame)
+        window = self.input[
+            slot,
             :,
             geometry.top : geometry.top + geometry.resized_height,
             geometry.left : geometry.left + geometry.resized_width,
@@ -206,21 +273,9 @@ class Letterboxer:
         if self.resize == "area":
             self._area(frame, window)
         else:
-            self._linear(frame, window)
-        if self._offset is not None and self._divisor is not None:
-            window.sub_(self._offset).div_(self._divisor)  # in place, broadcast: no allocation
-        return geometry
-
-    def _linear(self, frame: Frame, window: torch.Tensor) -> None:
-        """The reference's pixels: made by the reference's own libraries on the CPU."""
-        on_cpu = window.device.type == "cpu"
-        if on_cpu and (isinstance(frame.picture, PyAVPicture) or frame.pixel_format is RGB24):
             self._opencv(frame, window)
-        elif frame.pixel_format is RGB24:
-            self._resampler.rgb(frame.data, window)
-        else:
-            u, v = chroma_planes(frame)
-            self._resampler.yuv420(frame.data[: frame.height], u, v, frame.colour, window)
+        self._normalise(window)
+        return geometry
 
     def _opencv(self, frame: Frame, window: torch.Tensor) -> None:
         """FFmpeg's RGB of the picture, resized by OpenCV's ``INTER_LINEAR``: the reference itself.
@@ -267,6 +322,20 @@ class Letterboxer:
         if frame.pixel_format is PixelFormat.RGB24:
             return frame.data.permute(2, 0, 1).unsqueeze(0)
         return to_rgb_planar(frame)
+
+
+def _alike_runs(frames: Sequence[Frame]) -> list[list[Frame]]:
+    """``frames`` cut into runs of consecutive frames of one size, layout, colour and device."""
+    runs: list[list[Frame]] = []
+    last = None
+    for frame in frames:
+        key = (frame.width, frame.height, frame.pixel_format, frame.colour, frame.device)
+        if runs and key == last:
+            runs[-1].append(frame)
+        else:
+            runs.append([frame])
+        last = key
+    return runs
 
 
 @functools.cache

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from vstream.frame import ColourMatrix, ColourSpace
+from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
+from vstream.transfer import upload
 
 WEIGHT_BITS = 11
 """OpenCV's ``INTER_RESIZE_COEF_BITS``: interpolation weights are integers out of 2048."""
@@ -139,61 +141,89 @@ class Taps:
         return cls(index=index, weight=weight.astype(np.int32))
 
 
-class _Plan:
-    """Index tensors and scratch buffers for one source size and target size on one device.
+FRAMES_PER_PASS = 16
+"""Most frames one pass of tensor operations resamples: a batch of up to this many costs the
+host the same ~30 dispatches as one frame (plus one gather per frame), while the scratch
+buffers stay bounded (about 30 MB per pass frame for a 640x360 window: they are int32)."""
 
-    The gathered samples are laid out in blocks, ``(3, 2 * height, 2 * width)``:
-    the rows of every output's first neighbour, then of its second, and the
-    same for columns, so that each step reads contiguous halves.
+
+@dataclass(frozen=True)
+class _Views:
+    """The scratch buffers of one pass of ``frames`` frames, as the steps read and write them.
+
+    Made once per pass size: a view costs the host a dispatch like any operation.
+    """
+
+    samples: torch.Tensor
+    """``(frames, 3, rows, cols)`` uint8: the gathered samples (Y, V, U or R, G, B)."""
+    slots: tuple[torch.Tensor, ...]
+    """``samples`` frame by frame, where each frame's gather writes."""
+    luma: torch.Tensor
+    luma_by_channel: torch.Tensor
+    chroma: torch.Tensor
+    terms: torch.Tensor
+    rgb: torch.Tensor
+    red_blue: torch.Tensor
+    green: torch.Tensor
+    across: torch.Tensor | None
+    down: torch.Tensor | None
+
+
+class _Plan:
+    """Index tensors and scratch buffers for one source size, target size and layout on one device.
+
+    The samples of an output pixel's neighbours are laid out in blocks,
+    ``(3, 2 * height, 2 * width)``: the rows of every output's first
+    neighbour, then of its second, and the same for columns, so that each
+    blending step reads contiguous halves. One indexing operation gathers a
+    whole NV12 or RGB frame's samples (a plane at a time for I420), through
+    index tensors of one row or one column each, broadcast; every later step
+    runs on a pass of up to :data:`FRAMES_PER_PASS` frames at once.
     """
 
     def __init__(
         self,
         source: tuple[int, int],
         target: tuple[int, int],
-        plane_widths: tuple[int, ...],
+        layout: PixelFormat,
+        frames: int,
         device: torch.device,
     ) -> None:
         (source_width, source_height), (width, height) = source, target
         # Same size: the picture is converted as it is, nothing to blend (as the reference
         # skips its resize). Else the neighbours of every output pixel are blended.
         self.blend = (width, height) != (source_width, source_height)
+        self.layout = layout
+        self.source_height = source_height
+        self.frames = frames
         taps = 2 if self.blend else 1
         rows = Taps.fit(source_height, height)
         cols = Taps.fit(source_width, width)
         row_index = rows.index[:taps].reshape(-1)
         col_index = cols.index[:taps].reshape(-1)
-        n_rows, n_cols = len(row_index), len(col_index)
-
-        def tensor(array: np.ndarray, dtype: torch.dtype = torch.int64) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=dtype)
+        self.shape = (len(row_index), len(col_index))
+        self.device = device
+        self.index = tuple(
+            self._tensor(i) for i in _sample_index(layout, source_height, row_index, col_index)
+        )
+        """What one indexing operation takes: broadcast rows, columns (and channels for RGB);
+        for I420, rows and columns of the luma plane then of the chroma planes."""
+        if self.blend:
+            self.col_weights = self._tensor(cols.weight[:, None, None, :], torch.int32)
+            self.row_weights = self._tensor(rows.weight[:, :, None], torch.int32)
+        n_rows, n_cols = self.shape
 
         def empty(*shape: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
-            return torch.empty(shape, dtype=dtype, device=device)
+            return torch.empty((frames, *shape), dtype=dtype, device=device)
 
-        # Full-resolution indices for luma (and RGB), halved for 4:2:0 chroma: a pixel takes
-        # the chroma of the 2x2 block it lies in, as FFmpeg's converter does.
-        self.rows = (tensor(row_index), tensor(row_index // 2))
-        # One row of column indices, expanded (a view): every row gathers the same columns. A
-        # materialised (rows, cols) table was a frame-sized upload per plan (an H100's profile).
-        self.cols = tuple(tensor(col_index // factor).expand(n_rows, n_cols) for factor in (1, 2))
-        # Where every tap is an evenly spaced run of source indices (a whole-number scale: 720p
-        # or 1080p to 320, 640 to 320), the samples are strided views: copied, not gathered.
-        self.runs = tuple(
-            (_runs(rows.index[:taps] // factor), _runs(cols.index[:taps] // factor))
-            for factor in (1, 2)
-        )
-        self.row_scratch = {w: empty(n_rows, w, dtype=torch.uint8) for w in set(plane_widths)}
-        self.samples = empty(3, n_rows, n_cols, dtype=torch.uint8)
-        self.rgb = empty(3, n_rows, n_cols)
-        self.luma = empty(n_rows, n_cols)
-        self.chroma = empty(2, n_rows, n_cols)
-        self.terms = empty(2, n_rows, n_cols)
-        if self.blend:
-            self.col_weights = tensor(cols.weight[:, None, None, :], torch.int32)
-            self.row_weights = tensor(rows.weight[:, :, None], torch.int32)
-            self.across = empty(3, n_rows, width)
-            self.down = empty(3, 2, height, width)
+        self._samples = empty(3, n_rows, n_cols, dtype=torch.uint8)
+        self._rgb = empty(3, n_rows, n_cols)
+        self._luma = empty(n_rows, n_cols)
+        self._chroma = empty(2, n_rows, n_cols)
+        self._terms = empty(2, n_rows, n_cols)
+        self._across = empty(3, n_rows, width) if self.blend else None
+        self._down = empty(3, 2, height, width) if self.blend else None
+        self._views: dict[int, _Views] = {}
         self._coefficients: tuple | None = None
         # Scalars as tensors made once: a Python number is wrapped in a new tensor at every call.
         self.constants = {
@@ -202,22 +232,42 @@ class _Plan:
         }
         self.levels = torch.tensor(255.0, device=device)
 
-    def gather(self, planes: tuple[torch.Tensor, ...], chroma: bool) -> torch.Tensor:
-        """The source samples the output reads, ``(3, rows, cols)`` uint8, plane by plane."""
-        for index, plane in enumerate(planes):
-            halved = chroma and index > 0
-            row_runs, col_runs = self.runs[halved]
-            out = self.samples[index]
-            if row_runs is not None and col_runs is not None:
-                blocks = out.view(len(row_runs), -1, len(col_runs), out.shape[1] // len(col_runs))
-                for i, rows in enumerate(row_runs):
-                    for j, cols in enumerate(col_runs):
-                        blocks[i, :, j].copy_(plane[rows, cols])
-                continue
-            rows = self.row_scratch[plane.shape[1]]
-            torch.index_select(plane, 0, self.rows[halved], out=rows)
-            torch.gather(rows, 1, self.cols[halved], out=out)
-        return self.samples
+    def _tensor(self, array: np.ndarray, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        return upload(torch.from_numpy(np.ascontiguousarray(array)).to(dtype), self.device)
+
+    def views(self, frames: int) -> _Views:
+        """The scratch buffers of a pass of ``frames`` frames (made on first use)."""
+        views = self._views.get(frames)
+        if views is None:
+            samples, luma, rgb = self._samples[:frames], self._luma[:frames], self._rgb[:frames]
+            views = self._views[frames] = _Views(
+                samples=samples,
+                slots=samples.unbind(0),
+                luma=luma,
+                luma_by_channel=luma.unsqueeze(1),
+                chroma=self._chroma[:frames],
+                terms=self._terms[:frames],
+                rgb=rgb,
+                red_blue=rgb[:, ::2],
+                green=rgb[:, 1],
+                across=self._across[:frames] if self._across is not None else None,
+                down=self._down[:frames] if self._down is not None else None,
+            )
+        return views
+
+    def gather(self, pictures: Sequence[torch.Tensor], views: _Views) -> None:
+        """Each picture's samples into its slot: one operation per frame (three for I420)."""
+        if self.layout is PixelFormat.YUV420P:
+            height = self.source_height
+            rows, cols, chroma_rows, chroma_cols = self.index
+            for picture, out in zip(pictures, views.slots, strict=False):
+                chroma = picture[height:].view(2, height // 2, -1)  # (U, V) planes
+                _index_into(picture[:height], (rows, cols), out[0])
+                _index_into(chroma[1], (chroma_rows, chroma_cols), out[1])
+                _index_into(chroma[0], (chroma_rows, chroma_cols), out[2])
+            return
+        for picture, out in zip(pictures, views.slots, strict=False):
+            _index_into(picture, self.index, out)
 
     def _coefficients_of(self, k: FixedPoint) -> tuple[torch.Tensor, ...]:
         """``(v_to_r, u_to_b)``, ``(v_to_g, u_to_g)``, the luma offset and gain as tensors.
@@ -226,25 +276,25 @@ class _Plan:
         """
         if self._coefficients is None or self._coefficients[0] != k:
             values = [(k.v_to_r, k.u_to_b), (k.v_to_g, k.u_to_g), k.y_offset, k.y_gain]
-            made = [torch.tensor(v, dtype=torch.int32, device=self.rgb.device) for v in values]
+            made = [torch.tensor(v, dtype=torch.int32, device=self.device) for v in values]
             self._coefficients = (k, made[0].view(2, 1, 1), made[1].view(2, 1, 1), *made[2:])
         return self._coefficients[1:]
 
-    def convert(self, samples: torch.Tensor, k: FixedPoint) -> torch.Tensor:
+    def convert(self, views: _Views, k: FixedPoint) -> torch.Tensor:
         """FFmpeg's conversion of gathered ``(Y, V, U)`` samples (see :class:`FixedPoint`)."""
         to_red_blue, to_green, y_offset, y_gain = self._coefficients_of(k)
-        rgb, luma, chroma, terms = self.rgb, self.luma, self.chroma, self.terms
+        samples, luma, chroma, terms = views.samples, views.luma, views.chroma, views.terms
         bits = self.constants[13]
-        luma.copy_(samples[0]).sub_(y_offset).relu_()
+        luma.copy_(samples[:, 0]).sub_(y_offset).relu_()
         luma.mul_(y_gain).bitwise_right_shift_(bits)
-        chroma.copy_(samples[1:]).sub_(self.constants[128])  # (V, U)
+        chroma.copy_(samples[:, 1:]).sub_(self.constants[128])  # (V, U)
         torch.mul(chroma, to_red_blue, out=terms).bitwise_right_shift_(bits)
-        torch.add(terms, luma, out=rgb[::2])  # R and B
+        torch.add(terms, views.luma_by_channel, out=views.red_blue)  # R and B
         torch.mul(chroma, to_green, out=terms).bitwise_right_shift_(bits)
-        torch.add(terms[0], terms[1], out=rgb[1]).add_(luma)
-        return rgb.clamp_(0, 255)
+        torch.add(terms[:, 0], terms[:, 1], out=views.green).add_(luma)
+        return views.rgb.clamp_(0, 255)
 
-    def interpolate(self, rgb: torch.Tensor, out: torch.Tensor) -> None:
+    def interpolate(self, rgb: torch.Tensor, views: _Views, out: torch.Tensor) -> None:
         """OpenCV's fixed-point blend of the gathered pixels into ``out`` (levels / 255).
 
         Across: ``a0 * p0 + a1 * p1`` exactly. Down: as OpenCV's vector code
@@ -252,76 +302,95 @@ class _Plan:
         multiplied by its weight keeping the high 16 bits, the two added and
         rounded off by 2 bits (never above 255, so no clip is needed).
         """
-        if self.blend:
-            height, width = self.down.shape[2:]
-            pairs = rgb.view(3, rgb.shape[1], 2, width)
-            torch.mul(pairs[:, :, 0], self.col_weights[0], out=self.across)
-            self.across.addcmul_(pairs[:, :, 1], self.col_weights[1])
-            rows = self.across.bitwise_right_shift_(self.constants[4]).view(3, 2, height, width)
-            torch.mul(rows, self.row_weights, out=self.down)
-            self.down.bitwise_right_shift_(self.constants[16])
-            rgb = self.down[:, 0].add_(self.down[:, 1]).add_(self.constants[2])
+        if views.across is not None and views.down is not None:
+            frames, _, n_rows, width = views.across.shape
+            height = views.down.shape[3]
+            pairs = rgb.view(frames, 3, n_rows, 2, width)
+            torch.mul(pairs[:, :, :, 0], self.col_weights[0], out=views.across)
+            views.across.addcmul_(pairs[:, :, :, 1], self.col_weights[1])
+            rows = views.across.bitwise_right_shift_(self.constants[4])
+            torch.mul(rows.view(frames, 3, 2, height, width), self.row_weights, out=views.down)
+            views.down.bitwise_right_shift_(self.constants[16])
+            rgb = views.down[:, :, 0].add_(views.down[:, :, 1]).add_(self.constants[2])
             rgb.bitwise_right_shift_(self.constants[2])
         out.copy_(rgb).div_(self.levels)  # as Ultralytics scales: float, then divided by 255
 
 
-def _runs(taps: np.ndarray) -> tuple[slice, ...] | None:
-    """Each tap's source indices as a slice, if every tap's are evenly spaced; else None."""
-    runs = []
-    for index in taps:
-        step = int(index[1] - index[0]) if len(index) > 1 else 1
-        if step <= 0 or not np.array_equal(index, index[0] + step * np.arange(len(index))):
-            return None
-        runs.append(slice(int(index[0]), int(index[-1]) + 1, step))
-    return tuple(runs)
+def _index_into(picture: torch.Tensor, index: Sequence[torch.Tensor], out: torch.Tensor) -> None:
+    """``picture[index]`` written into ``out``: advanced indexing with broadcast index tensors,
+    in one operation that allocates nothing (any strides: NVDEC's pitched planes too)."""
+    torch.ops.aten.index.Tensor_out(picture, list(index), out=out)
+
+
+def _sample_index(
+    layout: PixelFormat, source_height: int, rows: np.ndarray, cols: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """Index arrays that gather the ``(3, len(rows), len(cols))`` samples of a picture.
+
+    Luma (and RGB) at full resolution; 4:2:0 chroma halved, a pixel taking the
+    chroma of the 2x2 block it lies in, as FFmpeg's converter does. NV12
+    (``(height * 3 / 2, width)``, interleaved U and V after the luma rows) and
+    packed RGB take one index each, broadcast; I420 is three planes, so its
+    index is the luma's rows and columns, then the chroma planes'.
+    """
+    if layout is PixelFormat.RGB24:
+        return rows[None, :, None], cols[None, None, :], np.arange(3)[:, None, None]
+    if layout is PixelFormat.NV12:
+        chroma_row = source_height + rows // 2
+        chroma_col = (cols // 2) * 2
+        return (
+            np.stack([rows, chroma_row, chroma_row])[:, :, None],  # Y, V, U
+            np.stack([cols, chroma_col + 1, chroma_col])[:, None, :],
+        )
+    return rows[:, None], cols[None, :], (rows // 2)[:, None], (cols // 2)[None, :]
 
 
 class Resampler:
-    """Letterbox windows from YUV 4:2:0 or RGB planes, as the reference makes them.
+    """Letterbox windows from NV12, I420 or RGB pictures, as the reference makes them.
 
-    Keeps one plan (indices and scratch buffers) per source and target size,
-    least recently used dropped past :data:`MAX_PLANS`. Not thread-safe: each
-    letterboxer has its own, used by whichever stage holds its buffer.
+    Keeps one plan (indices and scratch buffers) per source size, target
+    size and layout, least recently used dropped past :data:`MAX_PLANS`. Not
+    thread-safe: each letterboxer has its own, used by whichever stage holds
+    its buffer.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, frames: int = 1) -> None:
+        """``frames``: the most frames a call resamples at once (the letterboxer's batch)."""
+        self.frames = max(1, min(frames, FRAMES_PER_PASS))
         self._plans: OrderedDict[tuple, _Plan] = OrderedDict()
 
-    def _plan(
-        self, planes: tuple[torch.Tensor, ...], source: tuple[int, int], out: torch.Tensor
-    ) -> _Plan:
-        target = (out.shape[2], out.shape[1])
-        widths = tuple([p.shape[1] for p in planes])  # a generator here leaves garbage behind
-        key = (source, target, widths, out.device)
+    def _plan(self, source: tuple[int, int], layout: PixelFormat, out: torch.Tensor) -> _Plan:
+        target = (out.shape[-1], out.shape[-2])
+        key = (source, target, layout, out.device)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = _Plan(source, target, widths, out.device)
+            plan = self._plans[key] = _Plan(source, target, layout, self.frames, out.device)
             if len(self._plans) > MAX_PLANS:
                 self._plans.popitem(last=False)
         else:
             self._plans.move_to_end(key)
         return plan
 
-    def yuv420(
+    def resample(
         self,
-        y: torch.Tensor,
-        u: torch.Tensor,
-        v: torch.Tensor,
+        pictures: Sequence[torch.Tensor],
+        layout: PixelFormat,
+        size: tuple[int, int],
         colour: ColourSpace,
         out: torch.Tensor,
     ) -> None:
-        """Resize the 4:2:0 picture ``(y, u, v)`` into ``out`` (``(3, h, w)``, RGB in 0..1).
-
-        ``y`` is ``(height, width)`` and ``u``, ``v`` are ``(height / 2, width / 2)``
-        ``uint8`` planes, any strides (NV12's interleaved chroma are views).
-        """
-        plan = self._plan((y, v, u), (y.shape[1], y.shape[0]), out)
-        rgb = plan.convert(plan.gather((y, v, u), chroma=True), ffmpeg_coefficients(colour))
-        plan.interpolate(rgb, out)
-
-    def rgb(self, image: torch.Tensor, out: torch.Tensor) -> None:
-        """Resize a packed ``(height, width, 3)`` ``uint8`` RGB picture into ``out``."""
-        planes = image.unbind(2)
-        plan = self._plan(planes, (image.shape[1], image.shape[0]), out)
-        samples = plan.gather(planes, chroma=False)
-        plan.interpolate(plan.rgb.copy_(samples), out)
+        """Resize ``pictures`` (each ``size`` = (width, height), laid out as ``layout`` says)
+        into ``out``, ``(len(pictures), 3, h, w)``, RGB in 0..1, in passes of up to
+        :data:`FRAMES_PER_PASS` frames."""
+        plan = self._plan(size, layout, out)
+        coefficients = None if layout is PixelFormat.RGB24 else ffmpeg_coefficients(colour)
+        for first in range(0, len(pictures), plan.frames):
+            chunk = pictures[first : first + plan.frames]
+            views = plan.views(len(chunk))
+            plan.gather(chunk, views)
+            if coefficients is None:
+                rgb = views.rgb.copy_(views.samples)
+            else:
+                rgb = plan.convert(views, coefficients)
+            target = out if len(chunk) == len(pictures) else out[first : first + len(chunk)]
+            plan.interpolate(rgb, views, target)

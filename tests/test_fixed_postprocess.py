@@ -1,0 +1,172 @@
+"""The postprocess in fixed shapes (CUDA's, no host wait but its copy) against the exact path.
+
+Oracles: torchvision's own ``batched_nms`` (the NMS every reference runs),
+the exact path (:class:`Postprocessor`), and Ultralytics' answers stored
+beside the parity videos, on a model whose scores look like real ones
+(``demo_tempered.onnx``, 0.25-0.9). The fixed path runs here on the CPU,
+as the detector runs it on CUDA.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+
+from vstream import Detector
+from vstream.bench.overhead import DispatchCounter
+from vstream.config import PostprocessOptions
+from vstream.parity import agreement, references
+from vstream.postprocess import OutputFormat, Postprocessor
+from vstream.postprocess.decode import MIN_WINDOW, NMS_ROUNDS, FixedShapes
+from vstream.preprocess import LetterboxGeometry
+from vstream.sources import VideoFileSource
+
+CPU = torch.device("cpu")
+GEOMETRIES = [
+    LetterboxGeometry.fit(1920, 1080, 320, 320),
+    LetterboxGeometry.fit(640, 480, 320, 320),
+    LetterboxGeometry.fit(320, 320, 320, 320),
+]
+
+
+def clustered_yolov8(frames: int, objects: int, seed: int, classes: int = 3) -> torch.Tensor:
+    """``[frames, 4 + classes, 2100]`` as a detector writes it: each object seen by a cluster
+    of anchors (jittered boxes, scores 0.25-0.9), and low scores everywhere else."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros((frames, 4 + classes, 2100), np.float32)
+    out[:, 4:] = rng.uniform(0, 0.2, (frames, classes, 2100))
+    out[:, 0:2] = rng.uniform(0, 320, (frames, 2, 2100))
+    out[:, 2:4] = rng.uniform(4, 60, (frames, 2, 2100))
+    for f in range(frames):
+        anchors = iter(rng.permutation(2100))
+        for _ in range(objects):
+            centre, size = rng.uniform(20, 300, 2), rng.uniform(10, 80, 2)
+            cls = rng.integers(classes)
+            for _ in range(rng.integers(1, 12)):
+                a = next(anchors)
+                out[f, 0:2, a] = centre + rng.normal(0, 0.08, 2) * size
+                out[f, 2:4, a] = size * rng.uniform(0.8, 1.2, 2)
+                out[f, 4 + cls, a] = rng.uniform(0.25, 0.9)
+    return torch.from_numpy(out)
+
+
+def fixed_rows(fixed: FixedShapes, output: torch.Tensor) -> np.ndarray | None:
+    return fixed.unpack(fixed(output, GEOMETRIES[: len(output)]).numpy())
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("max_det", [300, 5])
+def test_the_fixed_path_equals_the_exact_one(seed: int, max_det: int) -> None:
+    exact = Postprocessor(OutputFormat.YOLOV8, PostprocessOptions(max_det=max_det), CPU)
+    fixed = FixedShapes(exact)
+    fixed.window = 512  # every candidate fits: no batch is sent back
+    output = clustered_yolov8(3, objects=12 + 4 * seed, seed=seed)
+    rows = fixed_rows(fixed, output)
+    assert rows is not None, "settled and within the window"
+    expected = exact(output, GEOMETRIES).numpy()
+    assert len(expected) > 0
+    np.testing.assert_array_equal(rows, expected)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kept_boxes_are_torchvisions(seed: int) -> None:
+    """Per frame, the boxes kept are those ``torchvision.ops.batched_nms`` keeps, in its order."""
+    config = PostprocessOptions(conf=0.25, iou=0.45)
+    fixed = FixedShapes(Postprocessor(OutputFormat.YOLOV8, config, CPU))
+    fixed.window = 512
+    square = [GEOMETRIES[2]] * 2
+    output = clustered_yolov8(2, objects=20, seed=100 + seed)
+    rows = fixed.unpack(fixed(output, square).numpy())
+    assert rows is not None
+    for frame in range(2):
+        rows_out = output[frame].T
+        score, cls = rows_out[:, 4:].max(dim=1)
+        above = score > config.conf
+        xywh = rows_out[above, :4]
+        boxes = torch.cat([xywh[:, :2] - xywh[:, 2:] / 2, xywh[:, :2] + xywh[:, 2:] / 2], dim=1)
+        kept = torchvision.ops.batched_nms(boxes, score[above], cls[above], config.iou)
+        ours = rows[rows[:, 0] == frame]
+        np.testing.assert_allclose(ours[:, 1:5], boxes[kept].clamp(0, 320).numpy(), atol=1e-4)
+        np.testing.assert_array_equal(ours[:, 6], cls[above][kept].numpy())
+
+
+def test_a_frame_beyond_the_window_is_sent_back_and_the_window_grows() -> None:
+    exact = Postprocessor(OutputFormat.YOLOV8, PostprocessOptions(), CPU)
+    fixed = FixedShapes(exact)
+    output = clustered_yolov8(2, objects=40, seed=7)
+    candidates = int((output[:, 4:].max(dim=1).values > 0.25).sum(dim=1).max())
+    assert candidates > MIN_WINDOW == fixed.window
+    assert fixed_rows(fixed, output) is None, "more candidates than the window: not exact"
+    assert fixed.window >= candidates and fixed.window & (fixed.window - 1) == 0
+    np.testing.assert_array_equal(fixed_rows(fixed, output), exact(output, GEOMETRIES[:2]).numpy())
+
+
+def test_a_chain_longer_than_the_rounds_is_sent_back() -> None:
+    """Boxes in a row, each overlapping the next: greedy NMS keeps every other one, which
+    takes as many rounds as the chain is long to settle."""
+    boxes = [(30 + 12 * i, 100, 20, 20, 0, 0.9 - 0.05 * i) for i in range(NMS_ROUNDS + 3)]
+    output = torch.zeros((1, 5, 2100))
+    for anchor, (cx, cy, w, h, _, score) in enumerate(boxes):
+        output[0, :, anchor] = torch.tensor([cx, cy, w, h, score])
+    config = PostprocessOptions(iou=0.2)
+    fixed = FixedShapes(Postprocessor(OutputFormat.YOLOV8, config, CPU))
+    assert fixed_rows(fixed, output) is None
+    short = output.clone()
+    short[0, 4, NMS_ROUNDS - 1 :] = 0
+    rows = fixed_rows(fixed, short)
+    assert rows is not None
+    assert rows[:, 5].tolist() == pytest.approx([0.9, 0.8])  # the first and the third
+
+
+def test_the_fixed_path_dispatches_no_host_wait() -> None:
+    fixed = FixedShapes(Postprocessor(OutputFormat.YOLOV8, PostprocessOptions(), CPU))
+    output = clustered_yolov8(3, objects=10, seed=3)
+    with DispatchCounter() as counter:
+        fixed(output, GEOMETRIES)
+    assert counter.waits == 0, counter.ops
+    with DispatchCounter() as exact_counter:
+        fixed.post(output, GEOMETRIES)
+    assert exact_counter.waits >= 2, "the exact path's nonzero and NMS would wait"
+
+
+def test_end_to_end_models_take_the_best_max_det_rows() -> None:
+    config = PostprocessOptions(max_det=3)
+    exact = Postprocessor(OutputFormat.END_TO_END, config, CPU)
+    fixed = FixedShapes(exact)
+    rng = np.random.default_rng(0)
+    output = torch.from_numpy(rng.uniform(0, 300, (2, 100, 6)).astype(np.float32))
+    output[..., 4] = torch.from_numpy(rng.uniform(0, 1, (2, 100)).astype(np.float32))
+    output[..., 5] = torch.from_numpy(rng.integers(0, 5, (2, 100)).astype(np.float32))
+    np.testing.assert_array_equal(fixed_rows(fixed, output), exact(output, GEOMETRIES[:2]).numpy())
+
+
+def test_a_real_model_finds_the_references_boxes_on_the_fixed_path() -> None:
+    """Ultralytics' answers on a parity video, with the tempered demo model (real-looking
+    scores): the fixed path keeps exactly the exact path's boxes, frame by frame."""
+    reference = references()[0]
+    detector = Detector(reference.model, device="cpu", batch_size=4, **reference.options())
+    with VideoFileSource(reference.video) as source:
+        frames = list(source)
+    exact, fixed = [], []
+    shapes = FixedShapes(detector.postprocessor)
+    for first in range(0, len(frames), 4):
+        batch = frames[first : first + 4]
+        raw = detector.infer(0, len(detector.preprocess_batch(0, batch)))
+        geometries = [detector.letterboxer._slot_geometry[i] for i in range(len(batch))]
+        exact += detector.postprocess(raw, geometries, batch)
+        detector.fixed_shapes = shapes
+        fixed += detector.postprocess(raw, geometries, batch)
+        detector.fixed_shapes = None
+    assert [r.to_record() for r in fixed] == [r.to_record() for r in exact]
+    boxes = [
+        [
+            {"bbox": b, "class_id": c}
+            for b, c in zip(r.detections.xyxy.tolist(), r.detections.class_id.tolist(), strict=True)
+        ]
+        for r in fixed
+    ]
+    scores = [s for r in fixed for s in r.detections.confidence.tolist()]
+    assert min(scores) < 0.5 < max(scores), "scores like a real model's"
+    assert agreement(boxes, reference.frames).recall >= 0.99
