@@ -43,10 +43,11 @@ def test_on_a_cpu_the_cores_become_runs_of_one_thread(cores: int, expected: tupl
 def test_on_cuda_one_run_and_more_asked_is_said_once_by_the_plan(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The plan is the one place runs are decided: the session and the stages take it as it is."""
-    assert plan("cuda", cores=16) == (1, 0, 3)
+    """The plan is the one place runs are decided: the session and the stages take it as it is.
+    On CUDA a batch waits letterboxed while the GPU runs the one before: four buffers."""
+    assert plan("cuda", cores=16) == (1, 0, 4)
     assert not caplog.records
-    assert plan("cuda", cores=16, concurrent_runs=3) == (1, 0, 3)
+    assert plan("cuda", cores=16, concurrent_runs=3) == (1, 0, 4)
     (notice,) = [r.getMessage() for r in caplog.records]
     assert notice.startswith("runtime.concurrent_runs=3: on CUDA the model runs one batch at a")
     assert notice.endswith("running 1")
@@ -126,3 +127,15 @@ pipelines:
     finally:
         engine.stop(timeout=20)
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 8
+
+
+def test_the_default_batch_fits_the_device() -> None:
+    """A GPU batches across streams by default (buckets keep part-filled batches cheap); a CPU
+    runs one frame at a time; a batch the model fixes or the user sets wins everywhere."""
+    from vstream.inference.model import CUDA_BATCH, batch_size, open_for_inspection, read_model_spec
+
+    spec = read_model_spec(open_for_inspection(MODEL, "model"), Path(MODEL))
+    assert spec.fixed_batch is None
+    assert batch_size(spec, None, "cuda") == CUDA_BATCH == 32
+    assert batch_size(spec, None, "cpu") == 1
+    assert batch_size(spec, 4, "cuda") == 4

@@ -43,6 +43,7 @@ from vstream.postprocess.formats import (
     resolve_preprocessing,
 )
 from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
+from vstream.preprocess.resample import Resampler
 from vstream.results import FrameResult, split_by_frame
 from vstream.transfer import HostStaging, to_host, transfers
 
@@ -152,8 +153,9 @@ class Detector:
             model.std,
         )
         normalise = self.preprocessing.normalisation()
+        resampler = Resampler(frames=self.model.batch_size)
         self.letterboxers = tuple(
-            Letterboxer(b.input, model.resize, self.preprocessing.resize_mode, normalise)
+            Letterboxer(b.input, model.resize, self.preprocessing.resize_mode, normalise, resampler)
             for b in self.model.buffers
         )
         """One per model buffer, each remembering the padding of its own slots."""

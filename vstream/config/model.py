@@ -217,7 +217,7 @@ class RuntimeOptions(StrictModel):
     batch_size: Annotated[Int(1, MAX_BATCH) | None, Cli("--batch")] = Field(
         None,
         description="most frames per model run (smaller batches run in smaller buckets); "
-        "default: the batch the model fixes, else 1",
+        "default: the batch the model fixes, else 32 on CUDA and 1 on a CPU",
     )
     batch_timeout_seconds: Annotated[Seconds(0, 10, open_low=False), Cli("--batch-timeout")] = (
         Field(0.04, description="how long a partly filled batch waits for more frames")

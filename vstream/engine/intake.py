@@ -46,31 +46,47 @@ class _Lane:
     capacity: int
     policy: FreshnessPolicy
     frames: deque[Arrival]
+    room: threading.Condition
+    """Where this stream's reader waits for room (``block``); woken only for this lane."""
     dropped: int = 0
 
 
 class Intake:
-    """Per-stream bounded queues behind one condition variable; every drop counted."""
+    """Per-stream bounded queues behind one lock; every drop counted.
+
+    Wake-ups are per lane: a frame put wakes the one taker (the
+    preprocessing stage), and frames taken from a lane wake that lane's
+    reader alone, so 64 streams cost what one does (one condition for all
+    woke every reader at every put and take).
+    """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        """Where the taker waits for a frame."""
         self._lanes: dict[str, _Lane] = {}
+        self._queued = 0
+        """Frames in every lane together."""
         self._next = 0
 
     def register(self, stream_id: str, capacity: int, policy: FreshnessPolicy) -> None:
-        with self._cond:
-            self._lanes[stream_id] = _Lane(capacity, FreshnessPolicy(policy), deque())
+        with self._lock:
+            room = threading.Condition(self._lock)
+            self._lanes[stream_id] = _Lane(capacity, FreshnessPolicy(policy), deque(), room)
 
     def unregister(self, stream_id: str) -> int:
         """Forget a stream; return how many of its frames were still queued."""
-        with self._cond:
+        with self._lock:
             lane = self._lanes.pop(stream_id, None)
-            self._cond.notify_all()
-            return len(lane.frames) if lane is not None else 0
+            if lane is None:
+                return 0
+            self._queued -= len(lane.frames)
+            lane.room.notify_all()  # its reader sees the stream is gone
+            return len(lane.frames)
 
     def put(self, stream_id: str, frame: Frame, stop: threading.Event) -> bool:
         """Queue ``frame`` by the stream's policy; False once ``stop`` is set or it is gone."""
-        with self._cond:
+        with self._lock:
             while True:
                 lane = self._lanes.get(stream_id)
                 if lane is None or stop.is_set():
@@ -80,47 +96,56 @@ class Intake:
                 if lane.policy is FreshnessPolicy.LATEST:
                     lane.frames.popleft()
                     lane.dropped += 1
+                    self._queued -= 1
                     break
-                self._cond.wait(0.5)
+                lane.room.wait(0.5)
             lane.frames.append(Arrival(frame, stream_id, time.time()))
-            self._cond.notify_all()
+            self._queued += 1
+            self._arrived.notify()
             return True
 
     def dropped(self, stream_id: str) -> int:
         """Frames of ``stream_id`` dropped by its ``latest`` policy so far."""
-        with self._cond:
+        with self._lock:
             lane = self._lanes.get(stream_id)
             return lane.dropped if lane is not None else 0
 
     def take(self, limit: int, timeout: float) -> list[Arrival]:
         """Up to ``limit`` frames, round-robin over streams; waits up to ``timeout`` for one."""
-        with self._cond:
-            if not self._cond.wait_for(self._has_frames, timeout):
+        with self._lock:
+            if not self._arrived.wait_for(self._has_frames, timeout):
                 return []
             batch: list[Arrival] = []
             lanes = list(self._lanes.values())
             start = self._next % len(lanes)
             order = lanes[start:] + lanes[:start]
-            while len(batch) < limit and self._has_frames():
+            emptied: set[int] = set()
+            while len(batch) < limit and self._queued > len(batch):
                 for lane in order:
                     if lane.frames and len(batch) < limit:
                         batch.append(lane.frames.popleft())
+                        emptied.add(id(lane))
+            self._queued -= len(batch)
             self._next = start + 1
-            self._cond.notify_all()
+            for lane in order:
+                if id(lane) in emptied:
+                    lane.room.notify()
             return batch
 
     def _has_frames(self) -> bool:
-        return any(lane.frames for lane in self._lanes.values())
+        return self._queued > 0
 
     def queued(self, stream_id: str | None = None) -> int:
         """Frames waiting, for one stream or all."""
-        with self._cond:
+        with self._lock:
             if stream_id is not None:
                 lane = self._lanes.get(stream_id)
                 return len(lane.frames) if lane is not None else 0
-            return sum(len(lane.frames) for lane in self._lanes.values())
+            return self._queued
 
     def wake(self) -> None:
-        """Wake every waiting reader, e.g. so that it sees its stop flag."""
-        with self._cond:
-            self._cond.notify_all()
+        """Wake every waiting reader and the taker, e.g. so that they see a stop flag."""
+        with self._lock:
+            for lane in self._lanes.values():
+                lane.room.notify_all()
+            self._arrived.notify_all()

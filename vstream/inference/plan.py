@@ -42,6 +42,10 @@ MAX_AUTO_RUNS = 8
 EXTRA_BUFFERS = 2
 """Buffers besides one per run: the batch being gathered and the one in postprocessing."""
 
+CUDA_EXTRA_BUFFERS = 3
+"""On CUDA one more: a gathered batch waits, letterboxed, while the GPU runs the one before,
+so the host never leaves the GPU without the next batch queued."""
+
 
 @dataclass(frozen=True)
 class RunPlan:
@@ -108,7 +112,9 @@ def plan_runs(
         device=device,
         concurrent_runs=runs,
         threads_per_run=threads,
-        buffers=buffers if buffers is not None else runs + EXTRA_BUFFERS,
+        buffers=buffers
+        if buffers is not None
+        else runs + (EXTRA_BUFFERS if device == "cpu" else CUDA_EXTRA_BUFFERS),
         cores=cores,
         chosen_by="set: " + ", ".join(given) if given else "auto",
     )

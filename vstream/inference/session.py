@@ -218,7 +218,9 @@ class ModelSession:
             self._check_gpu_provider(ort, path)
         self.spec = read_model_spec(self.session, path)
         height, width = input_size(self.spec, model.imgsz)
-        sizes = bucket_sizes(batch_size(self.spec, runtime.batch_size), self.spec.fixed_batch)
+        sizes = bucket_sizes(
+            batch_size(self.spec, runtime.batch_size, self.device.type), self.spec.fixed_batch
+        )
         self._shapes = {size: self._output_shapes((size, 3, height, width)) for size in sizes}
         if self.cuda_graphs and any(None in s.values() for s in self._shapes.values()):
             raise ModelError(

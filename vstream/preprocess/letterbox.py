@@ -151,9 +151,12 @@ class Letterboxer:
         resize: Resize = "linear",
         mode: ResizeMode = "letterbox",
         normalise: tuple[Sequence[float], Sequence[float]] | None = None,
+        resampler: Resampler | None = None,
     ) -> None:
         """``normalise`` is (offset, divisor) per channel: ``value = (pixel - offset) / divisor``
-        for pixels in 0..1 (see :meth:`ModelConfig.normalisation`); None leaves 0..1."""
+        for pixels in 0..1 (see :meth:`ModelConfig.normalisation`); None leaves 0..1.
+        ``resampler`` may be shared by the letterboxers of one model's buffers (it locks):
+        its scratch buffers are the largest part of a GPU pipeline's own memory."""
         if input_tensor.dim() != 4 or input_tensor.shape[1] != 3:
             raise ValueError(f"input tensor must be (N, 3, H, W), got {tuple(input_tensor.shape)}")
         if resize not in ("linear", "area"):
@@ -173,7 +176,7 @@ class Letterboxer:
             self._divisor = torch.tensor(list(divisor), **made).view(3, 1, 1)
             self._pad = [(PAD_VALUE / 255.0 - o) / d for o, d in zip(offset, divisor, strict=True)]
         self._slot_geometry: list[LetterboxGeometry | None] = [None] * input_tensor.shape[0]
-        self._resampler = Resampler(frames=input_tensor.shape[0])
+        self._resampler = resampler or Resampler(frames=input_tensor.shape[0])
         self._windows: dict[tuple[int, int, LetterboxGeometry], torch.Tensor] = {}
         """Views of the input where runs of slots are resampled together, made once each."""
         self._resized: dict[tuple[int, int], np.ndarray] = {}

@@ -30,6 +30,7 @@ take, which is why CPU frames do not come here.
 from __future__ import annotations
 
 import functools
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -349,15 +350,17 @@ class Resampler:
     """Letterbox windows from NV12, I420 or RGB pictures, as the reference makes them.
 
     Keeps one plan (indices and scratch buffers) per source size, target
-    size and layout, least recently used dropped past :data:`MAX_PLANS`. Not
-    thread-safe: each letterboxer has its own, used by whichever stage holds
-    its buffer.
+    size and layout, least recently used dropped past :data:`MAX_PLANS`. One
+    call at a time uses them (a lock): the letterboxers of one model's
+    buffers share one resampler, used by the preprocessing stage (and, when a
+    batch is run again stream by stream, by a model thread).
     """
 
     def __init__(self, frames: int = 1) -> None:
         """``frames``: the most frames a call resamples at once (the letterboxer's batch)."""
         self.frames = max(1, min(frames, FRAMES_PER_PASS))
         self._plans: OrderedDict[tuple, _Plan] = OrderedDict()
+        self._lock = threading.Lock()
 
     def _plan(self, source: tuple[int, int], layout: PixelFormat, out: torch.Tensor) -> _Plan:
         target = (out.shape[-1], out.shape[-2])
@@ -382,6 +385,17 @@ class Resampler:
         """Resize ``pictures`` (each ``size`` = (width, height), laid out as ``layout`` says)
         into ``out``, ``(len(pictures), 3, h, w)``, RGB in 0..1, in passes of up to
         :data:`FRAMES_PER_PASS` frames."""
+        with self._lock:
+            self._resample(pictures, layout, size, colour, out)
+
+    def _resample(
+        self,
+        pictures: Sequence[torch.Tensor],
+        layout: PixelFormat,
+        size: tuple[int, int],
+        colour: ColourSpace,
+        out: torch.Tensor,
+    ) -> None:
         plan = self._plan(size, layout, out)
         coefficients = None if layout is PixelFormat.RGB24 else ffmpeg_coefficients(colour)
         for first in range(0, len(pictures), plan.frames):

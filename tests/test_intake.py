@@ -1,0 +1,85 @@
+"""The intake's wake-ups: per lane, never every reader at every put and take."""
+
+from __future__ import annotations
+
+import threading
+from typing import ClassVar
+
+import pytest
+import torch
+
+from vstream.config.sources import FreshnessPolicy
+from vstream.engine import intake as intake_module
+from vstream.engine.intake import Intake
+from vstream.frame import Frame, PixelFormat
+
+FRAME = Frame(torch.zeros((4, 4, 3), dtype=torch.uint8), PixelFormat.RGB24, 4, 4)
+
+
+class CountingCondition(threading.Condition):
+    """A real condition that records who was woken, and how."""
+
+    calls: ClassVar[list[tuple[int, str]]] = []
+
+    def notify(self, n: int = 1) -> None:
+        CountingCondition.calls.append((id(self), "notify"))
+        super().notify(n)
+
+    def notify_all(self) -> None:
+        CountingCondition.calls.append((id(self), "notify_all"))
+        super().notify_all()
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
+    CountingCondition.calls = []
+    monkeypatch.setattr(intake_module.threading, "Condition", CountingCondition)
+    return CountingCondition.calls
+
+
+def test_a_put_wakes_the_taker_and_a_take_wakes_only_the_lanes_it_took_from(
+    counted: list[tuple[int, str]],
+) -> None:
+    intake = Intake()
+    for s in range(8):
+        intake.register(str(s), 2, FreshnessPolicy.BLOCK)
+    stop = threading.Event()
+    for s in range(8):
+        assert intake.put(str(s), FRAME, stop)
+    taker = id(intake._arrived)
+    assert counted == [(taker, "notify")] * 8
+    counted.clear()
+    taken = intake.take(3, timeout=1.0)
+    assert len(taken) == 3
+    rooms = {id(intake._lanes[a.stream].room) for a in taken}
+    assert sorted(counted) == sorted((room, "notify") for room in rooms)
+    assert intake.queued() == 5
+
+
+def test_a_blocked_reader_goes_on_when_its_frame_is_taken() -> None:
+    intake = Intake()
+    intake.register("cam", 1, FreshnessPolicy.BLOCK)
+    intake.register("other", 1, FreshnessPolicy.BLOCK)
+    stop = threading.Event()
+    assert intake.put("cam", FRAME, stop)
+    done = threading.Event()
+    reader = threading.Thread(target=lambda: intake.put("cam", FRAME, stop) and done.set())
+    reader.start()
+    assert not done.wait(0.2), "the lane is full: the reader waits"
+    assert [a.stream for a in intake.take(1, timeout=1.0)] == ["cam"]
+    assert done.wait(30), "taking its frame let the reader in"
+    reader.join(30)
+    assert intake.queued("cam") == 1
+
+
+def test_latest_lanes_drop_and_count_the_oldest() -> None:
+    intake = Intake()
+    intake.register("live", 2, FreshnessPolicy.LATEST)
+    stop = threading.Event()
+    for _ in range(5):
+        assert intake.put("live", FRAME, stop)
+    assert intake.dropped("live") == 3
+    assert intake.queued() == 2
+    assert len(intake.take(10, timeout=1.0)) == 2
+    assert intake.queued() == 0
+    assert intake.unregister("live") == 0
