@@ -63,6 +63,9 @@ suppressed by the one before it; a frame not settled by then is done again exact
 MIN_WINDOW = 64
 """Fewest candidates per frame :class:`FixedShapes` examines."""
 
+MIN_ROWS = 16
+"""Fewest detections per frame :class:`FixedShapes` copies to the host."""
+
 WINDOW_MEMORY = 64
 """Batches whose candidate counts :class:`FixedShapes` sizes its window by."""
 
@@ -246,9 +249,9 @@ class FixedShapes:
     boxes by a mask) makes the host wait for the stream. Here every frame
     instead keeps its best ``window`` candidates (a ``topk``), suppresses them
     against each other in a ``window x window`` matrix, and writes at most
-    ``min(max_det, window)`` rows into a tensor of a fixed shape, led by a
-    header row per frame: ``[count, exact, candidates]``. That tensor is the
-    batch's one copy to the host and its one wait
+    ``min(max_det, window, rows)`` rows into a tensor of a fixed shape, led by
+    a header row per frame: ``[count, exact, candidates, kept]``. That tensor
+    is the batch's one copy to the host and its one wait
     (:func:`vstream.transfer.to_host`); the host cuts the rows by the counts.
 
     **Exact, or done again.** Greedy NMS keeps a box unless a better kept box
@@ -260,11 +263,13 @@ class FixedShapes:
     changed nothing holds exactly torchvision's answer. A frame that had more
     candidates than the window, or whose rounds had not settled, says so in
     its header, and the batch is postprocessed again by the exact path
-    (:class:`Postprocessor`'s, one more host wait, counted as ``window``).
-    The window follows the candidates seen (the next power of two of the most
-    a frame had in the last :data:`WINDOW_MEMORY` batches, from
-    :data:`MIN_WINDOW`), so the matrix stays small and a grown scene costs one
-    batch done twice.
+    (:class:`Postprocessor`'s, one more host wait, counted as ``window``);
+    so does a frame that kept more boxes than the rows copied. The window
+    and the rows follow what the scenes need (the next power of two of the
+    most candidates, and kept boxes, a frame had in the last
+    :data:`WINDOW_MEMORY` batches, from :data:`MIN_WINDOW` and
+    :data:`MIN_ROWS`), so the matrix and the copy stay small (a few hundred
+    bytes per frame) and a grown scene costs one batch done twice.
 
     On a CPU nothing waits, and the exact path's NMS costs less than the
     matrix, so there the detector keeps the exact path; this one runs on a
@@ -275,7 +280,10 @@ class FixedShapes:
         self.post = post
         self.window = MIN_WINDOW
         """Candidates per frame the next batch examines; grows and shrinks with the scenes."""
-        self._needed: collections.deque[int] = collections.deque(maxlen=WINDOW_MEMORY)
+        self.rows = MIN_ROWS
+        """Detections per frame the next batch copies to the host (at most ``max_det``)."""
+        self._seen: collections.deque[tuple[int, int]] = collections.deque(maxlen=WINDOW_MEMORY)
+        """The most candidates and kept boxes a frame had, in each of the last batches."""
 
     def _window_for(self, anchors: int) -> int:
         config = self.post.config
@@ -321,30 +329,38 @@ class FixedShapes:
         boxes = (boxes - geometry[..., 0:2].repeat(1, 1, 2)) / geometry[..., 2:4].repeat(1, 1, 2)
         boxes = torch.minimum(boxes.clamp_(min=0.0), geometry[..., 4:6].repeat(1, 1, 2))
         found = torch.cat([boxes, score[..., None].float(), class_id[..., None].float()], dim=2)
-        rows = min(post.config.max_det, window)
+        max_det = post.config.max_det
+        rows = min(max_det, window, self.rows)
         # The kept rows first, in their order (best first): a stable sort of "not kept".
         first = torch.sort((~valid).to(torch.uint8), dim=1, stable=True).indices[:, :rows]
         found = torch.gather(found, 1, first[..., None].expand(-1, -1, found.shape[-1]))
-        candidates = keep.sum(1)
+        candidates, kept = keep.sum(1), valid.sum(1)
         exact = settled if self._complete(anchors, window) else settled & (candidates <= window)
-        header = torch.stack([valid.sum(1).clamp_(max=rows), exact, candidates], dim=1)
-        header = torch.nn.functional.pad(header.float(), (0, found.shape[-1] - 3))
+        if rows < min(max_det, window):  # a frame keeping more than the rows copied is redone
+            exact = exact & (kept <= rows)
+        header = torch.stack([kept.clamp(max=rows), exact, candidates, kept], dim=1)
+        header = torch.nn.functional.pad(header.float(), (0, found.shape[-1] - header.shape[1]))
         return torch.cat([header[:, None, :], found], dim=1)
 
     def unpack(self, host: np.ndarray) -> np.ndarray | None:
         """The batch's rows as the exact path gives them (``frame, x1, ..., class_id``), or
         None if a frame was not exact (then the window grows for the next batches)."""
         header = host[:, 0]
-        needed = int(header[:, 2].max()) if len(header) else 0
-        self._needed.append(needed)
-        seen = max(self._needed)
-        self.window = max(MIN_WINDOW, 1 << max(0, seen - 1).bit_length())
+        candidates, kept = (int(header[:, i].max()) if len(header) else 0 for i in (2, 3))
+        self._seen.append((candidates, kept))
+        self.window = _fitting(max(c for c, _ in self._seen), MIN_WINDOW)
+        self.rows = _fitting(max(k for _, k in self._seen), MIN_ROWS)
         if not header[:, 1].all():
             return None
         counts = header[:, 0].astype(np.int64)
         mask = np.arange(host.shape[1] - 1)[None, :] < counts[:, None]
         frame = np.broadcast_to(np.arange(len(host), dtype=np.float32)[:, None], mask.shape)
         return np.concatenate([frame[mask][:, None], host[:, 1:][mask]], axis=1)
+
+
+def _fitting(count: int, least: int) -> int:
+    """The power of two that holds ``count``, at least ``least``."""
+    return max(least, 1 << max(0, count - 1).bit_length())
 
 
 def _suppress(
