@@ -288,8 +288,36 @@ def test_no_frame_sized_copy_crosses_and_one_host_wait_per_batch(ort_cuda, nvdec
     # count_copies fails unless NVDEC decoded every frame.
     detail, data = count_copies(detector, SAMPLE_VIDEO, 40)
     assert data["htod_bytes_per_frame"] < data["frame_bytes"], detail
-    assert data["dtoh_bytes_per_frame"] < 64 + data["detection_bytes_per_frame"], detail
+    assert data["dtoh_bytes_per_frame"] < 64 + data["boundary_bytes_per_frame"], detail
     assert data["host_waits"]["cudaEventSynchronize"] == data["model_runs"], detail
+    assert data["implicit_syncs"] == 0, "the fixed-shape postprocess: one wait per batch"
+
+
+def test_the_gpu_postprocess_waits_for_nothing_and_equals_the_exact_path(ort_cuda) -> None:
+    """On CUDA the detector postprocesses in fixed shapes: torch's sync debug mode sees no
+    wait before the copy, and the records are the exact path's."""
+    import warnings
+
+    detector = Detector(DEMO_MODEL, device="cuda", batch_size=4)
+    assert detector.fixed_shapes is not None
+    with VideoFileSource(SAMPLE_VIDEO, device=CUDA) as source:
+        frames = list(itertools.islice(source, 4))
+    geometries = detector.preprocess_batch(0, frames)
+    raw = detector.infer(0, 4)
+    fixed = [r.to_record() for r in detector.postprocess(raw, geometries, frames)]
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as syncs:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            detector.fixed_shapes(raw, geometries)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert not syncs, [str(w.message) for w in syncs]
+    shapes, detector.fixed_shapes = detector.fixed_shapes, None
+    exact = [r.to_record() for r in detector.postprocess(raw, geometries, frames)]
+    detector.fixed_shapes = shapes
+    assert fixed == exact and any(r["detections"] for r in exact)
 
 
 def test_decoding_the_stages_and_ort_share_the_pipelines_stream(ort_cuda, nvdec: None) -> None:
