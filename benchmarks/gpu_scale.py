@@ -19,6 +19,8 @@ what the device machine lacks and calls this):
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import json
 import statistics
 import sys
@@ -55,15 +57,25 @@ def _config(
     return parse_data({"pipelines": [pipeline]})
 
 
-def _watch_ages(engine: Engine) -> list[float]:
+class Ages(list):
+    """Capture-to-record ages of every delivered frame, and when the first batch came: the
+    runs are timed from there, so that opening the model and the decoders is left out."""
+
+    first: tuple[float, float, int] | None = None
+    """``perf_counter``, ``process_time`` and frames delivered when the first batch came."""
+
+
+def _watch_ages(engine: Engine) -> Ages:
     """Capture-to-record ages of every delivered frame, collected as batches are delivered."""
     pipeline = engine.pipelines["scale"]
-    ages: list[float] = []
+    ages = Ages()
     deliver = pipeline._deliver
 
     def timed(batch: Any) -> object:
         now = time.time()
         ages.extend(now - a.captured_at for a in batch.arrivals)
+        if ages.first is None:
+            ages.first = (time.perf_counter(), time.process_time(), len(ages))
         return deliver(batch)
 
     pipeline._deliver = timed
@@ -71,19 +83,74 @@ def _watch_ages(engine: Engine) -> list[float]:
     return ages
 
 
-def throughput(model: Path, imgsz: int, source: Path, streams: int, tracking: bool) -> dict:
+IDLE = ("wait", "sleep", "select", "poll", "_wait_for_tstate_lock", "get", "acquire", "accept")
+"""Leaf functions of a thread that is waiting, not working: left out of the stack samples."""
+
+
+class StackSampler:
+    """Where the process's threads spend their time: the innermost vstream (or library)
+    function of every thread, sampled every ``interval`` seconds (``sys._current_frames``)."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        while not self._stop.wait(self.interval):
+            for ident, frame in sys._current_frames().items():
+                if ident == me or frame.f_code.co_name in IDLE:
+                    continue
+                where = frame
+                while where is not None and "vstream" not in where.f_code.co_filename:
+                    where = where.f_back
+                leaf = f"{frame.f_code.co_name}"
+                owner = (
+                    f"{Path(where.f_code.co_filename).name}:{where.f_code.co_name}"
+                    if where is not None
+                    else "-"
+                )
+                self.counts[f"{owner} > {leaf}"] += 1
+
+    def __enter__(self) -> StackSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def top(self, n: int = 25) -> list[tuple[str, int]]:
+        return self.counts.most_common(n)
+
+
+def throughput(
+    model: Path, imgsz: int, source: Path, streams: int, tracking: bool, sample: bool = False
+) -> dict:
     engine = Engine(_config(model, imgsz, source, streams, live=False, tracking=tracking))
     ages = _watch_ages(engine)
     waits0, syncs0 = transfers.host_waits, transfers.implicit_sync_total()
     _, batches0 = transfers.snapshot()
-    cpu, wall = time.process_time(), time.perf_counter()
-    engine.start()
-    engine.wait(threading.Event(), until_files_done=True)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    syncs_before = dict(transfers.implicit_syncs)
+    with StackSampler() if sample else contextlib.nullcontext() as sampler:
+        engine.start()
+        engine.wait(threading.Event(), until_files_done=True)
+    end_wall, end_cpu = time.perf_counter(), time.process_time()
+    if sampler is not None:
+        for where, count in sampler.top():
+            print(f"  samples {count:6d}  {where}", flush=True)
     plan = engine.pipelines["scale"].detector.plan.describe()
     batch = engine.pipelines["scale"].detector.batch_size
     engine.stop(timeout=60)
-    frames = len(ages)  # after stop: the last batches are delivered as the sinks close
+    # Timed from the first batch delivered (opening the model and the decoders left out);
+    # counted after stop: the last batches are delivered as the sinks close.
+    assert ages.first is not None, "no frame was delivered"
+    first_wall, first_cpu, first_frames = ages.first
+    wall = end_wall - first_wall
+    cpu = end_cpu - first_cpu
+    frames = len(ages) - first_frames
     _, batches = transfers.snapshot()
     batches -= batches0
     waits = transfers.host_waits - waits0 + transfers.implicit_sync_total() - syncs0
@@ -94,6 +161,11 @@ def throughput(model: Path, imgsz: int, source: Path, streams: int, tracking: bo
         "cpu_ms_per_frame": round(1000 * cpu / max(1, frames), 3),
         "frames_per_batch": round(frames / max(1, batches), 1),
         "host_waits_per_batch": round(waits / max(1, batches), 2),
+        "implicit_syncs": {
+            k: v - syncs_before.get(k, 0)
+            for k, v in transfers.implicit_syncs.items()
+            if v != syncs_before.get(k, 0)
+        },
         "plan": f"batch {batch}, {plan}",
     }
 
@@ -104,7 +176,10 @@ def live(
     engine = Engine(_config(model, imgsz, source, streams, live=True, tracking=tracking))
     ages = _watch_ages(engine)
     engine.start()
-    time.sleep(3.0)  # open, first key frames, warm-up: the steady state only
+    deadline = time.monotonic() + 60
+    while ages.first is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2.0)  # past the first batches: the steady state only
     dropped0 = sum(r.frames_dropped for r in engine.readers())
     ages.clear()
     cpu = time.process_time()
@@ -179,6 +254,14 @@ def main() -> None:
     parser.add_argument("--live-seconds", type=float, default=8.0)
     parser.add_argument("--tracking", action="store_true", help="the ByteTrack tracker on")
     parser.add_argument("--skip-limits", action="store_true")
+    parser.add_argument(
+        "--sample",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="STREAMS",
+        help="print where the threads spend their time in the file runs of these stream counts",
+    )
     parser.add_argument("--skip-live", action="store_true")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -200,7 +283,9 @@ def main() -> None:
         for sessions in sorted({1, 8, max(args.streams)}):
             say("nvdec_alone", nvdec_alone(args.source, sessions, args.nvdec_frames))
     for streams in args.streams:
-        say("throughput", throughput(args.model, args.imgsz, args.source, streams, args.tracking))
+        sample = streams in args.sample
+        run = throughput(args.model, args.imgsz, args.source, streams, args.tracking, sample)
+        say("throughput", run)
     if not args.skip_live:
         for streams in args.streams:
             say(

@@ -56,8 +56,8 @@ from vstream.transfer import transfers, upload
 DETECTION_COLUMNS = ("frame", "x1", "y1", "x2", "y2", "score", "class_id")
 """Columns of the detections tensor; ``frame`` is the position in the batch."""
 
-NMS_ROUNDS = 4
-"""Rounds of :class:`FixedShapes`' suppression: settles chains of up to four boxes, each
+NMS_ROUNDS = 8
+"""Rounds of :class:`FixedShapes`' suppression: settles chains of up to eight boxes, each
 suppressed by the one before it; a frame not settled by then is done again exactly."""
 
 MIN_WINDOW = 64
@@ -258,8 +258,8 @@ class FixedShapes:
     of its class overlaps it by more than ``iou``: with the candidates sorted,
     ``kept = valid & ~any(kept_j & suppresses_ji, j < i)``. That recursion has
     one solution, reached by iterating from "all kept" (each round settles at
-    least one more box of every chain of suppressions; real chains are two or
-    three long). After :data:`NMS_ROUNDS` rounds a frame whose last round
+    least one more box of every chain of suppressions; at a tracker's low
+    ``conf`` the demo detector's chains reach five or six). After :data:`NMS_ROUNDS` rounds a frame whose last round
     changed nothing holds exactly torchvision's answer. A frame that had more
     candidates than the window, or whose rounds had not settled, says so in
     its header, and the batch is postprocessed again by the exact path
