@@ -104,7 +104,9 @@ class HostStaging:
         """The event recorded after each of this thread's copies, made once per thread."""
         event = getattr(self._local, "copied", None)
         if event is None:
-            event = self._local.copied = torch.cuda.Event()
+            # Blocking: the waiting thread sleeps until the copy is done. A default event is
+            # waited for by spinning, which burns a core for as long as the GPU works.
+            event = self._local.copied = torch.cuda.Event(blocking=True)
         return event
 
     def view(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
