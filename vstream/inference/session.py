@@ -238,6 +238,26 @@ class ModelSession:
             self._model_thread = ModelThread(path.stem)
             weakref.finalize(self, self._model_thread.close)
             self._capture_graphs(path)
+        elif self.device.type == "cuda":
+            self._warm_buckets()
+
+    def _warm_buckets(self) -> None:
+        """Run every bucket once now, so that no batch size meets its first run live.
+
+        ONNX Runtime's CUDA provider searches cuDNN's algorithms for each new
+        input shape at its first run: met live, a part-filled batch of a new
+        size would stall the pipeline while a live stream's queue fills. The
+        search's results are kept per shape, so one buffer's buckets warm them
+        all. (On an H200, one file stream of the demo detector: 148 frames/s
+        without, 166 with.)
+        """
+        stream = self.cuda_stream
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            for bucket in self.buffers[0].buckets:
+                bucket.input.zero_()  # ordered before the run on the pipeline's stream
+                self.run(bucket)
+        if stream is not None:
+            stream.synchronize()
 
     def _check_gpu_provider(self, ort: Any, path: Path) -> None:
         """Refuse a CUDA session that ONNX Runtime quietly built on the CPU, with one line.
