@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,15 +39,23 @@ class Daemon:
     """``python -m vstream serve CONFIG --port 0``, its log in a file, always stopped."""
 
     def __init__(
-        self, config: Path, token: str | None = None, *options: str, log: Path | None = None
+        self,
+        config: Path,
+        token: str | None = None,
+        *options: str,
+        log: Path | None = None,
+        open_files: tuple[int, int] | None = None,
     ) -> None:
+        """``open_files``: the (soft, hard) limit it starts under, as ``ulimit -n`` sets it."""
         self.log_path = log or config.with_suffix(".log")
         self.log_file = self.log_path.open("w")
+        limit = open_files and partial(resource.setrlimit, resource.RLIMIT_NOFILE, open_files)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "vstream", "serve", str(config), "--port", "0", *options],
             stdout=subprocess.DEVNULL,
             stderr=self.log_file,
             env=shipped_environment(),
+            preexec_fn=limit,
         )
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = self._wait_for_url()

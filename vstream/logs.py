@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+import time
 from datetime import datetime, timezone
 from typing import IO
 
@@ -24,6 +26,62 @@ class RedactingFilter(logging.Filter):
         message = record.getMessage()
         record.msg, record.args = redact_uri(message), None
         return True
+
+
+class Tally:
+    """Counts repeats of something worth a log line and says when to write one.
+
+    At most one line per ``interval`` seconds, carrying the count since the
+    last one, so that a fault repeated thousands of times a second costs a
+    line every few seconds and still shows how often it happened. Not locked:
+    callers counting from several threads hold a lock of their own.
+    """
+
+    def __init__(self, interval: float = 10.0) -> None:
+        self.interval = interval
+        self._unlogged = 0
+        self._logged_at = float("-inf")
+
+    def add(self, count: int = 1) -> int:
+        """Count ``count`` more; how many to report now (since the last line), or 0: stay quiet."""
+        self._unlogged += count
+        now = time.monotonic()
+        if now - self._logged_at < self.interval:
+            return 0
+        count, self._unlogged, self._logged_at = self._unlogged, 0, now
+        return count
+
+
+class RepeatFilter(logging.Filter):
+    """Lets one record of a kind through per ``interval`` seconds; the next says how many were held.
+
+    A kind is the logger and the message before its arguments are merged in
+    (``extra={"repeat_key": ...}`` names one instead), so ``"%s: connection
+    refused"`` from a thousand clients is one kind. For loggers that anyone
+    able to reach the daemon can make write, such as the HTTP server's: a
+    flood of bad requests or failed accepts costs a line per interval, not a
+    line (or a traceback) each. At most ``kinds`` kinds are followed; the
+    one seen least recently is forgotten first.
+    """
+
+    def __init__(self, interval: float = 10.0, kinds: int = 256) -> None:
+        super().__init__()
+        self.interval = interval
+        self.kinds = kinds
+        self._tallies: dict[tuple[str, str], Tally] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, str(getattr(record, "repeat_key", record.msg)))
+        with self._lock:
+            tally = self._tallies.pop(key, None) or Tally(self.interval)
+            self._tallies[key] = tally  # the most recently seen last
+            if len(self._tallies) > self.kinds:
+                del self._tallies[next(iter(self._tallies))]
+            count = tally.add()
+        if count > 1:
+            record.msg = f"{record.msg} (and {count - 1} more like it, not shown)"
+        return count > 0
 
 
 class JsonFormatter(logging.Formatter):

@@ -45,6 +45,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from vstream.engine.signals import ShutdownSignals
     from vstream.logs import setup_logging
     from vstream.server import ApiServer, create_app
+    from vstream.server.connections import raise_open_files
     from vstream.server.guard import is_loopback
 
     config = load_config(args.config, overrides=given(args))
@@ -56,17 +57,28 @@ def serve_command(args: argparse.Namespace) -> int:
         )
     setup_logging(config.logging.format, config.logging.level, timestamps=True)
     signals = ShutdownSignals().install()
+    open_files = raise_open_files()  # before anything is opened: the pipelines draw on it too
     engine = open_engine(config, base_dir=args.config.resolve().parent)
     token = config.server.token.get_secret_value() if config.server.token else None
     try:
         server = ApiServer(
-            create_app(engine, token), host=config.server.host, port=config.server.port
+            create_app(engine, token),
+            host=config.server.host,
+            port=config.server.port,
+            connections=config.server.connections,
         )
         server.start()
     except BaseException:
         engine.stop(timeout=5.0)
         raise
     log.info("serving on %s (token %s)", server.url, "required" if token else "not required")
+    wanted = config.server.connections.max_open
+    lowered = (
+        f", not {wanted}: half the open files free at start, the rest kept for the pipelines"
+        if server.max_connections < wanted
+        else ""
+    )
+    log.info("%s; API connections: at most %d%s", open_files, server.max_connections, lowered)
     try:
         engine.start()
         engine.wait(signals.requested, until_files_done=False)

@@ -137,6 +137,37 @@ class PreviewConfig(StrictModel):
     )
 
 
+class ConnectionsConfig(StrictModel):
+    """How many connections the API holds, and how long each may wait on its client.
+
+    Without these, a client could hold a connection (and a file descriptor)
+    for as long as it liked, sending nothing or a byte at a time, and enough
+    of them would leave the pipelines no descriptor to reopen a file with.
+    """
+
+    max_open: Int(4, 65536) = Field(
+        256,
+        description="connections held at once; past it the longest idle one is closed to make "
+        "room, or the new one when all are busy. Lowered at start to half the file descriptors "
+        "then free, so that the rest is kept for the pipelines",
+    )
+    idle_timeout_seconds: Seconds(0, 600) = Field(
+        5.0,
+        description="a connection with no request under way is closed after this long, new or "
+        "kept alive after a response",
+    )
+    header_timeout_seconds: Seconds(0, 600) = Field(
+        10.0,
+        description="a request's line and headers must be in within this long of its first byte "
+        "(else 408 and the connection is closed)",
+    )
+    body_timeout_seconds: Seconds(0, 600) = Field(
+        30.0,
+        description="a request's body must be in within this long of its headers (else 408 and "
+        "the connection is closed)",
+    )
+
+
 class ServerConfig(StrictModel):
     """The HTTP API of ``vstream serve``."""
 
@@ -157,6 +188,7 @@ class ServerConfig(StrictModel):
     )
     max_json_depth: Int(2, 256) = Field(32, description="deepest nesting of a JSON body")
     preview: PreviewConfig = Field(default_factory=PreviewConfig)
+    connections: ConnectionsConfig = Field(default_factory=ConnectionsConfig)
     allowed_paths: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None,
         max_length=100,

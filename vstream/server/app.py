@@ -20,6 +20,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from vstream import __version__
 from vstream.config.loading import ConfigError
@@ -143,6 +144,12 @@ def create_app(engine: StreamEngine, token: str | None = None) -> FastAPI:
     async def refused(request: Request, exc: VstreamError) -> JSONResponse:
         status = 503 if engine.stopping.is_set() else _status_of(exc)
         return error(status, str(exc))
+
+    @app.exception_handler(ClientDisconnect)
+    async def gone(request: Request, exc: ClientDisconnect) -> Response:
+        # The client left while its body was read, or was cut off at the body timeout (and
+        # answered 408 then): nobody to answer, and nothing wrong with the server to log.
+        return Response(status_code=400)
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from vstream.errors import describe
+from vstream.logs import Tally
 from vstream.results import FrameResult
 from vstream.sinks.base import DeliveryError, Record, Transport
 from vstream.uri import redact
@@ -92,7 +93,6 @@ class BufferedSink:
         self.overflow = overflow
         self.retry = retry or RetryPolicy()
         self.flush_timeout = flush_timeout
-        self.log_interval = log_interval
         self.stats = SinkStats()
         self.error: BaseException | None = None
         """What failed the sink, if anything did; it then delivers nothing more."""
@@ -101,9 +101,7 @@ class BufferedSink:
         self._closing = False
         self._deadline = float("inf")
         self._outage: str | None = None
-        self._unlogged = 0
-        self._unlogged_reason = ""
-        self._logged_at = float("-inf")
+        self._drops = Tally(log_interval)
         self._thread = threading.Thread(target=self._run, name=f"sink-{name}", daemon=True)
         self._thread.start()
 
@@ -175,14 +173,12 @@ class BufferedSink:
         """Count ``count`` dropped records; log at most once per interval."""
         with self._cond:
             self.stats.dropped += count
-            self._unlogged += count
-            self._unlogged_reason = why
-            now = time.monotonic()
-            if now - self._logged_at < self.log_interval:
-                return
-            count, why, self._unlogged, self._logged_at = self._unlogged, why, 0, now
+            count = self._drops.add(count)
             total = self.stats.dropped
-        log.warning("%s: %d records dropped (%s); %d in all so far", self.label, count, why, total)
+        if count:
+            log.warning(
+                "%s: %d records dropped (%s); %d in all so far", self.label, count, why, total
+            )
 
     def _next_batch(self) -> list[Record] | None:
         """The next records to send; None once closing and done (or out of time, or failed)."""
