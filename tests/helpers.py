@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,15 +27,32 @@ class CliResult:
         return [line for line in self.stderr.splitlines() if line.strip()]
 
 
-def run_cli(*args: str | Path, timeout: float = 300) -> CliResult:
-    """Run ``python -m vstream`` as a user would, bounded in time."""
+def run_cli(
+    *args: str | Path, timeout: float = 300, limits: Mapping[int, int] | None = None
+) -> CliResult:
+    """Run ``python -m vstream`` as a user would, bounded in time (and by ``limits``,
+    see :func:`rlimited`)."""
     done = subprocess.run(
         [sys.executable, "-m", "vstream", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,
+        preexec_fn=rlimited(limits),
     )
     return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+def rlimited(limits: Mapping[int, int] | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` setting resource limits of a child (``{resource.RLIMIT_AS: bytes}``),
+    so that an input that would take gigabytes or minutes fails there, not on the machine."""
+    if not limits:
+        return None
+
+    def bound() -> None:
+        for which, value in limits.items():
+            resource.setrlimit(which, (value, value))
+
+    return bound
 
 
 def write_video(

@@ -60,3 +60,20 @@ def flatten_model(
         ],
     )
     return save_model(graph, path, metadata)
+
+
+def declaring_model(path: Path, values: int, *, metadata: dict[str, str] | None = None) -> Path:
+    """``output = the crop flattened``, declared ``[batch, values]`` whatever that gives.
+
+    The input size is dynamic (``imgsz`` sets it), so nothing contradicts the
+    declaration when the model loads: a model file of about 130 bytes that says its
+    output is as large as ``values``.
+    """
+    nodes = [helper.make_node("Flatten", ["images"], ["output0"], axis=1)]
+    graph = helper.make_graph(
+        nodes,
+        "declaring_crop_model",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", values])],
+    )
+    return save_model(graph, path, metadata)

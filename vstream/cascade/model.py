@@ -121,7 +121,7 @@ class SecondaryModel:
         except Exception as exc:  # ONNX Runtime raises several unrelated types
             raise ModelError(f"cannot load secondary model {path}: {first_line(exc)}") from exc
         self.spec: SecondarySpec = read_secondary_spec(self.session, config)
-        capacity = self.spec.fixed_batch or config.max_batch
+        capacity = self.spec.batch  # within max_io_mib: checked before this allocation
         height, width = self.spec.input_size
         self.input = torch.empty(
             (capacity, 3, height, width), dtype=self.spec.input.torch_dtype, device=self.device

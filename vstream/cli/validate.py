@@ -75,7 +75,10 @@ def validate_command(args: argparse.Namespace) -> int:
     for i, pipeline in enumerate(config.pipelines):
         try:
             spec = check_model(
-                pipeline.model.path, pipeline.model.imgsz, pipeline.runtime.batch_size
+                pipeline.model.path,
+                pipeline.model.imgsz,
+                pipeline.runtime.batch_size,
+                pipeline.model.max_io_mib,
             )
         except VstreamError as exc:
             problems.append(f"{args.config}: pipelines[{i}].model: {exc}")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,6 +37,20 @@ Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 
 MAX_SECONDS = 10_000_000.0
 """Upper bound of any time in seconds (about 116 days): finite, and far from overflow."""
+
+
+def has_control_character(text: str) -> bool:
+    """Whether ``text`` holds a C0 control character or DEL (a line break, a tab, an escape)."""
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
+def listed_twice(items: Iterable[Any], what: str) -> None:
+    """Refuse items listed more than once, naming the first few; linear in the items (a
+    classifier may have 100 000 labels)."""
+    repeated = sorted(item for item, count in Counter(items).items() if count > 1)
+    if repeated:
+        more = f" and {len(repeated) - 10} more" if len(repeated) > 10 else ""
+        raise ValueError(f"{what} listed twice: {repeated[:10]}{more}")
 
 
 class StrictModel(BaseModel):

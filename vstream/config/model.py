@@ -6,9 +6,25 @@ import enum
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from vstream.config.base import Cli, Flag, Int, Number, Seconds, StrictModel, existing_file
+from vstream.config.base import (
+    Cli,
+    Flag,
+    Int,
+    Number,
+    Seconds,
+    StrictModel,
+    existing_file,
+    has_control_character,
+)
 
 
 class OutputFormat(str, enum.Enum):
@@ -47,6 +63,18 @@ MAX_BATCH = 64
 MAX_IMGSZ = 4096
 MAX_THREADS = 64
 MAX_RUNS = 16
+MAX_LABELS = 100_000
+"""Most class names or labels of one model, in a config or in its metadata."""
+MAX_LABEL_LENGTH = 100
+MAX_IO_MIB = 256 * 1024
+DEFAULT_IO_MIB = 2048
+"""A model's inputs and outputs at its planned batch, by default: a YOLOv8 at 1280 with a
+batch of 64 takes about 1.9 GiB."""
+IO_BUDGET_HELP = (
+    "most MiB this model's inputs and outputs may take at the planned batch (one buffer; each "
+    "of the in_flight buffers of a detector takes as much): a model file declaring larger "
+    "tensors is refused, before anything is allocated"
+)
 
 Std = Number(0, 1000, open_low=True)
 
@@ -86,7 +114,16 @@ def _class_names(value: Any) -> Any:
     raise ValueError(f"must be a list of names or a mapping of class id to name, got {value!r}")
 
 
-ClassName = Annotated[str, Field(min_length=1, max_length=100)]
+def _printable(label: str) -> str:
+    """A label is shown in logs and summaries: a line break in it would forge a line there."""
+    if has_control_character(label):
+        raise ValueError(f"must not contain control characters, got {label!r}")
+    return label
+
+
+ClassName = Annotated[
+    str, Field(min_length=1, max_length=MAX_LABEL_LENGTH), AfterValidator(_printable)
+]
 
 
 class ProviderConfig(StrictModel):
@@ -145,11 +182,12 @@ class ModelConfig(StrictModel):
     class_names: Annotated[
         list[ClassName] | dict[Annotated[str, Field(pattern=r"^\d{1,6}$")], ClassName] | None,
         BeforeValidator(_class_names),
-        Field(max_length=100_000),
+        Field(max_length=MAX_LABELS),
     ] = Field(None, description="default: the model's metadata")
     providers: list[ProviderConfig] | None = Field(
         None, max_length=3, description="ONNX Runtime execution providers in order of preference"
     )
+    max_io_mib: Int(1, MAX_IO_MIB) = Field(DEFAULT_IO_MIB, description=IO_BUDGET_HELP)
     intra_op_threads: Annotated[Int(0, MAX_THREADS), Cli("--threads")] = Field(
         0,
         description="ONNX Runtime threads per model run; 0: chosen with the concurrent runs "

@@ -23,8 +23,25 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from vstream.config.base import Flag, Int, Name, Number, Seconds, StrictModel, existing_file
-from vstream.config.model import ClassName, ImageSize, Std
+from vstream.config.base import (
+    Flag,
+    Int,
+    Name,
+    Number,
+    Seconds,
+    StrictModel,
+    existing_file,
+    listed_twice,
+)
+from vstream.config.model import (
+    DEFAULT_IO_MIB,
+    IO_BUDGET_HELP,
+    MAX_IO_MIB,
+    MAX_LABELS,
+    ClassName,
+    ImageSize,
+    Std,
+)
 from vstream.config.tracking import MAX_TRACK_SECONDS
 from vstream.errors import ModelError
 
@@ -58,9 +75,7 @@ class SecondaryOn(StrictModel):
     @classmethod
     def _unique(cls, value: list[int] | None) -> list[int] | None:
         if value is not None:
-            repeated = sorted({c for c in value if value.count(c) > 1})
-            if repeated:
-                raise ValueError(f"class ids listed twice: {repeated}")
+            listed_twice(value, "class ids")
         return value
 
 
@@ -75,7 +90,7 @@ class SecondaryConfig(StrictModel):
         "vector per object (appearance for the tracker)",
     )
     on: SecondaryOn = Field(default_factory=SecondaryOn)
-    labels: Annotated[list[ClassName], Field(min_length=1, max_length=100_000)] | None = Field(
+    labels: Annotated[list[ClassName], Field(min_length=1, max_length=MAX_LABELS)] | None = Field(
         None,
         description="one label per model output, in order; default: the model metadata's "
         "labels (or names)",
@@ -139,6 +154,7 @@ class SecondaryConfig(StrictModel):
     keep_embedding: Flag = Field(
         False, description="with kind embedding: write the vector into records (large)"
     )
+    max_io_mib: Int(1, MAX_IO_MIB) = Field(DEFAULT_IO_MIB, description=IO_BUDGET_HELP)
 
     @field_validator("path")
     @classmethod
@@ -149,9 +165,7 @@ class SecondaryConfig(StrictModel):
     @classmethod
     def _unique_labels(cls, value: list[str] | None) -> list[str] | None:
         if value is not None:
-            repeated = sorted({label for label in value if value.count(label) > 1})
-            if repeated:
-                raise ValueError(f"labels listed twice: {repeated}")
+            listed_twice(value, "labels")
         return value
 
     @model_validator(mode="after")
@@ -225,11 +239,13 @@ def check_filter_labels(
     """Refuse labels in a line's or zone's ``attributes`` filter that the classifier ``name``
     lacks (it would never count): one line, a ModelError. Needs the model's labels, so it
     runs when the pipeline is built or validated."""
-    unknown = [label for label in wanted if label not in labels]
+    known = set(labels)  # a classifier may have 100 000 labels
+    unknown = [label for label in wanted if label not in known]
     if unknown:
+        more = f" and {len(labels) - 20} more" if len(labels) > 20 else ""
         raise ModelError(
             f"{place}: attribute {name!r} has no labels {unknown}; the model's labels are "
-            f"{', '.join(labels)}"
+            f"{', '.join(labels[:20])}{more}"
         )
 
 

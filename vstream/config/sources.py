@@ -25,6 +25,7 @@ from vstream.config.base import (
     Number,
     Seconds,
     StrictModel,
+    has_control_character,
     resolve_path,
 )
 from vstream.config.cadence import CadenceOptions
@@ -172,10 +173,6 @@ def _allowed(path: Path, allowed: list[Path]) -> bool:
     return any(path == root or root in path.parents for root in allowed)
 
 
-def _control_character(text: str) -> bool:
-    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
-
-
 def check_source_uri(uri: str, info: ValidationInfo) -> str:
     """A stream URL with a host, a V4L2 device, or a video file; file paths made absolute.
 
@@ -190,7 +187,7 @@ def check_source_uri(uri: str, info: ValidationInfo) -> str:
     if not uri:
         raise ValueError("must not be empty")
     shown = redact(uri)
-    if _control_character(uri):
+    if has_control_character(uri):
         # A line break would let a URI forge log lines (and hide a password's tail from masking).
         raise ValueError(f"must not contain control characters, got {shown!r}")
     context = info.context or {}

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vstream.config.base import has_control_character
+from vstream.config.model import MAX_LABELS
 from vstream.errors import ModelError
 
 # ONNX Runtime type strings -> numpy dtype names (torch's dtypes have the same names).
@@ -31,6 +34,8 @@ INPUT_DTYPES = ("float32", "float16")
 """Input element types the preprocessing can write."""
 
 DEFAULT_IMGSZ = 640
+MAX_METADATA_CHARS = 256 * 1024
+"""Longest metadata value read as a list or a literal: names for about 8 000 classes."""
 
 Dim = int | str | None
 """A dimension: a size, a symbolic name, or unknown."""
@@ -63,6 +68,12 @@ class TensorSpec:
     def supported(self) -> bool:
         return self.type_name in _DTYPES
 
+    @property
+    def fixed_batch(self) -> int | None:
+        """The first dimension where the model fixes it, else None."""
+        dim = self.shape[0] if self.shape else None
+        return dim if isinstance(dim, int) and dim > 0 else None
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -79,8 +90,7 @@ class ModelSpec:
 
     @property
     def fixed_batch(self) -> int | None:
-        dim = self.input.shape[0]
-        return dim if isinstance(dim, int) and dim > 0 else None
+        return self.input.fixed_batch
 
     @property
     def fixed_input_size(self) -> tuple[int, int] | None:
@@ -178,15 +188,51 @@ def read_model_spec(session: Any, path: Path) -> ModelSpec:
             raise ModelError(
                 f"{path.name}: output {out.name!r} has unsupported type {out.type_name}"
             )
-    metadata = dict(session.get_modelmeta().custom_metadata_map)
+    metadata = read_metadata(session, path, ("names", "imgsz", "stride"))
+    class_names = parse_class_names(metadata.get("names"))
+    check_metadata_labels(path, "names", class_names.values())
     return ModelSpec(
         path=path,
         input=image,
         outputs=outputs,
-        class_names=parse_class_names(metadata.get("names")),
+        class_names=class_names,
         metadata=metadata,
         size_inputs=tuple(others),
     )
+
+
+def read_metadata(session: Any, path: Path, parsed: Iterable[str]) -> dict[str, str]:
+    """The model's metadata, refusing a value of the ``parsed`` keys longer than
+    :data:`MAX_METADATA_CHARS` (one line, a ModelError).
+
+    Those values are read as Python literals, whose parser takes about 470 bytes of memory
+    per character of a list (8 MB of metadata would take 3.7 GB and a minute).
+    """
+    metadata = dict(session.get_modelmeta().custom_metadata_map)
+    for key in parsed:
+        length = len(metadata.get(key, ""))
+        if length > MAX_METADATA_CHARS:
+            raise ModelError(
+                f"{path.name}: metadata {key} is {length:,} characters long; "
+                f"at most {MAX_METADATA_CHARS:,} are read"
+            )
+    return metadata
+
+
+def check_metadata_labels(path: Path, key: str, labels: Collection[str]) -> None:
+    """Refuse class names or labels from a model's metadata (under ``key``) that could not be
+    shown safely, as a config's are refused: more than :data:`MAX_LABELS`, or one holding a
+    control character (a line break in it would forge lines of the logs and the summary)."""
+    if len(labels) > MAX_LABELS:
+        raise ModelError(
+            f"{path.name}: metadata {key} names {len(labels):,} classes, more than {MAX_LABELS:,}"
+        )
+    for label in labels:
+        if has_control_character(label):
+            shown = label if len(label) <= 40 else label[:37] + "..."
+            raise ModelError(
+                f"{path.name}: metadata {key} holds a label with a control character: {shown!r}"
+            )
 
 
 def infer_output_shapes(
@@ -210,6 +256,90 @@ def infer_output_shapes(
             d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims
         )
     return shapes
+
+
+def output_shapes(
+    spec: ModelSpec, input_shape: tuple[int, ...]
+) -> dict[str, tuple[int, ...] | None]:
+    """Static output shapes: from the model, its symbolic input dims, or shape inference.
+
+    Each dimension is taken from whichever source knows it: shape inference
+    may size a dimension the model leaves symbolic and still echo a
+    declared symbol (``batch``) for another one, which the input resolves.
+    None for an output whose size is only known per run.
+    """
+    symbols = {
+        dim: size
+        for dim, size in zip(spec.input.shape, input_shape, strict=True)
+        if isinstance(dim, str)
+    }
+
+    def resolve(dim: Any) -> Any:
+        return symbols.get(dim, dim) if isinstance(dim, str) else dim
+
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    inferred: dict[str, Any] | None = None
+    for out in spec.outputs:
+        dims = tuple(resolve(d) for d in out.shape)
+        if not all(isinstance(d, int) and d > 0 for d in dims):
+            if inferred is None:
+                inferred = infer_output_shapes(spec.path, spec.input.name, input_shape)
+            found = inferred.get(out.name)
+            if found is not None and len(found) == len(dims):
+                dims = tuple(
+                    d if isinstance(d, int) and d > 0 else resolve(f)
+                    for d, f in zip(dims, found, strict=True)
+                )
+        shapes[out.name] = dims if all(isinstance(d, int) and d > 0 for d in dims) else None
+    return shapes
+
+
+def check_io_budget(
+    name: str,
+    batch: int,
+    tensors: Sequence[tuple[str, TensorSpec, tuple[int, ...]]],
+    budget_mib: int,
+) -> None:
+    """Refuse a model whose bound ``tensors`` (role, spec, shape at ``batch``) would take more
+    than ``budget_mib`` (its ``max_io_mib``): one line, a ModelError.
+
+    Checked from the declared shapes before anything is allocated: a model file
+    of a few hundred bytes can declare terabytes, which allocating would turn
+    into a crash at start (or, reading the labels of 2e9 outputs, 11 GB taken
+    by ``vstream validate``).
+    """
+    sizes = [math.prod(shape) * spec.numpy_dtype.itemsize for _, spec, shape in tensors]
+    total = sum(sizes)
+    if total <= budget_mib * 2**20:
+        return
+    role, spec, shape = tensors[sizes.index(max(sizes))]
+    declared = ", ".join(str(d) for d in spec.shape)
+    raise ModelError(
+        f"{name}: its inputs and outputs would take {_mib(total)} at batch {batch}, more than "
+        f"max_io_mib ({budget_mib} MiB); the largest is {role} {spec.name!r}, declared "
+        f"[{declared}] {spec.dtype_name}: {list(shape)} is {_mib(max(sizes))}"
+    )
+
+
+def _mib(size: int) -> str:
+    return f"{math.ceil(size / 2**20):,} MiB"
+
+
+def check_detector_budget(
+    spec: ModelSpec,
+    input_shape: tuple[int, ...],
+    outputs: dict[str, tuple[int, ...] | None],
+    budget_mib: int,
+) -> None:
+    """:func:`check_io_budget` for a detector's image and size inputs and its ``outputs`` at
+    ``input_shape`` (those only sized per run cannot be checked before it)."""
+    batch = input_shape[0]
+    tensors = [
+        ("input", spec.input, input_shape),
+        *(("input", size, (batch, 2)) for size in spec.size_inputs),
+        *(("output", out, outputs[out.name]) for out in spec.outputs if outputs[out.name]),
+    ]
+    check_io_budget(spec.path.name, batch, tensors, budget_mib)
 
 
 def static_size(image: TensorSpec) -> tuple[int, int] | None:
@@ -307,15 +437,22 @@ def open_for_inspection(path: str | Path, what: str) -> Any:
 
 
 def check_model(
-    path: str | Path, imgsz: int | tuple[int, int] | None, requested_batch: int | None
+    path: str | Path,
+    imgsz: int | tuple[int, int] | None,
+    requested_batch: int | None,
+    budget_mib: int,
 ) -> ModelSpec:
     """Load ``path`` in ONNX Runtime (CPU) and check it fits the options, without torch.
 
     What ``vstream validate`` runs: the model loads, has one image input,
-    and its fixed size and batch (if any) fit ``imgsz`` and the batch size.
+    its fixed size and batch (if any) fit ``imgsz`` and the batch size, and
+    its inputs and outputs at that batch fit ``budget_mib`` (the model's ``max_io_mib``),
+    as :class:`~vstream.inference.session.ModelSession` checks them before allocating.
     """
     session = open_for_inspection(path, "model")
     spec = read_model_spec(session, Path(path))
-    input_size(spec, imgsz)
-    batch_size(spec, requested_batch)
+    height, width = input_size(spec, imgsz)
+    batch = batch_size(spec, requested_batch)
+    input_shape = (batch, 3, height, width)
+    check_detector_budget(spec, input_shape, output_shapes(spec, input_shape), budget_mib)
     return spec

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vstream.config.model import MAX_LABELS
 from vstream.config.secondary import SecondaryConfig
 from vstream.errors import ModelError
 from vstream.inference.model import (
@@ -38,11 +39,14 @@ from vstream.inference.model import (
     TensorSpec,
     _literal,
     check_image_dtype,
+    check_io_budget,
+    check_metadata_labels,
     fitting_size,
     infer_output_shapes,
     metadata_size,
     open_for_inspection,
     parse_class_names,
+    read_metadata,
     static_size,
     tensor_spec,
 )
@@ -76,11 +80,12 @@ class SecondarySpec:
     std: tuple[float, float, float]
     outputs: str
     """``logits`` or ``probabilities`` (a classifier's); ``embedding`` for an embedding."""
+    batch: int
+    """Crops bound at once: the model's fixed batch, else ``max_batch``."""
 
     @property
     def fixed_batch(self) -> int | None:
-        dim = self.input.shape[0]
-        return dim if isinstance(dim, int) and dim > 0 else None
+        return self.input.fixed_batch
 
 
 def _choice(config: SecondaryConfig, metadata: dict[str, str], key: str, default: str) -> str:
@@ -131,19 +136,24 @@ def _input_size(config: SecondaryConfig, image: TensorSpec, metadata: dict[str, 
 def _labels(config: SecondaryConfig, metadata: dict[str, str]) -> tuple[str, ...] | None:
     if config.labels is not None:
         return tuple(config.labels)
-    text = metadata.get("labels", metadata.get("names"))
+    key = "labels" if "labels" in metadata else "names"
+    text = metadata.get(key)
     if text is None:
         return None
     try:
         value = json.loads(text)
     except ValueError:
         value = None
+    path = Path(config.path)
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    names = parse_class_names(text)
-    if names and sorted(names) == list(range(len(names))):
-        return tuple(names[i] for i in range(len(names)))
-    raise ModelError(f"{Path(config.path).name}: metadata labels {text[:80]!r} are not a list")
+        labels = tuple(value)
+    else:
+        names = parse_class_names(text)
+        if not names or sorted(names) != list(range(len(names))):
+            raise ModelError(f"{path.name}: metadata labels {text[:80]!r} are not a list")
+        labels = tuple(names[i] for i in range(len(names)))
+    check_metadata_labels(path, key, labels)
+    return labels
 
 
 def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
@@ -164,7 +174,9 @@ def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
             f"this model takes {described}"
         )
     check_image_dtype(path, image)
-    metadata = dict(session.get_modelmeta().custom_metadata_map)
+    labelled = config.kind == "classifier" and config.labels is None
+    parsed = ("imgsz", "mean", "std", *(("labels", "names") if labelled else ()))
+    metadata = read_metadata(session, path, parsed)
     declared = metadata.get("kind")
     if declared is not None and declared != config.kind:
         raise ModelError(
@@ -184,8 +196,16 @@ def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
             f"{path.name}: output {output.name!r} must be [batch, values] with a known number "
             f"of values, got {list(output.shape)}"
         )
+    batch = image.fixed_batch or config.max_batch
+    tensors = [("input", image, (batch, 3, *size)), ("output", output, (batch, values))]
+    check_io_budget(path.name, batch, tensors, config.max_io_mib)
     labels: tuple[str, ...] = ()
     if config.kind == "classifier":
+        if values > MAX_LABELS:
+            raise ModelError(
+                f"{path.name}: a classifier gives one value per label, at most {MAX_LABELS:,}; "
+                f"output {output.name!r} gives {values:,}"
+            )
         found = _labels(config, metadata)
         if found is not None and len(found) != values:
             given = "labels" if config.labels is not None else "the metadata's labels"
@@ -211,6 +231,7 @@ def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
             if config.kind == "embedding"
             else _choice(config, metadata, "outputs", "logits")
         ),
+        batch=batch,
     )
 
 

@@ -104,8 +104,9 @@ from vstream.errors import ModelError, first_line
 from vstream.inference.buckets import BatchBuffer, Bucket, bucket_sizes
 from vstream.inference.model import (
     batch_size,
-    infer_output_shapes,
+    check_detector_budget,
     input_size,
+    output_shapes,
     read_model_spec,
 )
 from vstream.inference.providers import (
@@ -221,7 +222,10 @@ class ModelSession:
         sizes = bucket_sizes(
             batch_size(self.spec, runtime.batch_size, self.device.type), self.spec.fixed_batch
         )
-        self._shapes = {size: self._output_shapes((size, 3, height, width)) for size in sizes}
+        self._shapes = {size: output_shapes(self.spec, (size, 3, height, width)) for size in sizes}
+        check_detector_budget(
+            self.spec, (sizes[-1], 3, height, width), self._shapes[sizes[-1]], model.max_io_mib
+        )
         if self.cuda_graphs and any(None in s.values() for s in self._shapes.values()):
             raise ModelError(
                 f"{path.name}: CUDA graphs need outputs whose size is known before the run"
@@ -471,40 +475,6 @@ class ModelSession:
             tuple(tensor.shape),
             tensor.data_ptr(),
         )
-
-    def _output_shapes(self, input_shape: tuple[int, ...]) -> dict[str, tuple[int, ...] | None]:
-        """Static output shapes: from the model, its symbolic input dims, or shape inference.
-
-        Each dimension is taken from whichever source knows it: shape inference
-        may size a dimension the model leaves symbolic and still echo a
-        declared symbol (``batch``) for another one, which the input resolves.
-        """
-        symbols = {
-            dim: size
-            for dim, size in zip(self.spec.input.shape, input_shape, strict=True)
-            if isinstance(dim, str)
-        }
-
-        def resolve(dim: Any) -> Any:
-            return symbols.get(dim, dim) if isinstance(dim, str) else dim
-
-        shapes: dict[str, tuple[int, ...] | None] = {}
-        inferred: dict[str, Any] | None = None
-        for out in self.spec.outputs:
-            dims = tuple(resolve(d) for d in out.shape)
-            if not all(isinstance(d, int) and d > 0 for d in dims):
-                if inferred is None:
-                    inferred = infer_output_shapes(
-                        self.spec.path, self.spec.input.name, input_shape
-                    )
-                found = inferred.get(out.name)
-                if found is not None and len(found) == len(dims):
-                    dims = tuple(
-                        d if isinstance(d, int) and d > 0 else resolve(f)
-                        for d, f in zip(dims, found, strict=True)
-                    )
-            shapes[out.name] = dims if all(isinstance(d, int) and d > 0 for d in dims) else None
-        return shapes
 
     # -- running -------------------------------------------------------------------------------
 
