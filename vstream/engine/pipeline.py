@@ -467,6 +467,7 @@ class ResultQueue:
 
     def write(self, results: list[FrameResult]) -> None:
         for result in results:
+            self.stats.produced += 1
             if not self._queue.put(result):
                 self.stats.dropped += 1
                 continue
