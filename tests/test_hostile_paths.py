@@ -8,14 +8,21 @@ on 26 of 845 requests). Served by uvicorn on 127.0.0.1.
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 from dashboard_app import FakeStreams, serve
 
+from vstream import assets
+from vstream.errors import VstreamError
 from vstream.server.preview import PreviewHub
+from vstream.sinks.jsonl import JsonLinesSink
 
 
 class OneFolder:
@@ -75,3 +82,77 @@ def test_a_clip_flipped_between_file_and_link_never_serves_the_links_target(
     leaked = [a for a in answers if b"SECRET" in a[1]]
     assert not leaked, f"{len(leaked)} of {len(answers)} requests served the link's target"
     assert {a for a in answers if a[0] != 404} == {(200, b"video")}
+
+
+# -- sink paths: validate and the sink's opening refuse devices and kernel files -------------
+
+GUARD = """
+import os, sys
+from vstream.cli import main
+
+def guard(event, args):
+    # Nothing under /proc, /sys or /dev but /dev/null is opened for writing: refused and told.
+    if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):
+        return
+    writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    real = os.path.realpath(os.fsdecode(args[0]))
+    special = real.split("/")[1] in ("proc", "sys", "dev") and real != os.devnull
+    if args[2] & writing and special:
+        print("OPENED FOR WRITING:", real, file=sys.stderr)
+        raise PermissionError(real)
+
+sys.addaudithook(guard)
+for config in sys.argv[1:]:
+    print("exit", main(["validate", config]), file=sys.stderr, flush=True)
+"""
+
+
+def test_validate_refuses_kernel_files_devices_and_pipes_without_opening_them(
+    tmp_path: Path,
+) -> None:
+    """``/proc/sys/kernel/hostname`` passed, and as root the run then renamed the machine."""
+    (tmp_path / "to-hostname.jsonl").symlink_to("/proc/sys/kernel/hostname")
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    sinks = {
+        "/proc/sys/kernel/hostname": "/proc/sys/kernel/hostname is under /proc",
+        "to-hostname.jsonl": "/proc/sys/kernel/hostname is under /proc",
+        "/proc/self/status": "/status is under /proc",
+        "/dev/full": "/dev/full is under /dev",
+        "fifo.jsonl": f"{tmp_path / 'fifo.jsonl'} is not a regular file",
+        "/dev/null": None,
+    }
+    configs = []
+    for i, path in enumerate(sinks):
+        config = tmp_path / f"p{i}.yaml"
+        config.write_text(
+            f"pipelines:\n  - name: p\n    model: {{path: {assets.DEMO_MODEL}}}\n"
+            f"    sources: [{{id: s, uri: {assets.SAMPLE_VIDEO}}}]\n"
+            f"    sinks: [{{type: jsonl, path: {path}}}]\n"
+        )
+        configs.append(config)
+    done = subprocess.run(
+        [sys.executable, "-c", GUARD, *map(str, configs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "OPENED FOR WRITING" not in done.stderr, done.stderr
+    reports = re.split(r"^exit (\d+)\n", done.stderr, flags=re.M)
+    outcomes = list(zip(reports[1::2], reports[0:-1:2], strict=True))
+    for (status, report), (path, message) in zip(outcomes, sinks.items(), strict=True):
+        if message is None:
+            assert status == "0", report
+            continue
+        [line] = [line for line in report.splitlines() if line.strip()]
+        assert status == "2" and "pipelines[0].sinks[0].path: " in line, (path, report)
+        assert message in line and "Traceback" not in report, (path, report)
+
+
+def test_a_jsonl_sink_refuses_at_its_opening_a_name_turned_into_a_device(tmp_path: Path) -> None:
+    """What ``validate`` passed can have become a link to a device by the time the sink opens."""
+    output = tmp_path / "out.jsonl"
+    output.symlink_to("/dev/full")
+    with pytest.raises(VstreamError, match=r"^cannot write output .*: /dev/full is under /dev"):
+        JsonLinesSink(output)
+    with JsonLinesSink(os.devnull) as discarded:  # the one device it takes: nothing to harm
+        discarded.send([{"stream": "s", "frame": 0}])
