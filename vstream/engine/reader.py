@@ -221,7 +221,10 @@ class StreamReader:
 
     def _read(self) -> None:
         self._state = SourceState.STREAMING
+        gate = self.cadence.gate if self.cadence is not None else None
         for frame in self._source:
+            if gate is not None:  # its motion masks rasterised here, not on the shared thread
+                gate.prepare(frame.width, frame.height)
             if not self._intake.put(self.id, frame, self._stop):
                 self.counters.discarded(1)  # decoded when the stop came: counted, not lost
                 return
