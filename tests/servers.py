@@ -66,6 +66,17 @@ class Server:
             self.process.wait(STOP_TIMEOUT)
             self.process = None
 
+    @contextlib.contextmanager
+    def stalled(self) -> Iterator[None]:
+        """Frozen (SIGSTOP) inside the block, as a hung broker is: its port still takes
+        connections and bytes, nothing answers. Always thawed (SIGCONT) on the way out."""
+        assert self.process is not None, f"{self.name} is not running"
+        self.process.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process is None:
             return

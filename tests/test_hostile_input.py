@@ -364,9 +364,10 @@ def test_a_slow_webhook_logs_drops_once_per_interval_with_exact_totals(
     # logged at most once per 10 s interval instead of once per frame.
     assert sink.stats.dropped > 100
     assert 1 <= len(drop_lines(caplog)) <= 2, drop_lines(caplog)
-    summary = [r.getMessage() for r in caplog.records if "records delivered" in r.getMessage()]
+    summary = [r.getMessage() for r in caplog.records if "records produced" in r.getMessage()]
     assert summary == [
-        f"sink webhook (pipeline p): {received} records delivered, {400 - received} dropped"
+        f"sink webhook (pipeline p): 400 records produced: {received} delivered,"
+        f" {400 - received} dropped"
     ]
     assert sink.stats.delivered + sink.stats.dropped == 400
 
@@ -384,8 +385,8 @@ def test_an_unreachable_broker_reports_every_dropped_record_at_shutdown(
     for frame in range(309):
         sink.write([frame_result(frame)])
     sink.close()
-    summary = [r.getMessage() for r in caplog.records if "records delivered" in r.getMessage()]
-    assert summary == ["sink mqtt (pipeline p): 0 records delivered, 309 dropped"]
+    summary = [r.getMessage() for r in caplog.records if "records produced" in r.getMessage()]
+    assert summary == ["sink mqtt (pipeline p): 309 records produced: 0 delivered, 309 dropped"]
     assert sink.stats.dropped == 309
 
 

@@ -8,9 +8,10 @@ or grows with every request; and a remembered user name such as ``admin``
 would be masked in unrelated words). :func:`redact` finds every
 ``scheme://`` in a text and masks, as ``***``:
 
-- the user information: everything from ``://`` to the *last* ``@`` on the
-  line (not past the start of another URL), so a password holding a raw
-  ``/``, ``@``, ``#`` or space is masked whole, and ``admin`` with it;
+- the user information: everything from the first ``://`` to the *last*
+  ``@`` on the line, so a password holding a raw ``/``, ``@``, ``#``,
+  space, or what looks like the start of another URL (``(x://``) is masked
+  whole, and ``admin`` with it (two URLs on a line lose what lies between);
 - the value of every query or fragment parameter whose name holds ``pass``,
   ``pwd``, ``token``, ``key``, ``secret``, ``auth``, ``sig``, ``credential``,
   ``session`` or ``cookie`` (``?password=``, ``&access_token=``, ``#key=``);
@@ -33,10 +34,7 @@ from urllib.parse import unquote, urlsplit
 NETWORK_SCHEMES = ("rtsp", "rtsps", "rtmp", "http", "https", "udp", "tcp", "srt")
 MASK = "***"
 
-_SCHEME = r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://"
-# A scheme, then anything on the same line up to its last "@", but not past the start of
-# another URL (after a space, a quote or a bracket).
-_USERINFO = re.compile(rf"(?P<scheme>{_SCHEME})(?:(?![\s\"'<>(\[,]{_SCHEME}).)*@")
+_SCHEME = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://")
 _PARAMETER = re.compile(r"(?P<lead>[?&;#])(?P<name>[^=&;#?\s\"'<>/]+)=(?P<value>[^&;#\s\"'<>]*)")
 _SENSITIVE = re.compile(r"pass|pwd|token|key|secret|auth|sig|credential|session|cookie", re.I)
 _RTMP_KEY = re.compile(
@@ -79,6 +77,17 @@ def publish_display(url: str) -> str:
     return f"{parts.scheme}://{address}{app}/{MASK}"
 
 
+def _mask_userinfo(line: str) -> str:
+    """``line`` with everything from its first ``scheme://`` to its last ``@`` masked.
+
+    Found with one search each way, not a pattern that could backtrack: a line
+    of many ``x://`` and no ``@`` costs one pass.
+    """
+    at = line.rfind("@")
+    scheme = _SCHEME.search(line, 0, at) if at > 0 else None
+    return line if scheme is None else f"{line[: scheme.end()]}{MASK}{line[at:]}"
+
+
 def _parameter(match: re.Match[str]) -> str:
     if not _SENSITIVE.search(unquote(match["name"])):
         return match[0]
@@ -90,7 +99,7 @@ def redact(text: str) -> str:
     if not isinstance(text, str):
         text = str(text)
     if "://" in text:
-        text = _USERINFO.sub(rf"\g<scheme>{MASK}@", text)
+        text = "\n".join(_mask_userinfo(line) for line in text.split("\n"))
         text = _RTMP_KEY.sub(rf"\g<head>{MASK}", text)
     if "=" in text:
         text = _PARAMETER.sub(_parameter, text)

@@ -46,15 +46,10 @@ def serve_command(args: argparse.Namespace) -> int:
     from vstream.logs import setup_logging
     from vstream.server import ApiServer, create_app
     from vstream.server.connections import raise_open_files
-    from vstream.server.guard import is_loopback
 
     config = load_config(args.config, overrides=given(args))
-    host = config.server.host
-    if config.server.token is None and not is_loopback(host):
-        raise VstreamError(
-            f"server.host {host} listens beyond loopback, and no server.token is set: set one "
-            '(at least 8 characters, e.g. token: "${VSTREAM_API_TOKEN}") or listen on 127.0.0.1'
-        )
+    if (problem := config.server.exposure_problem()) is not None:
+        raise VstreamError(problem)
     setup_logging(config.logging.format, config.logging.level, timestamps=True)
     signals = ShutdownSignals().install()
     open_files = raise_open_files()  # before anything is opened: the pipelines draw on it too

@@ -1,7 +1,8 @@
 """``vstream validate``: every check ``serve`` runs before it starts streams, with lines.
 
 Checked here: the YAML, every key and value against the config models
-(types, bounds, unknown keys), that model and video files exist, that sink
+(types, bounds, unknown keys), that the API is not exposed without a token
+(what ``serve`` refuses), that model and video files exist, that sink
 files can be written, that every model loads in ONNX Runtime and fits its
 ``imgsz`` and batch size (a secondary model: its input is an image, its outputs
 match its labels, the classes of its ``on`` are the detector's), and that Ray
@@ -70,6 +71,8 @@ def validate_command(args: argparse.Namespace) -> int:
             print(f"vstream: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
     problems = []
+    if (exposure := config.server.exposure_problem()) is not None:
+        problems.append(f"{args.config}: {exposure}")
     if config.cluster is not None and importlib.util.find_spec("ray") is None:
         problems.append(f"{args.config}: cluster: {ray_missing()}")
     for i, pipeline in enumerate(config.pipelines):

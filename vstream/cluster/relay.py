@@ -61,6 +61,7 @@ class Relay:
         """Queue ``results`` in order, waiting while the relay is full (backpressure)."""
         with self._cond:
             for result in results:
+                self.stats.produced += 1
                 while len(self._records) >= self.capacity and not self._closed:
                     self._cond.notify_all()  # a taker waiting for records must see these first
                     self._cond.wait()

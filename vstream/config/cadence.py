@@ -25,6 +25,10 @@ from vstream.config.base import Cli, Int, Number, Seconds, StrictModel
 MAX_DETECT_EVERY = 1000
 """Largest ``detect_every``: beyond it the tracker forgets objects long before they are seen."""
 
+MAX_MASK_CORNERS = 1000
+"""Corners of a stream's motion masks, all together: each edge is tested against every cell of
+the grey copy when the stream's frame size is first seen (tens of ms at this cap)."""
+
 
 class MotionGateConfig(StrictModel):
     """Detect only when the picture changed since the last detection.
@@ -49,14 +53,19 @@ class MotionGateConfig(StrictModel):
         description="stream time after which a detection runs even on a still picture, so "
         "that an object that stopped is not forgotten by the tracker",
     )
-    masks: Annotated[list[list[Point]], Field(max_length=100)] = Field(
+    masks: Annotated[
+        list[Annotated[list[Point], Field(max_length=MAX_MASK_CORNERS)]], Field(max_length=100)
+    ] = Field(
         default_factory=list,
         description="polygons [[x, y], ...] in pixels where motion is ignored (trees, "
-        "a clock, a road outside the area watched)",
+        f"a clock, a road outside the area watched); {MAX_MASK_CORNERS} corners in all",
     )
 
     @model_validator(mode="after")
     def _masks_with_area(self) -> MotionGateConfig:
+        corners = sum(len(polygon) for polygon in self.masks)
+        if corners > MAX_MASK_CORNERS:
+            raise ValueError(f"masks have {corners} corners in all; at most {MAX_MASK_CORNERS}")
         for index, polygon in enumerate(self.masks):
             if len(polygon) < 3 or polygon_area(list(polygon)) <= 1e-6:
                 raise ValueError(f"masks[{index}]: a mask needs 3 or more corners enclosing area")

@@ -225,6 +225,23 @@ class ServerConfig(StrictModel):
     def _hosts(cls, value: list[str]) -> list[str]:
         return [host.lower().rstrip(".") for host in value]
 
+    def exposure_problem(self) -> str | None:
+        """Why ``vstream serve`` refuses these settings: beyond loopback without a token.
+
+        Anyone on the network could then add streams (and read files under
+        ``allowed_paths``). Only ``serve`` listens, so the model does not refuse
+        it for ``run``; ``validate`` reports the same line.
+        """
+        from vstream.server.guard import is_loopback
+
+        if self.token is not None or is_loopback(self.host):
+            return None
+        return (
+            f"server.host {self.host} listens beyond loopback, and no server.token is set: set "
+            'one (at least 8 characters, e.g. token: "${VSTREAM_API_TOKEN}") or listen on '
+            "127.0.0.1"
+        )
+
 
 class LimitsConfig(StrictModel):
     """What one process takes on; past a limit new streams are refused (HTTP 429) with a reason."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -68,6 +69,40 @@ def _min_free_bytes(what: str) -> Any:
     )
 
 
+SPECIAL_ROOTS = ("/proc", "/sys", "/dev")
+"""Where files are the kernel's settings and the machine's devices, never records: writing
+a record to ``/proc/sys/kernel/hostname`` as root renames the machine."""
+
+
+def special_place(path: str | Path) -> str | None:
+    """Why ``path`` (links resolved) is no place for output: under /proc, /sys or /dev; or None."""
+    real = os.path.realpath(path)
+    root = next((r for r in SPECIAL_ROOTS if real == r or real.startswith(r + "/")), None)
+    return None if root is None else f"{real} is under {root}: no place for output"
+
+
+def unfit_output(path: str | Path, descriptor: int | None = None) -> str | None:
+    """Why records must not be written to the file ``path``, or None.
+
+    Refused: :func:`special_place`, and an existing file that is not a regular
+    file (a device or a pipe: opening one may block or have effects). With
+    ``descriptor``, the file already opened is checked instead of the name
+    (what the name points to may have changed since it was checked).
+    """
+    real = os.path.realpath(f"/proc/self/fd/{descriptor}" if descriptor is not None else path)
+    if real == os.devnull:
+        return None  # the one device that is harmless: it discards
+    if (why := special_place(real)) is not None:
+        return why
+    try:
+        status = os.fstat(descriptor) if descriptor is not None else os.stat(real)
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # not there: the sink makes it (the caller checks that it can)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    return None if stat.S_ISREG(status.st_mode) else f"{real} is not a regular file"
+
+
 def _writable_directory(directory: Path) -> None:
     """Raise unless a file can really be made in ``directory`` (one is made and removed).
 
@@ -89,6 +124,8 @@ def _creatable(path: Path) -> None:
     Missing directories are created by the sink when it opens (as ``mkdir -p``).
     """
     existing = next(p for p in path.parents if p.exists())
+    if (why := special_place(existing)) is not None:
+        raise ValueError(why)
     if not existing.is_dir():
         raise ValueError(f"not a directory: {existing}")
     _writable_directory(existing)
@@ -103,14 +140,15 @@ def writable_file(value: str, info: ValidationInfo) -> str:
     path = resolve_path(value, info)
     if path.is_dir():
         raise ValueError(f"{path} is a directory, not a file")
-    if path.is_file():
+    # Checked before anything is opened: opening a device, a pipe or a kernel setting
+    # for writing may block or have effects even if nothing is written.
+    if (why := unfit_output(path)) is not None:
+        raise ValueError(why)
+    if path.exists():
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK))
         except OSError as exc:
             raise ValueError(f"not writable: {path}: {exc.strerror}") from None
-    elif path.exists():  # a device or a pipe: opening one may block or have effects
-        if not os.access(path, os.W_OK):
-            raise ValueError(f"not writable: {path}")
     else:
         _creatable(path)
     return str(path)
@@ -380,6 +418,8 @@ class ClipsSinkConfig(StrictModel):
                 "named by its stream): {stream} cannot be filled in here; {pipeline} can"
             )
         path = resolve_path(fill(value, stream="", pipeline="x"), info)  # a name: one segment
+        if (why := special_place(path)) is not None:
+            raise ValueError(why)
         if path.exists() and not path.is_dir():
             raise ValueError(f"{path} is not a directory")
         if path.exists():

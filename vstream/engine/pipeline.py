@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("vstream.engine")
 
+SETTLE_SECONDS = 5.0
+"""How long removing a stream waits for its frames already in the stages to be counted."""
+
 
 class Pipeline:
     """Runs one detector over its streams and hands every finished batch to its sinks.
@@ -201,8 +204,10 @@ class Pipeline:
         """Stop a stream at once; frames still queued are discarded and counted.
 
         Exactly one caller removes a stream; the others get
-        :class:`StreamNotFound`. The reader's thread ends on its own (a
-        blocked read returns at its timeout) and is joined at shutdown.
+        :class:`StreamNotFound`. Frames already in the stages go on through
+        them: the reader returned has its final counters once those are counted
+        (waited for up to :data:`SETTLE_SECONDS`; the reader's thread ends on
+        its own, a blocked read at its timeout, and is joined at shutdown).
         """
         with self._lock:
             reader = self.streams.pop(stream_id, None)
@@ -210,7 +215,14 @@ class Pipeline:
                 raise StreamNotFound(f"no stream {stream_id!r}")
             self._retired[stream_id] = reader
         reader.stop()
-        reader.counters.discarded(self.intake.unregister(stream_id))
+        reader.leave_intake()
+        if not reader.settle(SETTLE_SECONDS):
+            log.warning(
+                "stream %s: %d frames not through after %g s; its counters may still change",
+                stream_id,
+                reader.frames_in_flight,
+                SETTLE_SECONDS,
+            )
         if self.outputs is not None:
             self.outputs.remove_stream(stream_id)
         if self.cascade is not None:
@@ -225,7 +237,7 @@ class Pipeline:
         """Forget removed streams whose reader thread has ended."""
         with self._lock:
             for stream_id, reader in list(self._retired.items()):
-                if not reader.running:
+                if not reader.running and reader.frames_in_flight == 0:
                     del self._retired[stream_id]
 
     def _reader(self, stream_id: str) -> StreamReader | None:
@@ -467,6 +479,7 @@ class ResultQueue:
 
     def write(self, results: list[FrameResult]) -> None:
         for result in results:
+            self.stats.produced += 1
             if not self._queue.put(result):
                 self.stats.dropped += 1
                 continue

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from vstream.config.sources import FreshnessPolicy, SourceConfig
@@ -40,7 +40,8 @@ class StreamCounters:
     """What happened to a stream's frames after its source, safe to update from any thread."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        """Held to count; notified at each count, for :meth:`wait_until`."""
         self.frames_processed = 0
         self.frames_failed = 0
         """Frames whose preprocessing, inference or postprocessing failed."""
@@ -60,14 +61,22 @@ class StreamCounters:
             self._done_at.append((now, self.frames_processed))
             while len(self._done_at) > 2 and self._done_at[1][0] < now - FPS_WINDOW_SECONDS:
                 self._done_at.popleft()
+            self._lock.notify_all()
 
     def failed(self, frames: int) -> None:
         with self._lock:
             self.frames_failed += frames
+            self._lock.notify_all()
 
     def discarded(self, frames: int) -> None:
         with self._lock:
             self.frames_discarded += frames
+            self._lock.notify_all()
+
+    def wait_until(self, settled: Callable[[], bool], timeout: float) -> bool:
+        """Wait up to ``timeout`` s for ``settled()`` to hold, asked again at each count."""
+        with self._lock:
+            return self._lock.wait_for(settled, timeout)
 
     def fps(self) -> float:
         """Frames processed per second over the last few seconds."""
@@ -127,6 +136,8 @@ class StreamReader:
         """The cascade's readings of the stream's objects, counted (the pipeline sets it when
         it has secondary models)."""
         self._stop = threading.Event()
+        self._policy_dropped: int | None = None
+        """Frames the freshness policy dropped, kept by :meth:`leave_intake`; None till then."""
         self._source: Any = frames
         self._state = SourceState.CONNECTING
         live = config is not None and is_live(config.uri)
@@ -169,7 +180,38 @@ class StreamReader:
     @property
     def frames_dropped(self) -> int:
         """Frames the freshness policy dropped, plus those discarded at removal."""
-        return self._intake.dropped(self.id) + self.counters.frames_discarded
+        policy = self._policy_dropped
+        if policy is None:
+            policy = self._intake.dropped(self.id)
+        return policy + self.counters.frames_discarded
+
+    @property
+    def frames_in_flight(self) -> int:
+        """Frames the source gave that are not counted yet: queued, or in the pipeline's stages.
+
+        0 for frames given as an iterable (no source counts them)."""
+        counted = self.counters.frames_processed + self.counters.frames_failed + self.frames_dropped
+        return max(0, self.source_stats.frames_delivered - counted)
+
+    def leave_intake(self) -> None:
+        """Take the stream out of the intake: its queued frames discarded, both counted.
+
+        The policy's drops are kept here: the intake forgets them with the stream
+        (and counts a stream added again under the same id from zero).
+        """
+        self._policy_dropped = self._intake.dropped(self.id)
+        self.counters.discarded(self._intake.unregister(self.id))
+
+    def settle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the thread to end and its frames to be counted.
+
+        Call after :meth:`stop`. Frames already in the stages are processed (or
+        fail) on their way: the counters are final once they are through.
+        """
+        deadline = time.monotonic() + timeout
+        return self.join(timeout) and self.counters.wait_until(
+            lambda: self.frames_in_flight == 0, max(0.0, deadline - time.monotonic())
+        )
 
     @property
     def frames_failed(self) -> int:
@@ -221,7 +263,10 @@ class StreamReader:
 
     def _read(self) -> None:
         self._state = SourceState.STREAMING
+        gate = self.cadence.gate if self.cadence is not None else None
         for frame in self._source:
+            if gate is not None:  # its motion masks rasterised here, not on the shared thread
+                gate.prepare(frame.width, frame.height)
             if not self._intake.put(self.id, frame, self._stop):
                 self.counters.discarded(1)  # decoded when the stop came: counted, not lost
                 return

@@ -259,8 +259,9 @@ class FixedShapes:
     ``kept = valid & ~any(kept_j & suppresses_ji, j < i)``. That recursion has
     one solution, reached by iterating from "all kept" (each round settles at
     least one more box of every chain of suppressions; at a tracker's low
-    ``conf`` the demo detector's chains reach five or six). After :data:`NMS_ROUNDS` rounds a frame whose last round
-    changed nothing holds exactly torchvision's answer. A frame that had more
+    ``conf`` the demo detector's chains reach five or six). After
+    :data:`NMS_ROUNDS` rounds a frame whose last round changed nothing holds
+    exactly torchvision's answer. A frame that had more
     candidates than the window, or whose rounds had not settled, says so in
     its header, and the batch is postprocessed again by the exact path
     (:class:`Postprocessor`'s, one more host wait, counted as ``window``);

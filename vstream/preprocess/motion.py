@@ -18,7 +18,10 @@ former; a stream's frames all take the same way, so its gate is consistent.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from vstream.config.cadence import MotionGateConfig
 from vstream.frame import Frame, PixelFormat
@@ -30,11 +33,20 @@ SIZE = 64
 """Width of the grey copy, in pixels (its height keeps the frame's aspect ratio)."""
 
 
+MASK_SIZES = 4
+"""Frame sizes a gate keeps the masks' cells for (a camera may switch between a few)."""
+
+
+def copy_shape(frame_width: int, frame_height: int, width: int = SIZE) -> tuple[int, int]:
+    """``(rows, width)`` of the grey copy of a frame: its height keeps the aspect ratio."""
+    return max(1, round(width * frame_height / frame_width)), width
+
+
 def small_luma(frame: Frame, width: int = SIZE) -> torch.Tensor:
     """``frame``'s brightness, ``(h, width)`` float32 on its device, ``h`` by its aspect ratio."""
     import torch.nn.functional as F
 
-    height = max(1, round(width * frame.height / frame.width))
+    height, _ = copy_shape(frame.width, frame.height, width)
     step_y = max(1, frame.height // (height * 4))
     step_x = max(1, frame.width // (width * 4))
     plane = getattr(frame.picture, "luma", lambda: None)()
@@ -50,30 +62,28 @@ def small_luma(frame: Frame, width: int = SIZE) -> torch.Tensor:
 
 def mask_grid(
     polygons: list[list[tuple[float, float]]], frame_size: tuple[int, int], shape: tuple[int, int]
-) -> list[list[bool]]:
+) -> np.ndarray:
     """Which cells of a ``shape`` (rows, columns) grid over the frame lie outside every polygon.
 
     A cell is masked when its centre is inside a polygon (even-odd rule),
-    with polygon corners in frame pixels.
+    with polygon corners in frame pixels. Each polygon's edges are tested
+    against every cell at once: (edges, rows, columns) booleans, bounded by
+    :data:`~vstream.config.cadence.MAX_MASK_CORNERS`.
     """
     rows, cols = shape
     width, height = frame_size
-    keep = [[True] * cols for _ in range(rows)]
-    for r in range(rows):
-        y = (r + 0.5) * height / rows
-        for c in range(cols):
-            x = (c + 0.5) * width / cols
-            if any(_inside(x, y, polygon) for polygon in polygons):
-                keep[r][c] = False
-    return keep
-
-
-def _inside(x: float, y: float, polygon: list[tuple[float, float]]) -> bool:
-    inside = False
-    for (x1, y1), (x2, y2) in zip(polygon, [*polygon[1:], polygon[0]], strict=True):
-        if (y1 > y) != (y2 > y) and x < x1 + (y - y1) * (x2 - x1) / (y2 - y1):
-            inside = not inside
-    return inside
+    ys = (np.arange(rows) + 0.5) * height / rows
+    xs = (np.arange(cols) + 0.5) * width / cols
+    masked = np.zeros(shape, dtype=bool)
+    for polygon in polygons:
+        x1, y1 = np.asarray(polygon, dtype=np.float64).T[:, :, None]  # (edges, 1) each
+        x2, y2 = np.roll(x1, -1, axis=0), np.roll(y1, -1, axis=0)
+        spans = (y1 > ys) != (y2 > ys)  # (edges, rows): the edge crosses the row's centre line
+        with np.errstate(divide="ignore", invalid="ignore"):  # level edges span no row
+            meets = x1 + (ys - y1) * (x2 - x1) / (y2 - y1)  # where it crosses it
+        crossings = spans[:, :, None] & (xs < meets[:, :, None])  # (edges, rows, cols)
+        masked |= np.logical_xor.reduce(crossings, axis=0)
+    return ~masked
 
 
 class MotionGate:
@@ -88,6 +98,30 @@ class MotionGate:
         """Cells outside the masks (bool, the copy's shape); None without masks."""
         self._size: tuple[int, int, int] | None = None
         """``(width, height, pixel format)`` the reference and mask were made for."""
+        self._grids: dict[tuple[int, int], np.ndarray] = {}
+        """:func:`mask_grid` by frame size, made by :meth:`prepare` (the newest few)."""
+        self._lock = threading.Lock()
+        """Guards :attr:`_grids`: the reader's thread fills it, the preprocessing thread reads."""
+
+    def prepare(self, width: int, height: int) -> np.ndarray | None:
+        """The masks' :func:`mask_grid` for frames of this size (None without masks).
+
+        The stream's reader calls this before it queues a frame of a new size,
+        so the rasterising is done on the stream's own thread, not on the
+        preprocessing thread every stream of the pipeline shares.
+        """
+        if not self.config.masks:
+            return None
+        with self._lock:
+            grid = self._grids.get((width, height))
+        if grid is None:
+            polygons = [list(p) for p in self.config.masks]
+            grid = mask_grid(polygons, (width, height), copy_shape(width, height))
+            with self._lock:
+                if len(self._grids) >= MASK_SIZES:
+                    del self._grids[next(iter(self._grids))]
+                self._grids[(width, height)] = grid
+        return grid
 
     def changed_fraction(self, frame: Frame) -> float:
         """The fraction of the (unmasked) picture that changed since :meth:`remember` last ran.
@@ -103,11 +137,9 @@ class MotionGate:
             self._size = size
             self._reference = None
             self._keep = None
-            if self.config.masks:
-                grid = mask_grid(
-                    [list(p) for p in self.config.masks], (frame.width, frame.height), luma.shape
-                )
-                self._keep = torch.tensor(grid, dtype=torch.bool, device=luma.device)
+            grid = self.prepare(frame.width, frame.height)  # made already for a reader's frames
+            if grid is not None:
+                self._keep = torch.from_numpy(grid).to(luma.device)
             self._pending = luma
             return 1.0
         self._pending = luma

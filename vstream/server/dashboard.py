@@ -12,7 +12,8 @@ Media paths answer ``HEAD`` as well as ``GET``. A preview viewer that takes
 no part of the stream for ``write_timeout`` seconds (a client that stopped
 reading, its socket still open) is dropped and its slot freed; one that
 closes its socket is gone at once. Clips are listed with names relative to
-their folder, and a clip file that is a symbolic link is never served.
+their folder, and a clip file that is a symbolic link is never served: the
+file is opened without following links, checked, and served from that descriptor.
 
 With a token configured, the page asks for it once, keeps it in the tab's
 ``sessionStorage`` and sends it as ``Authorization: Bearer`` on its API calls.
@@ -31,14 +32,18 @@ import asyncio
 import base64
 import hashlib
 import logging
+import os
 import re
+import stat
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from vstream.server.auth import SESSION_COOKIE, SessionStore
 from vstream.server.preview import MEDIA_TYPE, PreviewHub, TooManyViewers
@@ -135,6 +140,46 @@ def page() -> tuple[str, str]:
     return html, policy
 
 
+def _open_plain(path: Path) -> int | None:
+    """A read-only descriptor of ``path`` if it is a plain file, not a link; else None.
+
+    Checked on the opened file, not on the name: a name checked and then
+    opened can be swapped for a link in between (a link placed in the clips
+    folder could point anywhere). ``O_NONBLOCK``: a FIFO does not wait for a writer.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    os.close(fd)
+    return None
+
+
+class OpenedFileResponse(FileResponse):
+    """A :class:`FileResponse` of a file already opened; the descriptor is closed when sent.
+
+    Starlette opens a path again for each part it sends; ``/proc/self/fd/N``
+    reopens the very file the descriptor holds, whatever its name now is.
+    """
+
+    def __init__(self, fd: int, *, media_type: str, filename: str) -> None:
+        self.fd = fd
+        super().__init__(
+            f"/proc/self/fd/{fd}",
+            media_type=media_type,
+            filename=filename,
+            stat_result=os.fstat(fd),
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            os.close(self.fd)
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status)
 
@@ -227,12 +272,12 @@ def dashboard_router(
 
     def clip_file(clip_id: str, kind: str, media_type: str | None) -> Response:
         path = clips.file(clip_id, kind) if clips is not None else None
-        # A link placed in the clips folder could point anywhere: only plain files are served.
-        if path is None or path.is_symlink() or not path.is_file():
+        fd = _open_plain(path) if path is not None else None
+        if path is None or fd is None:
             return _error(404, f"no such clip {kind}: {clip_id}")
         if media_type is None:
             media_type = "video/mp4" if path.suffix == ".mp4" else "video/x-matroska"
-        return FileResponse(path, media_type=media_type, filename=path.name)
+        return OpenedFileResponse(fd, media_type=media_type, filename=path.name)
 
     @router.api_route("/clips/{clip_id}/video", methods=MEDIA)
     def clip_video(clip_id: str) -> Response:

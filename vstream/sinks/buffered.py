@@ -49,8 +49,14 @@ class RetryPolicy:
 
 @dataclass
 class SinkStats:
-    """Counters of one sink, read by the metrics endpoint; written under the sink's lock."""
+    """Counters of one sink, read by the metrics endpoint; written under the sink's lock.
 
+    Once the sink has closed, ``produced == delivered + dropped``: every record
+    it was given is one or the other, whichever way it ended.
+    """
+
+    produced: int = 0
+    """Records the sink was given (after ``events_only``), counted as they are written."""
     delivered: int = 0
     """Records the destination (or its client library) accepted."""
     retries: int = 0
@@ -67,7 +73,10 @@ class BufferedSink:
     Records are delivered in the order they were written, in batches of up
     to ``batch_records``. With ``events_only`` only frames that have
     detections or events are kept. :meth:`close` delivers what is buffered
-    for up to ``flush_timeout`` seconds, then counts the rest as dropped.
+    for up to ``flush_timeout`` seconds, then counts the rest as dropped,
+    including a batch the sender still holds ``send_grace`` seconds later
+    (a send stuck on a stalled broker): its outcome, whenever it comes, is
+    not counted again.
     """
 
     def __init__(
@@ -82,6 +91,7 @@ class BufferedSink:
         overflow: Overflow = "drop_oldest",
         retry: RetryPolicy | None = None,
         flush_timeout: float = 10.0,
+        send_grace: float = 5.0,
         log_interval: float = 10.0,
     ) -> None:
         self.transport = transport
@@ -93,10 +103,16 @@ class BufferedSink:
         self.overflow = overflow
         self.retry = retry or RetryPolicy()
         self.flush_timeout = flush_timeout
+        self.send_grace = send_grace
+        self.log_interval = log_interval
         self.stats = SinkStats()
         self.error: BaseException | None = None
         """What failed the sink, if anything did; it then delivers nothing more."""
         self._buffer: deque[Record] = deque()
+        self._in_hand = 0
+        """Records the sender took from the buffer and has not counted yet."""
+        self._settled = False
+        """:meth:`close` has counted everything: what the sender reports later is not counted."""
         self._cond = threading.Condition()
         self._closing = False
         self._deadline = float("inf")
@@ -135,13 +151,7 @@ class BufferedSink:
         if not records:
             return
         with self._cond:
-            if self._closing or self.error is not None:
-                if isinstance(self.error, BrokenPipeError):
-                    self.stats.dropped += len(records)
-                    return
-                why = "the sink has failed" if self.error is not None else "after shutdown began"
-                self._drop(len(records), why)
-                return
+            self.stats.produced += len(records)
             if self.overflow == "block":
                 # Records that do not fit go in as the sender makes room: a write larger
                 # than the free space waits for it, part by part, and drops nothing.
@@ -156,9 +166,14 @@ class BufferedSink:
                         del records[:room]
                         self._cond.notify_all()
                     self._cond.wait(0.5)
-                if self.error is not None:
-                    self._drop(len(records), "the sink has failed")
+            # Checked after the wait too: close may have counted the buffer by then.
+            if self._closing or self.error is not None:
+                if isinstance(self.error, BrokenPipeError):
+                    self.stats.dropped += len(records)
                     return
+                why = "the sink has failed" if self.error is not None else "after shutdown began"
+                self._drop(len(records), why)
+                return
             overflow = len(self._buffer) + len(records) - self.capacity
             if overflow > 0:
                 dropped_old = min(overflow, len(self._buffer))
@@ -189,6 +204,7 @@ class BufferedSink:
                 return None
             count = min(self.batch_records, len(self._buffer))
             batch = [self._buffer.popleft() for _ in range(count)]
+            self._in_hand = count
             self._cond.notify_all()
             return batch
 
@@ -197,21 +213,34 @@ class BufferedSink:
             try:
                 self._deliver(batch)
             except Exception as exc:  # not a delivery fault: a bug or a misconfiguration
-                self._fail(exc, len(batch))
+                self._fail(exc)
                 return
 
-    def _fail(self, exc: BaseException, in_hand: int) -> None:
+    def _fail(self, exc: BaseException) -> None:
         with self._cond:
+            if self._settled:  # close has counted the batch; its transport may be gone
+                return
             self.error = exc
-            left = len(self._buffer)
+            lost = self._in_hand + len(self._buffer)
+            self._in_hand = 0
             self._buffer.clear()
             self._cond.notify_all()
             if isinstance(exc, BrokenPipeError):
                 # The reader went away (`vstream run | head`): an ending, not a fault to report.
-                self.stats.dropped += in_hand + left
+                self.stats.dropped += lost
                 return
         log.error("%s: failed: %s; it delivers nothing more", self.label, redact(describe(exc)))
-        self._drop(in_hand + left, "the sink has failed")
+        self._drop(lost, "the sink has failed")
+
+    def _count(self, delivered: int = 0, dropped: int = 0, why: str = "") -> None:
+        """Count records of the batch in hand as delivered or dropped, unless close already did."""
+        with self._cond:
+            if self._settled:
+                return
+            self._in_hand -= delivered + dropped
+            self.stats.delivered += delivered
+            if dropped:
+                self._drop(dropped, why)
 
     def _deliver(self, batch: list[Record]) -> None:
         """Send ``batch`` until it is through, given up, or shutdown's time is up."""
@@ -219,15 +248,14 @@ class BufferedSink:
         delay = self.retry.initial_delay_seconds
         while batch:
             if attempts and self._closing and time.monotonic() >= self._deadline:
-                self._drop(len(batch), "not delivered before the flush timeout")
+                self._count(dropped=len(batch), why="not delivered before the flush timeout")
                 return
             try:
                 self.transport.send(batch)
                 delivered, error = len(batch), None
             except DeliveryError as exc:
                 delivered, error = exc.delivered, exc
-            with self._cond:
-                self.stats.delivered += delivered
+            self._count(delivered=delivered)
             batch = batch[delivered:]
             if error is None:
                 self._recovered(attempts)
@@ -240,7 +268,7 @@ class BufferedSink:
             ):
                 reason = "rejected" if not error.retryable else f"{attempts} failed attempts"
                 log.warning("%s: %s (%s)", self.label, redact(str(error)), reason)
-                self._drop(len(batch), reason)
+                self._count(dropped=len(batch), why=reason)
                 return
             if not self._outage:
                 self._outage = redact(str(error))
@@ -278,14 +306,21 @@ class BufferedSink:
             self._cond.notify_all()
 
     def close(self) -> None:
-        """Deliver what is buffered (up to the flush timeout), close, log the exact totals."""
+        """Deliver what is buffered (up to the flush timeout), close, log the exact totals.
+
+        A sender still inside ``send`` after the grace (a broker that stopped
+        answering) is left to finish on its own: its batch is counted as dropped
+        here, so the totals add up whatever that send does later.
+        """
         self.start_flush()
-        self._thread.join(max(0.0, self._deadline - time.monotonic()) + 5.0)
+        self._thread.join(max(0.0, self._deadline - time.monotonic()) + self.send_grace)
         with self._cond:
-            left = len(self._buffer)
+            left, in_hand = len(self._buffer), self._in_hand  # in hand: the sender is stuck
             self._buffer.clear()
-        if left:
-            self._drop(left, "not delivered before the flush timeout")
+            self._in_hand = 0
+            self._settled = True
+        if left + in_hand:
+            self._drop(left + in_hand, "not delivered before the flush timeout")
         try:
             unconfirmed = self.transport.close(max(0.0, self._deadline - time.monotonic()))
         except Exception as exc:  # closing a broken transport must not hide the totals
@@ -301,8 +336,9 @@ class BufferedSink:
             level = logging.DEBUG
         log.log(
             level,
-            "%s: %d records delivered, %d dropped%s",
+            "%s: %d records produced: %d delivered, %d dropped%s",
             self.label,
+            stats.produced,
             stats.delivered,
             stats.dropped,
             " (failed)" if self.error is not None else "",

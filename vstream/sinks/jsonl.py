@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vstream.config.sinks import fill
+from vstream.config.sinks import fill, unfit_output
 from vstream.errors import VstreamError
 from vstream.sinks.base import DeliveryError, Record, make_parents
 
@@ -64,14 +64,24 @@ class JsonLinesSink:
         self._opened_at = time.monotonic()
 
     def _open(self, *, append: bool) -> None:
+        """Open the file; refuse a device, a pipe or a kernel file (see :func:`unfit_output`).
+
+        Checked before the open and again on what was opened, in case the name
+        changed in between; ``O_NONBLOCK`` keeps a pipe put there from blocking.
+        """
         assert self.path is not None
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-        try:
-            make_parents(self.path)
-            self._fd = os.open(self.path, flags, 0o666)
-            self._size = os.lseek(self._fd, 0, os.SEEK_END)
-        except OSError as exc:
-            raise VstreamError(f"cannot write output {self.path}: {exc.strerror}") from exc
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if append else os.O_TRUNC)
+        if (why := unfit_output(self.path)) is None:
+            try:
+                make_parents(self.path)
+                self._fd = os.open(self.path, flags, 0o666)
+                self._size = os.lseek(self._fd, 0, os.SEEK_END)
+            except OSError as exc:
+                raise VstreamError(f"cannot write output {self.path}: {exc.strerror}") from exc
+            why = unfit_output(self.path, self._fd)
+        if why is not None:
+            self.close()
+            raise VstreamError(f"cannot write output {self.path}: {why}")
 
     def send(self, records: Sequence[Record]) -> None:
         """Write ``records``; a full disk is retried, any other failed write fails the sink.

@@ -6,7 +6,6 @@ import json
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 
 import paho.mqtt.client as mqtt
@@ -52,8 +51,10 @@ class MqttTransport:
         # Message ids, not MQTTMessageInfo: paho leaves ``rc`` at MQTT_ERR_NO_CONN on a
         # message accepted while disconnected, and ``is_published()`` then raises even
         # after paho re-sent it and the broker acknowledged it.
-        self._unconfirmed: deque[int] = deque()
+        self._unconfirmed: set[int] = set()
+        """Messages of batches :meth:`send` returned, not acknowledged yet."""
         self._acknowledged: set[int] = set()
+        """Acknowledgements of the batch :meth:`send` is sending, not yet taken by it."""
         self.client = mqtt.Client(
             callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
             client_id=client_id or "",
@@ -110,14 +111,17 @@ class MqttTransport:
         if self.qos == 0:
             return
         with self._acked:
-            self._acknowledged.add(mid)
+            if mid in self._unconfirmed:
+                self._unconfirmed.discard(mid)
+            else:
+                self._acknowledged.add(mid)
             self._acked.notify_all()
 
     def send(self, records: Sequence[Record]) -> None:
         if not self.client.is_connected():
             raise DeliveryError(f"not connected to {self.address}")
-        infos = []
-        for i, record in enumerate(records):
+        pending: set[int] = set()
+        for record in records:
             payload = json.dumps(record, separators=(",", ":"))
             info = self.client.publish(
                 stream_key(self.topic, record, self.pipeline), payload, qos=self.qos
@@ -127,42 +131,58 @@ class MqttTransport:
                 self.qos > 0 and info.rc == mqtt.MQTT_ERR_NO_CONN
             )
             if not taken:
+                delivered = len(pending)
+                self._accepted(pending)
                 raise DeliveryError(
-                    f"{self.address}: {mqtt.error_string(info.rc)}", delivered=self._track(infos, i)
+                    f"{self.address}: {mqtt.error_string(info.rc)}", delivered=delivered
                 )
-            infos.append(info)
-        self._track(infos, len(infos))
+            pending.add(info.mid)
         if self.qos > 0:
-            self._wait_acknowledged(time.monotonic() + self.ack_timeout, while_connected=True)
+            self._wait_acknowledged(
+                pending, time.monotonic() + self.ack_timeout, while_connected=True
+            )
+        self._accepted(pending)
 
-    def _track(self, infos: list[mqtt.MQTTMessageInfo], count: int) -> int:
+    def _accepted(self, pending: set[int]) -> None:
+        """Leave a batch's unacknowledged messages to :meth:`close` once the sink counts them.
+
+        Not before: the messages of a send still waiting when its sink closes
+        are counted by the sink (as dropped), not a second time here.
+        """
         if self.qos > 0:
             with self._acked:
-                self._unconfirmed.extend(info.mid for info in infos[:count])
-        return count
+                self._claim(pending)
+                self._unconfirmed |= pending
 
-    def _wait_acknowledged(self, deadline: float, *, while_connected: bool = False) -> bool:
-        """Wait until the broker acknowledged every accepted message or ``deadline`` passed.
+    def _claim(self, pending: set[int]) -> None:
+        """Take the acknowledged messages out of ``pending`` (holding ``_acked``)."""
+        acknowledged = pending & self._acknowledged
+        pending -= acknowledged
+        self._acknowledged -= acknowledged
+
+    def _wait_acknowledged(
+        self, pending: set[int], deadline: float, *, while_connected: bool = False
+    ) -> None:
+        """Wait until each message of ``pending`` is acknowledged (and gone) or ``deadline`` passed.
 
         With ``while_connected`` the wait also ends when the connection is lost:
         paho re-sends those messages after reconnecting, nothing is gained by waiting.
         """
         with self._acked:
-            while self._unconfirmed:
-                if self._unconfirmed[0] in self._acknowledged:
-                    self._acknowledged.discard(self._unconfirmed.popleft())
-                    continue
+            while True:
+                self._claim(pending)
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or (while_connected and not self.client.is_connected()):
-                    return False
+                if not pending or remaining <= 0:
+                    return
+                if while_connected and not self.client.is_connected():
+                    return
                 self._acked.wait(min(remaining, 0.5))
-        return True
 
     def close(self, timeout: float) -> int:
         """Wait for outstanding acknowledgements, disconnect; return how many never came."""
-        self._wait_acknowledged(time.monotonic() + timeout)
+        self._wait_acknowledged(self._unconfirmed, time.monotonic() + timeout)
         with self._acked:
-            unconfirmed = sum(1 for mid in self._unconfirmed if mid not in self._acknowledged)
+            unconfirmed = len(self._unconfirmed)
         self.client.disconnect()
         self.client.loop_stop()
         return unconfirmed

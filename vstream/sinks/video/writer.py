@@ -52,7 +52,13 @@ from typing import Any, get_args
 
 import torch
 
-from vstream.config.sinks import CRF_RANGE, QUEUE_FRAMES_RANGE, VideoEncoder, VideoOverflow
+from vstream.config.sinks import (
+    CRF_RANGE,
+    QUEUE_FRAMES_RANGE,
+    VideoEncoder,
+    VideoOverflow,
+    unfit_output,
+)
 from vstream.diskspace import FreeSpace
 from vstream.errors import describe
 from vstream.sinks.base import make_parents
@@ -303,6 +309,9 @@ class VideoWriter:
     def _new_backend(self) -> Backend:
         destination = self.url or self.partial_path
         if self.partial_path is not None:
+            for target in (self.path, self.partial_path):  # written, then renamed to
+                if (why := unfit_output(target)) is not None:
+                    raise VideoWriteError(f"annotated video {self.path}: {why}")
             # FFmpeg opens the file only when the first packet comes out of the encoder (after
             # its look-ahead): make it now, so that an unwritable directory shows at once.
             make_parents(self.partial_path)

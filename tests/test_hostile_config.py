@@ -1,0 +1,55 @@
+"""What a careless or hostile config or URI could get past: masking, and validate against serve.
+
+1. A password holding what looks like the start of another URL (``(x://``)
+   showed its prefix: masking stopped at the inner ``scheme://``.
+2. ``validate`` passed ``host: 0.0.0.0`` with an empty token, which ``serve``
+   refuses: it now refuses it with the same line.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+
+import pytest
+
+from vstream import assets
+from vstream.cli import main
+from vstream.config import ConfigError, parse_source
+from vstream.logs import setup_logging
+from vstream.uri import redact
+
+
+@pytest.mark.parametrize("password", ["pa(x://ss", "ab (x://cd", "p[y://q@r", 'p"z://q', "s,t://u"])
+def test_a_password_holding_a_scheme_is_masked_whole(password: str) -> None:
+    uri = f"rtsp://admin:{password}@127.0.0.1:9/cam"
+    log = io.StringIO()
+    setup_logging(stream=log)
+    logging.getLogger("vstream.test").warning("stream s: cannot open %s", uri)
+    with pytest.raises(ConfigError) as refused:
+        parse_source({"id": "s", "uri": uri.replace(":9/", ":9x/")})
+    shown = [log.getvalue(), str(refused.value), redact(uri)]
+    assert redact(uri) == "rtsp://***@127.0.0.1:9/cam"
+    for text in shown:
+        assert "admin" not in text and password.split("://")[0] not in text, text
+
+
+def test_validate_refuses_what_serve_refuses_with_the_same_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        "server: {host: 0.0.0.0, token: ''}\n"
+        f"pipelines:\n  - name: p\n    model: {{path: {assets.DEMO_MODEL}}}\n"
+        f"    sources: [{{id: s, uri: {assets.SAMPLE_VIDEO}}}]\n"
+        "    sinks: [{type: stdout}]\n"
+    )
+    line = (
+        "server.host 0.0.0.0 listens beyond loopback, and no server.token is set: set one "
+        '(at least 8 characters, e.g. token: "${VSTREAM_API_TOKEN}") or listen on 127.0.0.1'
+    )
+    assert main(["validate", str(config)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"vstream: {config}: {line}"]
+    assert main(["serve", str(config)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"vstream: error: {line}"]
