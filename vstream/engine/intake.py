@@ -47,6 +47,7 @@ class _Lane:
     policy: FreshnessPolicy
     frames: deque[Arrival]
     dropped: int = 0
+    taken: int = 0
 
 
 class Intake:
@@ -92,6 +93,12 @@ class Intake:
             lane = self._lanes.get(stream_id)
             return lane.dropped if lane is not None else 0
 
+    def taken(self, stream_id: str) -> int:
+        """Frames of ``stream_id`` taken by the stages so far (what they must account for)."""
+        with self._cond:
+            lane = self._lanes.get(stream_id)
+            return lane.taken if lane is not None else 0
+
     def take(self, limit: int, timeout: float) -> list[Arrival]:
         """Up to ``limit`` frames, round-robin over streams; waits up to ``timeout`` for one."""
         with self._cond:
@@ -105,6 +112,7 @@ class Intake:
                 for lane in order:
                     if lane.frames and len(batch) < limit:
                         batch.append(lane.frames.popleft())
+                        lane.taken += 1
             self._next = start + 1
             self._cond.notify_all()
             return batch

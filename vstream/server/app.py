@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from vstream import __version__
 from vstream.config.loading import ConfigError
 from vstream.engine.errors import (
+    PipelineFailed,
     PipelineNotFound,
     ShuttingDown,
     StreamConflict,
@@ -53,6 +54,7 @@ _STATUS: tuple[tuple[type[VstreamError], int], ...] = (
     (BodyTooLarge, 413),
     (LimitExceeded, 429),
     (ShuttingDown, 503),
+    (PipelineFailed, 503),
 )
 
 

@@ -257,7 +257,8 @@ class BufferedSink:
             with self._cond:
                 self.stats.retries += 1
                 wait = min(delay, max(0.0, self._deadline - time.monotonic()))
-                self._cond.wait_for(lambda: False, timeout=wait)
+                # Out of the wait early only when hurry() cuts the flush short.
+                self._cond.wait_for(lambda: time.monotonic() >= self._deadline, timeout=wait)
             delay = min(delay * 2, self.retry.max_delay_seconds)
 
     def _recovered(self, attempts: int) -> None:
@@ -279,6 +280,14 @@ class BufferedSink:
             if not self._closing:
                 self._closing = True
                 self._deadline = time.monotonic() + self.flush_timeout
+            self._cond.notify_all()
+
+    def hurry(self, seconds: float) -> None:
+        """Shutdown was forced (a second signal): stop taking records, and flush for at most
+        ``seconds`` more; :meth:`close` then counts what is left as dropped."""
+        with self._cond:
+            self._closing = True
+            self._deadline = min(self._deadline, time.monotonic() + seconds)
             self._cond.notify_all()
 
     def close(self) -> None:
