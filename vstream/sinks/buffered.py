@@ -256,9 +256,10 @@ class BufferedSink:
                 )
             with self._cond:
                 self.stats.retries += 1
-                wait = min(delay, max(0.0, self._deadline - time.monotonic()))
-                # Out of the wait early only when hurry() cuts the flush short.
-                self._cond.wait_for(lambda: time.monotonic() >= self._deadline, timeout=wait)
+                # The delay, or less when the flush's end comes first (hurry() brings it closer).
+                until = time.monotonic() + delay
+                while (left := min(until, self._deadline) - time.monotonic()) > 0:
+                    self._cond.wait(left)
             delay = min(delay * 2, self.retry.max_delay_seconds)
 
     def _recovered(self, attempts: int) -> None:
