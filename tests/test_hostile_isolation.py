@@ -16,8 +16,9 @@ the engine under the real uvicorn, the CLI as a subprocess.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -34,7 +35,7 @@ from secondary_models import batch_of_one_model
 
 from vstream.config import parse_config
 from vstream.engine import Engine
-from vstream.engine.cadence import Cadence
+from vstream.engine.cadence import Cadence, Decision
 from vstream.engine.stages import OverlappedStages
 from vstream.frame import Frame
 from vstream.server import ApiServer, create_app
@@ -72,8 +73,12 @@ pipelines:
 """
 
 
+StartEngine = Callable[[str], Engine]
+ServeApi = Callable[[Engine], httpx.Client]
+
+
 @pytest.fixture
-def engines(media: Path) -> Iterator[list[Engine]]:
+def engines(media: Path) -> Iterator[StartEngine]:
     """Start engines of a config text; each is stopped at the end whatever the test did
     (bounded: a stage still held is given up on)."""
     started: list[Engine] = []
@@ -84,25 +89,23 @@ def engines(media: Path) -> Iterator[list[Engine]]:
         engine.start()
         return engine
 
-    yield start  # type: ignore[misc]
+    yield start
     for engine in started:
         engine.stop(timeout=5.0)
 
 
 @pytest.fixture
-def api() -> Iterator[object]:
+def api() -> Iterator[ServeApi]:
     """An HTTP client of an engine's API under uvicorn on 127.0.0.1 (no token)."""
-    servers: list[ApiServer] = []
+    with contextlib.ExitStack() as stack:
 
-    def serve(engine: Engine) -> httpx.Client:
-        server = ApiServer(create_app(engine), port=0)
-        servers.append(server)
-        server.start()
-        return httpx.Client(base_url=server.url, timeout=30)
+        def serve(engine: Engine) -> httpx.Client:
+            server = ApiServer(create_app(engine), port=0)
+            server.start()
+            stack.callback(server.stop)
+            return stack.enter_context(httpx.Client(base_url=server.url, timeout=30))
 
-    yield serve
-    for server in servers:
-        server.stop()
+        yield serve
 
 
 def every_frame_counted(engine: Engine) -> None:
@@ -122,7 +125,7 @@ def every_frame_counted(engine: Engine) -> None:
 
 
 def test_a_time_stamp_jump_with_detect_fps_holds_neither_its_pipeline_nor_the_others(
-    media: Path, engines
+    media: Path, engines: StartEngine
 ) -> None:
     engine = engines(
         """
@@ -149,13 +152,13 @@ pipelines:
 
 
 def test_a_stage_held_is_named_by_ready_and_a_stop_gives_up_on_it_counting_every_frame(
-    media: Path, engines, api, monkeypatch: pytest.MonkeyPatch
+    media: Path, engines: StartEngine, api: ServeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bug that holds the shared preprocessing thread (what the loop of 1. did), injected."""
     release = threading.Event()
     decide = Cadence.decide
 
-    def held(self: Cadence, frame: Frame, dropped: int = 0):
+    def held(self: Cadence, frame: Frame, dropped: int = 0) -> Decision:
         if frame.stream_id == "held" and frame.index == 3:
             release.wait(60)
         return decide(self, frame, dropped)
@@ -202,7 +205,7 @@ def test_a_secondary_model_failing_at_run_time_fails_its_stream_alone_and_run_en
 
 
 def test_in_the_daemon_a_failing_secondary_model_fails_one_stream_and_the_pipeline_goes_on(
-    media: Path, engines, api
+    media: Path, engines: StartEngine, api: ServeApi
 ) -> None:
     engine = engines(BROKEN_CASCADE % (", loop: true", media / "daemon.jsonl"))
     client = api(engine)
@@ -227,7 +230,7 @@ def test_in_the_daemon_a_failing_secondary_model_fails_one_stream_and_the_pipeli
 
 
 def test_a_pipeline_whose_stages_died_refuses_new_streams_and_its_files_end(
-    media: Path, engines, api, monkeypatch: pytest.MonkeyPatch
+    media: Path, engines: StartEngine, api: ServeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bug in a stage (injected: no input reaches one now) stops the pipeline for good."""
 
