@@ -146,16 +146,20 @@ def ffprobe_frame_count(path: Path) -> int:
     return int(done.stdout.split()[0].strip(","))
 
 
-def tiny_detector(path: Path, classes: tuple[str, ...] = ("a", "b")) -> Path:
+def tiny_detector(
+    path: Path, classes: tuple[str, ...] = ("a", "b"), centres: tuple[int, ...] = (100,)
+) -> Path:
     """A YOLOv8-layout ONNX model (320x320 input) that finds one box in every frame.
 
     The box is centred at (100, 100) of the model input, 40 pixels wide, with
     score 0.9 for class 0: enough to check that records carry detections.
+    ``centres``: one such box per value, centred at (value, value), apart.
     """
     from onnx_models import constant_output_model
 
     output = np.zeros((1, 4 + len(classes), 16), np.float32)
-    output[0, :5, 0] = [100, 100, 40, 40, 0.9]
+    for slot, centre in enumerate(centres):
+        output[0, :5, slot] = [centre, centre, 40, 40, 0.9]
     names = str(dict(enumerate(classes)))
     return constant_output_model(path, output, metadata={"names": names})
 

@@ -77,3 +77,26 @@ def declaring_model(path: Path, values: int, *, metadata: dict[str, str] | None 
         [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", values])],
     )
     return save_model(graph, path, metadata)
+
+
+def batch_of_one_model(path: Path, *, labels: int = 3) -> Path:
+    """A bad export: input ``[batch, 3, 16, 16]``, output fixed at ``[1, labels]``.
+
+    The output is the mean over the batch, so a batch of one crop runs and any
+    larger one fails in ONNX Runtime at run time ("invalid dimensions for output").
+    """
+    w = numpy_helper.from_array(np.ones((3, labels), np.float32), "w")
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["images"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
+        helper.make_node("MatMul", ["flat", "w"], ["mixed"]),
+        helper.make_node("ReduceMean", ["mixed"], ["output0"], axes=[0], keepdims=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "batch_of_one_crop_model",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, 16, 16])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, labels])],
+        initializer=[w],
+    )
+    return save_model(graph, path)

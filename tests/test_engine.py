@@ -84,8 +84,11 @@ def test_a_signal_stops_a_live_run_gracefully_with_every_record_intact(
     assert "Traceback" not in stderr
 
 
-def test_a_second_signal_exits_at_once(tmp_path: Path, model: Path) -> None:
-    """A flush that cannot finish (a webhook nobody answers) is cut short by a second signal."""
+def test_a_second_signal_cuts_the_flush_short_and_counts_what_is_left(
+    tmp_path: Path, model: Path
+) -> None:
+    """A flush that cannot finish (a webhook nobody answers) is cut short by a second signal;
+    what the sinks held is written (the file) or counted as dropped (the webhook)."""
     write_video(tmp_path / "clip.mp4", frames=20)
     config = tmp_path / "pipelines.yaml"
     config.write_text(
@@ -109,10 +112,12 @@ pipelines:
         time.sleep(1.0)  # the graceful stop is under way, waiting on the webhook's flush
         assert process.poll() is None
         process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=30)
+        _, stderr = process.communicate(timeout=30)
     finally:
         process.kill()
     assert process.returncode == 128 + signal.SIGTERM
+    written = len((tmp_path / "out.jsonl").read_text().splitlines())
+    assert f"sink webhook (pipeline main): 0 records delivered, {written} dropped" in stderr
 
 
 def engine_config(tmp_path: Path, model: Path, streams: int, frames: int) -> VstreamConfig:
@@ -360,6 +365,7 @@ NOT_ON_THE_RUN_COMMAND_LINE = {
     "model.mean": "three numbers per model: a pipelines file says them better",
     "model.std": "three numbers per model: a pipelines file says them better",
     "postprocess.max_candidates": "a safety cap on NMS input, not a tuning knob",
+    "runtime.stall_seconds": "when /ready calls a stage stuck: the daemon's pipelines file",
     "sources.input_format": "forcing an FFmpeg demuxer: pipelines file or Python",
     "sources.reconnect.max_delay_seconds": "backoff shape: pipelines file or Python",
     "sources.reconnect.jitter": "backoff shape: pipelines file or Python",

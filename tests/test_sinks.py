@@ -59,6 +59,21 @@ class FlakyTransport:
         return 0
 
 
+def test_hurry_cuts_a_long_backoff_short_and_counts_what_is_left() -> None:
+    """A second signal: a sender waiting a minute before its next attempt stops at the
+    flush's new end, and what it held is counted as dropped."""
+    transport = FlakyTransport()
+    transport.down.set()
+    minute = RetryPolicy(initial_delay_seconds=60, max_delay_seconds=60)
+    sink = BufferedSink(transport, name="t", retry=minute, flush_timeout=600)
+    sink.write([result(i) for i in range(3)])
+    assert eventually(lambda: sink.stats.failures == 1)
+    sink.hurry(0.1)
+    sink.close()
+    assert not sink.alive
+    assert (sink.stats.delivered, sink.stats.dropped) == (0, 3)
+
+
 def test_retries_until_delivered_in_order() -> None:
     transport = FlakyTransport(failures=3)
     sink = BufferedSink(transport, name="t", retry=FAST_RETRY)

@@ -29,6 +29,7 @@ belong to the model, which the records do not know.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -46,8 +47,11 @@ from vstream.cascade.attributes import (
 from vstream.cascade.counts import ModelCounts, StreamAttributeCounts, add_to, label_counts
 from vstream.cascade.model import SecondaryModel, SecondaryOutput
 from vstream.config.secondary import SecondaryConfig, check_filter_labels, check_on_classes
+from vstream.errors import describe
 from vstream.frame import Frame
 from vstream.results import ATTRIBUTES, Detections, FrameResult
+
+log = logging.getLogger("vstream.cascade")
 
 _NO_BOXES = np.zeros((0, 4), dtype=np.float32)
 """What :meth:`SecondaryModel.run` reads to give an empty result of the model's width."""
@@ -259,11 +263,21 @@ class Cascade:
 def _timed_run(
     model: SecondaryModel, frame: Frame, boxes: np.ndarray, tally: ModelCounts
 ) -> SecondaryOutput:
-    """``model.run`` of ``boxes``, its time and the call counted in ``tally`` when it reads any."""
+    """``model.run`` of ``boxes``, its time and the call counted in ``tally`` when it reads any.
+
+    A run that fails is tried once more (a transient fault: device memory, the
+    runtime) before its error is raised; the pipeline then fails the frame's
+    stream alone. A run holds one frame's objects, so unlike the detector's
+    batches it never mixes streams: there is nothing to split up first.
+    """
     if len(boxes) == 0:
         return model.run(frame, boxes)
     started = time.perf_counter()
-    output = model.run(frame, boxes)
+    try:
+        output = model.run(frame, boxes)
+    except Exception as exc:
+        log.debug("secondary model %s: %s; trying again", model.name, describe(exc))
+        output = model.run(frame, boxes)
     tally.runs += 1
     tally.seconds += time.perf_counter() - started
     return output

@@ -4,7 +4,8 @@
 from its flags (:mod:`vstream.cli.options`); ``vstream run CONFIG`` reads one.
 Both run the same engine until their streams end, or until SIGTERM/SIGINT:
 the first signal stops intake, finishes the frames in flight, flushes every
-sink and prints the summary; a second one exits at once.
+sink and prints the summary; a second one cuts that short
+(:mod:`vstream.engine.signals`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from vstream.cli.options import (
     secondary_help,
 )
 from vstream.config.sinks import fill
+from vstream.engine.signals import FORCED_FLUSH_SECONDS
 from vstream.errors import VstreamError
 from vstream.uri import is_live, publish_display, redact
 
@@ -58,7 +60,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "With no arguments, runs the bundled demo model on the bundled sample video. "
         "With a pipelines file (YAML), runs every pipeline in it until its sources end. "
         "SIGTERM or SIGINT stops taking frames, finishes those in flight, flushes the "
-        "output and prints the summary; a second signal exits at once.",
+        "output and prints the summary; a second signal cuts that short (the sinks get "
+        f"{FORCED_FLUSH_SECONDS:g} s more for what they hold, then exit 128 + signal).",
     )
     run.add_argument(
         "config",
@@ -214,6 +217,7 @@ def _run(config: Any, base_dir: Path, signals: Any, *, quiet: bool, single: bool
     from vstream.cluster import open_engine
 
     engine = open_engine(config, base_dir=base_dir)
+    signals.on_force = engine.hurry
     progress: Progress | None = None
     try:
         engine.start()
@@ -230,7 +234,8 @@ def _run(config: Any, base_dir: Path, signals: Any, *, quiet: bool, single: bool
         if progress is not None:
             progress.clear()
         engine.stop()
-    return _report(engine, config, signals.received, quiet=quiet, single=single)
+    status = _report(engine, config, signals.received, quiet=quiet, single=single)
+    return status if signals.exit_status is None else signals.exit_status
 
 
 def _outputs(config: Any, engine: Any) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from vstream.cli.args import EXIT_OK
 from vstream.cli.options import SERVE_SECTIONS, add_flags, given
+from vstream.engine.signals import FORCED_FLUSH_SECONDS
 from vstream.errors import VstreamError
 
 log = logging.getLogger("vstream")
@@ -31,7 +32,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="run the pipelines of a config with an HTTP API until stopped",
         description="Run every pipeline of a config until SIGTERM or SIGINT, serving "
         "/health, /ready, /metrics and /streams. The first signal stops taking frames, "
-        "finishes those in flight and flushes every sink; a second one exits at once. "
+        "finishes those in flight and flushes every sink; a second one cuts that short (the "
+        f"sinks get {FORCED_FLUSH_SECONDS:g} s more for what they hold, then exit 128 + signal). "
         "The flags below override the file's settings.",
     )
     serve.add_argument("config", type=Path, help="pipelines file (YAML)")
@@ -54,6 +56,7 @@ def serve_command(args: argparse.Namespace) -> int:
     signals = ShutdownSignals().install()
     open_files = raise_open_files()  # before anything is opened: the pipelines draw on it too
     engine = open_engine(config, base_dir=args.config.resolve().parent)
+    signals.on_force = engine.hurry
     token = config.server.token.get_secret_value() if config.server.token else None
     try:
         server = ApiServer(
@@ -91,4 +94,6 @@ def serve_command(args: argparse.Namespace) -> int:
             f", failed: {stream.error}" if stream.error else "",
         )
     log.info("stopped")
+    if signals.exit_status is not None:
+        return signals.exit_status
     return 130 if signals.received == signal.SIGINT else EXIT_OK

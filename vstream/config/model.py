@@ -276,6 +276,11 @@ class RuntimeOptions(StrictModel):
         "process-wide (torch has one setting, made when the engine starts), so every pipeline "
         "of a file must give the same",
     )
+    stall_seconds: Seconds(1, 3600, open_low=False) = Field(
+        30.0,
+        description="a stage at work on one batch for longer is reported stuck: /ready "
+        "answers 503 naming it (every stream of the pipeline waits behind it)",
+    )
 
     @model_validator(mode="after")
     def _room_for_the_runs(self) -> RuntimeOptions:

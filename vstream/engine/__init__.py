@@ -7,7 +7,7 @@
 - :mod:`~vstream.engine.interface`: the interface every engine offers (:class:`StreamEngine`),
   and what the two engines share;
 - :mod:`~vstream.engine.engine`: every pipeline of a config, started and stopped together;
-- :mod:`~vstream.engine.signals`: SIGTERM and SIGINT, graceful then immediate.
+- :mod:`~vstream.engine.signals`: SIGTERM and SIGINT, graceful, then cut short.
 """
 
 from vstream.lazy import lazy_exports

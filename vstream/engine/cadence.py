@@ -36,6 +36,7 @@ happens, whichever kind that frame is.
 from __future__ import annotations
 
 import enum
+import math
 import threading
 
 import numpy as np
@@ -146,11 +147,8 @@ class Cadence:
         if detect:
             self._last_index, self._last_pts = frame.index, pts
             if self.options.detect_fps is not None:
-                interval = 1.0 / self.options.detect_fps
                 tick = pts if restart or self._next_tick is None else self._next_tick
-                while tick <= pts + _PTS_TOLERANCE:
-                    tick += interval
-                self._next_tick = tick
+                self._next_tick = next_tick(tick, pts, 1.0 / self.options.detect_fps)
         return Decision.DETECT if detect else Decision.STILL if skipped_still else Decision.PREDICT
 
     def _due(self, frame: Frame) -> bool:
@@ -200,6 +198,22 @@ class Cadence:
             "detection_rate": round(rate, 4) if rate is not None else None,
             "detect_every_now": self.every,
         }
+
+
+def next_tick(tick: float, pts: float, interval: float) -> float:
+    """The first tick after ``pts`` of the grid through ``tick``, one every ``interval`` s.
+
+    Computed, not stepped to: a stream's pts may jump by any amount (1e12 s
+    in a crafted file), and a step loop would hold the pipeline's shared
+    preprocessing thread for as many steps. Where ``pts`` is so large that
+    ``interval`` is below its float precision, the tick stays at ``pts``:
+    every frame is then due, which is wrong only for such a stream, and bounded.
+    """
+    limit = pts + _PTS_TOLERANCE
+    following = tick + max(1, math.floor((limit - tick) / interval) + 1) * interval
+    if following <= limit:  # the product rounded down onto the limit: one step more
+        following += interval
+    return following
 
 
 def undetected_result(frame: Frame) -> FrameResult:

@@ -142,9 +142,19 @@ class Engine(EngineBase):
         self._finish(timeout)
 
     def _finish(self, timeout: float) -> None:
+        """Every pipeline's frames by one deadline, then every sink's flush at once: a stop
+        takes ``timeout`` plus the longest ``flush_timeout_seconds``, however many pipelines."""
         deadline = time.monotonic() + timeout
         for pipeline in self.pipelines.values():
-            pipeline.finish(max(0.0, deadline - time.monotonic()))
+            pipeline.finish_frames(deadline)
+        for pipeline in self.pipelines.values():
+            pipeline.start_closing()
+        for pipeline in self.pipelines.values():
+            pipeline.close()
+
+    def hurry(self, seconds: float) -> None:
+        for pipeline in self.pipelines.values():
+            pipeline.hurry(seconds)
 
     def finished_videos(self) -> dict[str, Any]:
         """The last counters of every annotated video, by its target as logged (after stop)."""

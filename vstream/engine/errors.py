@@ -21,4 +21,15 @@ class ShuttingDown(VstreamError):
     """The engine is stopping and takes no new streams (503)."""
 
 
-__all__ = ["LimitExceeded", "PipelineNotFound", "ShuttingDown", "StreamConflict", "StreamNotFound"]
+class PipelineFailed(VstreamError):
+    """The pipeline's stages stopped for good (a bug in one): it takes no new streams (503)."""
+
+
+__all__ = [
+    "LimitExceeded",
+    "PipelineFailed",
+    "PipelineNotFound",
+    "ShuttingDown",
+    "StreamConflict",
+    "StreamNotFound",
+]

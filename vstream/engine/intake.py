@@ -49,6 +49,7 @@ class _Lane:
     room: threading.Condition
     """Where this stream's reader waits for room (``block``); woken only for this lane."""
     dropped: int = 0
+    taken: int = 0
 
 
 class Intake:
@@ -110,6 +111,12 @@ class Intake:
             lane = self._lanes.get(stream_id)
             return lane.dropped if lane is not None else 0
 
+    def taken(self, stream_id: str) -> int:
+        """Frames of ``stream_id`` taken by the stages so far (what they must account for)."""
+        with self._lock:
+            lane = self._lanes.get(stream_id)
+            return lane.taken if lane is not None else 0
+
     def take(self, limit: int, timeout: float) -> list[Arrival]:
         """Up to ``limit`` frames, round-robin over streams; waits up to ``timeout`` for one."""
         with self._lock:
@@ -124,6 +131,7 @@ class Intake:
                 for lane in order:
                     if lane.frames and len(batch) < limit:
                         batch.append(lane.frames.popleft())
+                        lane.taken += 1
                         emptied.add(id(lane))
             self._queued -= len(batch)
             self._next = start + 1

@@ -56,6 +56,8 @@ class StreamEngine(Protocol):
 
     def stop(self, timeout: float = 30.0) -> None: ...
 
+    def hurry(self, seconds: float) -> None: ...
+
     def wait(self, stop: threading.Event, *, until_files_done: bool) -> None: ...
 
     def files_done(self) -> bool: ...
@@ -152,6 +154,11 @@ class EngineBase:
             self._stopped = True
             self.stopping.set()
         self._stop(timeout)
+
+    def hurry(self, seconds: float) -> None:
+        """Cut a stop under way short (a second signal), from any thread: stop waiting for
+        frames in flight, give every sink ``seconds`` more for what it holds. An engine
+        that cannot leaves its stop as it is; the signal handler's deadline bounds it."""
 
     def _find(self, stream_id: str) -> StreamView | None:
         return next((s for s in self.readers() if s.id == stream_id), None)

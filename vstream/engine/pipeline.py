@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from vstream.analytics.stream import StreamAnalytics
@@ -30,13 +30,14 @@ from vstream.config.sinks import FRAME_SINK_TYPES
 from vstream.config.sources import SourceConfig
 from vstream.config.tracking import DEFAULT_CONF, TrackingConfig
 from vstream.engine.cadence import Decision, predicted_result
-from vstream.engine.errors import ShuttingDown, StreamNotFound
+from vstream.engine.errors import PipelineFailed, ShuttingDown, StreamNotFound
 from vstream.engine.intake import Arrival, Intake
 from vstream.engine.outputs import FrameOutputs, analyze
 from vstream.engine.queue import FrameQueue
 from vstream.engine.reader import StreamReader
 from vstream.engine.stages import Batch, OverlappedStages
 from vstream.engine.status import stream_sample
+from vstream.errors import describe
 from vstream.frame import Frame
 from vstream.metrics import Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
@@ -53,6 +54,9 @@ log = logging.getLogger("vstream.engine")
 
 SETTLE_SECONDS = 5.0
 """How long removing a stream waits for its frames already in the stages to be counted."""
+
+_JOIN_STEP_SECONDS = 0.1
+"""How often a stop waiting for a thread looks whether it was hurried."""
 
 
 class Pipeline:
@@ -101,9 +105,12 @@ class Pipeline:
         self._lock = threading.Lock()
         self._taking = True
         self._stopping = threading.Event()
+        self._hurried = threading.Event()
         self._finish_when_idle = finish_when_idle
         self._reading = 0
         """Readers whose thread has not ended yet."""
+        self.stall_seconds = runtime.stall_seconds
+        """A stage at work on one batch for longer is reported stuck (:meth:`not_ready`)."""
         self.stages = OverlappedStages(
             detector,
             self.intake,
@@ -190,9 +197,15 @@ class Pipeline:
                 conf=self.conf,
             )
         with self._lock:
-            if not self._taking:
+            failure = self.failure or self.stages.failure
+            if not self._taking or failure is not None:
                 self.intake.unregister(reader.id)
+            if not self._taking:
                 raise ShuttingDown(f"pipeline {self.name} is shutting down: no new streams")
+            if failure is not None:
+                raise PipelineFailed(
+                    f"pipeline {self.name} has failed ({describe(failure)}): no new streams"
+                )
             self.streams[reader.id] = reader
             self._reading += 1
         if self.cascade is not None:
@@ -293,34 +306,34 @@ class Pipeline:
         )
 
     def _deliver(self, batch: Batch) -> None:
-        """A finished batch, on the postprocessing thread: count it, fail, hand on records."""
+        """A finished batch, on the postprocessing thread: finish, count, fail, hand on records.
+
+        A frame whose tracker, secondary models or annotation fail (a model that
+        breaks at run time, input nobody foresaw) fails its stream alone, as a
+        detector failure does: the pipeline's other streams go on.
+        """
         now = time.time()
-        for arrival in batch.arrivals:
+        records: list[FrameResult] = []
+        failed: dict[str, Exception] = {}
+        for arrival, result in zip(batch.arrivals, batch.results, strict=True):
             reader = self._reader(arrival.stream)
             if reader is None:
+                records.append(result)
+                continue
+            error = failed.get(arrival.stream)
+            if error is None:
+                try:
+                    result = self._finish_record(reader, arrival, result)
+                except Exception as exc:
+                    error = failed[arrival.stream] = exc
+            if error is not None:
+                self.stages.fail_delivered(batch, arrival, error)
                 continue
             age = max(0.0, now - arrival.captured_at)
-            reader.counters.processed(1, 0, age)
+            reader.counters.processed(1, len(result.detections), age)
             if self.metrics is not None:
                 self.metrics.frame_age.labels(self.name, arrival.stream).observe(age)
-        for position, (arrival, result) in enumerate(
-            zip(batch.arrivals, batch.results, strict=True)
-        ):
-            reader = self._reader(arrival.stream)
-            if reader is None:
-                continue
-            if reader.analytics is not None:
-                result = self._analyze(reader.analytics, arrival, result)
-                if self.metrics is not None:
-                    self.metrics.observe_analytics(self.name, arrival.stream, result)
-            elif self.cascade is not None:
-                result = self.cascade.apply(
-                    arrival.frame, result, detected=arrival.detect, live_tracks=None
-                )
-            batch.results[position] = result
-            reader.counters.processed(0, len(result.detections), None)
-            if self.outputs is not None and self.outputs.wanted:
-                self.outputs.deliver(arrival.frame, result, reader.source_fps)
+            records.append(result)
         for arrival, error in batch.failures:
             reader = self._reader(arrival.stream)
             if reader is not None:
@@ -334,9 +347,25 @@ class Pipeline:
                     batch.preprocess_seconds + batch.inference_seconds + batch.postprocess_seconds
                 )
                 self.metrics.batch_size.labels(self.name).observe(len(batch.arrivals))
-        if batch.results:
+        if records:
             for sink in self.sinks:
-                sink.write(batch.results)
+                sink.write(records)
+
+    def _finish_record(
+        self, reader: StreamReader, arrival: Arrival, result: FrameResult
+    ) -> FrameResult:
+        """The stream's tracker, cascade, lines and zones on one frame, then its pictures."""
+        if reader.analytics is not None:
+            result = self._analyze(reader.analytics, arrival, result)
+            if self.metrics is not None:
+                self.metrics.observe_analytics(self.name, arrival.stream, result)
+        elif self.cascade is not None:
+            result = self.cascade.apply(
+                arrival.frame, result, detected=arrival.detect, live_tracks=None
+            )
+        if self.outputs is not None and self.outputs.wanted:
+            self.outputs.deliver(arrival.frame, result, reader.source_fps)
+        return result
 
     def _stages_ended(self) -> None:
         """The stages stopped: a bug in a stage fails every stream, loudly, once."""
@@ -360,32 +389,68 @@ class Pipeline:
 
     def finish(self, timeout: float) -> None:
         """Process what is queued, join every thread, then flush and close every sink."""
-        deadline = time.monotonic() + timeout
+        self.finish_frames(time.monotonic() + timeout)
+        self.start_closing()
+        self.close()
+
+    def finish_frames(self, deadline: float) -> None:
+        """Stop the readers and process what is queued, by ``deadline`` (or sooner after
+        :meth:`hurry`); stages still at work then are given up on, their frames counted."""
         self.stop_taking_frames()
         with self._lock:
             readers = [*self.streams.values(), *self._retired.values()]
         for reader in readers:
-            if not reader.join(max(0.0, deadline - time.monotonic())):
+            if not self._wait(reader.join, deadline):
                 log.error("stream %s: the reader did not stop in time", reader.id)
         self._stopping.set()
         self.stages.finish()
-        if not self.stages.join(max(0.0, deadline - time.monotonic())):
+        if not self._wait(self.stages.join, deadline):
             log.error("pipeline %s: the model did not finish in time", self.name)
             self.stages.abort()
-            self.stages.join(1.0)
+            self._wait(self.stages.join, time.monotonic() + 1.0)
         for stream_id in list(self.streams):
             reader = self.streams[stream_id]
-            reader.counters.discarded(self.intake.queued(stream_id))
+            reader.counters.discarded(self.intake.queued(stream_id) + self._abandoned(reader))
+
+    def start_closing(self) -> None:
+        """Close the pictures' outputs and start every sink's flush (they flush at once)."""
         if self.outputs is not None:
             self.outputs.close()
-        self._close_sinks()
-        self._reap()
-
-    def _close_sinks(self) -> None:
         for sink in self.sinks:
             sink.start_flush()
+
+    def close(self) -> None:
+        """Wait for every sink's flush (each bounded by its ``flush_timeout_seconds``)."""
         for sink in self.sinks:
             sink.close()
+        self._reap()
+
+    def hurry(self, seconds: float) -> None:
+        """Cut a stop short (a second signal): stop waiting for the stages and the readers,
+        and give every sink ``seconds`` more for the records it holds. Any thread."""
+        self._hurried.set()
+        self.stages.abort()
+        for sink in self.sinks:
+            hurry = getattr(sink, "hurry", None)
+            if hurry is not None:
+                hurry(seconds)
+
+    def _wait(self, join: Callable[[float], bool], deadline: float) -> bool:
+        """``join(timeout)`` in short steps until it succeeds, ``deadline`` passes or the stop
+        is hurried; whether it succeeded."""
+        while True:
+            left = deadline - time.monotonic()
+            if join(max(0.0, min(left, _JOIN_STEP_SECONDS))):
+                return True
+            if left <= 0 or self._hurried.is_set():
+                return False
+
+    def _abandoned(self, reader: StreamReader) -> int:
+        """Frames of ``reader``'s stream the stages took but never delivered nor failed: none
+        after a clean finish; those in flight when a stage failed or was given up on."""
+        counters = reader.counters
+        delivered = counters.frames_processed + counters.frames_failed
+        return max(0, self.intake.taken(reader.id) - delivered)
 
     @property
     def sinks_failed(self) -> bool:
@@ -394,10 +459,12 @@ class Pipeline:
 
     @property
     def files_done(self) -> bool:
-        """Every stream has ended (finished or failed) and its frames were processed."""
+        """Every stream has ended (finished or failed) and its frames were processed, or the
+        stages have stopped (a bug in one), so that what is queued will never be taken."""
         with self._lock:
             readers = list(self.streams.values())
-        return all(not r.running for r in readers) and self.intake.queued() == 0
+        through = self.intake.queued() == 0 or not self.stages.alive
+        return all(not r.running for r in readers) and through
 
     def not_ready(self) -> list[str]:
         """Why this pipeline is not ready: no running model, failed sinks, or idle streams."""
@@ -414,8 +481,18 @@ class Pipeline:
         reasons += [
             f"{s.label} is retrying: {s.outage}" for s in self.sinks if getattr(s, "outage", None)
         ]
+        reasons[:0] = [
+            f"pipeline {self.name}: the {stage} stage has been on one batch for {seconds:.0f} s"
+            for stage, seconds in self.stages.stuck(self.stall_seconds)
+        ]
         if not self.stages.alive and not self._stopping.is_set():
-            reasons.insert(0, f"pipeline {self.name} has no running model")
+            failure = self.failure or self.stages.failure
+            why = (
+                f"has failed: {describe(failure)}"
+                if failure is not None
+                else "has no running model"
+            )
+            reasons.insert(0, f"pipeline {self.name} {why}")
         return reasons
 
     def samples(self) -> tuple[list[StreamSample], list[SinkSample]]:

@@ -46,7 +46,8 @@ class StreamCounters:
         self.frames_failed = 0
         """Frames whose preprocessing, inference or postprocessing failed."""
         self.frames_discarded = 0
-        """Frames queued when the stream was removed or the pipeline stopped."""
+        """Frames queued when the stream was removed or the pipeline stopped, or in flight
+        in stages that failed or were given up on at shutdown."""
         self.detections = 0
         self.frame_age_seconds: float | None = None
         self._done_at: deque[tuple[float, int]] = deque()

@@ -1,4 +1,11 @@
-"""SIGTERM and SIGINT: the first asks for a graceful shutdown, the second forces exit."""
+"""SIGTERM and SIGINT: the first asks for a graceful shutdown, the second cuts it short.
+
+A second signal does not throw away what was produced: the stop stops
+waiting for frames in flight, every sink gets :data:`FORCED_FLUSH_SECONDS`
+for the records it holds (the rest counted as dropped, the totals logged),
+and the process exits at most :data:`FORCED_EXIT_SECONDS` later, whatever is
+still running. A third signal exits at once.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +13,24 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 log = logging.getLogger("vstream.engine")
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+FORCED_FLUSH_SECONDS = 2.0
+"""After a second signal: how long the sinks may still deliver the records they hold."""
+FORCED_EXIT_SECONDS = 10.0
+"""After a second signal: the process has exited by then (a sender stuck in a network call
+is not waited for)."""
+
 
 class ShutdownSignals:
-    """Sets :attr:`requested` on the first signal; exits the process at once on the second.
+    """Sets :attr:`requested` on the first signal; cuts the stop short on the second.
 
-    The second signal's exit status is 128 + the signal number, as a shell
+    The exit status after a second signal is 128 + its number, as a shell
     reports a process killed by it, so a forced exit is never mistaken for a
     clean one.
     """
@@ -25,6 +39,11 @@ class ShutdownSignals:
         self.requested = threading.Event()
         self.received: int | None = None
         """The first signal's number, once one arrived."""
+        self.forced: int | None = None
+        """The second signal's number, once one arrived: the stop was cut short."""
+        self.on_force: Callable[[float], object] | None = None
+        """Called on a thread of its own at the second signal, with the seconds the sinks
+        still get (the engine's ``hurry``)."""
         self._previous: dict[int, object] = {}
 
     def install(self) -> ShutdownSignals:
@@ -32,16 +51,48 @@ class ShutdownSignals:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
+    @property
+    def exit_status(self) -> int | None:
+        """128 + the second signal's number after a forced stop, else None."""
+        return None if self.forced is None else 128 + self.forced
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
+        if self.forced is not None:
+            _exit_now(f"{name} a third time: exiting now", 128 + signum)
         if self.requested.is_set():
-            log.error("%s again: exiting now, without waiting for the flush", name)
-            logging.shutdown()
-            os._exit(128 + signum)
-        log.info("%s: stopping (send it again to exit at once)", name)
+            log.error(
+                "%s again: the sinks get %g s for the records they hold, then exiting "
+                "(send it again to exit at once)",
+                name,
+                FORCED_FLUSH_SECONDS,
+            )
+            self.forced = signum
+            deadline = threading.Timer(
+                FORCED_EXIT_SECONDS,
+                _exit_now,
+                (f"still stopping {FORCED_EXIT_SECONDS:g} s after {name} again: exiting now",),
+                {"status": 128 + signum},
+            )
+            deadline.daemon = True
+            deadline.start()
+            if self.on_force is not None:
+                # Not here: the main thread, interrupted, may hold a lock the engine needs.
+                threading.Thread(
+                    target=self.on_force, args=(FORCED_FLUSH_SECONDS,), name="hurry", daemon=True
+                ).start()
+            return
+        log.info("%s: stopping (send it again to cut the stop short)", name)
         self.received = signum
         self.requested.set()
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _exit_now(message: str, status: int) -> None:
+    """Log ``message`` and end the process with ``status`` now, without waiting for anything."""
+    log.error(message)
+    logging.shutdown()
+    os._exit(status)

@@ -54,7 +54,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -284,6 +284,9 @@ class OverlappedStages:
         Their frames in that batch and later ones fail without being delivered.
         """
         self._failed_lock = threading.Lock()
+        self._busy: dict[int, tuple[str, float]] = {}
+        """Stage threads at work on a batch, by thread id: the stage and since when
+        (monotonic); what :meth:`stuck` reads."""
         stages = ["preprocess", *(["inference"] * runs), "postprocess"]
         self._threads = [
             threading.Thread(target=self._run, args=(stage,), name=f"{stage}-{name}", daemon=True)
@@ -298,6 +301,30 @@ class OverlappedStages:
     def alive(self) -> bool:
         """Whether any stage thread still runs."""
         return any(t.is_alive() for t in self._threads)
+
+    def stuck(self, seconds: float) -> list[tuple[str, float]]:
+        """The stages at work on one batch for more than ``seconds``, each with how long.
+
+        A thread cannot be stopped from outside, so a stage held by a bug or a
+        model that never returns is only reported (``/ready``), and abandoned
+        at shutdown; every stream of the pipeline waits behind it meanwhile.
+        """
+        now = time.monotonic()
+        return [
+            (stage, now - since)
+            for stage, since in list(self._busy.values())
+            if now - since > seconds
+        ]
+
+    @contextlib.contextmanager
+    def _working(self, stage: str) -> Iterator[None]:
+        """Mark the calling stage thread busy (on a batch) for :meth:`stuck`."""
+        key = threading.get_ident()
+        self._busy[key] = (stage, time.monotonic())
+        try:
+            yield
+        finally:
+            del self._busy[key]
 
     def finish(self) -> None:
         """No more frames will come: process what the intake holds, then end."""
@@ -378,23 +405,25 @@ class OverlappedStages:
             if deadline is None:
                 deadline = time.monotonic() + self.batch_timeout
             started = time.perf_counter()
-            for arrival in arrivals:
-                if self._already_failed(batch, arrival):
-                    continue
-                try:
-                    decision = self._needs_detection is None or self._needs_detection(arrival)
-                    if not decision:
-                        still = decision is Decision.STILL
-                        arrival = dataclasses.replace(arrival, detect=False, still=still)
-                    batch.add(arrival)
-                except Exception as exc:  # this frame fails alone
-                    self._fail(batch, [arrival], exc)
+            with self._working("preprocess"):
+                for arrival in arrivals:
+                    if self._already_failed(batch, arrival):
+                        continue
+                    try:
+                        decision = self._needs_detection is None or self._needs_detection(arrival)
+                        if not decision:
+                            still = decision is Decision.STILL
+                            arrival = dataclasses.replace(arrival, detect=False, still=still)
+                        batch.add(arrival)
+                    except Exception as exc:  # this frame fails alone
+                        self._fail(batch, [arrival], exc)
             batch.preprocess_seconds += time.perf_counter() - started
         if self._aborted.is_set() or not (batch.arrivals or batch.failures):
             return None
         started = time.perf_counter()
-        for arrival, exc in batch.letterbox(self.model):
-            self._fail(batch, [arrival], exc)
+        with self._working("preprocess"):
+            for arrival, exc in batch.letterbox(self.model):
+                self._fail(batch, [arrival], exc)
         batch.preprocess_seconds += time.perf_counter() - started
         return batch
 
@@ -404,10 +433,11 @@ class OverlappedStages:
                 self._drop_failed_streams(batch)
                 if batch.detected:
                     started = time.perf_counter()
-                    try:
-                        batch.raw = self.model.infer(batch.buffer, batch.detected)
-                    except Exception as exc:
-                        self._rerun_by_stream(batch, exc)
+                    with self._working("inference"):
+                        try:
+                            batch.raw = self.model.infer(batch.buffer, batch.detected)
+                        except Exception as exc:
+                            self._rerun_by_stream(batch, exc)
                     batch.inference_seconds = time.perf_counter() - started
                 if not self._to_post.put(batch):
                     return
@@ -416,17 +446,18 @@ class OverlappedStages:
 
     def _postprocess_loop(self) -> None:
         while (batch := self._to_post.get()) is not None:
-            if batch.arrivals and not batch.done:
-                started = time.perf_counter()
-                try:
-                    batch.results = batch.postprocess(self.model, batch.raw)
-                except Exception as exc:
-                    self._rerun_by_stream(batch, exc)
-                batch.postprocess_seconds = time.perf_counter() - started
-            self._discard_failed_streams(batch)
-            batch.raw = None
-            self._free.put(batch.buffer)
-            self._deliver(batch)
+            with self._working("postprocess"):
+                if batch.arrivals and not batch.done:
+                    started = time.perf_counter()
+                    try:
+                        batch.results = batch.postprocess(self.model, batch.raw)
+                    except Exception as exc:
+                        self._rerun_by_stream(batch, exc)
+                    batch.postprocess_seconds = time.perf_counter() - started
+                self._discard_failed_streams(batch)
+                batch.raw = None
+                self._free.put(batch.buffer)
+                self._deliver(batch)
 
     def _rerun_by_stream(self, batch: Batch, error: Exception) -> None:
         """Run ``batch`` again one stream at a time; only the streams that still fail lose frames.
@@ -458,6 +489,11 @@ class OverlappedStages:
         batch.results = results
         batch.raw = None
         batch.done = True
+
+    def fail_delivered(self, batch: Batch, arrival: Arrival, error: Exception) -> None:
+        """``deliver``'s own failure of a frame (its tracker or secondary models failed):
+        the frame and its stream's later ones fail, as a model failure would make them."""
+        self._fail(batch, [arrival], error)
 
     def _fail(self, batch: Batch, arrivals: Sequence[Arrival], error: Exception) -> None:
         """``arrivals`` fail with ``error``, and so do their streams' later frames."""

@@ -25,6 +25,7 @@ from starlette.requests import ClientDisconnect
 from vstream import __version__
 from vstream.config.loading import ConfigError
 from vstream.engine.errors import (
+    PipelineFailed,
     PipelineNotFound,
     ShuttingDown,
     StreamConflict,
@@ -54,6 +55,7 @@ _STATUS: tuple[tuple[type[VstreamError], int], ...] = (
     (BodyTooLarge, 413),
     (LimitExceeded, 429),
     (ShuttingDown, 503),
+    (PipelineFailed, 503),
 )
 
 

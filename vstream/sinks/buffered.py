@@ -280,8 +280,10 @@ class BufferedSink:
                 )
             with self._cond:
                 self.stats.retries += 1
-                wait = min(delay, max(0.0, self._deadline - time.monotonic()))
-                self._cond.wait_for(lambda: False, timeout=wait)
+                # The delay, or less when the flush's end comes first (hurry() brings it closer).
+                until = time.monotonic() + delay
+                while (left := min(until, self._deadline) - time.monotonic()) > 0:
+                    self._cond.wait(left)
             delay = min(delay * 2, self.retry.max_delay_seconds)
 
     def _recovered(self, attempts: int) -> None:
@@ -303,6 +305,14 @@ class BufferedSink:
             if not self._closing:
                 self._closing = True
                 self._deadline = time.monotonic() + self.flush_timeout
+            self._cond.notify_all()
+
+    def hurry(self, seconds: float) -> None:
+        """Shutdown was forced (a second signal): stop taking records, and flush for at most
+        ``seconds`` more; :meth:`close` then counts what is left as dropped."""
+        with self._cond:
+            self._closing = True
+            self._deadline = min(self._deadline, time.monotonic() + seconds)
             self._cond.notify_all()
 
     def close(self) -> None:
