@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import onnxruntime as ort
@@ -28,6 +29,9 @@ from vstream.cli import main
 from vstream.cli.options import RUN_SECTIONS, options
 from vstream.config import ConfigError, load_config, parse_config
 from vstream.config.model import tensorrt_cache
+from vstream.doctor import environment
+from vstream.doctor.providers import gpu_provider
+from vstream.doctor.report import Failed
 from vstream.inference import providers, session
 from vstream.inference.model import ModelSpec, TensorSpec
 from vstream.inference.providers import TENSORRT_LIBRARIES, tensorrt_options
@@ -371,3 +375,60 @@ def test_good_settings_load_and_validate_without_tensorrt(workdir: Path, capsys)
 def test_the_switch_has_its_flags() -> None:
     flags = {option.cli.flag for option in options(RUN_SECTIONS)}
     assert {"--provider", "--tensorrt-cache"} <= flags
+
+
+# -- vstream doctor ------------------------------------------------------------------------------
+
+
+def doctor_model(running: list[str], reported: dict[str, str]) -> SimpleNamespace:
+    """A CUDA detector's model as the provider-gpu check reads it: what ORT reports."""
+    ort_session = SimpleNamespace(get_provider_options=lambda: {running[0]: reported})
+    return SimpleNamespace(
+        providers=running, session=ort_session, cuda_stream=SimpleNamespace(cuda_stream=0x7F00)
+    )
+
+
+def test_doctor_says_which_provider_runs_with_fp16_and_the_engines_folder() -> None:
+    reported = {
+        "user_compute_stream": str(0x7F00),
+        "trt_fp16_enable": "1",
+        "trt_engine_cache_path": "/cache/engines/det-0123",
+    }
+    detail, data = gpu_provider(doctor_model(GPU_WHEEL, reported), "tensorrt")
+    assert detail == (
+        "TensorrtExecutionProvider on the pipeline's stream 0x7f00, fp16 on, "
+        "engines in /cache/engines/det-0123"
+    )
+    assert data["tensorrt"] == {
+        "trt_fp16_enable": "1",
+        "trt_engine_cache_path": "/cache/engines/det-0123",
+    }
+    with pytest.raises(
+        Failed, match=r"runs on \['CUDAExecutionProvider', 'CPUExecutionProvider'\], not Tensor"
+    ):
+        gpu_provider(doctor_model(GPU_WHEEL[1:], reported), "tensorrt")
+
+
+def test_doctor_environment_says_whether_tensorrt_loads_here(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = str(tmp_path / "vstream" / "tensorrt")
+    assert environment._tensorrt_info() == {
+        "cache": cache,
+        "provider": f"not in this onnxruntime {ort.__version__} (onnxruntime-gpu has it)",
+    }
+    monkeypatch.setattr(ort, "get_available_providers", lambda: list(GPU_WHEEL))
+    monkeypatch.setattr(providers, "tensorrt_folder", lambda: tmp_path)
+    assert environment._tensorrt_info() == {
+        "cache": cache,
+        "provider": "yes",
+        "libraries": f"do not load: {tmp_path / TENSORRT_LIBRARIES[0]}: cannot open shared "
+        "object file: No such file or directory (pip install 'vstream[tensorrt]')",
+    }
+
+
+def test_doctor_refuses_an_unknown_provider(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["doctor", "--provider", "gpu"])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "argument --provider: invalid choice: 'gpu'" in line
