@@ -40,6 +40,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="auto: GPU checks where a GPU works, skipped otherwise; cuda: they must run "
         "(fail without a GPU); cpu: skip them",
     )
+    import typing
+
+    from vstream.config.model import Provider  # loaded already, by the run command's flags
+
+    doctor.add_argument(
+        "--provider",
+        choices=typing.get_args(Provider),
+        default="auto",
+        help="ONNX Runtime's provider for the GPU checks (runtime.provider): tensorrt proves "
+        "and times TensorRT, and measures its fp16 detections against the reference "
+        "(the first run builds the engine: minutes)",
+    )
     doctor.add_argument("--model", type=Path, help="ONNX detector (default: the bundled demo)")
     doctor.add_argument("--video", type=Path, help="video file (default: the bundled sample)")
     doctor.add_argument(
@@ -78,7 +90,9 @@ def doctor_command(args: argparse.Namespace) -> int:
     _check_paths(args)
     from vstream.doctor.runner import DoctorOptions, quiet_logs, run_doctor
 
-    options = DoctorOptions(device=args.device, frames=args.frames, quick=args.quick)
+    options = DoctorOptions(
+        device=args.device, frames=args.frames, quick=args.quick, provider=args.provider
+    )
     if args.model is not None:
         options = DoctorOptions(**{**options.__dict__, "model": args.model})
     if args.video is not None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
+import os
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -17,6 +19,7 @@ from pydantic import (
 
 from vstream.config.base import (
     Cli,
+    EmptyIsNone,
     Flag,
     Int,
     Number,
@@ -24,6 +27,7 @@ from vstream.config.base import (
     StrictModel,
     existing_file,
     has_control_character,
+    resolve_path,
 )
 
 
@@ -134,6 +138,48 @@ class ProviderConfig(StrictModel):
         Annotated[str, Field(max_length=100)],
         Annotated[str, Field(max_length=1000)] | Int(-(2**31), 2**31 - 1) | Flag,
     ] = Field(default_factory=dict, max_length=50)
+
+
+Provider = Literal["auto", "cuda", "tensorrt"]
+"""``runtime.provider``: which ONNX Runtime execution provider runs a CUDA pipeline's model."""
+
+PROVIDER_CHAINS: dict[str, tuple[str, ...]] = {
+    "tensorrt": ("tensorrt", "cuda", "cpu"),
+    "cuda": ("cuda", "cpu"),
+}
+"""What ``runtime.provider`` asks ONNX Runtime for, in order: the nodes TensorRT cannot take
+run on CUDA, and those CUDA cannot take on the CPU."""
+
+
+def provider_chain(
+    providers: list[ProviderConfig] | None, provider: Provider
+) -> list[ProviderConfig] | None:
+    """The execution providers to ask for: ``model.providers`` as listed, or ``provider``'s chain.
+
+    ``model.providers`` is the long form (options per provider); ``runtime.provider``
+    the switch. Both may be given when they agree on the first provider; when
+    they disagree, which one was meant cannot be known, so it is an error
+    (``ValueError``, one line). None: the default (CUDA, then the CPU).
+    """
+    if provider == "auto":
+        return providers
+    if providers:
+        if providers[0].name != provider:
+            raise ValueError(
+                f"runtime.provider is {provider} but model.providers starts with "
+                f"{providers[0].name}: list {provider} first there, or leave one of them out"
+            )
+        return providers
+    return [ProviderConfig(name=name) for name in PROVIDER_CHAINS[provider]]
+
+
+def tensorrt_cache(configured: str | None) -> Path:
+    """The folder of TensorRT's engines and timing cache: ``runtime.tensorrt_cache``, else the
+    user's cache folder (``$XDG_CACHE_HOME/vstream/tensorrt``, ``~/.cache/vstream/tensorrt``)."""
+    if configured is not None:
+        return Path(configured)
+    root = os.environ.get("XDG_CACHE_HOME") or Path("~/.cache").expanduser()
+    return Path(root) / "vstream" / "tensorrt"
 
 
 class ModelConfig(StrictModel):
@@ -252,6 +298,21 @@ class RuntimeOptions(StrictModel):
         description="auto, cpu, cuda or cuda:N; auto takes CUDA where torch and ONNX Runtime "
         "both can",
     )
+    provider: Annotated[Provider, Cli("--provider")] = Field(
+        "auto",
+        description="ONNX Runtime's execution provider on CUDA: tensorrt runs the model in "
+        "TensorRT (fp16, engine and timing caches, shape profiles of the batch buckets; "
+        "pip install 'vstream[tensorrt]'; the first run of a model builds its engine, minutes), "
+        "then CUDA, then the CPU for what TensorRT cannot take; cuda is CUDA then the CPU; auto "
+        "is model.providers as listed, else cuda. No effect on a CPU",
+    )
+    tensorrt_cache: Annotated[str | None, EmptyIsNone, Cli("--tensorrt-cache", "DIR")] = Field(
+        None,
+        max_length=4096,
+        description="folder of TensorRT's engines (a folder per model content and engine "
+        "options) and timing cache, relative to the config file; made when needed; default: "
+        "$XDG_CACHE_HOME/vstream/tensorrt, else ~/.cache/vstream/tensorrt",
+    )
     batch_size: Annotated[Int(1, MAX_BATCH) | None, Cli("--batch")] = Field(
         None,
         description="most frames per model run (smaller batches run in smaller buckets); "
@@ -281,6 +342,20 @@ class RuntimeOptions(StrictModel):
         description="a stage at work on one batch for longer is reported stuck: /ready "
         "answers 503 naming it (every stream of the pipeline waits behind it)",
     )
+
+    @field_validator("tensorrt_cache")
+    @classmethod
+    def _tensorrt_cache(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else str(resolve_path(value, info))
+
+    @model_validator(mode="after")
+    def _provider_on_cuda(self) -> RuntimeOptions:
+        if self.provider != "auto" and self.device == "cpu":
+            raise ValueError(
+                f"provider {self.provider} runs on CUDA, but device is cpu: "
+                "leave provider out, or set device to auto or cuda"
+            )
+        return self
 
     @model_validator(mode="after")
     def _room_for_the_runs(self) -> RuntimeOptions:

@@ -29,7 +29,12 @@ from vstream.config.base import (
     resolve_path,
 )
 from vstream.config.cluster import ClusterConfig
-from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
+from vstream.config.model import (
+    ModelConfig,
+    PostprocessOptions,
+    RuntimeOptions,
+    provider_chain,
+)
 from vstream.config.secondary import MAX_SECONDARY, SecondaryConfig, check_kind, unique_names
 from vstream.config.sinks import FRAME_SINK_TYPES, SinkConfig
 from vstream.config.sources import SourceConfig
@@ -105,6 +110,11 @@ class PipelineConfig(StrictModel):
             for name in item.attributes or {}:
                 where = f"analytics.{section} {item.name!r}: attribute"
                 check_kind(self.secondary, name, "classifier", where)
+        return self
+
+    @model_validator(mode="after")
+    def _one_provider_order(self) -> PipelineConfig:
+        provider_chain(self.model.providers, self.runtime.provider)
         return self
 
     @model_validator(mode="after")

@@ -2,8 +2,8 @@
 
 The one command a user with a GPU runs. It reports the environment (driver
 and CUDA versions, torch and its CUDA, the ONNX Runtime wheel and providers,
-PyNvVideoCodec, NVDEC and NVENC per codec) and runs checks, each ``pass``,
-``fail`` or ``skip`` with a reason. Every check rests on evidence from
+whether TensorRT loads, PyNvVideoCodec, NVDEC and NVENC per codec) and runs
+checks, each ``pass``, ``fail`` or ``skip`` with a reason. Every check rests on evidence from
 outside vstream's own bookkeeping (what ONNX Runtime reports, what torch's
 CUDA allocator holds, what the profiler saw cross); a check that cannot
 gather its evidence says ``skip`` and why, never ``pass``:
@@ -12,9 +12,11 @@ gather its evidence says ``skip`` and why, never ``pass``:
                     wheels overwrite each other's files).
 ``provider-cpu``    ``session.get_providers()`` of a CPU detector: ``CPUExecutionProvider``.
 ``provider-gpu``    ``session.get_providers()`` of a CUDA detector starts with
-                    ``CUDAExecutionProvider``, and ``get_provider_options()`` reports the
-                    pipeline's stream as ``user_compute_stream`` (none or 0 fails: ORT then
-                    computes on a stream of its own).
+                    ``CUDAExecutionProvider`` (``TensorrtExecutionProvider`` with
+                    ``--provider tensorrt``, which runs every GPU check on TensorRT), and
+                    ``get_provider_options()`` reports the pipeline's stream as
+                    ``user_compute_stream`` (none or 0 fails: ORT then computes on a stream
+                    of its own).
 ``nvdec``           NVDEC decodes the bundled probe clip and matches FFmpeg.
 ``zero-copy-cpu``   ONNX Runtime reads the letterbox's tensor: for every bucket of every
 ``zero-copy-gpu``   buffer, the bound run's outputs equal ORT fed a copy of what the

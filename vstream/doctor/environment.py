@@ -1,4 +1,4 @@
-"""What this machine has: driver, CUDA, torch, ONNX Runtime, PyNvVideoCodec, NVDEC and NVENC.
+"""What this machine has: driver, CUDA, torch, ONNX Runtime, TensorRT, PyNvVideoCodec, NVDEC, NVENC.
 
 Each item is found on its own and a failure to find one is written into the
 report instead of raised: the environment is what a user attaches to an
@@ -32,6 +32,7 @@ def environment() -> dict[str, Any]:
         "nvidia_driver": _safely(_driver),
         "torch": _safely(_torch_info),
         "onnxruntime": _safely(_ort_info),
+        "tensorrt": _safely(_tensorrt_info),
         "pynvvideocodec": _version("PyNvVideoCodec") or "not installed",
         "codecs": _safely(_codec_support),
     }
@@ -122,6 +123,37 @@ def _ort_info() -> dict[str, Any]:
         ort = load_onnxruntime()
         info["version"] = ort.__version__
         info["providers"] = list(ort.get_available_providers())
+    return info
+
+
+def _tensorrt_info() -> dict[str, Any]:
+    """Whether ``runtime.provider: tensorrt`` can run here: ONNX Runtime's TensorRT provider,
+    TensorRT's libraries loading as a session loads them, and where engines are cached."""
+    import ctypes
+
+    from vstream.config.model import tensorrt_cache
+    from vstream.inference.providers import (
+        PROVIDER_NAMES,
+        TENSORRT_EXTRA,
+        TENSORRT_LIBRARIES,
+        load_tensorrt,
+        tensorrt_folder,
+    )
+    from vstream.inference.wheels import load_onnxruntime
+
+    info: dict[str, Any] = {"cache": str(tensorrt_cache(None))}
+    ort = load_onnxruntime()
+    if PROVIDER_NAMES["tensorrt"] not in ort.get_available_providers():
+        info["provider"] = f"not in this onnxruntime {ort.__version__} (onnxruntime-gpu has it)"
+        return info
+    info["provider"] = "yes"
+    problem = load_tensorrt()
+    if problem is not None:
+        info["libraries"] = f"do not load: {problem} ({TENSORRT_EXTRA})"
+        return info
+    info["libraries"] = f"load, from {tensorrt_folder() or 'the loader path'}"
+    version = ctypes.CDLL(TENSORRT_LIBRARIES[0]).getInferLibVersion()  # loaded above: by name
+    info["version"] = f"{version // 10000}.{version // 100 % 100}.{version % 100}"
     return info
 
 

@@ -19,14 +19,19 @@ from typing import Any
 BATCH = 4
 
 
-def build_detector(model: Path, device: str, *, graphs: bool = False) -> Any:
-    """A detector of :data:`BATCH` frames on ``device``; on CUDA, CUDA graphs when ``graphs``."""
+def build_detector(
+    model: Path, device: str, *, graphs: bool = False, provider: str = "auto"
+) -> Any:
+    """A detector of :data:`BATCH` frames on ``device``; on CUDA, ``provider``
+    (``runtime.provider``), or the CUDA provider with CUDA graphs when ``graphs``."""
     from vstream.detector import Detector
 
-    providers = None
-    if device != "cpu":
-        cuda_options = {"enable_cuda_graph": "1"} if graphs else {}
-        providers = [{"name": "cuda", "options": cuda_options}, {"name": "cpu"}]
+    if device == "cpu":
+        return Detector(model, device=device, batch_size=BATCH)
+    if provider == "tensorrt" and not graphs:
+        return Detector(model, device=device, batch_size=BATCH, provider=provider)
+    cuda_options = {"enable_cuda_graph": "1"} if graphs else {}
+    providers = [{"name": "cuda", "options": cuda_options}, {"name": "cpu"}]
     return Detector(model, device=device, batch_size=BATCH, providers=providers)
 
 

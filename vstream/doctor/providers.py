@@ -1,7 +1,7 @@
 """``runtime-wheels``, ``provider-cpu``, ``provider-gpu``: ONNX Runtime runs where it was asked to.
 
 ONNX Runtime falls back quietly: a CUDA session that cannot load its
-provider runs on the CPU, and a CUDA provider not handed the pipeline's
+provider runs on the CPU (a TensorRT one, on CUDA), and a GPU provider not handed the pipeline's
 stream computes on a stream of its own, unordered with the letterbox that
 feeds it. These checks read what the session itself reports
 (``get_providers()``, ``get_provider_options()``), and first that only one
@@ -40,16 +40,21 @@ def cpu_provider(model: Any) -> tuple[str, dict[str, Any]]:
     return "CPUExecutionProvider", {"providers": providers}
 
 
-def gpu_provider(model: Any) -> tuple[str, dict[str, Any]]:
-    """A CUDA detector's session runs on ``CUDAExecutionProvider``, on the pipeline's stream."""
+def gpu_provider(model: Any, provider: str = "auto") -> tuple[str, dict[str, Any]]:
+    """A CUDA detector's session runs on the GPU provider asked for (``runtime.provider``:
+    ``TensorrtExecutionProvider`` for tensorrt, else ``CUDAExecutionProvider``), on the
+    pipeline's stream; for TensorRT, what ORT reports of fp16 and the engine cache too."""
+    from vstream.inference.providers import PROVIDER_NAMES
+
+    wanted = PROVIDER_NAMES["tensorrt" if provider == "tensorrt" else "cuda"]
     providers = model.providers
-    if not providers or providers[0] != "CUDAExecutionProvider":
-        raise Failed(f"the CUDA session runs on {providers}")
-    options = model.session.get_provider_options().get("CUDAExecutionProvider", {})
+    if not providers or providers[0] != wanted:
+        raise Failed(f"the CUDA session runs on {providers}, not {wanted} first")
+    options = model.session.get_provider_options().get(wanted, {})
     stream = model.cuda_stream.cuda_stream
     if "user_compute_stream" not in options:
         raise Skipped(
-            "CUDAExecutionProvider runs, but this ONNX Runtime does not report "
+            f"{wanted} runs, but this ONNX Runtime does not report "
             "user_compute_stream: the stream cannot be checked"
         )
     given = str(options["user_compute_stream"]).strip()
@@ -57,7 +62,13 @@ def gpu_provider(model: Any) -> tuple[str, dict[str, Any]]:
         raise Failed("ORT reports no user_compute_stream: it computes on a stream of its own")
     if int(given, 0) != stream:
         raise Failed(f"ORT computes on stream {given}, the pipeline's is {hex(stream)}")
-    return (
-        f"CUDAExecutionProvider on the pipeline's stream {hex(stream)}",
-        {"providers": providers, "user_compute_stream": hex(stream)},
-    )
+    detail = f"{wanted} on the pipeline's stream {hex(stream)}"
+    data: dict[str, Any] = {"providers": providers, "user_compute_stream": hex(stream)}
+    if wanted == PROVIDER_NAMES["tensorrt"]:
+        reported = {k: options.get(k) for k in ("trt_fp16_enable", "trt_engine_cache_path")}
+        fp16 = str(reported["trt_fp16_enable"]).lower() in ("1", "true")
+        detail += (
+            f", fp16 {'on' if fp16 else 'off'}, engines in {reported['trt_engine_cache_path']}"
+        )
+        data["tensorrt"] = reported
+    return detail, data

@@ -32,7 +32,7 @@ log = logging.getLogger("vstream.doctor")
 CHECKS: tuple[tuple[str, str, bool], ...] = (
     ("runtime-wheels", "exactly one ONNX Runtime wheel", False),
     ("provider-cpu", "ORT runs on the CPU provider asked for", False),
-    ("provider-gpu", "ORT runs on the CUDA provider asked for", True),
+    ("provider-gpu", "ORT runs on the GPU provider asked for (CUDA or TensorRT)", True),
     ("nvdec", "NVDEC decodes the probe clip like FFmpeg", True),
     ("zero-copy-cpu", "ORT computes on the letterbox's tensor, outputs where read", False),
     ("zero-copy-gpu", "the same with NVDEC, frames in torch's CUDA allocator", True),
@@ -61,6 +61,9 @@ class DoctorOptions:
     """Frames for each throughput figure and pipeline run."""
     quick: bool = False
     """Only the environment, providers, NVDEC and zero-copy."""
+    provider: str = "auto"
+    """``runtime.provider`` of the GPU checks' detector: ``tensorrt`` proves and times the
+    TensorRT path (its fp16 detections against the reference included)."""
 
 
 class Doctor:
@@ -80,7 +83,9 @@ class Doctor:
 
     def gpu_detector(self) -> Any:
         if self._gpu_detector is None:
-            self._gpu_detector = build_detector(self.options.model, "cuda")
+            self._gpu_detector = build_detector(
+                self.options.model, "cuda", provider=self.options.provider
+            )
             if self._gpu_detector.device.type != "cuda":
                 raise Failed(f"asked for cuda, got {self._gpu_detector.device}")
         return self._gpu_detector
@@ -114,7 +119,7 @@ class Doctor:
         return providers.cpu_provider(self.cpu_detector().model)
 
     def check_provider_gpu(self) -> tuple[str, dict[str, Any]]:
-        return providers.gpu_provider(self.gpu_detector().model)
+        return providers.gpu_provider(self.gpu_detector().model, self.options.provider)
 
     def check_nvdec(self) -> tuple[str, dict[str, Any]]:
         if importlib.util.find_spec("PyNvVideoCodec") is None:
@@ -159,7 +164,9 @@ class Doctor:
     def check_reference_gpu(self) -> tuple[str, dict[str, Any]]:
         self._quick_skip()
         self._require_nvdec()
-        return accuracy.reference_agreement(device="cuda", decoder="nvdec")
+        return accuracy.reference_agreement(
+            device="cuda", decoder="nvdec", provider=self.options.provider
+        )
 
     def check_graphs_gpu(self) -> tuple[str, dict[str, Any]]:
         self._quick_skip()

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
+import importlib.util
+import json
 import logging
 import sys
 import weakref
@@ -21,6 +24,7 @@ import torch
 
 from vstream.devices import indexed
 from vstream.errors import VstreamError
+from vstream.inference.model import ModelSpec, TensorSpec
 
 log = logging.getLogger("vstream")
 
@@ -29,8 +33,8 @@ PROVIDER_NAMES = {
     "cuda": "CUDAExecutionProvider",
     "cpu": "CPUExecutionProvider",
 }
+PROVIDER_TITLES = {"tensorrt": "TensorRT", "cuda": "CUDA", "cpu": "CPU"}
 _GPU_PROVIDERS = ("tensorrt", "cuda")
-GPU_PROVIDER_NAMES = frozenset(PROVIDER_NAMES[p] for p in _GPU_PROVIDERS)
 
 
 @dataclass(frozen=True)
@@ -132,26 +136,149 @@ def cuda_graphs_enabled(device: torch.device, choices: Sequence[ProviderChoice] 
     )
 
 
-def cuda_provider_load_error(ort: Any) -> str:
-    """Why ONNX Runtime's CUDA provider library does not load here, on one line.
+def provider_load_error(ort: Any, provider: str = "cuda") -> str | None:
+    """Why ONNX Runtime's library of ``provider`` (``cuda``, ``tensorrt``) does not load here,
+    on one line; None when it loads.
 
-    ONNX Runtime only logs this (a warning) and goes on with a CPU session;
+    ONNX Runtime only logs this (a warning) and goes on without the provider;
     loading the library the same way names the missing piece (``libcudnn.so.9``,
-    ``libcublasLt.so.12`` of another CUDA major than the one installed, ...).
+    ``libcublasLt.so.12`` of another CUDA major than the one installed,
+    ``libnvinfer.so.10``, ...).
     """
-    name = (
-        "onnxruntime_providers_cuda.dll"
-        if sys.platform == "win32"
-        else "libonnxruntime_providers_cuda.so"
-    )
+    stem = f"onnxruntime_providers_{provider}"
+    name = f"{stem}.dll" if sys.platform == "win32" else f"lib{stem}.so"
     library = Path(ort.__file__).parent / "capi" / name
     if not library.exists():
-        return f"this onnxruntime {ort.__version__} wheel has no CUDA provider library"
+        title = PROVIDER_TITLES[provider]
+        return f"this onnxruntime {ort.__version__} wheel has no {title} provider library"
     try:
         ctypes.CDLL(str(library))
     except OSError as exc:
         return str(exc).strip().splitlines()[0]
-    return "its library loads; ONNX Runtime's own warning above says why the provider did not start"
+    return None
+
+
+# -- TensorRT ------------------------------------------------------------------------------------
+
+TENSORRT_EXTRA = "pip install 'vstream[tensorrt]'"
+"""What installs the TensorRT libraries ONNX Runtime's TensorRT provider links (pyproject.toml)."""
+
+TENSORRT_LIBRARIES = ("libnvinfer.so.10", "libnvinfer_plugin.so.10", "libnvonnxparser.so.10")
+"""TensorRT 10, as onnxruntime-gpu 1.31.1's ``libonnxruntime_providers_tensorrt.so`` asks for it:
+it links ``libnvinfer.so.10`` and ``libnvonnxparser.so.10`` (``readelf -d``) and opens
+``libnvinfer_plugin.so.10`` by name. In this order, each one's dependencies come first."""
+
+
+def tensorrt_folder() -> Path | None:
+    """Where the ``tensorrt-cu13-libs`` wheel put TensorRT's libraries (``tensorrt_libs``), if
+    it is installed; found without importing it."""
+    spec = importlib.util.find_spec("tensorrt_libs")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def load_tensorrt() -> str | None:
+    """Load TensorRT's libraries into this process for ONNX Runtime's TensorRT provider; None
+    when they load, else one line naming the library that does not.
+
+    The wheel puts them in ``site-packages/tensorrt_libs``, where the dynamic
+    loader does not look, and ONNX Runtime opens its provider library, which
+    links them, by name. A library already loaded answers every later request
+    for its name, so loading them from there first is enough; TensorRT's
+    builder opens ``libnvinfer_builder_resource`` by name when it builds an
+    engine, so that one is loaded too. Without the wheel, the names are looked
+    up where the loader looks (``LD_LIBRARY_PATH``, ``ldconfig``): a TensorRT
+    installed from NVIDIA's packages.
+    """
+    folder = tensorrt_folder()
+    paths = [str(folder / name) if folder else name for name in TENSORRT_LIBRARIES]
+    if folder is not None:
+        paths += sorted(str(p) for p in folder.glob("libnvinfer_builder_resource*.so*"))
+    for path in paths:
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            return str(exc).strip().splitlines()[0]
+    return None
+
+
+_NOT_IN_THE_ENGINE = frozenset(
+    {"device_id", "user_compute_stream", "trt_engine_cache_path", "trt_timing_cache_path"}
+)
+"""TensorRT options that do not change the engine TensorRT builds (what its cache folder is
+named after leaves them out)."""
+
+
+def tensorrt_options(
+    spec: ModelSpec,
+    sizes: Sequence[int],
+    size: tuple[int, int],
+    cache: Path,
+    given: Mapping[str, str],
+) -> dict[str, str]:
+    """The TensorRT provider's options for a session of ``spec`` at ``size`` in the buckets
+    ``sizes``: vstream's defaults, then ``given`` (the user's, which win).
+
+    - fp16 (``trt_fp16_enable``): TensorRT's fast path; detections differ
+      slightly from fp32 (README, "TensorRT").
+    - Shape profiles of the buckets: every batch size the engine runs lies in
+      one profile, min the smallest bucket, opt and max the largest, so
+      TensorRT builds the engine once for all of them, instead of again each
+      time a batch size outside those seen so far arrives. Only dynamic inputs
+      are listed (a model with none has one shape, and needs no profile).
+    - The engine cache in a folder of ``cache`` per model content and engine
+      options: ONNX Runtime names cached engines after the model's graph,
+      not its weights, so a model file retrained and copied over the old one
+      would otherwise run the old engine. The timing cache (layer timings,
+      valid across models) is shared. Both folders are made here.
+    """
+    height, width = size
+    inputs = [(spec.input, (3, height, width)), *((i, (2,)) for i in spec.size_inputs)]
+    dynamic = [(t, rest) for t, rest in inputs if not _static(t)]
+
+    def shapes(batch: int) -> str:
+        return ",".join(f"{t.name}:{'x'.join(map(str, (batch, *rest)))}" for t, rest in dynamic)
+
+    options = {"trt_fp16_enable": "True"}
+    if dynamic:
+        options |= {
+            "trt_profile_min_shapes": shapes(sizes[0]),
+            "trt_profile_opt_shapes": shapes(sizes[-1]),
+            "trt_profile_max_shapes": shapes(sizes[-1]),
+        }
+    options |= dict(given)
+    engines = cache / "engines" / f"{spec.path.stem}-{_engine_key(spec.path, options)}"
+    options = {
+        "trt_engine_cache_enable": "True",
+        "trt_engine_cache_path": str(engines),
+        "trt_timing_cache_enable": "True",
+        "trt_timing_cache_path": str(cache / "timing"),
+    } | options
+    for key in ("trt_engine_cache_path", "trt_timing_cache_path"):
+        try:
+            Path(options[key]).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise VstreamError(
+                f"TensorRT cache folder {options[key]}: cannot create it ({exc.strerror}); "
+                "set runtime.tensorrt_cache to a folder this user can write"
+            ) from None
+    return options
+
+
+def _static(tensor: TensorSpec) -> bool:
+    return all(isinstance(d, int) and d > 0 for d in tensor.shape)
+
+
+def _engine_key(path: Path, options: Mapping[str, str]) -> str:
+    """16 hex digits of SHA-256 over the model file and the options that shape its engine."""
+    digest = hashlib.sha256()
+    with path.open("rb") as model:
+        while chunk := model.read(1 << 20):
+            digest.update(chunk)
+    kept = {k: v for k, v in options.items() if k not in _NOT_IN_THE_ENGINE}
+    digest.update(json.dumps(kept, sort_keys=True).encode())
+    return digest.hexdigest()[:16]
 
 
 def _driver() -> Any:

@@ -99,24 +99,30 @@ from typing import Any
 
 import torch
 
-from vstream.config.model import ModelConfig, RuntimeOptions
+from vstream.config.model import ModelConfig, RuntimeOptions, provider_chain, tensorrt_cache
 from vstream.errors import ModelError, first_line
 from vstream.inference.buckets import BatchBuffer, Bucket, bucket_sizes
 from vstream.inference.model import (
+    ModelSpec,
     batch_size,
     check_detector_budget,
     input_size,
+    open_for_inspection,
     output_shapes,
     read_model_spec,
 )
 from vstream.inference.providers import (
-    GPU_PROVIDER_NAMES,
+    PROVIDER_NAMES,
+    PROVIDER_TITLES,
+    TENSORRT_EXTRA,
     ProviderChoice,
     cuda_graphs_enabled,
-    cuda_provider_load_error,
+    load_tensorrt,
     pipeline_stream,
+    provider_load_error,
     resolve_device,
     session_providers,
+    tensorrt_options,
 )
 from vstream.inference.wheels import load_onnxruntime
 from vstream.transfer import transfers
@@ -125,6 +131,14 @@ log = logging.getLogger("vstream")
 
 EAGER_GRAPH_ID = "-1"
 """``gpu_graph_id`` that makes ONNX Runtime run without capturing or replaying a graph."""
+
+
+def run_shapes(
+    spec: ModelSpec, imgsz: int | tuple[int, int] | None, batch: int | None, device: str
+) -> tuple[tuple[int, ...], tuple[int, int]]:
+    """The batch buckets and the ``(height, width)`` a session of ``spec`` runs on ``device``."""
+    sizes = bucket_sizes(batch_size(spec, batch, device), spec.fixed_batch)
+    return sizes, input_size(spec, imgsz)
 
 
 class ModelThread:
@@ -189,10 +203,8 @@ class ModelSession:
             raise ModelError(f"model file not found: {path}")
         available = ort.get_available_providers()
         self.device = resolve_device(runtime.device, available)
-        providers = [
-            ProviderChoice(p.name, {k: str(v) for k, v in p.options.items()})
-            for p in model.providers or ()
-        ] or None
+        providers = self._providers(ort, path, model, runtime, available)
+        tensorrt = self.device.type == "cuda" and any(c.name == "tensorrt" for c in providers or ())
         self.cuda_graphs = cuda_graphs_enabled(self.device, providers)
         """Whether every bucket runs as its own CUDA graph (``gpu_graph_id``)."""
         self.cuda_stream = self._pipeline_stream(providers)
@@ -208,19 +220,27 @@ class ModelSession:
                 str(path),
                 sess_options=options,
                 providers=session_providers(self.device, providers, available, stream=stream),
+                # ORT's Python retries a session that fails to start on its fallback providers
+                # with none of the options given (no device_id, no user_compute_stream), and
+                # says so on stdout only: a session vstream did not ask for. Refused instead.
+                enable_fallback=0,
             )
         except Exception as exc:  # ONNX Runtime raises several unrelated types
             # ORT refuses graphs at load ("This session cannot use the CUDA Graph feature as
             # requested by the user as ..."): control flow, nodes left on the CPU.
             if self.cuda_graphs and ("cuda graph" in str(exc).lower() or "capture" in str(exc)):
                 raise ModelError(self._no_graphs(path, exc)) from exc
+            # Without its libraries, ORT's TensorRT provider fails the session: "Please install
+            # TensorRT libraries ...", which does not say which one.
+            missing = provider_load_error(ort, "tensorrt") if tensorrt else None
+            if missing is not None:
+                raise ModelError(self._no_tensorrt_libraries(path, missing)) from exc
             raise ModelError(f"cannot load model {path}: {first_line(exc)}") from exc
         if self.device.type == "cuda":
-            self._check_gpu_provider(ort, path)
+            self._check_gpu_provider(ort, path, providers)
         self.spec = read_model_spec(self.session, path)
-        height, width = input_size(self.spec, model.imgsz)
-        sizes = bucket_sizes(
-            batch_size(self.spec, runtime.batch_size, self.device.type), self.spec.fixed_batch
+        sizes, (height, width) = run_shapes(
+            self.spec, model.imgsz, runtime.batch_size, self.device.type
         )
         self._shapes = {size: output_shapes(self.spec, (size, 3, height, width)) for size in sizes}
         check_detector_budget(
@@ -263,25 +283,88 @@ class ModelSession:
         if stream is not None:
             stream.synchronize()
 
-    def _check_gpu_provider(self, ort: Any, path: Path) -> None:
-        """Refuse a CUDA session that ONNX Runtime quietly built on the CPU, with one line.
+    def _providers(
+        self,
+        ort: Any,
+        path: Path,
+        model: ModelConfig,
+        runtime: RuntimeOptions,
+        available: list[str],
+    ) -> list[ProviderChoice] | None:
+        """The execution providers to ask for (``runtime.provider``, ``model.providers``),
+        TensorRT's with its options made for this model (None: the default).
+
+        TensorRT asked for on CUDA must run: a wheel without its provider, or
+        its libraries missing, is one line naming what to install, before ONNX
+        Runtime would quietly go on with CUDA alone.
+        """
+        try:
+            chain = provider_chain(model.providers, runtime.provider)
+        except ValueError as exc:
+            raise ModelError(str(exc)) from None
+        choices = [
+            ProviderChoice(p.name, {k: str(v) for k, v in p.options.items()}) for p in chain or ()
+        ]
+        if runtime.provider != "auto" and self.device.type == "cpu":
+            log.warning("runtime.provider %s has no effect on cpu", runtime.provider)
+        position = next((i for i, c in enumerate(choices) if c.name == "tensorrt"), None)
+        if self.device.type != "cuda" or position is None:
+            return choices or None
+        if PROVIDER_NAMES["tensorrt"] not in available:
+            raise ModelError(
+                f"{path.name}: TensorRT was asked for, but this onnxruntime {ort.__version__} "
+                "has no TensorRT provider: install onnxruntime-gpu (pip install 'vstream[gpu]')"
+            )
+        problem = load_tensorrt()
+        if problem is not None:
+            raise ModelError(self._no_tensorrt_libraries(path, problem))
+        # Its shape profiles need the model's input before the session exists.
+        spec = read_model_spec(open_for_inspection(path, "model"), path)
+        sizes, size = run_shapes(spec, model.imgsz, runtime.batch_size, self.device.type)
+        cache = tensorrt_cache(runtime.tensorrt_cache)
+        given = choices[position].options
+        choices[position] = ProviderChoice(
+            "tensorrt", tensorrt_options(spec, sizes, size, cache, given)
+        )
+        return choices
+
+    def _no_tensorrt_libraries(self, path: Path, why: str) -> str:
+        return (
+            f"{path.name}: TensorRT was asked for, but its libraries do not load here ({why}): "
+            f"{TENSORRT_EXTRA}, or set runtime.provider: cuda"
+        )
+
+    def _check_gpu_provider(
+        self, ort: Any, path: Path, providers: list[ProviderChoice] | None
+    ) -> None:
+        """Refuse a CUDA session that ONNX Runtime quietly built on another provider, with one line.
 
         ``get_available_providers()`` lists what the wheel was built with, also
-        when the CUDA provider's libraries then fail to load (no cuDNN, a wheel
-        of another CUDA major than the libraries installed): ONNX Runtime logs
-        a warning and makes a CPU-only session, to which vstream would bind CUDA
-        pointers, failing every batch. Refused rather than moved to the CPU:
-        the pipeline, its plan and its buffers were made for CUDA, and a GPU
-        deployment quietly running on the CPU is a broken install to fix, not
-        a mode to run in (``runtime.device: cpu`` says so explicitly).
+        when a provider's libraries then fail to load (no cuDNN, a wheel of
+        another CUDA major than the libraries installed, no TensorRT): ONNX
+        Runtime logs a warning and makes the session with the providers left,
+        to which vstream would bind CUDA pointers (the CPU), failing every
+        batch, or which are not what was asked for (CUDA for TensorRT).
+        Refused rather than moved: the pipeline, its plan and its buffers were
+        made for the provider asked for, and a GPU deployment quietly running
+        on something else is a broken install to fix, not a mode to run in
+        (``runtime.device: cpu`` says so explicitly).
         """
+        wanted = next((c.name for c in providers or () if c.name != "cpu"), "cuda")
         running = list(self.session.get_providers())
-        if running and running[0] in GPU_PROVIDER_NAMES:
+        if running and running[0] == PROVIDER_NAMES[wanted]:
             return
+        why = provider_load_error(ort, wanted) or (
+            "its library loads; ONNX Runtime's own warning above says why it did not start"
+        )
+        remedy = (
+            f"{TENSORRT_EXTRA}, or set runtime.provider: cuda"
+            if wanted == "tensorrt"
+            else "install the matching wheels (README, 'The GPU path') or set runtime.device: cpu"
+        )
         raise ModelError(
-            f"{path.name}: ONNX Runtime did not start its CUDA provider on {self.device} "
-            f"({cuda_provider_load_error(ort)}), the session would run on {', '.join(running)}: "
-            "install the matching wheels (README, 'The GPU path') or set runtime.device: cpu"
+            f"{path.name}: ONNX Runtime did not start its {PROVIDER_TITLES[wanted]} provider on "
+            f"{self.device} ({why}), the session would run on {', '.join(running)}: {remedy}"
         )
 
     # -- the stream ----------------------------------------------------------------------------
