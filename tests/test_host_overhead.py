@@ -1,0 +1,34 @@
+"""The host's cost of a batch, pinned by count (never by time): dispatches and host waits.
+
+On a GPU every torch operation costs the host a dispatch and every
+data-dependent size a wait; :mod:`vstream.bench.overhead` counts both on the
+CPU, through the engine's own batch steps, with the plan a GPU gets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vstream.bench.overhead import count_batch, gpu_plan, nv12_frames, trivial_model
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return trivial_model(tmp_path_factory.mktemp("overhead") / "trivial.onnx")
+
+
+def test_a_batch_costs_one_gathering_dispatch_per_frame_and_the_rest_once(model: Path) -> None:
+    small = count_batch(gpu_plan(model, 4), nv12_frames(4))
+    large = count_batch(gpu_plan(model, 16), nv12_frames(16))
+    assert large.letterbox - small.letterbox == 12, "one gather per frame more, nothing else"
+    assert large.postprocess == small.postprocess, "postprocessing does not grow with frames"
+
+
+def test_at_batch_32_a_frame_costs_at_most_ten_dispatches_and_a_batch_one_wait(
+    model: Path,
+) -> None:
+    counts = count_batch(gpu_plan(model, 32), nv12_frames(32))
+    assert counts.per_frame <= 10, counts
+    assert counts.waits == 1, "the copy of the detections, and nothing before it"
