@@ -29,7 +29,7 @@ from vstream import assets
 from vstream.cluster.connect import RayConnection
 from vstream.cluster.driver import ClusterEngine
 from vstream.cluster.worker import ClusterWorker
-from vstream.config import parse_config
+from vstream.config import load_config, parse_config
 from vstream.config.cluster import ClusterConfig
 from vstream.config.sources import SourceConfig
 from vstream.errors import ModelError, VstreamError
@@ -437,6 +437,65 @@ def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
     assert "vstream_cluster_stream_stalls_total 1.0" in metrics
     assert "vstream_cluster_worker_failures_total 0.0" in metrics
     assert 'reason="duplicate"' not in metrics
+    assert not engine.failures()
+
+
+PROCESSES_FILE = """\
+# Four cameras' recordings over two worker processes of this machine
+# (pip install 'vstream[ray]'): one Python process tops out near 450 frames/s.
+processes: 2
+pipelines:
+  - name: demo
+    model: {{path: {model}}}
+    runtime: {{batch_size: 4}}
+    sources:
+      - {{id: cam1, uri: {video}, end_seconds: 2}}
+      - {{id: cam2, uri: {video}, end_seconds: 2}}
+      - {{id: cam3, uri: {video}, end_seconds: 2}}
+      - {{id: cam4, uri: {video}, end_seconds: 2}}
+    sinks:
+      - {{type: jsonl, path: detections.jsonl}}
+"""
+
+
+def test_processes_2_spreads_a_pipelines_file_over_two_workers_with_every_frame_once(
+    local_ray: RayConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``processes: 2``: two Ray workers on this machine, each asking Ray for its share.
+
+    A share of 2 cores (made the same on every machine: the module's
+    instance has 2 CPUs) and of the GPU where there is one (this machine
+    has none; tests/test_processes.py checks the shares of one GPU). Before
+    the daemon's tests: its workers hold the module instance's CPUs until
+    the module ends.
+    """
+    from ray.actor import ActorClass
+
+    from vstream.cluster import open_engine
+
+    asked: list[dict[str, Any]] = []
+    options = ActorClass.options
+
+    def spy(actor_class: Any, **given: Any) -> Any:
+        asked.append(given)
+        return options(actor_class, **given)
+
+    monkeypatch.setattr(ActorClass, "options", spy)
+    monkeypatch.setattr("vstream.cluster.processes.available_cores", lambda: 2)
+    path = tmp_path / "processes.yaml"
+    path.write_text(PROCESSES_FILE.format(model=MODEL, video=VIDEO))
+    engine = open_engine(load_config(path), base_dir=tmp_path)
+    try:
+        engine.start()
+        held = {engine.stream(f"cam{i}").placement["worker"] for i in range(1, 5)}
+        wait_for(engine.files_done, 120, "the four files")
+    finally:
+        engine.stop()
+    gpus = local_ray.resources().get("GPU", 0.0)  # where there is one, each takes half
+    assert [(a["num_cpus"], a["num_gpus"]) for a in asked] == [(1, min(1.0, gpus / 2))] * 2
+    assert held == {0, 1}, "both workers take streams"
+    records = frames_by_stream(tmp_path / "detections.jsonl")
+    assert records == {f"cam{i}": list(range(2 * FPS)) for i in range(1, 5)}
     assert not engine.failures()
 
 

@@ -250,11 +250,19 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.parametrize("command", ["run", "validate", "serve"])
-def test_without_ray_a_cluster_config_fails_with_one_clear_line(
-    tmp_path: Path, command: str
+@pytest.mark.parametrize(
+    ("text", "asked"),
+    [
+        (config_text("{engine: ray}"), "cluster.engine ray"),
+        ("processes: 2\n" + config_text("null"), "processes 2"),
+    ],
+    ids=["cluster", "processes"],
+)
+def test_without_ray_a_config_that_needs_it_fails_with_one_clear_line(
+    tmp_path: Path, command: str, text: str, asked: str
 ) -> None:
     config = tmp_path / "cluster.yaml"
-    config.write_text(config_text("{engine: ray}"))
+    config.write_text(text)
     done = subprocess.run(
         [sys.executable, "-c", NO_RAY, command, str(config)],
         capture_output=True,
@@ -263,7 +271,9 @@ def test_without_ray_a_cluster_config_fails_with_one_clear_line(
     )
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, done.stderr
-    assert lines[-1].endswith("Ray is not installed: pip install 'vstream[ray]'"), lines
+    assert lines[-1].endswith(
+        f"the config asks for {asked}, but Ray is not installed: pip install 'vstream[ray]'"
+    ), lines
     assert "Traceback" not in done.stderr
 
 

@@ -6,13 +6,15 @@ count them the same way. The rule for automatic decoding threads lives here
 too, because three places need it: the decoder that opens, ``vstream
 validate`` and the engines that count a source against
 ``limits.max_decoder_threads``; all three must mean the same by
-``decoder_threads: 0``.
+``decoder_threads: 0``. So does the rule for ``processes: auto``, how many
+processes share a GPU, which the cores bound.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 _CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
@@ -67,3 +69,39 @@ def counted_decoder_threads(threads: int) -> int:
     every core (which refused the fifth automatic stream on 64 cores).
     """
     return threads or auto_decoder_threads(1)
+
+
+PROCESS_FRAMES_PER_SECOND = 360.0
+"""Frames per second ``processes: auto`` gives one process: 80 % of the most one process
+reached on an H100 host (444 frames/s end to end, 1080p H.264, the demo model at 320; BENCHMARKS.md
+"On an H100"), where its Python, under the one GIL, was the limit and not the GPU. The rest is
+headroom, so that a process's streams stay live rather than queue. Measure again when the
+pipeline's host cost per frame changes."""
+
+CORES_PER_PROCESS = 2
+"""Cores ``processes: auto`` counts for each process: one at its budget takes 1.1 (at the
+3.04 ms of CPU per frame measured on the H100 host), and the driver and Ray's own processes need
+some too."""
+
+LIVE_FRAMES_PER_SECOND = 30.0
+"""The rate ``processes: auto`` assumes for a camera or a file replayed in real time: it
+decides before any stream is opened, and opening cameras to ask would delay the start."""
+
+
+def auto_processes(rates: Sequence[float | None], cores: int | None = None) -> int:
+    """How many processes share the GPU for streams of these frame rates: ``processes: auto``.
+
+    Each stream's rate is its frames per second, or None for a file read as
+    fast as it decodes (which alone fills a process). The streams need
+    ``sum(rates) / PROCESS_FRAMES_PER_SECOND`` processes, rounded up, a file
+    read at full speed counting as a whole process; never more than one per
+    stream (a stream runs in one process), nor than the cores allow
+    (:data:`CORES_PER_PROCESS` each), nor fewer than 1. For 1080p30 cameras:
+    1 to 12 cameras share one process, 64 need 6 (on 12 cores or more), and
+    four files read at full speed get 4 processes on 8 cores, 2 on 4.
+    """
+    cores = cores or available_cores()
+    budget = PROCESS_FRAMES_PER_SECOND
+    needed = sum(budget if rate is None else min(rate, budget) for rate in rates)
+    wanted = math.ceil(round(needed / budget, 6))
+    return max(1, min(wanted, len(rates), cores // CORES_PER_PROCESS))

@@ -29,7 +29,7 @@ from vstream.config.analytics import AnalyticsConfig
 from vstream.config.base import Cli, cli_marker
 from vstream.config.loading import ConfigError, ConfigIssue, format_path, parse_data
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
-from vstream.config.pipelines import LoggingConfig, ServerConfig, VstreamConfig
+from vstream.config.pipelines import VstreamConfig
 from vstream.config.sources import SourceOptions
 from vstream.uri import stream_id_for
 
@@ -47,11 +47,9 @@ RUN_SECTIONS: tuple[tuple[Path_, type[BaseModel]], ...] = (
 )
 """Where the flags of ``vstream run`` land in a config document."""
 
-SERVE_SECTIONS: tuple[tuple[Path_, type[BaseModel]], ...] = (
-    (("server",), ServerConfig),
-    (("logging",), LoggingConfig),
-)
-"""Where the flags of ``vstream serve`` land: they override the file's settings."""
+SERVE_SECTIONS: tuple[tuple[Path_, type[BaseModel]], ...] = (((), VstreamConfig),)
+"""Where the flags of ``vstream serve`` land: they override the file's own settings (server,
+logging, processes), never its pipelines' (a list, which no flag walks into)."""
 
 
 @dataclass(frozen=True)
@@ -94,12 +92,27 @@ def _base_type(annotation: Any) -> Any:
     return annotation
 
 
-def _number(kind: type) -> Any:
+def _literals(annotation: Any) -> list[Any]:
+    """The values of the ``Literal`` arms of a union: the words a number field also takes."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _literals(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [value for arg in typing.get_args(annotation) for value in _literals(arg)]
+    return list(typing.get_args(annotation)) if origin is typing.Literal else []
+
+
+def _number(kind: type, words: list[Any]) -> Any:
+    """A flag's parser for a number of ``kind``, or one of ``words`` (``auto``)."""
+
     def parse(text: str) -> Any:
+        if text in words:
+            return text
         try:
             return kind(text)
         except ValueError:
             what = "an integer" if kind is int else "a number"
+            what += "".join(f" or {word}" for word in words)
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
 
     return parse
@@ -143,7 +156,7 @@ def _argument(option: Option) -> dict[str, Any]:
     elif origin is list:
         spec["type"] = int_list
     elif kind in (int, float):
-        spec["type"] = _number(kind)
+        spec["type"] = _number(kind, _literals(field.annotation))
     if "metavar" not in spec and "choices" not in spec and kind is not bool:
         # argparse would show the dest, which is the option's path in the config.
         spec["metavar"] = option.cli.flag.lstrip("-").replace("-", "_").upper()

@@ -6,9 +6,9 @@ Checked here: the YAML, every key and value against the config models
 files can be written, that every model loads in ONNX Runtime and fits its
 ``imgsz`` and batch size (a secondary model: its input is an image, its outputs
 match its labels, the classes of its ``on`` are the detector's), and that Ray
-is installed when the config asks for a cluster (found, not imported). Left to
-run time, because they need the network or the device: reaching cameras and
-brokers, and CUDA itself.
+is installed when the config asks for a cluster or for worker processes
+(found, not imported). Left to run time, because they need the network or the
+device: reaching cameras and brokers, and CUDA itself.
 
 Imports neither torch nor PyAV: it answers in a fraction of a second.
 """
@@ -16,12 +16,11 @@ Imports neither torch nor PyAV: it answers in a fraction of a second.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
 from vstream.cli.args import EXIT_BAD_INPUT, EXIT_OK
-from vstream.cluster.connect import ray_missing
+from vstream.cluster.connect import ray_installed, ray_missing
 from vstream.config import ConfigError, load_config
 from vstream.config.analytics import AnalyticsConfig
 from vstream.errors import VstreamError
@@ -73,8 +72,13 @@ def validate_command(args: argparse.Namespace) -> int:
     problems = []
     if (exposure := config.server.exposure_problem()) is not None:
         problems.append(f"{args.config}: {exposure}")
-    if config.cluster is not None and importlib.util.find_spec("ray") is None:
-        problems.append(f"{args.config}: cluster: {ray_missing()}")
+    if not ray_installed():
+        if config.cluster is not None:
+            problems.append(f"{args.config}: cluster: {ray_missing()}")
+        elif config.processes not in (1, "auto"):  # auto means 1 without Ray
+            problems.append(
+                f"{args.config}: processes: {ray_missing(f'processes {config.processes}')}"
+            )
     for i, pipeline in enumerate(config.pipelines):
         try:
             spec = check_model(

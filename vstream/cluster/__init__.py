@@ -9,7 +9,8 @@
 - :mod:`~vstream.cluster.roster`: which stream is on which worker; moves off lost or stuck ones;
 - :mod:`~vstream.cluster.collect`: the driver's control thread: the calls, records accepted;
 - :mod:`~vstream.cluster.deliver`: the driver's delivery thread: analytics and sinks;
-- :mod:`~vstream.cluster.driver`: :class:`ClusterEngine`, the engine interface over all that.
+- :mod:`~vstream.cluster.driver`: :class:`ClusterEngine`, the engine interface over all that;
+- :mod:`~vstream.cluster.processes`: ``processes: N``, the local cluster that shares a GPU.
 
 Nothing here imports Ray until a config asks for it: Ray is the optional
 extra ``vstream[ray]``.
@@ -29,11 +30,15 @@ if TYPE_CHECKING:
 def open_engine(config: VstreamConfig, *, base_dir: Path | None = None) -> StreamEngine:
     """The engine a config asks for: one process (:class:`~vstream.engine.Engine`) or a cluster.
 
-    With a ``cluster:`` section this connects to Ray (or starts it) and
-    starts the workers, which load their models; a missing Ray, a cluster
-    that cannot be reached and a model that does not load are each one
-    :class:`~vstream.errors.VstreamError`.
+    With a ``cluster:`` section, or ``processes`` above 1 (the local cluster
+    it stands for, :mod:`vstream.cluster.processes`), this connects to Ray
+    (or starts it) and starts the workers, which load their models; a
+    missing Ray, a cluster that cannot be reached and a model that does not
+    load are each one :class:`~vstream.errors.VstreamError`.
     """
+    from vstream.cluster.processes import resolve
+
+    config = resolve(config)
     if config.cluster is None:
         from vstream.engine import Engine
 

@@ -18,6 +18,7 @@ loss and move itself).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import os
@@ -52,8 +53,14 @@ def import_ray(local: bool) -> ModuleType:
     return ray
 
 
-def ray_missing() -> str:
-    return f"the config asks for cluster.engine ray, but Ray is not installed: {INSTALL_HINT}"
+def ray_installed() -> bool:
+    """Whether Ray is installed: found, not imported (importing it takes seconds)."""
+    return importlib.util.find_spec("ray") is not None
+
+
+def ray_missing(asked: str = "cluster.engine ray") -> str:
+    """One line for a config whose ``asked`` setting needs Ray, where Ray is not installed."""
+    return f"the config asks for {asked}, but Ray is not installed: {INSTALL_HINT}"
 
 
 class RayConnection:

@@ -10,6 +10,7 @@ is lost, is :mod:`vstream.cluster.roster`'s business.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -77,12 +78,23 @@ class WorkerSlot:
 def gpus_per_worker(
     cluster: ClusterConfig, pipelines: Sequence[PipelineConfig], have: float
 ) -> float:
-    """The GPUs each worker reserves: as configured, else 1 where CUDA may run and the cluster
-    has one (``have``: its GPUs)."""
+    """The GPUs each worker reserves (``have``: the cluster's GPUs).
+
+    As configured; else, where CUDA may run and the cluster has GPUs, 1, or
+    on a local instance with more workers than GPUs an equal share of one:
+    ``1 / ceil(workers / GPUs)``, so that Ray places every worker at once,
+    ``ceil(workers / GPUs)`` to a GPU (its fractional ``num_gpus``; it never
+    splits a worker over two GPUs). A joined cluster keeps 1 a worker: it may
+    grow to give every worker a GPU of its own.
+    """
     wanted = cluster.gpus_per_worker
     if wanted is None:
         cuda = any(p.runtime.device != "cpu" for p in pipelines)
-        return 1.0 if cuda and have >= 1 else 0.0
+        if not cuda or have < 1:
+            return 0.0
+        if cluster.address is None:
+            return 1.0 / math.ceil(cluster.workers / math.floor(have))
+        return 1.0
     if cluster.address is None and wanted * cluster.workers > have:
         raise VstreamError(
             f"cluster.workers ({cluster.workers}) x cluster.gpus_per_worker ({wanted:g}) "

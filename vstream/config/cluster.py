@@ -42,7 +42,8 @@ class ClusterConfig(StrictModel):
     gpus_per_worker: Number(0, 64) | None = Field(
         None,
         description="GPUs each worker reserves; default: 1 where the pipelines may use CUDA and "
-        "the cluster has GPUs, else 0",
+        "the cluster has GPUs (on a local instance with more workers than GPUs, an equal share "
+        "of one: Ray's fractional GPUs), else 0",
     )
     cpus_per_worker: Number(0, 1024) = Field(
         1.0, description="CPUs each worker reserves (decoding runs on them)"

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from vstream.config.analytics import AnalyticsConfig
 from vstream.config.base import (
@@ -38,7 +45,7 @@ from vstream.config.model import (
 from vstream.config.secondary import MAX_SECONDARY, SecondaryConfig, check_kind, unique_names
 from vstream.config.sinks import FRAME_SINK_TYPES, SinkConfig
 from vstream.config.sources import SourceConfig
-from vstream.cores import counted_decoder_threads
+from vstream.cores import PROCESS_FRAMES_PER_SECOND, counted_decoder_threads
 
 
 class PipelineConfig(StrictModel):
@@ -272,6 +279,17 @@ class LoggingConfig(StrictModel):
     )
 
 
+MAX_PROCESSES = 64
+"""Most worker processes ``processes`` asks for (each holds its own model and CUDA context)."""
+
+
+def _auto_or_count(value: Any) -> Any:
+    """``processes``: auto, or a count (one message for both, rather than one per union arm)."""
+    if value == "auto" or (type(value) is int and 1 <= value <= MAX_PROCESSES):
+        return value
+    raise ValueError(f"must be auto or an integer in [1, {MAX_PROCESSES}], got {value!r}")
+
+
 class VstreamConfig(StrictModel):
     """A pipelines file: ``vstream run``, ``vstream serve`` and ``vstream validate`` read it."""
 
@@ -285,6 +303,18 @@ class VstreamConfig(StrictModel):
         None,
         description="place the streams on the workers of a Ray cluster; default: run every "
         "pipeline in this process",
+    )
+    processes: Annotated[
+        Annotated[int, Field(ge=1, le=MAX_PROCESSES)] | Literal["auto"],
+        BeforeValidator(_auto_or_count),
+        Cli("--processes", metavar="auto|N"),
+    ] = Field(
+        1,
+        description="worker processes on this machine that share its GPUs, the streams placed "
+        "over them (a local Ray instance: pip install 'vstream[ray]'); one Python process tops "
+        f"out near 450 frames/s; auto: enough for the sources' frame rates at "
+        f"{PROCESS_FRAMES_PER_SECOND:.0f} frames/s each, within the cores, and 1 without Ray, "
+        "without a GPU or for what workers do not run; 1: every stream in this process",
     )
     pipelines: list[PipelineConfig] = Field(min_length=1, max_length=64)
 
@@ -324,6 +354,61 @@ class VstreamConfig(StrictModel):
         return pipelines
 
     @model_validator(mode="after")
+    def _one_way_to_workers(self) -> VstreamConfig:
+        if self.cluster is not None and self.processes != 1:
+            raise ValueError(
+                f"processes ({self.processes}) and cluster: both place the streams on worker "
+                "processes; give one (with cluster:, cluster.workers says how many)"
+            )
+        return self
+
+    def _workers_setting(self) -> str | None:
+        """The setting that puts the streams on workers, as the refusals name it; None: none does.
+
+        ``processes: auto`` is not one: where the workers cannot run the config,
+        it means 1 (:func:`vstream.cluster.processes.resolve`).
+        """
+        if self.cluster is not None:
+            return "cluster:"
+        if isinstance(self.processes, int) and self.processes > 1:
+            return f"processes: {self.processes},"
+        return None
+
+    def workers_refusal(self) -> tuple[str, str] | None:
+        """What in this config worker processes cannot run, and why; None: they run all of it.
+
+        The same for ``cluster:`` and ``processes``: the workers keep the frames
+        and send records only, and the driver tracks apart from the frames.
+        """
+        for pipeline in self.pipelines:
+            frames = [s.type for s in pipeline.sinks if s.type in FRAME_SINK_TYPES]
+            if frames:
+                return (
+                    f"pipeline {pipeline.name} has a {frames[0]} sink, which needs the frames",
+                    "the frames stay on the workers and only records reach the driver's sinks",
+                )
+            if pipeline.secondary:
+                return (
+                    f"pipeline {pipeline.name} has secondary models",
+                    "a cascade reads crops of frames that stay on the workers after the driver's "
+                    "tracker has run, which worker processes do not do yet",
+                )
+            paced = [s.id for s in pipeline.sources if s.cadence_on]
+            if paced:
+                return (
+                    f"source {paced[0]} of pipeline {pipeline.name} sets a detection cadence",
+                    "the tracker that fills the skipped frames runs on the driver, apart from "
+                    "the frames, which worker processes do not do yet",
+                )
+            device = pipeline.runtime.device
+            if device.startswith("cuda:") and device != "cuda:0":
+                return (
+                    f"pipeline {pipeline.name} asks for device {device}",
+                    "use cuda or auto: each worker sees only the GPUs Ray gives it, from cuda:0",
+                )
+        return None
+
+    @model_validator(mode="after")
     def _within_limits(self) -> VstreamConfig:
         limits = self.limits
         total = sum(len(p.sources) for p in self.pipelines)
@@ -335,34 +420,11 @@ class VstreamConfig(StrictModel):
                     f"pipeline {pipeline.name} has {len(pipeline.sources)} sources, more than "
                     f"limits.max_streams_per_pipeline ({limits.max_streams_per_pipeline})"
                 )
-        if self.cluster is not None:
-            for pipeline in self.pipelines:
-                frames = [s.type for s in pipeline.sinks if s.type in FRAME_SINK_TYPES]
-                if frames:
-                    raise ValueError(
-                        f"pipeline {pipeline.name} has a {frames[0]} sink, which needs the "
-                        "frames; with cluster: the frames stay on the workers and only records "
-                        "reach the driver's sinks"
-                    )
-                if pipeline.secondary:
-                    raise ValueError(
-                        f"pipeline {pipeline.name} has secondary models; with cluster: a cascade "
-                        "reads crops of frames that stay on the workers after the driver's "
-                        "tracker has run, which cluster mode does not do yet"
-                    )
-                paced = [s.id for s in pipeline.sources if s.cadence_on]
-                if paced:
-                    raise ValueError(
-                        f"source {paced[0]} of pipeline {pipeline.name} sets a detection "
-                        "cadence; with cluster: the tracker that fills the skipped frames runs "
-                        "on the driver, apart from the frames, which cluster mode does not do yet"
-                    )
-                device = pipeline.runtime.device
-                if device.startswith("cuda:") and device != "cuda:0":
-                    raise ValueError(
-                        f"pipeline {pipeline.name} asks for device {device}; with cluster: use "
-                        "cuda or auto: each worker sees only the GPUs Ray gives it, from cuda:0"
-                    )
+        setting = self._workers_setting()
+        refused = self.workers_refusal() if setting is not None else None
+        if refused is not None:
+            fact, why = refused
+            raise ValueError(f"{fact}; with {setting} {why}")
         threads = sum(
             counted_decoder_threads(s.decoder_threads) for p in self.pipelines for s in p.sources
         )
