@@ -149,6 +149,30 @@ def test_the_fixed_path_dispatches_no_host_wait() -> None:
     assert exact_counter.waits >= 2, "the exact path's nonzero and NMS would wait"
 
 
+@pytest.mark.parametrize("fmt", [OutputFormat.YOLOV5, OutputFormat.YOLOX])
+def test_other_nms_families_decode_alike_on_both_paths(fmt: OutputFormat) -> None:
+    """Objectness times class scores (YOLOv5), and YOLOX's raw grid offsets and log sizes."""
+    rng = np.random.default_rng(int(fmt is OutputFormat.YOLOX))
+    rows = 2100 if fmt is OutputFormat.YOLOX else 6300
+    output = np.zeros((2, rows, 5 + 3), np.float32)
+    if fmt is OutputFormat.YOLOX:
+        output[..., 0:2] = rng.uniform(-0.5, 0.5, (2, rows, 2))
+        output[..., 2:4] = rng.uniform(0.0, 1.5, (2, rows, 2))
+    else:
+        output[..., 0:2] = rng.uniform(0, 320, (2, rows, 2))
+        output[..., 2:4] = rng.uniform(8, 60, (2, rows, 2))
+    objects = rng.uniform(0, 1, (2, rows)) < 0.03  # a few confident objects among the rows
+    output[..., 4] = np.where(objects, rng.uniform(0.5, 1, (2, rows)), 0.01)
+    output[..., 5:] = rng.uniform(0, 1, (2, rows, 3))
+    exact = Postprocessor(fmt, PostprocessOptions(), CPU, (320, 320))
+    fixed = FixedShapes(exact)
+    fixed.window = fixed.rows = 1024
+    tensor = torch.from_numpy(output)
+    expected = exact(tensor, GEOMETRIES[:2]).numpy()
+    assert len(expected) > 10
+    np.testing.assert_array_equal(fixed_rows(fixed, tensor), expected)
+
+
 def test_end_to_end_models_take_the_best_max_det_rows() -> None:
     config = PostprocessOptions(max_det=3)
     exact = Postprocessor(OutputFormat.END_TO_END, config, CPU)

@@ -186,14 +186,19 @@ class Postprocessor:
             boxes = torch.gather(boxes, 1, anchor[..., None].expand(-1, -1, 4))
         transfers.implicit_sync("candidates")  # nonzero: the number of candidates
         frame, index = keep.nonzero(as_tuple=True)
-        boxes = boxes[frame, index].float()
+        boxes = self.input_boxes(boxes[frame, index].float(), index)
+        return boxes, score[frame, index].float(), class_id[frame, index], frame
+
+    def input_boxes(self, boxes: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        """Boxes in the family's layout as xyxy in input pixels; ``anchor`` is each box's row
+        of the model output (YOLOX's grid cell). Any leading shape."""
         if self._grid is not None:
-            boxes = _yolox_decode(boxes, self._grid[index])
+            boxes = _yolox_decode(boxes, self._grid[anchor])
         if self.family.box == "cxcywh":
             boxes = cxcywh_to_xyxy(boxes)
         if self.family.normalised:
             boxes = boxes * self._input_scale
-        return boxes, score[frame, index].float(), class_id[frame, index], frame
+        return boxes
 
     def ordered(
         self, outputs: torch.Tensor | Sequence[torch.Tensor], frames: int
@@ -317,12 +322,7 @@ class FixedShapes:
         valid = torch.gather(keep, 1, anchor)
         class_id = torch.gather(class_id, 1, anchor)
         boxes = torch.gather(boxes, 1, anchor[..., None].expand(-1, -1, boxes.shape[-1])).float()
-        if post._grid is not None:
-            boxes = _yolox_decode(boxes, post._grid[anchor])
-        if post.family.box == "cxcywh":
-            boxes = cxcywh_to_xyxy(boxes)
-        if post.family.normalised:
-            boxes = boxes * post._input_scale
+        boxes = post.input_boxes(boxes, anchor)
         settled = torch.ones(frames, dtype=torch.bool, device=boxes.device)
         if post.family.nms:
             valid, settled = _suppress(boxes, class_id, valid, post.config.iou)
@@ -413,5 +413,7 @@ def _yolox_grid(input_size: tuple[int, int], device: torch.device) -> torch.Tens
 
 def _yolox_decode(raw: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
     """YOLOX's raw (tx, ty, tw, th) as cx, cy, w, h in input pixels, as its demo decodes them."""
-    stride = grid[:, 2:3]
-    return torch.cat([(raw[:, :2] + grid[:, :2]) * stride, raw[:, 2:4].exp() * stride], dim=1)
+    stride = grid[..., 2:3]
+    return torch.cat(
+        [(raw[..., :2] + grid[..., :2]) * stride, raw[..., 2:4].exp() * stride], dim=-1
+    )

@@ -316,6 +316,19 @@ class _Plan:
             rgb.bitwise_right_shift_(self.constants[2])
         out.copy_(rgb).div_(self.levels)  # as Ultralytics scales: float, then divided by 255
 
+    def run(
+        self, pictures: Sequence[torch.Tensor], k: FixedPoint | None, out: torch.Tensor
+    ) -> None:
+        """Resample ``pictures`` into ``out`` in passes of :attr:`frames`; ``k`` converts YUV
+        (None: the pictures are RGB already)."""
+        for first in range(0, len(pictures), self.frames):
+            chunk = pictures[first : first + self.frames]
+            views = self.views(len(chunk))
+            self.gather(chunk, views)
+            rgb = views.rgb.copy_(views.samples) if k is None else self.convert(views, k)
+            target = out if len(chunk) == len(pictures) else out[first : first + len(chunk)]
+            self.interpolate(rgb, views, target)
+
 
 def _index_into(picture: torch.Tensor, index: Sequence[torch.Tensor], out: torch.Tensor) -> None:
     """``picture[index]`` written into ``out``: advanced indexing with broadcast index tensors,
@@ -385,26 +398,6 @@ class Resampler:
         """Resize ``pictures`` (each ``size`` = (width, height), laid out as ``layout`` says)
         into ``out``, ``(len(pictures), 3, h, w)``, RGB in 0..1, in passes of up to
         :data:`FRAMES_PER_PASS` frames."""
-        with self._lock:
-            self._resample(pictures, layout, size, colour, out)
-
-    def _resample(
-        self,
-        pictures: Sequence[torch.Tensor],
-        layout: PixelFormat,
-        size: tuple[int, int],
-        colour: ColourSpace,
-        out: torch.Tensor,
-    ) -> None:
-        plan = self._plan(size, layout, out)
         coefficients = None if layout is PixelFormat.RGB24 else ffmpeg_coefficients(colour)
-        for first in range(0, len(pictures), plan.frames):
-            chunk = pictures[first : first + plan.frames]
-            views = plan.views(len(chunk))
-            plan.gather(chunk, views)
-            if coefficients is None:
-                rgb = views.rgb.copy_(views.samples)
-            else:
-                rgb = plan.convert(views, coefficients)
-            target = out if len(chunk) == len(pictures) else out[first : first + len(chunk)]
-            plan.interpolate(rgb, views, target)
+        with self._lock:
+            self._plan(size, layout, out).run(pictures, coefficients, out)
