@@ -117,7 +117,10 @@ pipelines:
         process.kill()
     assert process.returncode == 128 + signal.SIGTERM
     written = len((tmp_path / "out.jsonl").read_text().splitlines())
-    assert f"sink webhook (pipeline main): 0 records delivered, {written} dropped" in stderr
+    expected = (
+        f"sink webhook (pipeline main): {written} records produced: 0 delivered, {written} dropped"
+    )
+    assert expected in stderr
 
 
 def engine_config(tmp_path: Path, model: Path, streams: int, frames: int) -> VstreamConfig:
