@@ -166,7 +166,9 @@ def test_plausible_plans_split_the_cores_and_try_batches() -> None:
     assert two == [(1, 2, 1), (1, 2, 4), (2, 1, 1), (2, 1, 4)]
     eight = {(p.concurrent_runs, p.threads_per_run) for p in plausible_plans("cpu", 8, None)}
     assert eight == {(1, 8), (2, 4), (4, 2), (8, 1)}
-    assert {p.batch_size for p in plausible_plans("cuda", 8, None)} == {1, 4, 8}
+    cuda = plausible_plans("cuda", 8, None)
+    assert {p.batch_size for p in cuda} == {8, 16, 32}, "the default CUDA batch among them"
+    assert {p.concurrent_runs for p in cuda} == {1}, "one session runs one batch at a time"
 
 
 def test_whole_processes_report_time_cpu_and_their_own_peak_memory(

@@ -8,8 +8,10 @@ the ``runtime:``/``model:`` settings to paste into a pipelines file.
 
 Plausible plans: on a CPU the cores split between concurrent runs and ONNX
 Runtime threads per run (1 x all cores ... all cores x 1), each with batches
-of 1 and 4 frames; on CUDA 1 or 2 runs with batches of 1, 4 and 8. A model
-that fixes its batch is tuned at that batch only.
+of 1 and 4 frames; on CUDA one run (one session runs one batch at a time
+there: the plan's rule) with batches of 8, 16 and 32, the default plan's
+batch (:data:`~vstream.inference.model.CUDA_BATCH`) among them. A model that
+fixes its batch is tuned at that batch only.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from vstream.config.base import flag
 from vstream.config.model import MAX_RUNS, ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.detector import Detector
 from vstream.engine.pipeline import detect_iter
+from vstream.inference.model import CUDA_BATCH
 
 WARMUP_FRAMES = 8
 """Results per stream taken before timing: session warm-up and the first key frame."""
@@ -55,13 +58,15 @@ class Plan:
 def plausible_plans(device: str, cores: int, fixed_batch: int | None) -> list[Plan]:
     """The plans worth measuring for ``device`` with ``cores`` cores."""
     batches: Sequence[int | None] = (
-        [None] if fixed_batch is not None else ([1, 4] if device == "cpu" else [1, 4, 8])
+        [None]
+        if fixed_batch is not None
+        else ([1, 4] if device == "cpu" else [8, 16, CUDA_BATCH])
     )
     if device == "cpu":
         runs = sorted({r for r in (1, 2, cores // 2, cores) if 1 <= r <= min(cores, MAX_RUNS)})
         splits = [(r, max(1, cores // r)) for r in runs]
     else:
-        splits = [(1, 0), (2, 0)]
+        splits = [(1, 0)]
     return [Plan(r, t, b) for (r, t), b in itertools.product(splits, batches)]
 
 
