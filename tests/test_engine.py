@@ -368,6 +368,7 @@ NOT_ON_THE_RUN_COMMAND_LINE = {
     "model.mean": "three numbers per model: a pipelines file says them better",
     "model.std": "three numbers per model: a pipelines file says them better",
     "postprocess.max_candidates": "a safety cap on NMS input, not a tuning knob",
+    "model.max_io_mib": "a safety cap on a model's declared sizes, not a tuning knob",
     "runtime.stall_seconds": "when /ready calls a stage stuck: the daemon's pipelines file",
     "sources.input_format": "forcing an FFmpeg demuxer: pipelines file or Python",
     "sources.reconnect.max_delay_seconds": "backoff shape: pipelines file or Python",

@@ -11,12 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from vstream.bench.overhead import count_batch, gpu_plan, nv12_frames, trivial_model
+from vstream.bench import overhead
+from vstream.bench.overhead import count_batch, trivial_model
+
+IMGSZ = 64
+"""The counts do not depend on the sizes: 384x216 frames (1080p's shape) into 64 keep it quick."""
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return trivial_model(tmp_path_factory.mktemp("overhead") / "trivial.onnx")
+    return trivial_model(tmp_path_factory.mktemp("overhead") / "trivial.onnx", imgsz=IMGSZ)
+
+
+def gpu_plan(model: Path, batch: int) -> object:
+    return overhead.gpu_plan(model, batch, IMGSZ)
+
+
+def nv12_frames(count: int) -> list:
+    return overhead.nv12_frames(count, size=(384, 216))
 
 
 def test_a_batch_costs_one_gathering_dispatch_per_frame_and_the_rest_once(model: Path) -> None:

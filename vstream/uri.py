@@ -27,6 +27,7 @@ logged it).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlsplit
@@ -140,3 +141,13 @@ def stream_id_for(uri: str) -> str:
     """A valid stream id for ``uri``: its :func:`stream_name`, with other characters as ``_``."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", stream_name(uri))[:64].lstrip("_.-")
     return name if _NAME.match(name) else "stream"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listening address is reachable from this host only."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

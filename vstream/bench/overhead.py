@@ -48,8 +48,6 @@ IMGSZ = 320
 """The model input, as the demo detector's: 1080p shrinks 6x into it."""
 
 CLASSES = 80
-ANCHORS = (IMGSZ // 8) ** 2 + (IMGSZ // 16) ** 2 + (IMGSZ // 32) ** 2
-"""Rows of a YOLOv8 output at :data:`IMGSZ`: one per cell of strides 8, 16 and 32."""
 
 BOXES_PER_FRAME = 24
 """Boxes the trivial model scores above 0.25 in every frame, some overlapping (NMS has work)."""
@@ -107,7 +105,12 @@ def _copies_to_host(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> b
     return False
 
 
-def trivial_model(path: Path, seed: int = 0) -> Path:
+def anchors(imgsz: int) -> int:
+    """Rows of a YOLOv8 output at ``imgsz``: one per cell of strides 8, 16 and 32."""
+    return (imgsz // 8) ** 2 + (imgsz // 16) ** 2 + (imgsz // 32) ** 2
+
+
+def trivial_model(path: Path, seed: int = 0, imgsz: int = IMGSZ) -> Path:
     """A YOLOv8-layout detector (``[batch, 84, 2100]`` at 320) that costs almost nothing.
 
     Its output is a fixed table plus ``0 * mean(image)``: the image still
@@ -119,15 +122,16 @@ def trivial_model(path: Path, seed: int = 0) -> Path:
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
-    table = np.zeros((1, 4 + CLASSES, ANCHORS), np.float32)
-    table[0, 4:] = rng.uniform(0.0, 0.2, (CLASSES, ANCHORS))
-    table[0, 0:2] = rng.uniform(20, IMGSZ - 20, (2, ANCHORS))
-    table[0, 2:4] = rng.uniform(8, 40, (2, ANCHORS))
-    anchors = rng.choice(ANCHORS, BOXES_PER_FRAME, replace=False)
-    for i, anchor in enumerate(anchors):
+    rows = anchors(imgsz)
+    table = np.zeros((1, 4 + CLASSES, rows), np.float32)
+    table[0, 4:] = rng.uniform(0.0, 0.2, (CLASSES, rows))
+    table[0, 0:2] = rng.uniform(imgsz / 16, imgsz * 15 / 16, (2, rows))
+    table[0, 2:4] = rng.uniform(imgsz / 40, imgsz / 8, (2, rows))
+    chosen = rng.choice(rows, BOXES_PER_FRAME, replace=False)
+    for i, anchor in enumerate(chosen):
         table[0, 4 + i % 5, anchor] = rng.uniform(0.3, 0.9)
         if i % 2:  # a near copy of the previous box: NMS suppresses one of the two
-            table[0, 0:4, anchor] = table[0, 0:4, anchors[i - 1]] + rng.uniform(-1, 1, 4)
+            table[0, 0:4, anchor] = table[0, 0:4, chosen[i - 1]] + rng.uniform(-1, 1, 4)
             table[0, 4:, anchor] = 0.0
             table[0, 4 + (i - 1) % 5, anchor] = rng.uniform(0.3, 0.9)
     nodes = [
@@ -139,8 +143,8 @@ def trivial_model(path: Path, seed: int = 0) -> Path:
     graph = helper.make_graph(
         nodes,
         "trivial_yolov8",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, IMGSZ, IMGSZ])],
-        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", 84, ANCHORS])],
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, imgsz, imgsz])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", 84, rows])],
         initializer=[
             numpy_helper.from_array(table, "table"),
             numpy_helper.from_array(np.zeros((1, 1, 1), np.float32), "zero"),
@@ -153,9 +157,15 @@ def trivial_model(path: Path, seed: int = 0) -> Path:
     return path
 
 
-def nv12_frames(count: int, stream_id: str = "0", distinct: int = 4, seed: int = 0) -> list[Frame]:
-    """``count`` 1080p NV12 frames of noise (``distinct`` pictures in turn), as NVDEC's."""
-    width, height = SOURCE_SIZE
+def nv12_frames(
+    count: int,
+    stream_id: str = "0",
+    distinct: int = 4,
+    seed: int = 0,
+    size: tuple[int, int] = SOURCE_SIZE,
+) -> list[Frame]:
+    """``count`` NV12 frames of noise (``distinct`` pictures in turn), as NVDEC hands them."""
+    width, height = size
     rng = np.random.default_rng(seed)
     pictures = [
         torch.from_numpy(rng.integers(16, 236, (height * 3 // 2, width), dtype=np.uint8))
@@ -177,13 +187,13 @@ def nv12_frames(count: int, stream_id: str = "0", distinct: int = 4, seed: int =
     ]
 
 
-def gpu_plan(model: Path, batch: int) -> Any:
+def gpu_plan(model: Path, batch: int, imgsz: int = IMGSZ) -> Any:
     """The detector as a GPU pipeline runs it, on the CPU: one run at a time, ``batch`` frames."""
     from vstream.detector import Detector
     from vstream.postprocess.decode import FixedShapes
 
     detector = Detector(
-        model, device="cpu", imgsz=IMGSZ, batch_size=batch, concurrent_runs=1, intra_op_threads=1
+        model, device="cpu", imgsz=imgsz, batch_size=batch, concurrent_runs=1, intra_op_threads=1
     )
     detector.fixed_shapes = FixedShapes(detector.postprocessor)  # as on CUDA
     return detector

@@ -58,9 +58,7 @@ class Plan:
 def plausible_plans(device: str, cores: int, fixed_batch: int | None) -> list[Plan]:
     """The plans worth measuring for ``device`` with ``cores`` cores."""
     batches: Sequence[int | None] = (
-        [None]
-        if fixed_batch is not None
-        else ([1, 4] if device == "cpu" else [8, 16, CUDA_BATCH])
+        [None] if fixed_batch is not None else ([1, 4] if device == "cpu" else [8, 16, CUDA_BATCH])
     )
     if device == "cpu":
         runs = sorted({r for r in (1, 2, cores // 2, cores) if 1 <= r <= min(cores, MAX_RUNS)})

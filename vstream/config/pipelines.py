@@ -249,7 +249,7 @@ class ServerConfig(StrictModel):
         ``allowed_paths``). Only ``serve`` listens, so the model does not refuse
         it for ``run``; ``validate`` reports the same line.
         """
-        from vstream.server.guard import is_loopback
+        from vstream.uri import is_loopback
 
         if self.token is not None or is_loopback(self.host):
             return None

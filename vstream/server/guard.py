@@ -26,7 +26,6 @@ could not see the client's socket behind it.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -44,16 +43,6 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SAFE_FETCH_SITES = frozenset({"same-origin", "none"})
 """``Sec-Fetch-Site`` values of the dashboard's own requests and of an address typed in."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a listening address is reachable from this host only."""
-    if host.lower().rstrip(".") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def split_host(value: str, default_port: int) -> tuple[str, int] | None:
