@@ -280,6 +280,7 @@ def test_streams_do_not_share_state() -> None:
     assert {int(i) for u in mixed_second for i in u.track_ids if i > 0} == {1}
 
 
+@pytest.mark.soak
 def test_line_state_is_bounded_over_20000_frames() -> None:
     """People keep walking through the gate for 20,000 frames (800 s at 25 fps)."""
     rng = np.random.default_rng(1)

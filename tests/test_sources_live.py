@@ -129,6 +129,7 @@ def test_a_stream_survives_a_server_restart(
     assert len(produced) - (jump + 1) >= 10
 
 
+@pytest.mark.soak
 def test_connect_disconnect_cycles_keep_memory_bounded() -> None:
     """50 open/first frame/close cycles; RSS and threads must not grow with them.
 

@@ -225,6 +225,7 @@ def test_pts_going_backwards_is_a_new_scene() -> None:
     assert tracker.live_track_ids() == frozenset({2})
 
 
+@pytest.mark.soak
 def test_memory_is_bounded_over_20000_frames() -> None:
     """Objects come and go for 20,000 frames; forgotten tracks leave nothing behind."""
     tracker = ByteTracker(TrackingConfig(track_buffer_seconds=1.0))

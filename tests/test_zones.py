@@ -149,6 +149,7 @@ def test_same_events_at_any_fps(fps: int) -> None:
     assert events(updates)[1]["dwell_seconds"] == pytest.approx(3.0, abs=1.5 / fps)
 
 
+@pytest.mark.soak
 def test_zone_state_is_bounded_over_20000_frames() -> None:
     rng = np.random.default_rng(2)
     a = analytics(PEN.model_copy(update={"loiter_seconds": 1.0}))
