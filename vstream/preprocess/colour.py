@@ -47,11 +47,15 @@ def _matrix_on(colour: ColourSpace, device: torch.device) -> torch.Tensor:
     return torch.tensor(matrix, dtype=torch.float32, device=device).view(3, 3)
 
 
-def chroma_planes(frame: Frame) -> tuple[torch.Tensor, torch.Tensor]:
-    """The U and V planes of a 4:2:0 frame, each ``(height/2, width/2)``."""
-    h, w = frame.height, frame.width
-    chroma = frame.data[h:]
-    if frame.pixel_format is PixelFormat.NV12:
+def chroma_planes(
+    data: torch.Tensor, pixel_format: PixelFormat, width: int, height: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The U and V planes of a 4:2:0 picture laid out as ``pixel_format`` says (a frame's
+    :attr:`~vstream.frame.Frame.data`), each ``(height/2, width/2)`` (views of a contiguous
+    picture)."""
+    h, w = height, width
+    chroma = data[h:]
+    if pixel_format is PixelFormat.NV12:
         interleaved = chroma.view(h // 2, w // 2, 2)
         return interleaved[..., 0], interleaved[..., 1]
     planar = chroma.reshape(2, h // 2, w // 2)
@@ -68,7 +72,7 @@ def to_rgb_planar(frame: Frame) -> torch.Tensor:
         return frame.data.permute(2, 0, 1).unsqueeze(0).float()
     _, (luma_offset, chroma_offset) = yuv_to_rgb_coefficients(frame.colour)
     h, w = frame.height, frame.width
-    u, v = chroma_planes(frame)
+    u, v = chroma_planes(frame.data, frame.pixel_format, w, h)
     yuv = torch.empty((3, h, w), dtype=torch.float32, device=frame.device)
     torch.sub(frame.data[:h], luma_offset, out=yuv[0])
     yuv[1].view(h // 2, 2, w // 2, 2).copy_(u[:, None, :, None].expand(-1, 2, -1, 2))

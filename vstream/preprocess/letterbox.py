@@ -215,17 +215,19 @@ class Letterboxer:
             slot += len(run)
         return geometries
 
-    def _geometry(self, slot: int, frame: Frame) -> LetterboxGeometry:
-        """The frame's geometry in ``slot``, whose padding is painted when it changes."""
+    def _fit(self, frame: Frame) -> LetterboxGeometry:
         _, _, input_height, input_width = self.input.shape
-        geometry = LetterboxGeometry.fit(
+        return LetterboxGeometry.fit(
             frame.width, frame.height, input_width, input_height, self.mode
         )
+
+    def _place(self, slot: int, geometry: LetterboxGeometry) -> None:
+        """Make ``slot`` ready for a frame of ``geometry``: its padding is painted when the
+        geometry changes."""
         if self._slot_geometry[slot] != geometry:
             for channel, value in zip(self.input[slot], self._pad, strict=True):
                 channel.fill_(value)
             self._slot_geometry[slot] = geometry
-        return geometry
 
     def _normalise(self, window: torch.Tensor) -> None:
         if self._offset is not None and self._divisor is not None:
@@ -242,8 +244,10 @@ class Letterboxer:
         )
 
     def _load_together(self, first_slot: int, frames: Sequence[Frame]) -> list[LetterboxGeometry]:
-        geometries = [self._geometry(first_slot + i, f) for i, f in enumerate(frames)]
-        geometry, first = geometries[0], frames[0]
+        first = frames[0]
+        geometry = self._fit(first)  # frames alike: one geometry for all of them
+        for slot in range(first_slot, first_slot + len(frames)):
+            self._place(slot, geometry)
         key = (first_slot, len(frames), geometry)
         windows = self._windows.get(key)
         if windows is None:
@@ -263,10 +267,11 @@ class Letterboxer:
             windows,
         )
         self._normalise(windows)
-        return geometries
+        return [geometry] * len(frames)
 
     def _load_one(self, slot: int, frame: Frame) -> LetterboxGeometry:
-        geometry = self._geometry(slot, frame)
+        geometry = self._fit(frame)
+        self._place(slot, geometry)
         window = self.input[
             slot,
             :,

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
+from vstream.preprocess.colour import chroma_planes
 from vstream.transfer import upload
 
 WEIGHT_BITS = 11
@@ -195,7 +196,7 @@ class _Plan:
         # skips its resize). Else the neighbours of every output pixel are blended.
         self.blend = (width, height) != (source_width, source_height)
         self.layout = layout
-        self.source_height = source_height
+        self.source = source
         self.frames = frames
         taps = 2 if self.blend else 1
         rows = Taps.fit(source_height, height)
@@ -259,13 +260,13 @@ class _Plan:
     def gather(self, pictures: Sequence[torch.Tensor], views: _Views) -> None:
         """Each picture's samples into its slot: one operation per frame (three for I420)."""
         if self.layout is PixelFormat.YUV420P:
-            height = self.source_height
+            width, height = self.source
             rows, cols, chroma_rows, chroma_cols = self.index
             for picture, out in zip(pictures, views.slots, strict=False):
-                chroma = picture[height:].view(2, height // 2, -1)  # (U, V) planes
+                u, v = chroma_planes(picture, self.layout, width, height)
                 _index_into(picture[:height], (rows, cols), out[0])
-                _index_into(chroma[1], (chroma_rows, chroma_cols), out[1])
-                _index_into(chroma[0], (chroma_rows, chroma_cols), out[2])
+                _index_into(v, (chroma_rows, chroma_cols), out[1])
+                _index_into(u, (chroma_rows, chroma_cols), out[2])
             return
         for picture, out in zip(pictures, views.slots, strict=False):
             _index_into(picture, self.index, out)
