@@ -130,6 +130,11 @@ class Postprocessor:
         self._geometry = (key, tensor)
         return tensor
 
+    @property
+    def candidate_limit(self) -> int:
+        """Most candidates a frame hands on: ``max_candidates`` to NMS, else ``max_det``."""
+        return self.config.max_candidates if self.family.nms else self.config.max_det
+
     def _class_allowed(self, class_id: torch.Tensor, classes: int | None) -> torch.Tensor:
         """Whether each class id is one of ``config.classes``, by a lookup (no sync)."""
         wanted = self.config.classes or []
@@ -176,7 +181,7 @@ class Postprocessor:
         keep = score > self.config.conf
         if self.config.classes is not None:
             keep &= self._class_allowed(class_id, classes)
-        limit = self.config.max_candidates if self.family.nms else self.config.max_det
+        limit = self.candidate_limit
         if score.shape[1] > limit:
             # The best rows of each frame, a fixed number: no host wait.
             masked = torch.where(keep, score, torch.full_like(score, -torch.inf))
@@ -237,11 +242,7 @@ class Postprocessor:
             order, frame = order[survivors], frame[survivors]
         boxes, score, class_id = boxes[order], score[order], class_id[order]
 
-        geometry = self._geometry_tensor(geometries)[frame]
-        pad = geometry[:, 0:2].repeat(1, 2)
-        boxes = (boxes - pad) / geometry[:, 2:4].repeat(1, 2)
-        limits = geometry[:, 4:6].repeat(1, 2)
-        boxes = torch.minimum(boxes.clamp_(min=0.0), limits)
+        boxes = _to_frame_pixels(boxes, self._geometry_tensor(geometries)[frame])
         return torch.cat(
             [frame[:, None].float(), boxes, score[:, None], class_id[:, None].float()], dim=1
         )
@@ -292,15 +293,11 @@ class FixedShapes:
         """The most candidates and kept boxes a frame had, in each of the last batches."""
 
     def _window_for(self, anchors: int) -> int:
-        config = self.post.config
-        limit = config.max_candidates if self.post.family.nms else config.max_det
-        return max(1, min(self.window, anchors, limit))
+        return max(1, min(self.window, anchors, self.post.candidate_limit))
 
     def _complete(self, anchors: int, window: int) -> bool:
         """Whether ``window`` candidates per frame are all the exact path would take."""
-        config = self.post.config
-        limit = config.max_candidates if self.post.family.nms else config.max_det
-        return window >= min(anchors, limit)
+        return window >= min(anchors, self.post.candidate_limit)
 
     def __call__(
         self,
@@ -326,9 +323,7 @@ class FixedShapes:
         settled = torch.ones(frames, dtype=torch.bool, device=boxes.device)
         if post.family.nms:
             valid, settled = _suppress(boxes, class_id, valid, post.config.iou)
-        geometry = post._geometry_tensor(geometries)[:, None, :]
-        boxes = (boxes - geometry[..., 0:2].repeat(1, 1, 2)) / geometry[..., 2:4].repeat(1, 1, 2)
-        boxes = torch.minimum(boxes.clamp_(min=0.0), geometry[..., 4:6].repeat(1, 1, 2))
+        boxes = _to_frame_pixels(boxes, post._geometry_tensor(geometries)[:, None, :])
         found = torch.cat([boxes, score[..., None].float(), class_id[..., None].float()], dim=2)
         max_det = post.config.max_det
         rows = min(max_det, window, self.rows)
@@ -357,6 +352,14 @@ class FixedShapes:
         mask = np.arange(host.shape[1] - 1)[None, :] < counts[:, None]
         frame = np.broadcast_to(np.arange(len(host), dtype=np.float32)[:, None], mask.shape)
         return np.concatenate([frame[mask][:, None], host[:, 1:][mask]], axis=1)
+
+
+def _to_frame_pixels(boxes: torch.Tensor, geometry: torch.Tensor) -> torch.Tensor:
+    """Boxes in input pixels mapped back through the letterbox or stretch into their frames'
+    pixels and clipped to the frame; ``geometry`` rows (pad x, pad y, gain x, gain y, width,
+    height) broadcast against the boxes."""
+    boxes = (boxes - geometry[..., 0:2].tile(2)) / geometry[..., 2:4].tile(2)
+    return torch.minimum(boxes.clamp_(min=0.0), geometry[..., 4:6].tile(2))
 
 
 def _fitting(count: int, least: int) -> int:
