@@ -478,8 +478,9 @@ class OverlappedStages:
                     alone = Batch(batch.buffer)
                     for arrival in arrivals:
                         alone.add(arrival)
-                    for _, exc in alone.letterbox(self.model)[:1]:
-                        raise exc
+                    failed = alone.letterbox(self.model)
+                    if failed:  # the stream fails as a whole, with its first frame's error
+                        raise failed[0][1]
                     raw = self.model.infer(batch.buffer, alone.detected) if alone.detected else None
                     results += alone.postprocess(self.model, raw)
                     kept += arrivals
