@@ -10,7 +10,14 @@ what the device machine lacks and calls this):
   time over the frames), host waits per batch;
 - **live**: S streams replayed at their native 30 fps (``realtime: true``,
   ``policy: latest``): frame age (capture to record) p50 and p95, and the
-  frames the ``latest`` policy dropped. Live means p95 < 0.5 s and no drops.
+  frames the ``latest`` policy dropped. Live means p95 < 0.5 s and no drops;
+- **stages**: host milliseconds per batch of each stage (letterbox launches,
+  model launch, postprocess with its one wait, delivery: tracking and sinks);
+- ``--processes P``: the same S streams split over P processes on the GPU
+  (started together; aggregate frames/s over the union of their runs);
+- ``--probe``: whether NVDEC decoding waits for the work queued on the
+  pipeline's stream, with the decoder on its own stream and on the pipeline's
+  (``--decoder-stream`` picks the one the runs use).
 
     python benchmarks/gpu_scale.py --source 1080p.mp4 --model demo.onnx --imgsz 320 \
         [--streams 1 8 16 32 64] [--frames 150] [--live-seconds 8] [--json out.json]
@@ -22,7 +29,9 @@ import argparse
 import collections
 import contextlib
 import json
+import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -62,21 +71,33 @@ class Ages(list):
     runs are timed from there, so that opening the model and the decoders is left out."""
 
     first: tuple[float, float, int] | None = None
-    """``perf_counter``, ``process_time`` and frames delivered when the first batch came."""
+    """``time.time``, ``process_time`` and frames delivered when the first batch came."""
+    stages: collections.Counter[str]
+    """Host seconds each stage spent on the delivered batches, and the batches."""
 
 
 def _watch_ages(engine: Engine) -> Ages:
     """Capture-to-record ages of every delivered frame, collected as batches are delivered."""
     pipeline = engine.pipelines["scale"]
     ages = Ages()
+    ages.stages = collections.Counter()
     deliver = pipeline._deliver
 
     def timed(batch: Any) -> object:
         now = time.time()
         ages.extend(now - a.captured_at for a in batch.arrivals)
         if ages.first is None:
-            ages.first = (time.perf_counter(), time.process_time(), len(ages))
-        return deliver(batch)
+            ages.first = (now, time.process_time(), len(ages))
+        stages = ages.stages
+        stages["batches"] += 1
+        stages["preprocess"] += batch.preprocess_seconds
+        stages["inference"] += batch.inference_seconds
+        stages["postprocess"] += batch.postprocess_seconds
+        started = time.perf_counter()
+        try:
+            return deliver(batch)
+        finally:
+            stages["deliver"] += time.perf_counter() - started
 
     pipeline._deliver = timed
     pipeline.stages._deliver = timed
@@ -126,18 +147,47 @@ class StackSampler:
         return self.counts.most_common(n)
 
 
+def _stage_ms(ages: Ages) -> dict[str, float]:
+    """Host milliseconds per batch of each stage, over the delivered batches."""
+    batches = max(1, ages.stages["batches"])
+    return {
+        k: round(1000 * ages.stages[k] / batches, 2)
+        for k in ("preprocess", "inference", "postprocess", "deliver")
+    }
+
+
+def _wait_for_go(go: Path | None) -> None:
+    """With ``--go``: say this process is ready (models and decoders open), then wait for the
+    parent's word, so that the processes of a run start together."""
+    if go is None:
+        return
+    Path(f"{go}.ready.{os.getpid()}").touch()
+    deadline = time.monotonic() + 300
+    while not go.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("no go from the parent in 300 s")
+        time.sleep(0.01)
+
+
 def throughput(
-    model: Path, imgsz: int, source: Path, streams: int, tracking: bool, sample: bool = False
+    model: Path,
+    imgsz: int,
+    source: Path,
+    streams: int,
+    tracking: bool,
+    sample: bool = False,
+    go: Path | None = None,
 ) -> dict:
     engine = Engine(_config(model, imgsz, source, streams, live=False, tracking=tracking))
     ages = _watch_ages(engine)
     waits0, syncs0 = transfers.host_waits, transfers.implicit_sync_total()
     _, batches0 = transfers.snapshot()
     syncs_before = dict(transfers.implicit_syncs)
+    _wait_for_go(go)
     with StackSampler() if sample else contextlib.nullcontext() as sampler:
         engine.start()
         engine.wait(threading.Event(), until_files_done=True)
-    end_wall, end_cpu = time.perf_counter(), time.process_time()
+    end_wall, end_cpu = time.time(), time.process_time()
     if sampler is not None:
         for where, count in sampler.top():
             print(f"  samples {count:6d}  {where}", flush=True)
@@ -158,9 +208,15 @@ def throughput(
         "streams": streams,
         "frames": frames,
         "fps": round(frames / wall, 1),
+        "started_at": first_wall,
+        "ended_at": end_wall,
+        "cpu_seconds": cpu,
+        "batches": batches,
+        "waits": waits,
         "cpu_ms_per_frame": round(1000 * cpu / max(1, frames), 3),
         "frames_per_batch": round(frames / max(1, batches), 1),
         "host_waits_per_batch": round(waits / max(1, batches), 2),
+        "stage_ms_per_batch": _stage_ms(ages),
         "implicit_syncs": {
             k: v - syncs_before.get(k, 0)
             for k, v in transfers.implicit_syncs.items()
@@ -171,10 +227,18 @@ def throughput(
 
 
 def live(
-    model: Path, imgsz: int, source: Path, streams: int, seconds: float, tracking: bool
+    model: Path,
+    imgsz: int,
+    source: Path,
+    streams: int,
+    seconds: float,
+    tracking: bool,
+    go: Path | None = None,
+    keep_ages: bool = False,
 ) -> dict:
     engine = Engine(_config(model, imgsz, source, streams, live=True, tracking=tracking))
     ages = _watch_ages(engine)
+    _wait_for_go(go)
     engine.start()
     deadline = time.monotonic() + 60
     while ages.first is None and time.monotonic() < deadline:
@@ -182,13 +246,17 @@ def live(
     time.sleep(2.0)  # past the first batches: the steady state only
     dropped0 = sum(r.frames_dropped for r in engine.readers())
     ages.clear()
+    ages.stages.clear()
     cpu = time.process_time()
     time.sleep(seconds)
     cpu = time.process_time() - cpu
     ordered = sorted(ages)
+    stages = _stage_ms(ages)
     dropped = sum(r.frames_dropped for r in engine.readers()) - dropped0
     engine.stop(timeout=60)
     return {
+        "stage_ms_per_batch": stages,
+        **({"ages": ordered} if keep_ages else {}),
         "streams": streams,
         "records": len(ordered),
         "fps": round(len(ordered) / seconds, 1),
@@ -222,6 +290,110 @@ def nvdec_alone(source: Path, sessions: int, frames: int) -> dict:
         t.join()
     seconds = time.perf_counter() - started
     return {"sessions": sessions, "fps": round(sum(counts) / seconds, 1)}
+
+
+def decoding_probe(source: Path, frames: int = 60) -> list[dict]:
+    """Whether NVDEC decoding waits for the work queued on the stream its frames are read on.
+
+    About a second of GPU work is queued on a pipeline stream, then ``frames``
+    frames are decoded for that stream, with the decoder on its own stream
+    and on the pipeline's: ``busy_after`` says the queued work was still
+    running when the last frame came (decoding did not wait for it).
+    """
+    import torch
+
+    from vstream.decoders import nvdec
+    from vstream.inference.providers import pipeline_stream
+
+    device = torch.device("cuda", 0)
+    rows = []
+    for mode in ("own", "pipeline"):
+        nvdec.DECODER_STREAM = mode
+        for busy in (False, True):
+            stream = pipeline_stream(device)
+            with torch.cuda.stream(stream):
+                decoder = nvdec.NvdecDecoder(str(source), device=device, cache=None)
+                torch.cuda.synchronize()
+                if busy:
+                    torch.cuda._sleep(2_000_000_000)  # about a second of one SM's time
+                started = time.perf_counter()
+                count = 0
+                for _ in decoder.pictures():
+                    count += 1
+                    if count >= frames:
+                        break
+                seconds = time.perf_counter() - started
+                busy_after = not stream.query()
+            decoder.close()
+            torch.cuda.synchronize()
+            rows.append(
+                {
+                    "decoder_stream": mode,
+                    "pipeline_stream_busy": busy,
+                    "frames": count,
+                    "decode_ms": round(1000 * seconds, 1),
+                    "busy_after": busy_after,
+                }
+            )
+    return rows
+
+
+def across_processes(args: argparse.Namespace, streams: int, live_run: bool) -> dict:
+    """``streams`` streams split over ``args.processes`` processes started together."""
+    processes = args.processes
+    shares = [streams // processes + (i < streams % processes) for i in range(processes)]
+    shares = [n for n in shares if n]
+    folder = Path(f"/tmp/gpu_scale_{os.getpid()}_{streams}_{int(live_run)}")
+    folder.mkdir(parents=True, exist_ok=True)
+    go = folder / "go"
+    children = []
+    for i, share in enumerate(shares):
+        command = [
+            sys.executable,
+            __file__,
+            "--source", str(args.source), "--model", str(args.model),
+            "--imgsz", str(args.imgsz), "--streams", str(share), "--skip-limits",
+            "--device", args.device,
+            "--decoder-stream", args.decoder_stream, "--live-seconds", str(args.live_seconds),
+            "--child", "live" if live_run else "files", "--go", str(go),
+            "--json", str(folder / f"child{i}.json"),
+        ]  # fmt: skip
+        if args.tracking:
+            command.append("--tracking")
+        children.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
+    deadline = time.monotonic() + 300
+    while len(list(folder.glob("go.ready.*"))) < len(children):
+        if time.monotonic() > deadline or any(c.poll() is not None for c in children):
+            break
+        time.sleep(0.05)
+    go.touch()
+    for child in children:
+        child.wait(timeout=600)
+    runs = [json.loads(p.read_text()) for p in sorted(folder.glob("child*.json"))]
+    if len(runs) != len(children):
+        return {"streams": streams, "processes": len(children), "failed": True}
+    if live_run:
+        ages = sorted(a for r in runs for a in r["ages"])
+        return {
+            "streams": streams,
+            "processes": len(children),
+            "fps": round(sum(r["fps"] for r in runs), 1),
+            "age_p50_ms": round(1000 * statistics.median(ages), 1) if ages else None,
+            "age_p95_ms": round(1000 * ages[int(0.95 * (len(ages) - 1))], 1) if ages else None,
+            "dropped": sum(r["dropped"] for r in runs),
+        }
+    frames = sum(r["frames"] for r in runs)
+    wall = max(r["ended_at"] for r in runs) - min(r["started_at"] for r in runs)
+    batches = sum(r["batches"] for r in runs)
+    return {
+        "streams": streams,
+        "processes": len(children),
+        "frames": frames,
+        "fps": round(frames / wall, 1),
+        "cpu_ms_per_frame": round(1000 * sum(r["cpu_seconds"] for r in runs) / frames, 3),
+        "frames_per_batch": round(frames / max(1, batches), 1),
+        "host_waits_per_batch": round(sum(r["waits"] for r in runs) / max(1, batches), 2),
+    }
 
 
 def model_alone(model: Path, imgsz: int, runs: int = 200) -> dict:
@@ -267,9 +439,40 @@ def main() -> None:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--model-runs", type=int, default=200)
     parser.add_argument("--nvdec-frames", type=int, default=150)
+    parser.add_argument(
+        "--decoder-stream",
+        choices=["own", "pipeline"],
+        default="own",
+        help="NVDEC on a stream of its own per decoder, or on the pipeline's stream",
+    )
+    parser.add_argument("--probe", action="store_true", help="the decoding probe, then exit")
+    parser.add_argument("--processes", type=int, default=1, help="split the streams over these")
+    parser.add_argument("--child", choices=["files", "live"], help=argparse.SUPPRESS)
+    parser.add_argument("--go", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
+    if DEVICE == "cuda":
+        from vstream.decoders import nvdec
+
+        nvdec.DECODER_STREAM = args.decoder_stream
+    if args.probe:
+        for row in decoding_probe(args.source):
+            print("probe", json.dumps(row), flush=True)
+        return
+    if args.child:  # one share of a run across processes (across_processes)
+        streams = args.streams[0]
+        if args.child == "files":
+            row = throughput(
+                args.model, args.imgsz, args.source, streams, args.tracking, go=args.go
+            )
+        else:
+            row = live(
+                args.model, args.imgsz, args.source, streams, args.live_seconds,
+                args.tracking, go=args.go, keep_ages=True,
+            )  # fmt: skip
+        args.json.write_text(json.dumps(row))
+        return
     out: dict[str, Any] = {"model": args.model.name, "imgsz": args.imgsz, "tracking": args.tracking}
 
     def say(key: str, row: dict) -> None:
@@ -282,19 +485,30 @@ def main() -> None:
         say("model_alone", model_alone(args.model, args.imgsz, args.model_runs))
         for sessions in sorted({1, 8, max(args.streams)}):
             say("nvdec_alone", nvdec_alone(args.source, sessions, args.nvdec_frames))
+    out["decoder_stream"] = args.decoder_stream
+    out["processes"] = args.processes
     for streams in args.streams:
-        sample = streams in args.sample
-        run = throughput(args.model, args.imgsz, args.source, streams, args.tracking, sample)
+        if args.processes > 1:
+            run = across_processes(args, streams, live_run=False)
+        else:
+            sample = streams in args.sample
+            run = throughput(args.model, args.imgsz, args.source, streams, args.tracking, sample)
+            for key in ("started_at", "ended_at", "cpu_seconds", "batches", "waits"):
+                run.pop(key)
         say("throughput", run)
     if not args.skip_live:
         for streams in args.streams:
-            say(
-                "live",
-                live(
+            if args.processes > 1:
+                row = across_processes(args, streams, live_run=True)
+            else:
+                row = live(
                     args.model, args.imgsz, args.source, streams, args.live_seconds, args.tracking
-                ),
-            )
-    print(f"\n{args.model.name} at {args.imgsz}{', tracking' if args.tracking else ''}")
+                )
+            say("live", row)
+    print(
+        f"\n{args.model.name} at {args.imgsz}{', tracking' if args.tracking else ''}, "
+        f"decoders on {args.decoder_stream} streams, {args.processes} process(es)"
+    )
     print(
         "| streams | files: frames/s | CPU ms/frame | frames/batch | waits/batch "
         "| live: frames/s | age p50 ms | age p95 ms | dropped |"
@@ -304,10 +518,15 @@ def main() -> None:
     for r in out.get("throughput", []):
         lv = lives.get(r["streams"], {})
         print(
-            f"| {r['streams']} | {r['fps']} | {r['cpu_ms_per_frame']} | {r['frames_per_batch']} "
-            f"| {r['host_waits_per_batch']} | {lv.get('fps', '-')} | {lv.get('age_p50_ms', '-')} "
+            f"| {r['streams']} | {r.get('fps')} | {r.get('cpu_ms_per_frame')} "
+            f"| {r.get('frames_per_batch')} | {r.get('host_waits_per_batch')} "
+            f"| {lv.get('fps', '-')} | {lv.get('age_p50_ms', '-')} "
             f"| {lv.get('age_p95_ms', '-')} | {lv.get('dropped', '-')} |"
         )
+    for key in ("throughput", "live"):
+        for r in out.get(key, []):
+            if "stage_ms_per_batch" in r:
+                print(f"stages ms/batch, {key} {r['streams']} streams: {r['stage_ms_per_batch']}")
     sys.stdout.flush()
 
 

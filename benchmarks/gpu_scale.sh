@@ -11,13 +11,16 @@
 #         av and the pure-Python dependencies the machine lacks.
 # MEDIA:  1080p30.mp4 (benchmarks/make_video.py or ffmpeg) and yolov8n.onnx
 #         (benchmarks/make_yolov8n_onnx.py).
-# STEP:   install, tests, demo, yolo (default: all, in that order). $OUT (default /tmp/gpu_scale)
-#         receives each step's output and JSON.
+# STEP:   install, tests, probe, demo, procs, pipeline, yolo (default: all, in that order).
+#         probe: does NVDEC decoding wait for the pipeline's queued work (decoder on its own
+#         stream, and on the pipeline's); procs: the demo's streams over 4 processes; pipeline:
+#         the demo with the decoders on the pipeline's stream (the earlier arrangement).
+#         $OUT (default /tmp/gpu_scale) receives each step's output and JSON.
 set -uo pipefail
 WHEELS=${1:?wheels folder}
 MEDIA=${2:?media folder}
 shift 2
-STEPS=${*:-install tests demo yolo}
+STEPS=${*:-install tests probe demo procs pipeline yolo}
 OUT=${OUT:-/tmp/gpu_scale}
 SITE=${SITE:-/tmp/vstream-site}
 mkdir -p "$OUT"
@@ -40,14 +43,31 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
         timeout 170 python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 |
             tail -25 | tee "$OUT/gpu_tests.txt"
         ;;
+    probe)
+        timeout 60 python3 benchmarks/gpu_scale.py --source "$MEDIA/1080p30.mp4" \
+            --model vstream/assets/demo.onnx --probe 2>&1 | grep -v WARNING | tee "$OUT/probe.txt"
+        ;;
     demo)
         timeout 240 python3 benchmarks/gpu_scale.py --source "$MEDIA/1080p30.mp4" \
             --model vstream/assets/demo.onnx --imgsz 320 --tracking --live-seconds 6 \
             --json "$OUT/demo320.json" 2>&1 | grep -v WARNING | tee "$OUT/demo320.txt"
         ;;
+    procs)
+        timeout 200 python3 benchmarks/gpu_scale.py --source "$MEDIA/1080p30.mp4" \
+            --model vstream/assets/demo.onnx --imgsz 320 --tracking --live-seconds 6 \
+            --skip-limits --streams 32 64 --processes 4 \
+            --json "$OUT/demo320_4procs.json" 2>&1 | grep -v WARNING | tee "$OUT/demo320_4procs.txt"
+        ;;
+    pipeline)
+        timeout 150 python3 benchmarks/gpu_scale.py --source "$MEDIA/1080p30.mp4" \
+            --model vstream/assets/demo.onnx --imgsz 320 --tracking --live-seconds 6 \
+            --skip-limits --streams 1 16 64 --decoder-stream pipeline \
+            --json "$OUT/demo320_pipeline.json" 2>&1 | grep -v WARNING |
+            tee "$OUT/demo320_pipeline.txt"
+        ;;
     yolo)
-        timeout 240 python3 benchmarks/gpu_scale.py --source "$MEDIA/1080p30.mp4" \
-            --model "$MEDIA/yolov8n.onnx" --imgsz 640 --live-seconds 6 \
+        timeout 200 python3 benchmarks/gpu_scale.py --source "$MEDIA/1080p30.mp4" \
+            --model "$MEDIA/yolov8n.onnx" --imgsz 640 --skip-live \
             --json "$OUT/yolo640.json" 2>&1 | grep -v WARNING | tee "$OUT/yolo640.txt"
         ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
