@@ -15,9 +15,8 @@ what the device machine lacks and calls this):
   model launch, postprocess with its one wait, delivery: tracking and sinks);
 - ``--processes P``: the same S streams split over P processes on the GPU
   (started together; aggregate frames/s over the union of their runs);
-- ``--probe``: whether NVDEC decoding waits for the work queued on the
-  pipeline's stream, with the decoder on its own stream and on the pipeline's
-  (``--decoder-stream`` picks the one the runs use).
+- ``--probe``: whether NVDEC decoding waits for GPU work the process queued
+  on other streams (it does: see BENCHMARKS.md).
 
     python benchmarks/gpu_scale.py --source 1080p.mp4 --model demo.onnx --imgsz 320 \
         [--streams 1 8 16 32 64] [--frames 150] [--live-seconds 8] [--json out.json]
@@ -293,12 +292,13 @@ def nvdec_alone(source: Path, sessions: int, frames: int) -> dict:
 
 
 def decoding_probe(source: Path, frames: int = 60) -> list[dict]:
-    """Whether NVDEC decoding waits for the work queued on the stream its frames are read on.
+    """Whether NVDEC decoding waits for GPU work the process queued elsewhere.
 
-    About a second of GPU work is queued on a pipeline stream, then ``frames``
-    frames are decoded for that stream, with the decoder on its own stream
-    and on the pipeline's: ``busy_after`` says the queued work was still
-    running when the last frame came (decoding did not wait for it).
+    A decoder decodes 40 frames (its session made, its buffers allocated),
+    then about a second of GPU work is queued (one thread block's sleep) on
+    the stream the frames are read on, or on an unrelated stream, and the
+    next ``frames`` frames are decoded: ``decode_ms`` against the idle run
+    says whether decoding waited for that work.
     """
     import torch
 
@@ -307,34 +307,28 @@ def decoding_probe(source: Path, frames: int = 60) -> list[dict]:
 
     device = torch.device("cuda", 0)
     rows = []
-    for mode in ("own", "pipeline"):
-        nvdec.DECODER_STREAM = mode
-        for busy in (False, True):
-            stream = pipeline_stream(device)
-            with torch.cuda.stream(stream):
-                decoder = nvdec.NvdecDecoder(str(source), device=device, cache=None)
-                torch.cuda.synchronize()
-                if busy:
-                    torch.cuda._sleep(2_000_000_000)  # about a second of one SM's time
-                started = time.perf_counter()
-                count = 0
-                for _ in decoder.pictures():
-                    count += 1
-                    if count >= frames:
-                        break
-                seconds = time.perf_counter() - started
-                busy_after = not stream.query()
-            decoder.close()
+    for busy in ("none", "readers' stream", "unrelated stream"):
+        readers = pipeline_stream(device)
+        elsewhere = torch.cuda.Stream(device)
+        with torch.cuda.stream(readers):
+            decoder = nvdec.NvdecDecoder(str(source), device=device, cache=None)
+            pictures = decoder.pictures()
+            warm = [next(pictures) for _ in range(40)]
+            del warm
             torch.cuda.synchronize()
-            rows.append(
-                {
-                    "decoder_stream": mode,
-                    "pipeline_stream_busy": busy,
-                    "frames": count,
-                    "decode_ms": round(1000 * seconds, 1),
-                    "busy_after": busy_after,
-                }
-            )
+            if busy != "none":
+                with torch.cuda.stream(readers if busy == "readers' stream" else elsewhere):
+                    torch.cuda._sleep(2_000_000_000)  # about a second of one SM's time
+            started = time.perf_counter()
+            count = 0
+            for _ in pictures:
+                count += 1
+                if count >= frames:
+                    break
+            seconds = time.perf_counter() - started
+        decoder.close()
+        torch.cuda.synchronize()
+        rows.append({"busy": busy, "frames": count, "decode_ms": round(1000 * seconds, 1)})
     return rows
 
 
@@ -354,7 +348,7 @@ def across_processes(args: argparse.Namespace, streams: int, live_run: bool) -> 
             "--source", str(args.source), "--model", str(args.model),
             "--imgsz", str(args.imgsz), "--streams", str(share), "--skip-limits",
             "--device", args.device,
-            "--decoder-stream", args.decoder_stream, "--live-seconds", str(args.live_seconds),
+            "--live-seconds", str(args.live_seconds),
             "--child", "live" if live_run else "files", "--go", str(go),
             "--json", str(folder / f"child{i}.json"),
         ]  # fmt: skip
@@ -439,12 +433,6 @@ def main() -> None:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--model-runs", type=int, default=200)
     parser.add_argument("--nvdec-frames", type=int, default=150)
-    parser.add_argument(
-        "--decoder-stream",
-        choices=["own", "pipeline"],
-        default="own",
-        help="NVDEC on a stream of its own per decoder, or on the pipeline's stream",
-    )
     parser.add_argument("--probe", action="store_true", help="the decoding probe, then exit")
     parser.add_argument("--processes", type=int, default=1, help="split the streams over these")
     parser.add_argument("--child", choices=["files", "live"], help=argparse.SUPPRESS)
@@ -452,10 +440,6 @@ def main() -> None:
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
-    if DEVICE == "cuda":
-        from vstream.decoders import nvdec
-
-        nvdec.DECODER_STREAM = args.decoder_stream
     if args.probe:
         for row in decoding_probe(args.source):
             print("probe", json.dumps(row), flush=True)
@@ -485,7 +469,6 @@ def main() -> None:
         say("model_alone", model_alone(args.model, args.imgsz, args.model_runs))
         for sessions in sorted({1, 8, max(args.streams)}):
             say("nvdec_alone", nvdec_alone(args.source, sessions, args.nvdec_frames))
-    out["decoder_stream"] = args.decoder_stream
     out["processes"] = args.processes
     for streams in args.streams:
         if args.processes > 1:
@@ -507,7 +490,7 @@ def main() -> None:
             say("live", row)
     print(
         f"\n{args.model.name} at {args.imgsz}{', tracking' if args.tracking else ''}, "
-        f"decoders on {args.decoder_stream} streams, {args.processes} process(es)"
+        f"{args.processes} process(es)"
     )
     print(
         "| streams | files: frames/s | CPU ms/frame | frames/batch | waits/batch "

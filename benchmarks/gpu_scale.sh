@@ -12,15 +12,14 @@
 # MEDIA:  1080p30.mp4 (benchmarks/make_video.py or ffmpeg) and yolov8n.onnx
 #         (benchmarks/make_yolov8n_onnx.py).
 # STEP:   install, tests, probe, demo, procs, pipeline, yolo (default: all, in that order).
-#         probe: does NVDEC decoding wait for the pipeline's queued work (decoder on its own
-#         stream, and on the pipeline's); procs: the demo's streams over 4 processes; pipeline:
-#         the demo with the decoders on the pipeline's stream (the earlier arrangement).
+#         probe: does NVDEC decoding wait for GPU work queued on other streams of the process;
+#         procs: the demo's and YOLOv8n's streams over 4 processes.
 #         $OUT (default /tmp/gpu_scale) receives each step's output and JSON.
 set -uo pipefail
 WHEELS=${1:?wheels folder}
 MEDIA=${2:?media folder}
 shift 2
-STEPS=${*:-install tests probe demo procs pipeline yolo}
+STEPS=${*:-install tests probe demo procs yolo}
 OUT=${OUT:-/tmp/gpu_scale}
 SITE=${SITE:-/tmp/vstream-site}
 mkdir -p "$OUT"
@@ -57,13 +56,10 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
             --model vstream/assets/demo.onnx --imgsz 320 --tracking --live-seconds 6 \
             --skip-limits --streams 32 64 --processes 4 \
             --json "$OUT/demo320_4procs.json" 2>&1 | grep -v WARNING | tee "$OUT/demo320_4procs.txt"
-        ;;
-    pipeline)
-        timeout 150 python3 benchmarks/gpu_scale.py --source "$MEDIA/1080p30.mp4" \
-            --model vstream/assets/demo.onnx --imgsz 320 --tracking --live-seconds 6 \
-            --skip-limits --streams 1 16 64 --decoder-stream pipeline \
-            --json "$OUT/demo320_pipeline.json" 2>&1 | grep -v WARNING |
-            tee "$OUT/demo320_pipeline.txt"
+        timeout 120 python3 benchmarks/gpu_scale.py --source "$MEDIA/1080p30.mp4" \
+            --model "$MEDIA/yolov8n.onnx" --imgsz 640 --skip-live --skip-limits --streams 64 \
+            --processes 4 --json "$OUT/yolo640_4procs.json" 2>&1 | grep -v WARNING |
+            tee "$OUT/yolo640_4procs.txt"
         ;;
     yolo)
         timeout 200 python3 benchmarks/gpu_scale.py --source "$MEDIA/1080p30.mp4" \

@@ -174,77 +174,15 @@ def test_pixels_and_time_stamps_match_the_reference(tmp_path: Path) -> None:
         assert np.array_equal(picture.data.cpu().numpy(), pixels)
 
 
-def test_each_decoder_decodes_on_a_stream_of_its_own_in_the_primary_context(
-    tmp_path: Path,
-) -> None:
-    """Not on the pipeline's stream: there each frame's mapping would queue behind the model."""
-    path = write_video(tmp_path / "clip.mp4", frames=3)
-    nvdec(path).close()
-    nvdec(path).close()
-    streams = [s.kwargs["cudastream"] for s in fake.sessions[-2:]]
-    assert STREAM_HANDLE not in streams and 0 not in streams
-    assert streams[0] != streams[1], "one stream per decoder"
+def test_decoder_shares_the_pipeline_stream_and_primary_context(tmp_path: Path) -> None:
+    nvdec(write_video(tmp_path / "clip.mp4", frames=3)).close()
     kwargs = fake.sessions[-1].kwargs
+    assert kwargs["cudastream"] == STREAM_HANDLE
     assert kwargs["cudacontext"] == 0  # the device's primary context, torch's own
     assert kwargs["usedevicememory"] is True
     assert kwargs["gpuid"] == 0, "cuda is the current device, 0 here"
     assert kwargs["codec"] is fake.cudaVideoCodec.H264
     assert kwargs["outputColorType"] is fake.OutputColorType.NATIVE
-
-
-def test_the_readers_stream_waits_for_the_copies_on_the_gpu_never_the_host(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    gpu = FakeGpu().install(monkeypatch)
-    readers = torch.cuda.Stream()
-    with torch.cuda.stream(readers):
-        decoder = NvdecDecoder(str(write_video(tmp_path / "clip.mp4", frames=6)), device=CUDA)
-        pictures = list(decoder.pictures())
-    decoding = fake.sessions[-1].kwargs["cudastream"]
-    handed_over = [e for e in readers.waited_for if getattr(e, "stream", None) is not None]
-    assert len(pictures) == 6 and handed_over
-    assert all(e.stream.cuda_stream == decoding for e in handed_over)
-    assert gpu.waits == [], "no host wait while decoding"
-    decoder.close()
-
-
-def test_a_free_buffer_is_written_again_only_after_its_reads_ran(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Its frame is gone, but the letterbox queued on the readers' stream may not have run."""
-    gpu = FakeGpu().install(monkeypatch)
-    readers = torch.cuda.Stream()
-    ring = FrameRing((6, 4), torch.uint8, CUDA, depth=2)
-    gpu.behind = True  # the readers' stream has work queued: events recorded now are pending
-    a = ring.take(readers)
-    a_ptr = a.data_ptr()
-    del a  # the frame is gone; its reads may still be queued
-    b = ring.take(readers)
-    assert b.data_ptr() != a_ptr and len(ring.buffers) == 2
-    del b
-    c = ring.take(readers)  # both free, both reads pending: grow rather than overwrite
-    assert len(ring.buffers) == 3 and ring.grown == 1
-    gpu.catch_up()
-    d = ring.take(readers)
-    assert d.data_ptr() == a_ptr, "once the reads ran, the buffer is reused"
-    assert ring.waited == 0 and gpu.waits == []
-    del c, d
-
-
-def test_a_ring_at_its_limit_waits_for_the_reads_on_the_gpu(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    gpu = FakeGpu().install(monkeypatch)
-    readers = torch.cuda.Stream()
-    ring = FrameRing((6, 4), torch.uint8, CUDA, depth=1)
-    gpu.behind = True
-    for _ in range(nvdec_module.PENDING_GROWTH + 3):
-        ring.take(readers)  # each frame dropped at once, its reads still queued
-    assert len(ring.buffers) == nvdec_module.PENDING_GROWTH, "bounded"
-    assert ring.waited == 3
-    writer = torch.cuda.current_stream()
-    assert sum(isinstance(w, type(gpu.recorded[0])) for w in writer.waited_for) == 3
-    assert gpu.waits == [], "the wait is the GPU's, not the host's"
 
 
 def test_rgb_output_when_asked(tmp_path: Path) -> None:

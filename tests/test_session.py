@@ -289,8 +289,8 @@ def test_a_stream_vstream_made_is_destroyed_with_its_parked_decoders(monkeypatch
     monkeypatch.setattr(providers, "_driver", lambda: driver)
     stream = providers.pipeline_stream(torch.device("cuda", 0))
     assert stream.cuda_stream == 0xABC0
-    parked = nvdec._Session(object(), (0, 0, 0xABC0, "H264", PixelFormat.NV12), (64, 48), None)
-    other = nvdec._Session(object(), (0, 0, 0xDEF0, "H264", PixelFormat.NV12), (64, 48), None)
+    parked = nvdec._Session(object(), (0, 0, 0xABC0, "H264", PixelFormat.NV12), (64, 48))
+    other = nvdec._Session(object(), (0, 0, 0xDEF0, "H264", PixelFormat.NV12), (64, 48))
     nvdec.DECODERS.give(parked)
     nvdec.DECODERS.give(other)
     try:

@@ -161,30 +161,21 @@ class FakeStream:
 
 
 class FakeEvent:
-    """A CUDA event; the host waiting on it is recorded with the stream it was recorded on.
-
-    ``query`` is True once the work queued before ``record`` has run: at once,
-    unless the test holds the GPU back (:attr:`FakeGpu.behind`), as a busy GPU
-    would, until :meth:`FakeGpu.catch_up`.
-    """
+    """A CUDA event; the host waiting on it is recorded with the stream it was recorded on."""
 
     def __init__(self, gpu: FakeGpu) -> None:
         self.gpu = gpu
         self.stream: FakeStream | None = None
-        self.done = True
 
     def record(self, stream: FakeStream | None = None) -> None:
         self.stream = stream if stream is not None else self.gpu.current_stream()
-        self.done = not self.gpu.behind
-        if not self.done:
-            self.gpu.recorded.append(self)
 
     def synchronize(self) -> None:
         handle = self.stream.cuda_stream if self.stream is not None else None
         self.gpu.waits.append(("event", handle))
 
     def query(self) -> bool:
-        return self.done
+        return True
 
 
 class FakeGpu:
@@ -195,18 +186,9 @@ class FakeGpu:
         """Host waits, in order: ``("stream" | "event" | "device", stream handle or None)``."""
         self.made: list[FakeStream] = []
         """Streams made with ``torch.cuda.Stream``."""
-        self.behind = False
-        """Whether events recorded now are still pending (the GPU has work queued before)."""
-        self.recorded: list[FakeEvent] = []
         self._handles = itertools.count(0x5000, 0x10)
         self._local = threading.local()
         self.default = FakeStream(self, 0)
-
-    def catch_up(self) -> None:
-        """The GPU runs what was queued: every event recorded so far has passed."""
-        for event in self.recorded:
-            event.done = True
-        self.recorded.clear()
 
     def current_stream(self, device: Any = None) -> FakeStream:
         return getattr(self._local, "stream", self.default)

@@ -18,21 +18,17 @@ vstream owns: the copy is queued before the next ``Decode`` call can queue
 its write into the same surface, so stream order alone makes it safe, with no
 host synchronisation. The pixels never leave the GPU.
 
-**A stream of its own.** Each decoder works on a CUDA stream of its own
-(:data:`DECODER_STREAM`), in the device's primary context (the one torch
-uses): NVDEC's mapping, the copy into the ring and nothing else. The
-caller's stream (the pipeline's, where the letterbox, the model and the
-postprocess queue) waits for the copies by an event, on the GPU. Decoding
-on the pipeline's stream itself would queue each frame's mapping behind the
-batches already in the model, and a ``Decode`` call waits for its mapping:
-every stream's decoding would wait for the model. A ring buffer is written
-again only once an event recorded on the caller's stream after its last
-frame's reads has passed (:meth:`FrameRing.take`), so no decoder waits for
-the model's queue. (Stream 0 is never the decoder's: PyNvVideoCodec
-synchronises the host with stream 0 after every frame, ``NvDecoder.cpp``,
-``HandlePictureDisplay``.) ``DECODER_STREAM = "pipeline"`` keeps the older
-arrangement, everything on the pipeline's stream, for comparison
-(``benchmarks/gpu_scale.py --decoder-stream``).
+**One stream.** The decoder is created with ``cudastream`` set to the
+pipeline's CUDA stream (the reader thread's current stream), in the device's
+primary context (the one torch uses), so decoding, the copy and the
+preprocessing that reads the frame are ordered on one stream. A caller on
+the legacy default stream (stream 0: a script iterating a source on its main
+thread) gets a stream vstream made instead, because PyNvVideoCodec
+synchronises the host with stream 0 after every frame (``NvDecoder.cpp``,
+``HandlePictureDisplay``); the caller's stream then waits for the copies by
+an event, and the decoding stream waits for the caller's stream before each
+``Decode``, so a ring buffer is never written while a read of its last frame
+is still queued there.
 
 **Reuse.** Creating an NVDEC session costs tens of milliseconds and a
 reconnecting camera or a looping file would pay it on every pass. When a
@@ -69,7 +65,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any
 
 import av
 import torch
@@ -113,16 +109,6 @@ The ring grows past this when more of a stream's frames are alive at once
 (larger batches, more buffers in flight, outputs holding frames); it never
 overwrites a frame that is still referenced.
 """
-
-PENDING_GROWTH = 2
-"""How many times :data:`DEFAULT_RING_DEPTH` buffers a ring may hold while buffers no frame
-refers to wait for their reads to run on the GPU; past it, the decoder's stream waits for the
-oldest of those reads (on the GPU, not the host) instead of growing the ring."""
-
-DECODER_STREAM: Literal["own", "pipeline"] = "own"
-"""Which CUDA stream a decoder queues its work on: ``own``, one per decoder, ordered with the
-pipeline's stream by events; ``pipeline``, the pipeline's stream itself (see the module's
-docstring). Read when a decoder is made."""
 
 PROBE_CLIP = Path(__file__).resolve().parents[1] / "assets" / "probe.mp4"
 """A 4-frame 96x64 H.264 clip (2 KB) decoded once to prove NVDEC works.
@@ -195,11 +181,10 @@ class FrameRing:
     any more (its storage's use count is back to the ring's own reference), so
     a frame still waiting in a queue, a batch or an output is never written
     over; when every buffer is still referenced, the ring grows by one
-    (counted in :attr:`grown`). When the frames are written on another stream
-    than the one they are read on (``readers``), a free buffer is reused only
-    once an event recorded on ``readers`` after its last reference went has
-    passed: every read of its last frame was queued before that, so it has
-    run. Neither waits on the host.
+    (counted in :attr:`grown`). Reuse needs no host synchronisation: every
+    read of a frame was queued before its last reference went, on the
+    decoder's stream or on one the decoder's stream waits for before the next
+    copy (see :class:`NvdecDecoder`).
     """
 
     def __init__(
@@ -215,20 +200,14 @@ class FrameRing:
         self.depth = max(1, depth)
         self.buffers: list[torch.Tensor] = []
         self.grown = 0
-        """Buffers added beyond :attr:`depth`: that many frames were alive at once, or their
-        reads were still queued on the GPU."""
-        self.waited = 0
-        """Buffers reused after a wait on the GPU for their reads (the ring at its limit)."""
+        """Buffers added beyond :attr:`depth` because that many frames were alive at once."""
         self._baseline: list[int] = []
-        self._reads: list[Any] = []
-        """Per buffer: the event recorded on the readers' stream once it was free, until passed."""
         self._next = 0
 
     def _allocate(self) -> torch.Tensor:
         buffer = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         self.buffers.append(buffer)
         self._baseline.append(_use_count(buffer) if _storage_use_count else 0)
-        self._reads.append(None)
         if len(self.buffers) > self.depth:
             self.grown += 1
         return buffer
@@ -236,44 +215,16 @@ class FrameRing:
     def _free(self, index: int) -> bool:
         return _use_count(self.buffers[index]) == self._baseline[index]
 
-    def _read(self, index: int, readers: Any) -> bool:
-        """Whether every read of free buffer ``index``'s last frame has run on the GPU."""
-        event = self._reads[index]
-        if event is None:
-            event = self._reads[index] = torch.cuda.Event()
-            event.record(readers)
-        if not event.query():
-            return False
-        self._reads[index] = None
-        return True
-
-    def take(self, readers: Any = None) -> torch.Tensor:
-        """A buffer for the next frame, as a view the frame alone holds.
-
-        ``readers``: the stream the frames are read on, when the caller writes
-        on another one (None: on the same stream, whose order keeps the write
-        after the reads).
-        """
+    def take(self) -> torch.Tensor:
+        """A buffer for the next frame, as a view the frame alone holds."""
         if _storage_use_count is None:
             return torch.empty(self.shape, dtype=self.dtype, device=self.device)
         count = len(self.buffers)
-        pending = None
         for step in range(count):
             index = (self._next + step) % count
-            if not self._free(index):
-                continue
-            if readers is not None and not self._read(index, readers):
-                pending = index if pending is None else pending
-                continue
-            self._next = index + 1
-            return self.buffers[index].view(self.shape)
-        if pending is not None and count >= PENDING_GROWTH * self.depth:
-            # At its limit: the writing stream waits for those reads on the GPU.
-            torch.cuda.current_stream(self.device).wait_event(self._reads[pending])
-            self._reads[pending] = None
-            self.waited += 1
-            self._next = pending + 1
-            return self.buffers[pending].view(self.shape)
+            if self._free(index):
+                self._next = index + 1
+                return self.buffers[index].view(self.shape)
         self._next = 0
         return self._allocate().view(self.shape)
 
@@ -290,9 +241,6 @@ class _Session:
     decoder: Any
     key: tuple[Any, ...]
     size: tuple[int, int]
-    stream: Any
-    """The stream of its own the decoder was made with, held as long as the decoder, which
-    keeps its raw handle (None: the pipeline's, whose end drops the decoders parked on it)."""
     ring: FrameRing | None = None
     done: Any = None
     """A CUDA event recorded after the last copy out of the decoder's surfaces (once parked)."""
@@ -447,11 +395,7 @@ class NvdecDecoder:
         self._healthy = True
         self._ended = False
         self._warned_10bit = False
-        self._readers = self._caller_stream(cuda_stream)
-        """The stream the frames are read on: the pipeline's (or the caller's)."""
-        self._own_stream = DECODER_STREAM == "own"
-        self._stream = self._readers if not self._own_stream else None
-        """The stream decoding is queued on: the session's (set when it is acquired)."""
+        self._stream, self._stream_handle = self._decoding_stream(cuda_stream)
         self.demuxer = Demuxer(
             uri,
             options=options,
@@ -472,22 +416,18 @@ class NvdecDecoder:
 
     # -- setting up --------------------------------------------------------------------------
 
-    def _caller_stream(self, handle: int | None) -> Any:
-        """The torch stream the frames will be read on: ``handle``'s, else the current one."""
+    def _decoding_stream(self, handle: int | None) -> tuple[Any, int]:
+        """The torch stream decoding is ordered on and its raw handle.
+
+        Never stream 0: on it PyNvVideoCodec synchronises after every frame.
+        """
         if handle is not None:
-            return torch.cuda.ExternalStream(handle, device=self.device)
-        return torch.cuda.current_stream(self.device)
-
-    def _decoding_stream(self) -> Any:
-        """A stream for a new decoder: one of its own, or the readers' (never stream 0: on it
-        PyNvVideoCodec synchronises the host after every frame)."""
-        from vstream.inference.providers import pipeline_stream
-
-        if self._own_stream:
-            return pipeline_stream(self.device)
-        if self._readers.cuda_stream == 0:
-            return _own_decoding_stream(self.device)
-        return self._readers
+            stream = torch.cuda.ExternalStream(handle, device=self.device)
+        else:
+            stream = torch.cuda.current_stream(self.device)
+        if stream.cuda_stream == 0:
+            stream = _own_decoding_stream(self.device)
+        return stream, stream.cuda_stream
 
     def _supported_codec(self) -> str:
         """The cudaVideoCodec member for this stream; :class:`NvdecUnsupported` if NVDEC can't."""
@@ -527,7 +467,7 @@ class NvdecDecoder:
         return (
             id(self._nvc),
             self.device.index,
-            "own" if self._own_stream else self._decoding_stream().cuda_stream,
+            self._stream_handle,
             self._codec,
             self.pixel_format,
         )
@@ -538,7 +478,6 @@ class NvdecDecoder:
         size = (self.info.width, self.info.height)
         session = self._cache.take(key) if self._cache is not None else None
         if session is not None:
-            self._stream = session.stream or self._decoding_stream()
             if session.size == size:
                 return session
             try:
@@ -549,9 +488,7 @@ class NvdecDecoder:
             except Exception as exc:  # larger than the decoder was made for: make a new one
                 log.debug("%s: NVDEC decoder not reusable (%s)", self.demuxer.display_name, exc)
                 _release(session)
-        self._stream = self._decoding_stream()
-        own = self._stream if self._own_stream else None
-        return _Session(self._create_decoder(), key, size, own)
+        return _Session(self._create_decoder(), key, size)
 
     def _create_decoder(self) -> Any:
         from vstream.inference.providers import current_context_kept
@@ -563,7 +500,7 @@ class NvdecDecoder:
                     gpuid=self.device.index,
                     codec=getattr(nvc.cudaVideoCodec, self._codec),
                     cudacontext=0,  # 0: the device's primary context, which torch uses too
-                    cudastream=self._stream.cuda_stream,
+                    cudastream=self._stream_handle,
                     usedevicememory=True,
                     outputColorType=self._colour_type,
                 )
@@ -614,19 +551,11 @@ class NvdecDecoder:
             return contextlib.nullcontext()
         return torch.cuda.stream(self._stream)
 
-    def _wait_for_readers(self) -> Any:
-        """Order the next writes into the ring after the reads the taking stream has queued.
-
-        With a stream of its own the ring does it buffer by buffer: returned is the stream
-        :meth:`FrameRing.take` orders after (None: decoding waits for it here, on the GPU).
-        """
+    def _wait_for_readers(self) -> None:
+        """Order the next writes into the ring after the reads the taking stream has queued."""
         current = torch.cuda.current_stream(self.device)
-        if current == self._stream:
-            return None
-        if self._own_stream:
-            return current
-        self._stream.wait_stream(current)
-        return None
+        if current != self._stream:
+            self._stream.wait_stream(current)
 
     def _hand_over(self) -> None:
         """Order the consumer's stream after the copies when it is not the decoder's stream."""
@@ -661,7 +590,7 @@ class NvdecDecoder:
             session.ring = FrameRing(shape, torch.uint8, self.device, self.ring_depth)
         return session.ring
 
-    def _own(self, decoded: object, readers: Any) -> torch.Tensor:
+    def _own(self, decoded: object) -> torch.Tensor:
         """Copy one decoded surface into a buffer of the ring, before the decoder reuses it."""
         with self._on_decoder_stream():
             surface = torch.from_dlpack(decoded)
@@ -670,7 +599,7 @@ class NvdecDecoder:
                     f"NVDEC returned a frame on {surface.device}, expected {self.device}"
                 )
             surface = self._eight_bit(surface)
-            data = self._ring_for(surface).take(readers)
+            data = self._ring_for(surface).take()
             data.copy_(surface)  # device to device, on the stream the next Decode writes on
         return data
 
@@ -705,9 +634,9 @@ class NvdecDecoder:
         if session is None:
             raise SourceError(f"{self.demuxer.display_name}: the NVDEC decoder is closed")
         try:
-            readers = self._wait_for_readers()
+            self._wait_for_readers()
             decoded = list(session.decoder.Decode(self._packet_data(packet)))
-            pictures = [self._picture(self._own(d, readers), d.getPTS()) for d in decoded]
+            pictures = [self._picture(self._own(d), d.getPTS()) for d in decoded]
         except SourceError:
             self._healthy = False
             raise

@@ -17,8 +17,7 @@ creates one CUDA stream per pipeline (:attr:`ModelSession.cuda_stream`, see
 work of the pipeline is queued on it, in the order the data flows, so the GPU
 itself keeps the order and no thread waits for it::
 
-    reader thread      NVDEC Decode (its own stream D) -> copy into a FrameRing     -.
-                       buffer on D -> S waits for an event recorded on D             |
+    reader thread      NVDEC Decode (cudastream=S) -> copy into a FrameRing buffer  -.
                        or: CPU decode -> pinned host buffer -> async upload          |
     preprocess thread  letterbox each frame into its slot of the batch input         |  one
     inference thread   ORT run on S (user_compute_stream=S; the run returns at       |  stream S,
@@ -33,14 +32,12 @@ itself keeps the order and no thread waits for it::
     Nowhere else (with CUDA graphs, ORT's own wait after each replay, below):
     no stream or device synchronisation, no .item() in the loop.
 
-- The three stage threads and ORT all queue on S; queue order on one stream
-  is execution order, so no event is needed between them.
-- NVDEC writes a surface and vstream copies it out on the decoder's own
-  stream, so the decoder's next write into that surface is queued after the
-  copy; S waits for the copy by an event. A ring buffer is reused only once
-  no frame refers to it and an event recorded on S after that has passed,
-  i.e. every read of it has run (:mod:`vstream.decoders.nvdec`). Decoding on
-  S itself would queue each frame's mapping behind the model's batches.
+- The reader thread, the three stage threads and ORT all queue on S; queue
+  order on one stream is execution order, so no event is needed between them.
+- NVDEC writes a surface and vstream copies it out on S, so the decoder's
+  next write into that surface is queued after the copy, and a ring buffer is
+  reused only once no frame refers to it, i.e. after every read of it was
+  queued (:mod:`vstream.decoders.nvdec`).
 - The letterbox writes the model input on S before the batch is handed to
   the inference thread, which queues the model after it on S.
 - ONNX Runtime runs on S and returns without synchronising (the
