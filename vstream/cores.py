@@ -74,9 +74,10 @@ def counted_decoder_threads(threads: int) -> int:
 PROCESS_FRAMES_PER_SECOND = 360.0
 """Frames per second ``processes: auto`` gives one process: 80 % of the most one process
 reached on an H100 host (444 frames/s end to end, 1080p H.264, the demo model at 320; BENCHMARKS.md
-"On an H100"), where its Python, under the one GIL, was the limit and not the GPU. The rest is
-headroom, so that a process's streams stay live rather than queue. Measure again when the
-pipeline's host cost per frame changes."""
+"On an H100"; 450-505 with tracking on an H200, "Where one process stops"), where the process,
+not the GPU, was the limit: its Python under the one GIL, and NVDEC decoding that waits for the
+process's GPU work. The rest is headroom, so that a process's streams stay live rather than
+queue. Measure again when the pipeline's host cost per frame changes."""
 
 CORES_PER_PROCESS = 2
 """Cores ``processes: auto`` counts for each process: one at its budget takes 1.1 (at the
