@@ -42,6 +42,7 @@ from vstream.postprocess.formats import (
     recognise,
     resolve_preprocessing,
 )
+from vstream.postprocess.tasks import Task, detector_outputs, keypoint_names, recognise_task
 from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
 from vstream.preprocess.resample import Resampler
 from vstream.results import FrameResult, split_by_frame
@@ -139,6 +140,12 @@ class Detector:
                 f"{self.model.spec.path.name}: the model input is "
                 f"{self.model.spec.input.dtype_name}, the config says {model.dtype}"
             )
+        self.task: Task = recognise_task(self.model.spec.metadata)
+        """What each row carries beyond a box: keypoints, an angle, or nothing (a detector)."""
+        self.keypoint_names = keypoint_names(
+            self.task, self.model.spec.metadata, model.keypoint_names
+        )
+        """A pose model's keypoint names: the config's, the metadata's, COCO's for 17."""
         self.recognition = self._recognise(model)
         """The family, which output plays which part, and why (``vstream info`` prints it)."""
         self.output_format = self.recognition.format
@@ -160,7 +167,8 @@ class Detector:
         )
         """One per model buffer, each remembering the padding of its own slots."""
         self.staging = HostStaging(pinned=self.model.device.type == "cuda")
-        shapes = [tuple(self._fixed_outputs()[i].shape) for i in self.recognition.order]
+        shapes = [tuple(o.shape) for o in self._output_infos()]
+        shapes = [shapes[i] for i in self.recognition.order]
         self.class_names = self._class_names(model.names(), shapes)
         self.postprocessor = Postprocessor(
             self.output_format,
@@ -168,12 +176,13 @@ class Detector:
             self.model.device,
             self.model.input_size,
             self.recognition.order,
+            self.task,
         )
-        self.fixed_shapes = (
-            FixedShapes(self.postprocessor) if self.model.device.type == "cuda" else None
-        )
+        fixed = self.model.device.type == "cuda" and not self.task.extra
+        self.fixed_shapes = FixedShapes(self.postprocessor) if fixed else None
         """The postprocess without host waits but its copy, where waits cost (CUDA); None runs
-        the exact path alone (on a CPU nothing waits, and its NMS costs less)."""
+        the exact path alone (on a CPU nothing waits, and its NMS costs less; pose and OBB
+        models always take it)."""
 
     def _fixed_outputs(self) -> list[torch.Tensor]:
         """The model's preallocated outputs; an output sized only per run is refused here."""
@@ -185,14 +194,18 @@ class Detector:
                 )
         return self.model.outputs  # type: ignore[return-value]
 
-    def _recognise(self, model: ModelConfig) -> Recognition:
-        spec = self.model.spec
+    def _output_infos(self) -> list[OutputInfo]:
+        """The outputs' names and shapes as a plain detector's (a task's channels taken off)."""
         outputs = [
             OutputInfo(o.name, tuple(t.shape))
-            for o, t in zip(spec.outputs, self._fixed_outputs(), strict=True)
+            for o, t in zip(self.model.spec.outputs, self._fixed_outputs(), strict=True)
         ]
+        return detector_outputs(outputs, self.task)
+
+    def _recognise(self, model: ModelConfig) -> Recognition:
+        spec = self.model.spec
         return recognise(
-            outputs,
+            self._output_infos(),
             self.model.input_size,
             spec.metadata,
             [i.name for i in spec.size_inputs],
@@ -276,7 +289,13 @@ class Detector:
                 return split_by_frame(detections, frames, self.class_names)
             transfers.implicit_sync("window")  # a frame beyond the window: done again, exactly
         detections = self.postprocessor(raw, geometries)
-        return split_by_frame(to_host(detections, self.staging), frames, self.class_names)
+        return split_by_frame(
+            to_host(detections, self.staging),
+            frames,
+            self.class_names,
+            self.task.keypoints,
+            self.task.name == "obb",
+        )
 
     def detect(self, frames: Sequence[Frame]) -> list[FrameResult]:
         """Detect objects in up to :attr:`batch_size` frames at once, on the calling thread."""
