@@ -1,0 +1,202 @@
+"""Keypoints and oriented boxes: the same answers as Ultralytics' ``predict``, and what they feed.
+
+The pose and OBB models are the parity detector grown into Ultralytics' layouts
+(``onnx_models.task_model``: keypoints and angles computed from each row), built
+here from the committed parity model; ``tools/parity/tasks.py`` stored
+Ultralytics' answers for the very same files (their SHA-256 is checked) under
+``tests/data/tasks/``. Ultralytics is never imported here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from onnx_models import TASK_KEYPOINTS, constant_output_model, task_model
+
+from vstream import Detector, Frame, PixelFormat, detect
+from vstream.analytics.geometry import rotated_iou_matrix
+from vstream.assets import ASSETS_DIR
+from vstream.parity import MATCH_IOU, REQUIRED, agreement, keypoint_distances
+from vstream.postprocess.nms import probabilistic_iou, rotated_nms
+from vstream.preprocess import LetterboxGeometry
+from vstream.results import KEYPOINTS, OBB, rotated_corners
+
+DATA = Path(__file__).parent / "data" / "tasks"
+PARITY = ASSETS_DIR / "parity"
+SOURCE = PARITY / "demo_tempered.onnx"
+
+
+def fixture(task: str) -> dict:
+    (path,) = DATA.glob(f"*.{task}.json")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="session")
+def task_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The pose and OBB models, built as the references were (the same bytes)."""
+    folder = tmp_path_factory.mktemp("task_models")
+    models = {task: task_model(SOURCE, folder / f"{task}.onnx", task) for task in ("pose", "obb")}
+    for task, path in models.items():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == fixture(task)["model_sha256"]
+    return models
+
+
+def run(model: Path, reference: dict) -> list[list[dict]]:
+    """vstream on the reference's video with its arguments: each frame's detection records."""
+    args = reference["arguments"]
+    results = detect(
+        PARITY / reference["video"],
+        model=model,
+        imgsz=args["imgsz"],
+        conf=args["conf"],
+        iou=args["iou"],
+        max_det=args["max_det"],
+        device="cpu",
+    )
+    return [result.detections.records() for result in results]
+
+
+def test_keypoints_are_ultralytics_keypoints(task_models: dict[str, Path]) -> None:
+    reference = fixture("pose")
+    theirs = [frame["detections"] for frame in reference["frames"]]
+    ours = run(task_models["pose"], reference)
+    score = agreement(ours, theirs)
+    assert score.reference > 300 and score.recall >= REQUIRED, str(score)
+    assert score.precision >= REQUIRED, str(score)
+    distances = keypoint_distances(ours, theirs)
+    assert len(distances) > 400, "enough visible keypoints to measure"
+    assert distances.mean() <= 1.0 and np.quantile(distances, 0.99) <= 1.0, distances.max()
+    # What the records hold: every object's keypoints, named by the metadata.
+    assert all(len(d["keypoints"]) == len(TASK_KEYPOINTS) for frame in ours for d in frame)
+    assert Detector(task_models["pose"], device="cpu").keypoint_names == TASK_KEYPOINTS
+
+
+def test_oriented_boxes_are_ultralytics_oriented_boxes(task_models: dict[str, Path]) -> None:
+    reference = fixture("obb")
+    theirs = [frame["detections"] for frame in reference["frames"]]
+    ours = run(task_models["obb"], reference)
+    score = agreement(ours, theirs, MATCH_IOU, key="obb")
+    assert score.reference > 300, str(score)
+    assert score.recall >= REQUIRED and score.precision >= REQUIRED, str(score)
+    for frame in ours:
+        for d in frame:  # the corners are the box's, and the bbox holds them
+            corners = np.asarray(d["corners"])
+            assert np.allclose(corners, rotated_corners(np.array(d["obb"]))[0], atol=0.02)
+            x1, y1, x2, y2 = d["bbox"]
+            assert x1 <= x2 and y1 <= y2
+
+
+def test_fast_nms_drops_what_any_better_box_overlaps() -> None:
+    """Fast NMS, as the reference runs it for oriented boxes: a box suppressed by a better
+    one still suppresses the next (greedy NMS would keep C below)."""
+    a = [0.0, 0.0, 10.0, 10.0, 0.0]
+    b = [3.0, 0.0, 10.0, 10.0, 0.0]  # overlaps A
+    c = [6.0, 0.0, 10.0, 10.0, 0.0]  # overlaps B, not A
+    rotated = torch.tensor([a, b, c])
+    iou = probabilistic_iou(rotated, rotated)
+    assert iou[0, 1] > 0.5 and iou[1, 2] > 0.5 and iou[0, 2] < 0.5, iou
+    kept = rotated_nms(rotated, torch.tensor([0.9, 0.8, 0.7]), torch.zeros(3), 0.5)
+    assert kept.tolist() == [0]
+    groups = torch.tensor([0, 0, 1])  # C alone in its class: nothing better overlaps it
+    assert rotated_nms(rotated, torch.tensor([0.9, 0.8, 0.7]), groups, 0.5).tolist() == [0, 2]
+
+
+def test_probabilistic_iou_of_rotated_boxes() -> None:
+    """The Bhattacharyya-Hellinger similarity of the boxes' Gaussians: 1 for the same box,
+    unchanged by a quarter turn with width and height swapped, falling with distance, and
+    for a square turned 45 degrees, the value of the paper's closed form."""
+    box = torch.tensor([[50.0, 40.0, 30.0, 10.0, 0.3]])
+    turned = torch.tensor([[50.0, 40.0, 10.0, 30.0, 0.3 + math.pi / 2]])
+    assert probabilistic_iou(box, box).item() == pytest.approx(1.0, abs=1e-3)
+    assert probabilistic_iou(box, turned).item() == pytest.approx(1.0, abs=1e-3)
+    far = torch.tensor([[500.0, 40.0, 30.0, 10.0, 0.3]])
+    assert probabilistic_iou(box, far).item() == pytest.approx(0.0, abs=1e-3)
+    # Two w x h boxes, centres dx apart along x, no rotation: B = dx^2 / (8 w^2 / 12 * ... )
+    w, h, dx = 12.0, 6.0, 4.0
+    a = torch.tensor([[0.0, 0.0, w, h, 0.0]])
+    b = torch.tensor([[dx, 0.0, w, h, 0.0]])
+    bhattacharyya = dx**2 / 8 / (w**2 / 12)
+    expected = 1 - math.sqrt(1 - math.exp(-bhattacharyya))
+    assert probabilistic_iou(a, b).item() == pytest.approx(expected, abs=1e-4)
+
+
+def test_rotated_iou_is_the_overlap_of_the_areas() -> None:
+    square = np.array([[0.0, 0.0, 10.0, 10.0, 0.0]])
+    turned = np.array([[0.0, 0.0, 10.0, 10.0, math.pi / 4]])
+    assert rotated_iou_matrix(square, turned)[0, 0] == pytest.approx(math.sqrt(2) / 2, abs=1e-6)
+    shifted = np.array([[5.0, 0.0, 10.0, 10.0, 0.0]])
+    assert rotated_iou_matrix(square, shifted)[0, 0] == pytest.approx(1 / 3)
+
+
+# The end-to-end layouts (YOLO26 with nms=False): Ultralytics' own exports, untrained, give
+# [B, 300, 6 + 17 x 3] (x1 y1 x2 y2 score class keypoints) and [B, 300, 7] (cx cy w h score
+# class angle), metadata end2end=True (tools/families/export.py exports and checks them).
+E2E_METADATA = {"names": "{0: 'person', 1: 'car'}", "imgsz": "[320, 320]", "end2end": "True"}
+
+
+def odd_frame() -> Frame:
+    return Frame(torch.zeros((479, 641, 3), dtype=torch.uint8), PixelFormat.RGB24, 641, 479)
+
+
+def to_input(points: np.ndarray) -> np.ndarray:
+    """Frame pixels ``(N, 2)`` as :func:`odd_frame`'s letterbox puts them in a 320 input."""
+    g = LetterboxGeometry.fit(641, 479, 320, 320, "letterbox")
+    return points * [g.gain_x, g.gain_y] + [g.box_pad_x, g.box_pad_y]
+
+
+def test_end_to_end_pose_rows_map_to_frame_pixels(tmp_path: Path) -> None:
+    rows = np.zeros((1, 300, 6 + 17 * 3), np.float32)
+    rows[0, 0, :4] = to_input(np.array([[10.0, 50.0], [200.0, 400.0]])).ravel()
+    rows[0, 0, 4:6] = [0.9, 1]
+    points = np.stack([np.linspace(-20, 180, 17), np.linspace(60, 500, 17)], axis=1)
+    scores = np.linspace(0, 1, 17)[:, None]
+    rows[0, 0, 6:] = np.concatenate([to_input(points), scores], axis=1).ravel()
+    metadata = {**E2E_METADATA, "task": "pose", "kpt_shape": "[17, 3]"}
+    model = constant_output_model(tmp_path / "pose.onnx", rows, metadata=metadata)
+    detector = Detector(model, device="cpu", batch_size=1)
+    assert detector.output_format.value == "end2end" and detector.task.name == "pose"
+    assert detector.keypoint_names[15:] == ("left_ankle", "right_ankle")
+    (result,) = detector.detect([odd_frame()])
+    (found,) = result.detections.records()
+    assert found["bbox"] == pytest.approx([10, 50, 200, 400], abs=0.01)
+    kpts = np.asarray(found["keypoints"])
+    inside = np.clip(points, 0, [641, 479])  # clipped to the frame, as boxes are
+    assert np.allclose(kpts[:, :2], inside, atol=0.01)
+    assert kpts[:, 2] == pytest.approx(scores[:, 0], abs=1e-4)
+    assert result.detections.data[KEYPOINTS].shape == (1, 17, 3)
+
+
+def test_end_to_end_oriented_rows_map_to_frame_pixels(tmp_path: Path) -> None:
+    rows = np.zeros((1, 300, 7), np.float32)
+    g = LetterboxGeometry.fit(641, 479, 320, 320, "letterbox")
+    centre = to_input(np.array([[300.0, 200.0]]))[0]
+    rows[0, 0] = [*centre, 100 * g.gain_x, 40 * g.gain_y, 0.8, 0, 0.5]
+    model = constant_output_model(
+        tmp_path / "obb.onnx", rows, metadata={**E2E_METADATA, "task": "obb"}
+    )
+    detector = Detector(model, device="cpu", batch_size=1)
+    assert detector.output_format.value == "end2end" and detector.task.name == "obb"
+    (result,) = detector.detect([odd_frame()])
+    (found,) = result.detections.records()
+    assert found["obb"] == pytest.approx([300, 200, 100, 40, 0.5], abs=0.01)
+    corners = np.asarray(found["corners"])
+    assert found["bbox"] == pytest.approx([*corners.min(0), *corners.max(0)], abs=0.02)
+    assert result.detections.data[OBB].shape == (1, 5)
+
+
+def test_a_dense_pose_model_is_refused_plainly_when_names_do_not_fit(tmp_path: Path) -> None:
+    """The issue's first report: 1 class name for 52 "classes" (the keypoints counted)."""
+    rows = np.zeros((1, 4 + 1 + 17 * 3, 2100), np.float32)
+    metadata = {"names": "{0: 'person'}", "task": "pose", "kpt_shape": "[17, 3]"}
+    model = constant_output_model(tmp_path / "pose.onnx", rows, metadata=metadata)
+    detector = Detector(model, device="cpu", batch_size=1)
+    assert detector.class_names == {0: "person"} and detector.task.keypoints == (17, 3)
+    wrong = {**metadata, "names": "{0: 'a', 1: 'b'}"}
+    with pytest.raises(Exception, match="2 class names for a model with 1 classes"):
+        Detector(constant_output_model(tmp_path / "bad.onnx", rows, metadata=wrong), device="cpu")
