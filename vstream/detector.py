@@ -39,9 +39,9 @@ from vstream.postprocess.formats import (
     Preprocessing,
     Recognition,
     class_count,
-    recognise,
     resolve_preprocessing,
 )
+from vstream.postprocess.tasks import TaskSpec, recognise_model
 from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
 from vstream.preprocess.resample import Resampler
 from vstream.results import FrameResult, split_by_frame
@@ -139,8 +139,10 @@ class Detector:
                 f"{self.model.spec.path.name}: the model input is "
                 f"{self.model.spec.input.dtype_name}, the config says {model.dtype}"
             )
-        self.recognition = self._recognise(model)
-        """The family, which output plays which part, and why (``vstream info`` prints it)."""
+        self.task: TaskSpec
+        self.task, self.recognition = self._recognise(model)
+        """The task and the family, which output plays which part, and why (``vstream info``
+        prints them)."""
         self.output_format = self.recognition.format
         family = FAMILIES[self.output_format]
         self.preprocessing: Preprocessing
@@ -160,7 +162,10 @@ class Detector:
         )
         """One per model buffer, each remembering the padding of its own slots."""
         self.staging = HostStaging(pinned=self.model.device.type == "cuda")
-        shapes = [tuple(self._fixed_outputs()[i].shape) for i in self.recognition.order]
+        shapes = [
+            self.task.detection_shape(tuple(self._fixed_outputs()[i].shape))
+            for i in self.recognition.order
+        ]
         self.class_names = self._class_names(model.names(), shapes)
         self.postprocessor = Postprocessor(
             self.output_format,
@@ -168,6 +173,7 @@ class Detector:
             self.model.device,
             self.model.input_size,
             self.recognition.order,
+            self.task,
         )
         self.fixed_shapes = (
             FixedShapes(self.postprocessor) if self.model.device.type == "cuda" else None
@@ -185,13 +191,13 @@ class Detector:
                 )
         return self.model.outputs  # type: ignore[return-value]
 
-    def _recognise(self, model: ModelConfig) -> Recognition:
+    def _recognise(self, model: ModelConfig) -> tuple[TaskSpec, Recognition]:
         spec = self.model.spec
         outputs = [
             OutputInfo(o.name, tuple(t.shape))
             for o, t in zip(spec.outputs, self._fixed_outputs(), strict=True)
         ]
-        return recognise(
+        return recognise_model(
             outputs,
             self.model.input_size,
             spec.metadata,

@@ -50,6 +50,7 @@ from vstream.postprocess.formats import (
     class_count,
 )
 from vstream.postprocess.nms import batched_nms, cxcywh_to_xyxy
+from vstream.postprocess.tasks import DETECTION, TaskSpec
 from vstream.preprocess.letterbox import LetterboxGeometry
 from vstream.transfer import transfers, upload
 
@@ -98,8 +99,11 @@ class Postprocessor:
         device: torch.device,
         input_size: tuple[int, int] = (640, 640),
         order: Sequence[int] = (0,),
+        task: TaskSpec = DETECTION,
     ) -> None:
         self.format = fmt
+        self.task = task
+        """What the boxes carry besides classes; its values per box are not class scores."""
         self.family = FAMILIES[fmt]
         self.config = config
         self.device = device
@@ -163,10 +167,11 @@ class Postprocessor:
             # The logits' sigmoid, taken after the max: it keeps the order, on N not N x nc.
             return outputs[0], score.sigmoid() if fmt is OutputFormat.DETR else score, class_id
         rows = first.transpose(1, 2) if fmt is OutputFormat.YOLOV8 else first
+        end = rows.shape[-1] - self.task.extra  # the task's values per box follow the classes
         if fmt in (OutputFormat.YOLOV8, OutputFormat.RTDETR):
-            score, class_id = rows[..., 4:].max(dim=-1)
+            score, class_id = rows[..., 4:end].max(dim=-1)
         else:
-            score, class_id = (rows[..., 5:] * rows[..., 4:5]).max(dim=-1)
+            score, class_id = (rows[..., 5:end] * rows[..., 4:5]).max(dim=-1)
         return rows[..., :4], score, class_id
 
     def _candidates(
@@ -212,7 +217,7 @@ class Postprocessor:
         number of classes they hold (None where the layout does not say)."""
         given = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
         ordered = [given[i][:frames] for i in self.order]
-        shapes = [tuple(given[i].shape) for i in self.order]
+        shapes = [self.task.detection_shape(tuple(given[i].shape)) for i in self.order]
         if self.family.outputs == 1:
             check_output_shape(self.format, shapes[0])
         return ordered, class_count(self.format, shapes)
