@@ -9,6 +9,7 @@ Ultralytics' answers for the very same files (their SHA-256 is checked) under
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -23,7 +24,9 @@ from vstream import Detector, Frame, PixelFormat, detect
 from vstream.analytics.geometry import rotated_iou_matrix
 from vstream.assets import ASSETS_DIR
 from vstream.parity import MATCH_IOU, REQUIRED, agreement, keypoint_distances
+from vstream.postprocess.formats import OutputInfo, class_count
 from vstream.postprocess.nms import probabilistic_iou, rotated_nms
+from vstream.postprocess.tasks import recognise_model
 from vstream.preprocess import LetterboxGeometry
 from vstream.results import KEYPOINTS, OBB, rotated_corners
 
@@ -160,7 +163,7 @@ def test_end_to_end_pose_rows_map_to_frame_pixels(tmp_path: Path) -> None:
     metadata = {**E2E_METADATA, "task": "pose", "kpt_shape": "[17, 3]"}
     model = constant_output_model(tmp_path / "pose.onnx", rows, metadata=metadata)
     detector = Detector(model, device="cpu", batch_size=1)
-    assert detector.output_format.value == "end2end" and detector.task.name == "pose"
+    assert detector.output_format.value == "end2end" and detector.task.task.value == "pose"
     assert detector.keypoint_names[15:] == ("left_ankle", "right_ankle")
     (result,) = detector.detect([odd_frame()])
     (found,) = result.detections.records()
@@ -181,13 +184,43 @@ def test_end_to_end_oriented_rows_map_to_frame_pixels(tmp_path: Path) -> None:
         tmp_path / "obb.onnx", rows, metadata={**E2E_METADATA, "task": "obb"}
     )
     detector = Detector(model, device="cpu", batch_size=1)
-    assert detector.output_format.value == "end2end" and detector.task.name == "obb"
+    assert detector.output_format.value == "end2end" and detector.task.task.value == "obb"
     (result,) = detector.detect([odd_frame()])
     (found,) = result.detections.records()
     assert found["obb"] == pytest.approx([300, 200, 100, 40, 0.5], abs=0.01)
     corners = np.asarray(found["corners"])
     assert found["bbox"] == pytest.approx([*corners.min(0), *corners.max(0)], abs=0.02)
     assert result.detections.data[OBB].shape == (1, 5)
+
+
+LAYOUTS = json.loads(
+    (Path(__file__).parent / "data" / "ultralytics_task_layouts.json").read_text()
+)["models"]
+
+
+@pytest.mark.parametrize(
+    ("name", "family", "extra"),
+    [
+        ("yolov8n-pose", "yolov8", 51),
+        ("yolo11n-pose", "yolov8", 51),
+        ("yolo26n-pose", "yolov8", 51),
+        ("yolo26n-pose-end2end", "end2end", 51),
+        ("yolov8n-obb", "yolov8", 1),
+        ("yolo11n-obb", "yolov8", 1),
+        ("yolo26n-obb", "yolov8", 1),
+        ("yolo26n-obb-end2end", "end2end", 1),
+    ],
+)
+def test_ultralytics_pose_and_obb_layouts(name: str, family: str, extra: int) -> None:
+    """Ultralytics' own exports (untrained; tools/seg/layouts.py recorded their outputs)."""
+    layout = LAYOUTS[name]
+    outputs = [OutputInfo(n, tuple(shape)) for n, shape in layout["outputs"]]
+    task, found = recognise_model(outputs, (320, 320), layout["metadata"])
+    assert task.task.value == layout["metadata"]["task"] and task.extra == extra
+    assert found.format.value == family
+    names = len(ast.literal_eval(layout["metadata"]["names"]))
+    shape = task.detection_shape(outputs[0].shape)
+    assert class_count(found.format, [shape]) in (names, None)
 
 
 def test_a_dense_pose_model_is_refused_plainly_when_names_do_not_fit(tmp_path: Path) -> None:

@@ -39,10 +39,9 @@ from vstream.postprocess.formats import (
     Preprocessing,
     Recognition,
     class_count,
-    recognise,
     resolve_preprocessing,
 )
-from vstream.postprocess.tasks import Task, detector_outputs, keypoint_names, recognise_task
+from vstream.postprocess.tasks import Task, TaskSpec, keypoint_names, recognise_model
 from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
 from vstream.preprocess.resample import Resampler
 from vstream.results import FrameResult, split_by_frame
@@ -140,14 +139,14 @@ class Detector:
                 f"{self.model.spec.path.name}: the model input is "
                 f"{self.model.spec.input.dtype_name}, the config says {model.dtype}"
             )
-        self.task: Task = recognise_task(self.model.spec.metadata)
-        """What each row carries beyond a box: keypoints, an angle, or nothing (a detector)."""
+        self.task: TaskSpec
+        self.task, self.recognition = self._recognise(model)
+        """The task and the family, which output plays which part, and why (``vstream info``
+        prints them)."""
         self.keypoint_names = keypoint_names(
             self.task, self.model.spec.metadata, model.keypoint_names
         )
         """A pose model's keypoint names: the config's, the metadata's, COCO's for 17."""
-        self.recognition = self._recognise(model)
-        """The family, which output plays which part, and why (``vstream info`` prints it)."""
         self.output_format = self.recognition.format
         family = FAMILIES[self.output_format]
         self.preprocessing: Preprocessing
@@ -167,8 +166,10 @@ class Detector:
         )
         """One per model buffer, each remembering the padding of its own slots."""
         self.staging = HostStaging(pinned=self.model.device.type == "cuda")
-        shapes = [tuple(o.shape) for o in self._output_infos()]
-        shapes = [shapes[i] for i in self.recognition.order]
+        shapes = [
+            self.task.detection_shape(tuple(self._fixed_outputs()[i].shape))
+            for i in self.recognition.order
+        ]
         self.class_names = self._class_names(model.names(), shapes)
         self.postprocessor = Postprocessor(
             self.output_format,
@@ -178,7 +179,7 @@ class Detector:
             self.recognition.order,
             self.task,
         )
-        fixed = self.model.device.type == "cuda" and not self.task.extra
+        fixed = self.model.device.type == "cuda" and self.task.task not in (Task.POSE, Task.OBB)
         self.fixed_shapes = FixedShapes(self.postprocessor) if fixed else None
         """The postprocess without host waits but its copy, where waits cost (CUDA); None runs
         the exact path alone (on a CPU nothing waits, and its NMS costs less; pose and OBB
@@ -194,18 +195,14 @@ class Detector:
                 )
         return self.model.outputs  # type: ignore[return-value]
 
-    def _output_infos(self) -> list[OutputInfo]:
-        """The outputs' names and shapes as a plain detector's (a task's channels taken off)."""
+    def _recognise(self, model: ModelConfig) -> tuple[TaskSpec, Recognition]:
+        spec = self.model.spec
         outputs = [
             OutputInfo(o.name, tuple(t.shape))
-            for o, t in zip(self.model.spec.outputs, self._fixed_outputs(), strict=True)
+            for o, t in zip(spec.outputs, self._fixed_outputs(), strict=True)
         ]
-        return detector_outputs(outputs, self.task)
-
-    def _recognise(self, model: ModelConfig) -> Recognition:
-        spec = self.model.spec
-        return recognise(
-            self._output_infos(),
+        return recognise_model(
+            outputs,
             self.model.input_size,
             spec.metadata,
             [i.name for i in spec.size_inputs],
@@ -294,7 +291,7 @@ class Detector:
             frames,
             self.class_names,
             self.task.keypoints,
-            self.task.name == "obb",
+            self.task.task is Task.OBB,
         )
 
     def detect(self, frames: Sequence[Frame]) -> list[FrameResult]:

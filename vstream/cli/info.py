@@ -46,6 +46,8 @@ def info_command(args: argparse.Namespace) -> int:
             for i in spec.size_inputs
         ),
         *(f"output:   {o.name} {o.type_name} {_shape(o.shape)}" for o in spec.outputs),
+        f"task:     {detector.task.task.value}",
+        *(f"  because {reason}" for reason in detector.task.reasons),
         f"format:   {detector.output_format.value} ({family.models})",
         *(f"  because {reason}" for reason in detector.recognition.reasons),
         f"boxes:    {family.box}{', normalised' if family.normalised else ', input pixels'}, "

@@ -51,7 +51,7 @@ from vstream.postprocess.formats import (
     class_count,
 )
 from vstream.postprocess.nms import batched_nms, cxcywh_to_xyxy, rotated_nms
-from vstream.postprocess.tasks import Task
+from vstream.postprocess.tasks import DETECTION, Task, TaskSpec
 from vstream.preprocess.letterbox import LetterboxGeometry
 from vstream.transfer import transfers, upload
 
@@ -100,14 +100,15 @@ class Postprocessor:
         device: torch.device,
         input_size: tuple[int, int] = (640, 640),
         order: Sequence[int] = (0,),
-        task: Task | None = None,
+        task: TaskSpec = DETECTION,
     ) -> None:
         self.format = fmt
-        self.task = task or Task()
-        """What the rows carry after box, score and class: keypoints, an angle, or nothing."""
-        if self.task.extra and fmt not in (OutputFormat.YOLOV8, OutputFormat.END_TO_END):
+        self.task = task
+        """What the boxes carry besides classes; its values per box are not class scores."""
+        shaped = task.task in (Task.POSE, Task.OBB)
+        if shaped and fmt not in (OutputFormat.YOLOV8, OutputFormat.END_TO_END):
             raise ModelError(
-                f"a {self.task.name} model must have the yolov8 or the end2end layout, "
+                f"a {task.task.value} model must have the yolov8 or the end2end layout, "
                 f"not {fmt.value}"
             )
         self.family = FAMILIES[fmt]
@@ -161,18 +162,14 @@ class Postprocessor:
     def _rows(
         self, outputs: Sequence[torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Boxes, scores and class ids (:meth:`_dense`) and the task's extra channels
-        ``[B, N, extra]`` (keypoints or an OBB's angle; ``extra`` 0 for a detector)."""
-        fmt, first, extra = self.format, outputs[0], self.task.extra
-        if extra:
-            rows = first.transpose(1, 2) if fmt is OutputFormat.YOLOV8 else first
-            tail = rows[..., rows.shape[-1] - extra :]
-            if fmt is OutputFormat.END_TO_END:
-                return rows[..., :4], rows[..., 4], rows[..., 5].round().long(), tail
-            score, class_id = rows[..., 4 : rows.shape[-1] - extra].max(dim=-1)
-            return rows[..., :4], score, class_id, tail
+        """Boxes, scores and class ids (:meth:`_dense`) and what a pose or OBB model adds
+        after them, ``[B, N, extra]`` (keypoint values or the angle; none for other tasks)."""
         boxes, score, class_id = self._dense(outputs)
-        return boxes, score, class_id, boxes[..., :0]
+        if self.task.task not in (Task.POSE, Task.OBB):
+            return boxes, score, class_id, boxes[..., :0]
+        first = outputs[0]
+        rows = first.transpose(1, 2) if self.format is OutputFormat.YOLOV8 else first
+        return boxes, score, class_id, rows[..., rows.shape[-1] - self.task.extra :]
 
     def _dense(
         self, outputs: Sequence[torch.Tensor]
@@ -189,10 +186,11 @@ class Postprocessor:
             # The logits' sigmoid, taken after the max: it keeps the order, on N not N x nc.
             return outputs[0], score.sigmoid() if fmt is OutputFormat.DETR else score, class_id
         rows = first.transpose(1, 2) if fmt is OutputFormat.YOLOV8 else first
+        end = rows.shape[-1] - self.task.extra  # the task's values per box follow the classes
         if fmt in (OutputFormat.YOLOV8, OutputFormat.RTDETR):
-            score, class_id = rows[..., 4:].max(dim=-1)
+            score, class_id = rows[..., 4:end].max(dim=-1)
         else:
-            score, class_id = (rows[..., 5:] * rows[..., 4:5]).max(dim=-1)
+            score, class_id = (rows[..., 5:end] * rows[..., 4:5]).max(dim=-1)
         return rows[..., :4], score, class_id
 
     def _candidates(
@@ -220,7 +218,7 @@ class Postprocessor:
         transfers.implicit_sync("candidates")  # nonzero: the number of candidates
         frame, index = keep.nonzero(as_tuple=True)
         boxes, extra = boxes[frame, index].float(), extra[frame, index].float()
-        if self.task.name != "obb":  # an OBB's cx cy w h stay as they are, with its angle
+        if self.task.task is not Task.OBB:  # an OBB's cx cy w h stay as they are
             boxes = self.input_boxes(boxes, index)
         return boxes, score[frame, index].float(), class_id[frame, index], frame, extra
 
@@ -242,11 +240,7 @@ class Postprocessor:
         number of classes they hold (None where the layout does not say)."""
         given = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
         ordered = [given[i][:frames] for i in self.order]
-        shapes = [tuple(given[i].shape) for i in self.order]
-        if self.task.extra:  # the class count and the checks are a plain detector's
-            (batch, rows, cols), extra = shapes[0], self.task.extra
-            dense = self.format is OutputFormat.YOLOV8
-            shapes[0] = (batch, rows - extra, cols) if dense else (batch, rows, cols - extra)
+        shapes = [self.task.detection_shape(tuple(given[i].shape)) for i in self.order]
         if self.family.outputs == 1:
             check_output_shape(self.format, shapes[0])
         return ordered, class_count(self.format, shapes)
@@ -264,7 +258,7 @@ class Postprocessor:
         """
         ordered, classes = self.ordered(outputs, len(geometries))
         boxes, score, class_id, frame, extra = self._candidates(ordered, classes)
-        obb = self.task.name == "obb"
+        obb = self.task.task is Task.OBB
         if obb:  # (cx, cy, w, h, angle) in input pixels
             boxes = torch.cat([boxes, extra], dim=1)
             extra = extra[:, :0]
@@ -293,14 +287,6 @@ class Postprocessor:
         return torch.cat(
             [frame[:, None].float(), boxes, score[:, None], class_id[:, None].float(), extra], dim=1
         )
-
-    @property
-    def columns(self) -> int:
-        """Columns of the detections tensor: :data:`DETECTION_COLUMNS`, then the task's
-        (keypoints ``K x D``; an OBB's ``cx, cy, w, h, angle``)."""
-        if self.task.name == "obb":
-            return len(DETECTION_COLUMNS) + 5
-        return len(DETECTION_COLUMNS) + self.task.extra
 
 
 class FixedShapes:

@@ -1,28 +1,218 @@
-"""Keypoints and oriented boxes: what a pose or OBB model adds to a detector's rows.
+"""What a detector predicts besides its boxes (its task), recognised from the model file.
 
-Ultralytics' pose and OBB exports are its detectors with extra channels after
-the class scores of every row: ``K x D`` keypoint values (``x, y`` in input
-pixels, then a visibility score where ``D`` is 3) or one rotation angle (radians).
-The dense layout is ``[B, 4 + nc + extra, N]``, the end-to-end one (``nms=False``,
-YOLO26) ``[B, K, 6 + extra]``. The metadata says which (``task``, ``kpt_shape``),
-so :func:`recognise_task` reads the task from it, and :func:`detector_outputs`
-strips the extra channels from the shapes, so that the family is recognised as
-for a plain detector. :class:`Task` then tells the postprocessor how many
-channels follow the class scores and what they are.
+Ultralytics' segmentation, pose and oriented-box exports are its detection
+layouts with values added to every box row after the class scores (32 mask
+coefficients; ``kpt_shape`` keypoint values; one angle), and segmentation has
+a second output, the mask prototypes ``[B, nm, H/4, W/4]``. So the task is
+recognised first, from the layout and the metadata (``task``, ``kpt_shape``),
+and it peels off what it adds: the detection family
+(:func:`vstream.postprocess.formats.recognise`) then reads what is left as it
+reads a plain detector's outputs.
 
-An OBB row's box is ``cx, cy, w, h`` of the rotated box, in every layout (the
-end-to-end one too: ``cx, cy, w, h, score, class, angle``).
+**Adding a task.** Write a recogniser (outputs and metadata in, a
+:class:`TaskSpec` or None out) and add it to :data:`RECOGNISERS`: the spec's
+``extra`` values per box are cut from the class scores, its ``aux`` outputs
+are kept from the family's recognition and reach the postprocess in
+:attr:`Recognition.order` after the family's own.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
+import enum
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from vstream.errors import ModelError
-from vstream.postprocess.formats import OutputInfo
+from vstream.postprocess.formats import OutputFormat, OutputInfo, Recognition, recognise
+
+
+class Task(str, enum.Enum):
+    """What each detected object carries besides its box, score and class."""
+
+    DETECT = "detect"
+    """Boxes only."""
+    SEGMENT = "segment"
+    """An instance mask per box: coefficients times the prototypes output."""
+    POSE = "pose"
+    """Keypoints per box: ``K x D`` values (``x, y`` in input pixels, a score where D is 3)."""
+    OBB = "obb"
+    """An oriented box: the box is ``cx, cy, w, h`` of the rotated box, then one angle
+    (radians) after the class scores, in every layout (end to end: ``cx, cy, w, h, score,
+    class, angle``)."""
+
+
+NOT_DETECTORS: dict[str, str] = {
+    "classify": "a classification model cannot be the primary detector; "
+    "use it as a secondary model",
+    "semantic": "a semantic segmentation model has no boxes; vstream needs a detector",
+}
+"""Metadata ``task`` values that name a model vstream cannot run as its detector, and why."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task as recognised in a model's outputs: what it adds, where, and why."""
+
+    task: Task
+    extra: int = 0
+    """Values per box row after the class scores (mask coefficients, keypoints, angle)."""
+    aux: tuple[int, ...] = ()
+    """Positions of the outputs the task reads beside the detection outputs (prototypes)."""
+    reasons: tuple[str, ...] = ()
+    keypoints: tuple[int, int] | None = None
+    """A pose model's ``(K, D)``: keypoints per object, values per keypoint (2: x, y; 3: x, y,
+    score)."""
+
+    def detection_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """``shape`` of a detection output without the task's values per box: they lie on
+        the shorter of the last two axes (channels before anchors in ``[B, 4+nc+extra, N]``,
+        after them in the end-to-end ``[B, K, 6+extra]``)."""
+        if not self.extra or len(shape) != 3:
+            return shape
+        axis = 1 if shape[1] < shape[2] else 2
+        return tuple(d - self.extra if i == axis else d for i, d in enumerate(shape))
+
+    def detection_outputs(self, outputs: Sequence[OutputInfo]) -> list[OutputInfo]:
+        """The outputs the detection family is recognised from, as if the task added nothing."""
+        return [
+            OutputInfo(o.name, self.detection_shape(o.shape))
+            for i, o in enumerate(outputs)
+            if i not in self.aux
+        ]
+
+
+DETECTION = TaskSpec(Task.DETECT)
+"""Boxes only: what a model without a recognised task is read as."""
+
+TaskRecogniser = Callable[[Sequence[OutputInfo], Mapping[str, str]], TaskSpec | None]
+"""Recognises one task from the outputs and the metadata, or returns None (not this task)."""
+
+
+def _segment(outputs: Sequence[OutputInfo], metadata: Mapping[str, str]) -> TaskSpec | None:
+    """Segmentation: one ``[B, nm, mh, mw]`` prototypes output beside the detection output."""
+    protos = [i for i, o in enumerate(outputs) if len(o.shape) == 4]
+    named = metadata.get("task") == Task.SEGMENT.value
+    if not protos and not named:
+        return None
+    shapes = ", ".join(f"{o.name} {list(o.shape)}" for o in outputs)
+    if len(protos) != 1 or len(outputs) != 2:
+        raise ModelError(
+            f"a segmentation model needs a detection output and one [B, nm, mh, mw] prototypes "
+            f"output; this one has {shapes}"
+        )
+    (position,) = protos
+    nm = outputs[position].shape[1]
+    why = "metadata task=segment; " if named else ""
+    return TaskSpec(
+        Task.SEGMENT,
+        extra=nm,
+        aux=(position,),
+        reasons=(
+            f"{why}output {outputs[position].name!r} {list(outputs[position].shape)}: "
+            f"{nm} mask prototypes; the last {nm} values of each box are its coefficients",
+        ),
+    )
+
+
+def _kpt_shape(text: str | None) -> tuple[int, int] | None:
+    """``kpt_shape`` from the metadata (``[17, 3]``), if it is one."""
+    try:
+        value = ast.literal_eval(text) if text else None
+    except (ValueError, SyntaxError):
+        return None
+    if (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(isinstance(v, int) for v in value)
+        and 0 < value[0] <= 1000
+        and value[1] in (2, 3)
+    ):
+        return int(value[0]), int(value[1])
+    return None
+
+
+def _pose(outputs: Sequence[OutputInfo], metadata: Mapping[str, str]) -> TaskSpec | None:
+    """Pose: metadata ``task=pose`` (or a ``kpt_shape`` alone), ``K x D`` values per box."""
+    named = metadata.get("task", "").strip().lower()
+    shape = _kpt_shape(metadata.get("kpt_shape"))
+    if named != Task.POSE.value and (shape is None or named):
+        return None
+    if shape is None:
+        raise ModelError(
+            f"metadata task=pose, but its kpt_shape {metadata.get('kpt_shape')!r} is not "
+            "[keypoints, 2 or 3]"
+        )
+    count, values = shape
+    return TaskSpec(
+        Task.POSE,
+        extra=count * values,
+        keypoints=shape,
+        reasons=(
+            f"metadata task=pose, kpt_shape {list(shape)}: the last {count * values} values of "
+            f"each box are {count} keypoints ({'x, y, score' if values == 3 else 'x, y'})",
+        ),
+    )
+
+
+def _obb(outputs: Sequence[OutputInfo], metadata: Mapping[str, str]) -> TaskSpec | None:
+    """Oriented boxes: metadata ``task=obb``, one angle per box after the class scores."""
+    if metadata.get("task", "").strip().lower() != Task.OBB.value:
+        return None
+    return TaskSpec(
+        Task.OBB,
+        extra=1,
+        reasons=("metadata task=obb: boxes are cx cy w h of a rotated box, its angle last",),
+    )
+
+
+RECOGNISERS: tuple[TaskRecogniser, ...] = (_segment, _pose, _obb)
+"""Tried in order; the first that answers names the task (none: plain detection)."""
+
+
+def recognise_task(outputs: Sequence[OutputInfo], metadata: Mapping[str, str]) -> TaskSpec:
+    """The task of a model with these outputs and metadata; a model that is no detector, or
+    of a task vstream does not read, is refused in one line that says what it is."""
+    named = metadata.get("task", "").strip().lower()
+    if named in NOT_DETECTORS:
+        raise ModelError(f"metadata task={named}: {NOT_DETECTORS[named]}")
+    if len(outputs) == 1 and len(outputs[0].shape) == 2 and not named:
+        raise ModelError(
+            f"one output {outputs[0].name} {list(outputs[0].shape)} of class scores: "
+            f"{NOT_DETECTORS['classify']}"
+        )
+    for recogniser in RECOGNISERS:
+        spec = recogniser(outputs, metadata)
+        if spec is not None:
+            return spec
+    if named and named != Task.DETECT.value:
+        raise ModelError(
+            f"metadata task={named}: vstream reads detect and "
+            f"{', '.join(t.value for t in Task if t is not Task.DETECT)} models, not {named}"
+        )
+    return TaskSpec(Task.DETECT, reasons=(f"metadata task={named}",) if named else ())
+
+
+def recognise_model(
+    outputs: Sequence[OutputInfo],
+    input_size: tuple[int, int],
+    metadata: Mapping[str, str] | None = None,
+    extra_inputs: Sequence[str] = (),
+    forced: OutputFormat | None = None,
+    class_names: int = 0,
+) -> tuple[TaskSpec, Recognition]:
+    """The task, then the detection family of what the task leaves (see
+    :func:`~vstream.postprocess.formats.recognise` for the arguments); the recognition's
+    ``order`` holds positions in the model's own outputs, the task's ``aux`` ones last."""
+    metadata = metadata or {}
+    spec = recognise_task(outputs, metadata)
+    detection = [i for i in range(len(outputs)) if i not in spec.aux]
+    found = recognise(
+        spec.detection_outputs(outputs), input_size, metadata, extra_inputs, forced, class_names
+    )
+    order = tuple(detection[i] for i in found.order) + spec.aux
+    return spec, Recognition(found.format, order, found.reasons)
+
 
 COCO_KEYPOINTS = (
     "nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder", "right_shoulder",
@@ -43,84 +233,15 @@ VISIBLE = 0.5
 """A keypoint scoring at least this is drawn, and can stand for its object on lines and zones."""
 
 
-@dataclass(frozen=True)
-class Task:
-    """What a detector's rows carry beyond box, score and class."""
-
-    name: Literal["detect", "pose", "obb"] = "detect"
-    keypoints: tuple[int, int] | None = None
-    """``(K, D)``: keypoints per object and values per keypoint (2: x, y; 3: x, y, score)."""
-    reason: str = "no task in the metadata: a detector"
-
-    @property
-    def extra(self) -> int:
-        """Channels after the class scores (or after score and class, end to end)."""
-        if self.keypoints is not None:
-            return self.keypoints[0] * self.keypoints[1]
-        return 1 if self.name == "obb" else 0
-
-
-def _kpt_shape(text: str | None) -> tuple[int, int] | None:
-    try:
-        value = ast.literal_eval(text) if text else None
-    except (ValueError, SyntaxError):
-        return None
-    if (
-        isinstance(value, list | tuple)
-        and len(value) == 2
-        and all(isinstance(v, int) for v in value)
-        and 0 < value[0] <= 1000
-        and value[1] in (2, 3)
-    ):
-        return int(value[0]), int(value[1])
-    return None
-
-
-def recognise_task(metadata: Mapping[str, str]) -> Task:
-    """The task Ultralytics' metadata names (``task``, ``kpt_shape``); detection otherwise."""
-    task = metadata.get("task", "").strip().lower()
-    shape = _kpt_shape(metadata.get("kpt_shape"))
-    if task == "pose" or (shape is not None and task in ("", "pose")):
-        if shape is None:
-            raise ModelError(
-                f"the metadata names a pose model but its kpt_shape "
-                f"{metadata.get('kpt_shape')!r} is not [keypoints, 2 or 3]"
-            )
-        return Task("pose", shape, f"metadata task=pose, kpt_shape {list(shape)}")
-    if task == "obb":
-        return Task("obb", None, "metadata task=obb: cx cy w h, class scores, angle")
-    return Task()
-
-
-def detector_outputs(outputs: Sequence[OutputInfo], task: Task) -> list[OutputInfo]:
-    """The outputs as a plain detector's: the task's extra channels taken off the first one.
-
-    Channels come before rows in the dense layout (``[B, 4 + nc + extra, N]``, fewer
-    channels than rows), after them end to end (``[B, K, 6 + extra]``).
-    """
-    if not task.extra or not outputs or len(outputs[0].shape) != 3:
-        return list(outputs)
-    first = outputs[0]
-    batch, rows, cols = first.shape
-    dense = rows < cols
-    shape = (batch, rows - task.extra, cols) if dense else (batch, rows, cols - task.extra)
-    if min(shape[1:]) < 5:
-        raise ModelError(
-            f"output {first.name} {list(first.shape)} is too small for a {task.name} model "
-            f"with {task.extra} channels after the class scores"
-        )
-    return [OutputInfo(first.name, shape), *outputs[1:]]
-
-
 def keypoint_names(
-    task: Task, metadata: Mapping[str, str], given: Sequence[str] | None
+    spec: TaskSpec, metadata: Mapping[str, str], given: Sequence[str] | None
 ) -> tuple[str, ...]:
     """Names of a pose model's keypoints: the config's, else ``kpt_names`` in the metadata
     (a list, or Ultralytics' ``{class: [names]}``: the first class's), else COCO's for 17,
     else ``0, 1, ...``."""
-    if task.keypoints is None:
+    if spec.keypoints is None:
         return ()
-    count = task.keypoints[0]
+    count = spec.keypoints[0]
     if given is not None:
         if len(given) != count:
             raise ModelError(f"{len(given)} keypoint names for a model with {count} keypoints")
