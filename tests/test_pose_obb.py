@@ -21,8 +21,10 @@ import torch
 from onnx_models import TASK_KEYPOINTS, constant_output_model, task_model
 
 from vstream import Detector, Frame, PixelFormat, detect
+from vstream.analytics import AnalyticsConfig, StreamAnalytics
 from vstream.analytics.geometry import rotated_iou_matrix
-from vstream.assets import ASSETS_DIR
+from vstream.analytics.shapes import keypoint_indices
+from vstream.assets import ASSETS_DIR, COLOUR_MODEL
 from vstream.parity import MATCH_IOU, REQUIRED, agreement, keypoint_distances
 from vstream.postprocess.formats import OutputInfo, class_count
 from vstream.postprocess.nms import probabilistic_iou, rotated_nms
@@ -50,7 +52,7 @@ def task_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return models
 
 
-def run(model: Path, reference: dict) -> list[list[dict]]:
+def run(model: Path, reference: dict, **options: object) -> list[list[dict]]:
     """vstream on the reference's video with its arguments: each frame's detection records."""
     args = reference["arguments"]
     results = detect(
@@ -61,6 +63,7 @@ def run(model: Path, reference: dict) -> list[list[dict]]:
         iou=args["iou"],
         max_det=args["max_det"],
         device="cpu",
+        **options,
     )
     return [result.detections.records() for result in results]
 
@@ -83,7 +86,8 @@ def test_keypoints_are_ultralytics_keypoints(task_models: dict[str, Path]) -> No
 def test_oriented_boxes_are_ultralytics_oriented_boxes(task_models: dict[str, Path]) -> None:
     reference = fixture("obb")
     theirs = [frame["detections"] for frame in reference["frames"]]
-    ours = run(task_models["obb"], reference)
+    # A secondary model reads each object's crop, cut by the box around the rotated box.
+    ours = run(task_models["obb"], reference, secondary=[COLOUR_MODEL])
     score = agreement(ours, theirs, MATCH_IOU, key="obb")
     assert score.reference > 300, str(score)
     assert score.recall >= REQUIRED and score.precision >= REQUIRED, str(score)
@@ -93,6 +97,7 @@ def test_oriented_boxes_are_ultralytics_oriented_boxes(task_models: dict[str, Pa
             assert np.allclose(corners, rotated_corners(np.array(d["obb"]))[0], atol=0.02)
             x1, y1, x2, y2 = d["bbox"]
             assert x1 <= x2 and y1 <= y2
+            assert d["attributes"]["colour"]["fresh"] is True
 
 
 def test_fast_nms_drops_what_any_better_box_overlaps() -> None:
@@ -233,3 +238,64 @@ def test_a_dense_pose_model_is_refused_plainly_when_names_do_not_fit(tmp_path: P
     wrong = {**metadata, "names": "{0: 'a', 1: 'b'}"}
     with pytest.raises(Exception, match="2 class names for a model with 1 classes"):
         Detector(constant_output_model(tmp_path / "bad.onnx", rows, metadata=wrong), device="cpu")
+
+
+def test_predicted_frames_carry_keypoints_moved_with_their_boxes(
+    task_models: dict[str, Path],
+) -> None:
+    """Under ``detect_every`` the frames between detections carry each track's last keypoints,
+    moved with its predicted box and marked predicted: nearer the reference's keypoints of
+    that very frame than the last detected ones left where they were."""
+    reference = fixture("pose")
+    theirs = [frame["detections"] for frame in reference["frames"]]
+    ours = run(task_models["pose"], reference, detect_every=3)
+    predicted = [[d for d in frame if d.get("predicted")] for frame in ours]
+    carried = sum(len(frame) for frame in predicted)
+    assert carried > 100 and all("keypoints" in d for frame in predicted for d in frame)
+    moved = keypoint_distances(predicted, theirs, min_iou=0.5)
+    # The same keypoints, not moved: each track's last detected ones.
+    last: dict[int, list] = {}
+    still = []
+    for frame in ours:
+        still.append([{**d, "keypoints": last.get(d["track_id"])} for d in frame
+                      if d.get("predicted") and d["track_id"] in last])  # fmt: skip
+        last.update(
+            {
+                d["track_id"]: d["keypoints"]
+                for d in frame
+                if "track_id" in d and "predicted" not in d
+            }
+        )
+    unmoved = keypoint_distances(still, theirs, min_iou=0.5)
+    assert len(moved) > 200 and moved.mean() < 0.6 * unmoved.mean(), (moved.mean(), unmoved.mean())
+
+
+def test_anchor_keypoints_put_the_ankles_on_the_line() -> None:
+    """A person whose box ends below the line all along crosses it by the ankles' midpoint."""
+    config = AnalyticsConfig.model_validate(
+        {
+            "lines": [{"name": "gate", "start": [0, 100], "end": [400, 100]}],
+            "anchor_keypoints": ["left_ankle", "right_ankle"],
+            "min_seconds_on_side": 0.0,
+        }
+    )
+    names = ("head", "left_ankle", "right_ankle")
+    by_box = StreamAnalytics(config.model_copy(update={"anchor_keypoints": None}))
+    by_ankles = StreamAnalytics(config, keypoint_names=names)
+    assert by_ankles.anchor_keypoints == (1, 2)
+    counts = {}
+    for analytics in (by_box, by_ankles):
+        for step in range(30):
+            y = 40 + 4 * step  # the ankles walk from y 40 to 156, the box's bottom stays below
+            box = np.array([[100.0, 0.0, 140.0, 200.0]])
+            kpts = np.array([[[120, 10, 0.9], [110, y, 0.9], [130, y + 2, 0.8]]])
+            if step == 10:
+                kpts[0, 1, 2] = 0.1  # one ankle hidden: the other stands in
+            ids = analytics.track(box, np.array([0.9]), np.array([0]), step / 25)
+            update = analytics.observe(ids, box, step / 25, (400, 300), keypoints=kpts)
+        counts[analytics is by_ankles] = update.line_counts["gate"]
+    assert counts[False] == {"in": 0, "out": 0}
+    assert counts[True] == {"in": 1, "out": 0}
+    with pytest.raises(ValueError, match="no keypoint 'nose'; its keypoints are head"):
+        keypoint_indices(["nose"], names)
+    assert keypoint_indices(["2", "head"], names) == (2, 0)
