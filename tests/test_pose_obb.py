@@ -299,3 +299,52 @@ def test_anchor_keypoints_put_the_ankles_on_the_line() -> None:
     with pytest.raises(ValueError, match="no keypoint 'nose'; its keypoints are head"):
         keypoint_indices(["nose"], names)
     assert keypoint_indices(["2", "head"], names) == (2, 0)
+
+
+def _painted(image: torch.Tensor) -> np.ndarray:
+    return (image.numpy() != 0).any(axis=2)
+
+
+def _near(a: np.ndarray, b: np.ndarray, pixels: int) -> float:
+    """Share of ``a``'s pixels within ``pixels`` of one of ``b``'s."""
+    import cv2
+
+    grown = cv2.dilate(b.astype(np.uint8), np.ones((2 * pixels + 1,) * 2, np.uint8)) > 0
+    return float((a & grown).sum() / max(1, a.sum()))
+
+
+def test_rotated_boxes_and_skeletons_are_drawn_where_opencv_draws_them() -> None:
+    """OpenCV draws the same corners and limbs as the oracle: the strokes coincide (within a
+    pixel of each other's), and a limb with an end not visible is not drawn."""
+    import cv2
+
+    from vstream.annotate import Annotator
+    from vstream.results import Detections, FrameResult
+
+    width, height = 320, 240
+    rotated = np.array([[160.0, 120.0, 150.0, 60.0, 0.6]], np.float32)
+    corners = rotated_corners(rotated)
+    hull = np.concatenate([corners.min(1), corners.max(1)], axis=1)
+    boxed = Detections(hull, [0.9], [0], data={OBB: rotated})
+    annotator = Annotator(show_labels=False, show_status=False, skeleton=[(0, 1), (1, 2)])
+    image = torch.zeros((height, width, 3), dtype=torch.uint8)
+    annotator.draw(image, FrameResult("s", 0, 0.0, width, height, boxed))
+    ours = _painted(image)
+    theirs = np.zeros((height, width), np.uint8)
+    cv2.polylines(theirs, [np.round(corners[0]).astype(np.int32)], True, 1, thickness=2)
+    assert _near(ours, theirs > 0, 1) > 0.98 and _near(theirs > 0, ours, 1) > 0.98
+    assert not ours[int(hull[0, 1]) + 1, int(hull[0, 0]) + 1], "the hull's corner stays clear"
+
+    points = np.array([[[40, 40, 0.9], [120, 200, 0.8], [280, 60, 0.2]]], np.float32)
+    posed = Detections([[30, 30, 290, 210]], [0.9], [0], data={KEYPOINTS: points})
+    image = torch.zeros((height, width, 3), dtype=torch.uint8)
+    annotator.draw(image, FrameResult("s", 0, 0.0, width, height, posed))
+    ours = _painted(image)
+    box = np.zeros((height, width), np.uint8)
+    cv2.rectangle(box, (30, 30), (289, 209), 1, thickness=2)
+    limbs = np.zeros((height, width), np.uint8)
+    cv2.line(limbs, (40, 40), (120, 200), 1, thickness=2)
+    assert _near(limbs > 0, ours, 1) > 0.98, "the limb between two visible keypoints"
+    hidden = np.zeros((height, width), np.uint8)
+    cv2.line(hidden, (140, 180), (260, 80), 1, thickness=1)  # inside the limb (1, 2), ends off
+    assert _near(hidden > 0, ours & ~(box > 0), 0) == 0, "no limb to a keypoint not visible"

@@ -144,6 +144,7 @@ class FrameOutputs:
             lines=[LineOverlay(x.name, x.start, x.end) for x in config.analytics.lines],
             zones=[ZoneOverlay(z.name, tuple(z.points)) for z in config.analytics.zones],
             colour_by="track" if config.analytics.enabled else "class",
+            skeleton=config.model.skeleton,
         )
         self.videos = [s for s in config.sinks if isinstance(s, VideoSinkConfig)]
         self.recorders = [
