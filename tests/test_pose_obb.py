@@ -25,6 +25,7 @@ from vstream.analytics import AnalyticsConfig, StreamAnalytics
 from vstream.analytics.geometry import rotated_iou_matrix
 from vstream.analytics.shapes import keypoint_indices
 from vstream.assets import ASSETS_DIR, COLOUR_MODEL
+from vstream.cli import main
 from vstream.parity import MATCH_IOU, REQUIRED, agreement, keypoint_distances
 from vstream.postprocess.formats import OutputInfo, class_count
 from vstream.postprocess.nms import probabilistic_iou, rotated_nms
@@ -228,13 +229,18 @@ def test_ultralytics_pose_and_obb_layouts(name: str, family: str, extra: int) ->
     assert class_count(found.format, [shape]) in (names, None)
 
 
-def test_a_dense_pose_model_is_refused_plainly_when_names_do_not_fit(tmp_path: Path) -> None:
+def test_a_dense_pose_model_is_refused_plainly_when_names_do_not_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The issue's first report: 1 class name for 52 "classes" (the keypoints counted)."""
     rows = np.zeros((1, 4 + 1 + 17 * 3, 2100), np.float32)
     metadata = {"names": "{0: 'person'}", "task": "pose", "kpt_shape": "[17, 3]"}
     model = constant_output_model(tmp_path / "pose.onnx", rows, metadata=metadata)
     detector = Detector(model, device="cpu", batch_size=1)
     assert detector.class_names == {0: "person"} and detector.task.keypoints == (17, 3)
+    assert main(["info", str(model)]) == 0
+    printed = capsys.readouterr().out
+    assert "task:     pose" in printed and "keypoints: 17: nose, left_eye," in printed
     wrong = {**metadata, "names": "{0: 'a', 1: 'b'}"}
     with pytest.raises(Exception, match="2 class names for a model with 1 classes"):
         Detector(constant_output_model(tmp_path / "bad.onnx", rows, metadata=wrong), device="cpu")

@@ -56,6 +56,11 @@ def info_command(args: argparse.Namespace) -> int:
         *(f"  because {reason}" for reason in detector.preprocessing_reasons),
         f"imgsz:    {width}x{height}",
         f"classes:  {names}",
+        *(
+            [f"keypoints: {len(detector.keypoint_names)}: {', '.join(detector.keypoint_names)}"]
+            if detector.keypoint_names
+            else []
+        ),
         *(f"metadata: {k}={v}" for k, v in sorted(spec.metadata.items()) if k != "names"),
     ]
     print("\n".join(lines))
