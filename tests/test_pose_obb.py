@@ -20,12 +20,14 @@ import pytest
 import torch
 from onnx_models import TASK_KEYPOINTS, constant_output_model, task_model
 
-from vstream import Detector, Frame, PixelFormat, detect
+from vstream import Detector, Frame, ModelError, PixelFormat, detect
 from vstream.analytics import AnalyticsConfig, StreamAnalytics
 from vstream.analytics.geometry import rotated_iou_matrix
 from vstream.analytics.shapes import keypoint_indices
 from vstream.assets import ASSETS_DIR, COLOUR_MODEL
 from vstream.cli import main
+from vstream.config import PipelineConfig
+from vstream.engine.pipeline import Pipeline
 from vstream.parity import MATCH_IOU, REQUIRED, agreement, keypoint_distances
 from vstream.postprocess.formats import OutputInfo, class_count
 from vstream.postprocess.nms import probabilistic_iou, rotated_nms
@@ -305,6 +307,27 @@ def test_anchor_keypoints_put_the_ankles_on_the_line() -> None:
     with pytest.raises(ValueError, match="no keypoint 'nose'; its keypoints are head"):
         keypoint_indices(["nose"], names)
     assert keypoint_indices(["2", "head"], names) == (2, 0)
+
+
+def test_a_keypoint_the_model_lacks_fails_the_pipeline_at_start(tmp_path: Path) -> None:
+    rows = np.zeros((1, 300, 6 + 17 * 3), np.float32)
+    metadata = {**E2E_METADATA, "task": "pose", "kpt_shape": "[17, 3]"}
+    model = constant_output_model(tmp_path / "pose.onnx", rows, metadata=metadata)
+    config = PipelineConfig.model_validate(
+        {
+            "name": "people",
+            "model": {"path": str(model)},
+            "runtime": {"device": "cpu"},
+            "analytics": {"anchor_keypoints": ["left_ankle", "left_toe"]},
+            "sinks": [{"type": "stdout"}],
+        }
+    )
+    with pytest.raises(ModelError) as error:
+        Pipeline.from_config(config)
+    assert str(error.value).startswith(
+        "pipeline people: analytics.anchor_keypoints: the model has no keypoint 'left_toe'; "
+        "its keypoints are nose, left_eye,"
+    )
 
 
 def _painted(image: torch.Tensor) -> np.ndarray:
