@@ -243,7 +243,9 @@ TASK_KEYPOINTS = ("top", "left", "right", "bottom", "centre")
 """The keypoints of :func:`task_model`'s pose model, by name."""
 
 
-def task_model(source: Path, path: Path, task: str, seed: int = 0) -> Path:
+def task_model(
+    source: Path, path: Path, task: str, seed: int = 0, visibility_shift: float = 0.0
+) -> Path:
     """A pose or OBB model in Ultralytics' dense layout, grown from the detector ``source``.
 
     The detector's ``output0`` (``[B, 4 + nc, N]``: cx, cy, w, h, class scores) is renamed and
@@ -261,7 +263,8 @@ def task_model(source: Path, path: Path, task: str, seed: int = 0) -> Path:
 
     The metadata is the source's with ``task`` (and ``kpt_shape``, ``kpt_names``) as
     Ultralytics writes them, so Ultralytics' ``predict`` runs the file as its own export.
-    Deterministic: the same ``source`` and ``seed`` give the same bytes.
+    ``visibility_shift`` is added to every keypoint's visibility logit (the README's
+    picture shows more keypoints). Deterministic: the same arguments give the same bytes.
     """
     model = onnx.load(str(source))
     graph = model.graph
@@ -306,7 +309,8 @@ def task_model(source: Path, path: Path, task: str, seed: int = 0) -> Path:
             node("Add", ["reach_y", "cy"], ["ky"]),
             node("MatMul", [const("pick", np.eye(count, classes, dtype=np.float32) * 6), "scores"],
                  ["sharp"]),
-            node("Add", ["sharp", const("vis_bias", rng.uniform(-2.5, 0.5, (count, 1)))],
+            node("Add", ["sharp", const("vis_bias", rng.uniform(-2.5, 0.5, (count, 1))
+                                        + visibility_shift)],
                  ["vis_logit"]),
             node("Sigmoid", ["vis_logit"], ["kv"]),
         ]  # fmt: skip
