@@ -23,7 +23,7 @@ from onnx_models import TASK_KEYPOINTS, constant_output_model, task_model
 from vstream import Detector, Frame, ModelError, PixelFormat, detect
 from vstream.analytics import AnalyticsConfig, StreamAnalytics
 from vstream.analytics.geometry import rotated_iou_matrix
-from vstream.analytics.shapes import keypoint_indices
+from vstream.analytics.shapes import ShapeMemory, keypoint_indices
 from vstream.assets import ASSETS_DIR, COLOUR_MODEL
 from vstream.cli import main
 from vstream.config import PipelineConfig
@@ -307,6 +307,17 @@ def test_anchor_keypoints_put_the_ankles_on_the_line() -> None:
     with pytest.raises(ValueError, match="no keypoint 'nose'; its keypoints are head"):
         keypoint_indices(["nose"], names)
     assert keypoint_indices(["2", "head"], names) == (2, 0)
+
+
+def test_shapes_are_kept_only_for_live_tracks() -> None:
+    memory = ShapeMemory()
+    box = np.array([[0.0, 0.0, 10.0, 20.0], [50.0, 50.0, 60.0, 60.0]])
+    points = np.array([[[5.0, 20.0, 0.9]], [[55.0, 55.0, 0.9]]], np.float32)
+    memory.remember(np.array([1, 2]), box, {KEYPOINTS: points}, live={1, 2})
+    moved = memory.carry(np.array([1]), np.array([[10.0, 0.0, 30.0, 20.0]]))
+    assert moved[KEYPOINTS][0, 0].tolist() == pytest.approx([20.0, 20.0, 0.9])  # x doubled
+    memory.remember(np.array([1]), box[:1], {KEYPOINTS: points[:1]}, live={1})
+    assert len(memory) == 1, "a forgotten track's shapes go with it"
 
 
 def test_a_keypoint_the_model_lacks_fails_the_pipeline_at_start(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Host-side results: each frame's detections as columns, records made only at the edge.
 
 The device hands the host one ``(M, 7)`` array per batch (``frame, x1, y1,
-x2, y2, score, class_id``). :func:`split_by_frame` slices its columns per
-frame into a :class:`Detections`, and the columns travel as they are through
+x2, y2, score, class_id``; a pose or OBB model's columns follow, and become the
+:data:`KEYPOINTS` and :data:`OBB` columns of ``data``). :func:`split_by_frame`
+slices its columns per frame into a :class:`Detections`, and the columns travel as they are through
 the tracker, the analytics, the annotator and across Ray: no Python object
 is made per detected object on the way. Per-object things are made at the
 edge, where someone asks for them: JSON records

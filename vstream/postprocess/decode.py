@@ -254,7 +254,10 @@ class Postprocessor:
 
         ``outputs`` are the model's outputs in its own order (or its one
         output). Returns a float32 tensor of shape ``(M, 7)`` with columns
-        :data:`DETECTION_COLUMNS`, grouped by frame, highest score first.
+        :data:`DETECTION_COLUMNS`, grouped by frame, highest score first; a pose
+        model's rows go on with their ``K x D`` keypoint values, an OBB model's with
+        ``cx, cy, w, h, angle`` (its box columns then hold the box around it), all in
+        frame pixels.
         """
         ordered, classes = self.ordered(outputs, len(geometries))
         boxes, score, class_id, frame, extra = self._candidates(ordered, classes)
