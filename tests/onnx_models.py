@@ -237,3 +237,129 @@ def family_model(
         nodes, "family_detector", inputs, graph_outputs, initializer=initializers
     )
     return save_model(graph, path, metadata)
+
+
+TASK_KEYPOINTS = ("top", "left", "right", "bottom", "centre")
+"""The keypoints of :func:`task_model`'s pose model, by name."""
+
+
+def task_model(
+    source: Path, path: Path, task: str, seed: int = 0, visibility_shift: float = 0.0
+) -> Path:
+    """A pose or OBB model in Ultralytics' dense layout, grown from the detector ``source``.
+
+    The detector's ``output0`` (``[B, 4 + nc, N]``: cx, cy, w, h, class scores) is renamed and
+    extended with what a pose or OBB head adds after the class scores, computed from each
+    row's box and scores, so that the additions follow the picture as a trained head's do
+    (neighbouring rows of one object agree, objects differ):
+
+    - ``pose``: 5 keypoints (:data:`TASK_KEYPOINTS`), ``x, y`` in input pixels at fixed
+      places of the box moved by the class scores (some fall outside the box and the
+      frame), and a visibility score ``sigmoid(6 (p - 0.3) + b)`` of one class's score
+      ``p``, on both sides of 0.5;
+    - ``obb``: the box's width and height shrunk by its scores, and an angle
+      ``(sigmoid(z) - 1/4) pi`` (the reference head's range, -pi/4 to 3 pi/4) with ``z``
+      a mix of the scores.
+
+    The metadata is the source's with ``task`` (and ``kpt_shape``, ``kpt_names``) as
+    Ultralytics writes them, so Ultralytics' ``predict`` runs the file as its own export.
+    ``visibility_shift`` is added to every keypoint's visibility logit (the README's
+    picture shows more keypoints). Deterministic: the same arguments give the same bytes.
+    """
+    model = onnx.load(str(source))
+    graph = model.graph
+    (out,) = graph.output
+    channels = out.type.tensor_type.shape.dim[1].dim_value
+    classes = channels - 4
+    head = next(n for n in graph.node if "output0" in n.output)
+    head.output[0] = "detector_rows"
+    rng = np.random.default_rng(seed)
+    consts: dict[str, np.ndarray] = {}
+
+    def const(name: str, value: np.ndarray) -> str:
+        consts[name] = np.asarray(value, dtype=np.float32)
+        return name
+
+    def slice_(name: str, start: int, stop: int) -> onnx.NodeProto:
+        starts = numpy_helper.from_array(np.array([start], np.int64), f"{name}_starts")
+        ends = numpy_helper.from_array(np.array([stop], np.int64), f"{name}_ends")
+        axes = numpy_helper.from_array(np.array([1], np.int64), f"{name}_axes")
+        graph.initializer.extend([starts, ends, axes])
+        return helper.make_node(
+            "Slice", ["detector_rows", starts.name, ends.name, axes.name], [name]
+        )
+
+    nodes = [slice_(n, i, i + 1) for i, n in enumerate(("cx", "cy", "w", "h"))]
+    nodes.append(slice_("scores", 4, channels))
+    node = helper.make_node
+    if task == "pose":
+        count = len(TASK_KEYPOINTS)
+        base_x = np.array([0.0, -0.5, 0.5, 0.0, 0.0])[:, None]
+        base_y = np.array([-0.5, 0.45, 0.45, 0.8, 0.0])[:, None]
+        nodes += [
+            node("MatMul", [const("mix_x", rng.uniform(-0.3, 0.3, (count, classes))), "scores"],
+                 ["moved_x"]),
+            node("Add", ["moved_x", const("base_x", base_x)], ["offset_x"]),
+            node("Mul", ["offset_x", "w"], ["reach_x"]),
+            node("Add", ["reach_x", "cx"], ["kx"]),
+            node("MatMul", [const("mix_y", rng.uniform(-0.3, 0.3, (count, classes))), "scores"],
+                 ["moved_y"]),
+            node("Add", ["moved_y", const("base_y", base_y)], ["offset_y"]),
+            node("Mul", ["offset_y", "h"], ["reach_y"]),
+            node("Add", ["reach_y", "cy"], ["ky"]),
+            node("MatMul", [const("pick", np.eye(count, classes, dtype=np.float32) * 6), "scores"],
+                 ["sharp"]),
+            node("Add", ["sharp", const("vis_bias", rng.uniform(-2.5, 0.5, (count, 1))
+                                        + visibility_shift)],
+                 ["vis_logit"]),
+            node("Sigmoid", ["vis_logit"], ["kv"]),
+        ]  # fmt: skip
+        axis = numpy_helper.from_array(np.array([2], np.int64), "kpt_axis")
+        flat = numpy_helper.from_array(np.array([0, 3 * count, -1], np.int64), "kpt_flat")
+        graph.initializer.extend([axis, flat])
+        nodes += [node("Unsqueeze", [f"k{v}", "kpt_axis"], [f"k{v}_3d"]) for v in "xyv"]
+        nodes += [
+            node("Concat", ["kx_3d", "ky_3d", "kv_3d"], ["kpt_grouped"], axis=2),
+            node("Reshape", ["kpt_grouped", "kpt_flat"], ["keypoints"]),
+            node("Concat", ["cx", "cy", "w", "h", "scores", "keypoints"], ["output0"], axis=1),
+        ]
+        added = {
+            "kpt_shape": f"[{count}, 3]",
+            "kpt_names": repr({0: list(TASK_KEYPOINTS)}),
+        }
+        extra = 3 * count
+    elif task == "obb":
+        nodes += [
+            node("MatMul", [const("shrink_w", np.full((1, classes), 0.2)), "scores"], ["gw"]),
+            node("Add", ["gw", const("base_w", np.full((1, 1), 0.75))], ["gain_w"]),
+            node("Mul", ["w", "gain_w"], ["rw"]),
+            node("MatMul", [const("shrink_h", np.full((1, classes), -0.3)), "scores"], ["gh"]),
+            node("Add", ["gh", const("base_h", np.full((1, 1), 0.9))], ["gain_h"]),
+            node("Mul", ["h", "gain_h"], ["rh"]),
+            node("MatMul", [const("turn", rng.uniform(-4, 4, (1, classes))), "scores"], ["z"]),
+            node("Sigmoid", ["z"], ["turned"]),
+            node("Sub", ["turned", const("quarter", np.full((1, 1), 0.25))], ["angle_unit"]),
+            node("Mul", ["angle_unit", const("pi", np.full((1, 1), np.pi))], ["angle"]),
+            node("Concat", ["cx", "cy", "rw", "rh", "scores", "angle"], ["output0"], axis=1),
+        ]
+        added = {}
+        extra = 1
+    else:
+        raise ValueError(f"task {task!r}: pose or obb")
+    graph.node.extend(nodes)
+    graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items())
+    out.type.tensor_type.shape.dim[1].dim_value = channels + extra
+    metadata = {p.key: p.value for p in model.metadata_props}
+    metadata.update(
+        task=task,
+        description=f"vstream parity {task} model: {source.name} with a {task} head computed "
+        "from its rows (tests/onnx_models.py task_model)",
+        **added,
+    )
+    del model.metadata_props[:]
+    for key, value in metadata.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path

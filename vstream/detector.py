@@ -39,9 +39,9 @@ from vstream.postprocess.formats import (
     Preprocessing,
     Recognition,
     class_count,
-    recognise,
     resolve_preprocessing,
 )
+from vstream.postprocess.tasks import Task, TaskSpec, keypoint_names, recognise_model
 from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
 from vstream.preprocess.resample import Resampler
 from vstream.results import FrameResult, split_by_frame
@@ -139,8 +139,14 @@ class Detector:
                 f"{self.model.spec.path.name}: the model input is "
                 f"{self.model.spec.input.dtype_name}, the config says {model.dtype}"
             )
-        self.recognition = self._recognise(model)
-        """The family, which output plays which part, and why (``vstream info`` prints it)."""
+        self.task: TaskSpec
+        self.task, self.recognition = self._recognise(model)
+        """The task and the family, which output plays which part, and why (``vstream info``
+        prints them)."""
+        self.keypoint_names = keypoint_names(
+            self.task, self.model.spec.metadata, model.keypoint_names
+        )
+        """A pose model's keypoint names: the config's, the metadata's, COCO's for 17."""
         self.output_format = self.recognition.format
         family = FAMILIES[self.output_format]
         self.preprocessing: Preprocessing
@@ -160,7 +166,10 @@ class Detector:
         )
         """One per model buffer, each remembering the padding of its own slots."""
         self.staging = HostStaging(pinned=self.model.device.type == "cuda")
-        shapes = [tuple(self._fixed_outputs()[i].shape) for i in self.recognition.order]
+        shapes = [
+            self.task.detection_shape(tuple(self._fixed_outputs()[i].shape))
+            for i in self.recognition.order
+        ]
         self.class_names = self._class_names(model.names(), shapes)
         self.postprocessor = Postprocessor(
             self.output_format,
@@ -168,12 +177,13 @@ class Detector:
             self.model.device,
             self.model.input_size,
             self.recognition.order,
+            self.task,
         )
-        self.fixed_shapes = (
-            FixedShapes(self.postprocessor) if self.model.device.type == "cuda" else None
-        )
+        fixed = self.model.device.type == "cuda" and self.task.task not in (Task.POSE, Task.OBB)
+        self.fixed_shapes = FixedShapes(self.postprocessor) if fixed else None
         """The postprocess without host waits but its copy, where waits cost (CUDA); None runs
-        the exact path alone (on a CPU nothing waits, and its NMS costs less)."""
+        the exact path alone (on a CPU nothing waits, and its NMS costs less; pose and OBB
+        models always take it)."""
 
     def _fixed_outputs(self) -> list[torch.Tensor]:
         """The model's preallocated outputs; an output sized only per run is refused here."""
@@ -185,13 +195,13 @@ class Detector:
                 )
         return self.model.outputs  # type: ignore[return-value]
 
-    def _recognise(self, model: ModelConfig) -> Recognition:
+    def _recognise(self, model: ModelConfig) -> tuple[TaskSpec, Recognition]:
         spec = self.model.spec
         outputs = [
             OutputInfo(o.name, tuple(t.shape))
             for o, t in zip(spec.outputs, self._fixed_outputs(), strict=True)
         ]
-        return recognise(
+        return recognise_model(
             outputs,
             self.model.input_size,
             spec.metadata,
@@ -276,7 +286,13 @@ class Detector:
                 return split_by_frame(detections, frames, self.class_names)
             transfers.implicit_sync("window")  # a frame beyond the window: done again, exactly
         detections = self.postprocessor(raw, geometries)
-        return split_by_frame(to_host(detections, self.staging), frames, self.class_names)
+        return split_by_frame(
+            to_host(detections, self.staging),
+            frames,
+            self.class_names,
+            self.task.keypoints,
+            self.task.task is Task.OBB,
+        )
 
     def detect(self, frames: Sequence[Frame]) -> list[FrameResult]:
         """Detect objects in up to :attr:`batch_size` frames at once, on the calling thread."""

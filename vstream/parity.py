@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from vstream.analytics.geometry import rotated_iou_matrix
 from vstream.assets import ASSETS_DIR
+from vstream.postprocess.tasks import VISIBLE
 from vstream.tracking.base import iou_matrix
 
 PARITY_DIR = ASSETS_DIR / "parity"
@@ -70,27 +72,63 @@ class Agreement:
         )
 
 
-def count_matches(ours: Sequence[Box], theirs: Sequence[Box], min_iou: float) -> int:
-    """Pairs of one frame's boxes, same class, IoU >= ``min_iou``, assigned optimally."""
+def matched_pairs(
+    ours: Sequence[Box], theirs: Sequence[Box], min_iou: float, key: str = "bbox"
+) -> list[tuple[int, int]]:
+    """Pairs ``(ours, theirs)`` of one frame's objects, same class, IoU >= ``min_iou``, assigned
+    optimally; ``key`` ``"obb"`` compares oriented boxes (``[cx, cy, w, h, angle]``) by the
+    IoU of their areas."""
     from scipy.optimize import linear_sum_assignment
 
-    matched = 0
+    overlap = rotated_iou_matrix if key == "obb" else iou_matrix
+    width = 5 if key == "obb" else 4
+    pairs = []
     for class_id in {b["class_id"] for b in ours} & {b["class_id"] for b in theirs}:
-        a = np.array([b["bbox"] for b in ours if b["class_id"] == class_id], dtype=np.float64)
-        b = np.array([b["bbox"] for b in theirs if b["class_id"] == class_id], dtype=np.float64)
-        iou = iou_matrix(a, b)
+        mine = [i for i, b in enumerate(ours) if b["class_id"] == class_id]
+        other = [j for j, b in enumerate(theirs) if b["class_id"] == class_id]
+        a = np.array([ours[i][key] for i in mine], dtype=np.float64).reshape(-1, width)
+        b = np.array([theirs[j][key] for j in other], dtype=np.float64).reshape(-1, width)
+        iou = overlap(a, b)
         rows, cols = linear_sum_assignment(np.where(iou >= min_iou, -iou, 0.0))
-        matched += int(np.count_nonzero(iou[rows, cols] >= min_iou))
-    return matched
+        pairs += [
+            (mine[r], other[c]) for r, c in zip(rows, cols, strict=True) if iou[r, c] >= min_iou
+        ]
+    return pairs
+
+
+def count_matches(
+    ours: Sequence[Box], theirs: Sequence[Box], min_iou: float, key: str = "bbox"
+) -> int:
+    """How many of one frame's objects pair up (:func:`matched_pairs`)."""
+    return len(matched_pairs(ours, theirs, min_iou, key))
+
+
+def keypoint_distances(
+    ours: Iterable[Sequence[Box]], reference: Iterable[Sequence[Box]], min_iou: float = MATCH_IOU
+) -> np.ndarray:
+    """Pixel distances between the keypoints of paired objects (:func:`matched_pairs` by box),
+    for each keypoint the reference scores visible (at least 0.5, as it draws them)."""
+    distances: list[np.ndarray] = []
+    for mine, theirs in zip(ours, reference, strict=True):
+        for i, j in matched_pairs(mine, theirs, min_iou):
+            a = np.asarray(mine[i]["keypoints"], dtype=np.float64)
+            b = np.asarray(theirs[j]["keypoints"], dtype=np.float64)
+            visible = b[:, 2] >= VISIBLE if b.shape[1] > 2 else np.ones(len(b), dtype=bool)
+            distances.append(np.hypot(*(a[visible, :2] - b[visible, :2]).T))
+    return np.concatenate(distances) if distances else np.zeros(0)
 
 
 def agreement(
-    ours: Iterable[Sequence[Box]], reference: Iterable[Sequence[Box]], min_iou: float = MATCH_IOU
+    ours: Iterable[Sequence[Box]],
+    reference: Iterable[Sequence[Box]],
+    min_iou: float = MATCH_IOU,
+    key: str = "bbox",
 ) -> Agreement:
-    """Score two detectors' boxes, given frame by frame in the same order."""
+    """Score two detectors' boxes (``key``: ``"obb"`` for oriented ones), given frame by frame
+    in the same order."""
     total = Agreement(0, 0, 0)
     for mine, theirs in zip(ours, reference, strict=True):
-        total += Agreement(count_matches(mine, theirs, min_iou), len(mine), len(theirs))
+        total += Agreement(count_matches(mine, theirs, min_iou, key), len(mine), len(theirs))
     return total
 
 

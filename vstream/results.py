@@ -1,8 +1,9 @@
 """Host-side results: each frame's detections as columns, records made only at the edge.
 
 The device hands the host one ``(M, 7)`` array per batch (``frame, x1, y1,
-x2, y2, score, class_id``). :func:`split_by_frame` slices its columns per
-frame into a :class:`Detections`, and the columns travel as they are through
+x2, y2, score, class_id``; a pose or OBB model's columns follow, and become the
+:data:`KEYPOINTS` and :data:`OBB` columns of ``data``). :func:`split_by_frame`
+slices its columns per frame into a :class:`Detections`, and the columns travel as they are through
 the tracker, the analytics, the annotator and across Ray: no Python object
 is made per detected object on the way. Per-object things are made at the
 edge, where someone asks for them: JSON records
@@ -80,6 +81,14 @@ class Detection:
 
 PREDICTED = "predicted"
 """The ``data`` column (bool) marking boxes the tracker predicted between detections."""
+
+KEYPOINTS = "keypoints"
+"""The ``data`` column (``(N, K, D)`` float32) of a pose model's keypoints: ``x, y`` in frame
+pixels, then a score where ``D`` is 3 (:mod:`vstream.postprocess.tasks`)."""
+
+OBB = "obb"
+"""The ``data`` column (``(N, 5)`` float32) of an oriented box model: ``cx, cy, w, h`` in frame
+pixels and the angle in radians; ``xyxy`` then holds the axis-aligned box around it."""
 
 ATTRIBUTES = "attributes"
 """The ``data`` column (objects) of a cascade's readings (:mod:`vstream.cascade.stage`): per
@@ -302,7 +311,8 @@ class Detections:
         flags = predicted.tolist() if predicted is not None else [False] * len(self)
         read = self.data.get(ATTRIBUTES)
         attributes = read.tolist() if read is not None else [None] * len(self)
-        for box, score, class_id, label, track_id, flag, attribute in zip(
+        shapes = _shape_records(self.data, len(self))
+        for box, score, class_id, label, track_id, flag, attribute, shape in zip(
             self.xyxy.tolist(),
             self.confidence.tolist(),
             self.class_id.tolist(),
@@ -310,6 +320,7 @@ class Detections:
             self.tracker_id.tolist(),
             flags,
             attributes,
+            shapes,
             strict=True,
         ):
             record: dict[str, Any] = {
@@ -324,6 +335,7 @@ class Detections:
                 record["predicted"] = True
             if attribute:
                 record["attributes"] = attribute
+            record.update(shape)
             records.append(record)
         return records
 
@@ -339,6 +351,44 @@ class Detections:
             None if track_id == NO_TRACK else track_id,
             PREDICTED in self.data and bool(self.data[PREDICTED][index]),
         )
+
+
+def _shape_records(data: Mapping[str, np.ndarray], count: int) -> list[dict[str, Any]]:
+    """Per detection, what a pose or OBB model added, as records write it: ``keypoints``
+    (``[[x, y, score], ...]``, pixels to 2 decimals, scores to 4), ``obb`` (``[cx, cy, w, h,
+    angle]``, the angle in radians to 4 decimals) and its four ``corners``."""
+    shapes: list[dict[str, Any]] = [{} for _ in range(count)]
+    keypoints = data.get(KEYPOINTS)
+    if keypoints is not None:
+        rounded = np.round(keypoints.astype(np.float64), 2)
+        if keypoints.shape[-1] > 2:
+            rounded[..., 2:] = np.round(keypoints[..., 2:].astype(np.float64), 4)
+        for shape, points in zip(shapes, rounded.tolist(), strict=True):
+            shape[KEYPOINTS] = points
+    rotated = data.get(OBB)
+    if rotated is not None:
+        values = rotated.astype(np.float64)
+        corners = np.round(rotated_corners(values), 2).tolist()
+        values = np.concatenate([np.round(values[:, :4], 2), np.round(values[:, 4:], 4)], axis=1)
+        for shape, box, points in zip(shapes, values.tolist(), corners, strict=True):
+            shape[OBB] = box
+            shape["corners"] = points
+    return shapes
+
+
+def rotated_corners(rotated: np.ndarray) -> np.ndarray:
+    """``(N, 4, 2)`` corners of ``(N, 5)`` ``cx, cy, w, h, angle`` rows, in order around the
+    box; the angle turns the box's ``w`` side from the x axis towards y (down the picture)."""
+    rotated = np.asarray(rotated, dtype=np.float64).reshape(-1, 5)
+    cos, sin = np.cos(rotated[:, 4]), np.sin(rotated[:, 4])
+    along_w = np.stack([cos, sin], axis=1) * rotated[:, 2:3] / 2
+    along_h = np.stack([-sin, cos], axis=1) * rotated[:, 3:4] / 2
+    signs = np.array([[1, 1], [1, -1], [-1, -1], [-1, 1]], dtype=np.float64)
+    return (
+        rotated[:, None, 0:2]
+        + signs[None, :, 0:1] * along_w[:, None, :]
+        + signs[None, :, 1:2] * along_h[:, None, :]
+    )
 
 
 def _rebuild(
@@ -390,21 +440,32 @@ class FrameResult:
 
 
 def split_by_frame(
-    detections: np.ndarray, frames: Sequence[Frame], class_names: Mapping[int, str]
+    detections: np.ndarray,
+    frames: Sequence[Frame],
+    class_names: Mapping[int, str],
+    keypoints: tuple[int, int] | None = None,
+    obb: bool = False,
 ) -> list[FrameResult]:
     """Each frame's result from a batch's host detections (rows of ``frame, x1, y1, x2, y2,
-    score, class_id``).
+    score, class_id``, then a pose model's ``K x D`` keypoint values (``keypoints`` gives
+    ``(K, D)``) or an OBB model's ``cx, cy, w, h, angle`` (``obb``)).
 
     ``detections`` may be a staging buffer the next batch overwrites: the
     columns are copied out once, ordered by frame (stably: each frame keeps
     the device's order), and each frame gets views of its rows.
     """
-    rows = np.asarray(detections).reshape(-1, 7)
+    extra = keypoints[0] * keypoints[1] if keypoints is not None else 5 if obb else 0
+    rows = np.asarray(detections).reshape(-1, 7 + extra)
     order = np.argsort(rows[:, 0], kind="stable")
     ordered = rows[order]  # a copy, ordered by frame
     xyxy = np.ascontiguousarray(ordered[:, 1:5])
     confidence = np.ascontiguousarray(ordered[:, 5])
     class_id = ordered[:, 6].astype(np.int64)
+    columns: dict[str, np.ndarray] = {}
+    if keypoints is not None:
+        columns[KEYPOINTS] = np.ascontiguousarray(ordered[:, 7:]).reshape(-1, *keypoints)
+    if obb:
+        columns[OBB] = np.ascontiguousarray(ordered[:, 7:])
     bounds = np.searchsorted(ordered[:, 0], np.arange(len(frames) + 1), side="left").tolist()
     return [
         FrameResult(
@@ -418,6 +479,7 @@ def split_by_frame(
                 confidence[start:end],
                 class_id[start:end],
                 class_names=class_names,
+                data={name: column[start:end] for name, column in columns.items()},
             ),
         )
         for f, start, end in zip(frames, bounds[:-1], bounds[1:], strict=True)

@@ -1,7 +1,8 @@
 """The device boundary: the one place where data crosses between the host and the device.
 
 Frames, model inputs and raw model outputs stay on the device. Only the
-compact detections tensor of a batch (seven floats per box) crosses back
+compact detections tensor of a batch (seven floats per box; a pose model adds its
+keypoints, an OBB model its rotated box) crosses back
 here, so the cost of the boundary is counted in bytes per box, not per pixel;
 every byte handed over is counted in :data:`transfers`, which is how the
 benchmark and ``vstream doctor`` report what crossed. On CUDA the copy lands

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from vstream.config.analytics import Anchor
+from vstream.results import rotated_corners
 
 ANCHOR_FRACTIONS: dict[Anchor, tuple[float, float]] = {
     Anchor.CENTER: (0.5, 0.5),
@@ -114,3 +115,36 @@ class Polygon:
         t = np.clip(((p - a) * edge).sum(axis=2) / length2, 0.0, 1.0)
         nearest = a + t[..., None] * edge
         return np.sqrt(((p - nearest) ** 2).sum(axis=2)).min(axis=1)
+
+
+def rotated_iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``(N, M)`` IoU of the areas of ``(N, 5)`` and ``(M, 5)`` ``cx, cy, w, h, angle`` boxes.
+
+    The exact overlap of the two rectangles (one clipped by the other's four edges), not
+    the probabilistic IoU NMS uses: how far apart two oriented boxes really are.
+    """
+    first, second = rotated_corners(a), rotated_corners(b)
+    area_a = np.abs(np.asarray(a, dtype=np.float64).reshape(-1, 5)[:, 2:4].prod(axis=1))
+    area_b = np.abs(np.asarray(b, dtype=np.float64).reshape(-1, 5)[:, 2:4].prod(axis=1))
+    result = np.zeros((len(first), len(second)))
+    for j, corners in enumerate(second):
+        edges = np.roll(corners, -1, axis=0) - corners
+        # Outward normals of the edges, whichever way round the corners go.
+        turn = 1.0 if _signed_area(corners) > 0 else -1.0
+        normals = turn * np.stack([edges[:, 1], -edges[:, 0]], axis=1)
+        offsets = (normals * corners).sum(axis=1)
+        for i, polygon in enumerate(first):
+            for normal, offset in zip(normals, offsets, strict=True):
+                polygon = _clip(polygon, normal, float(offset))
+                if len(polygon) == 0:
+                    break
+            inter = abs(_signed_area(polygon)) if len(polygon) > 2 else 0.0
+            union = area_a[i] + area_b[j] - inter
+            result[i, j] = inter / union if union > 0 else 0.0
+    return result
+
+
+def _signed_area(polygon: np.ndarray) -> float:
+    """Shoelace area, positive when the corners turn from x towards y."""
+    x, y = polygon[:, 0], polygon[:, 1]
+    return float((x * np.roll(y, -1) - np.roll(x, -1) * y).sum() / 2)

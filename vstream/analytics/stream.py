@@ -19,6 +19,7 @@ import numpy as np
 from vstream.analytics.events import AttributesOf, Direction, Event
 from vstream.analytics.geometry import anchor_points
 from vstream.analytics.lines import LineCounter
+from vstream.analytics.shapes import ShapeMemory, keypoint_indices, keypoint_points
 from vstream.analytics.zones import ZoneMonitor
 from vstream.config.analytics import AnalyticsConfig
 from vstream.config.tracking import DEFAULT_CONF
@@ -48,11 +49,19 @@ class StreamAnalytics:
         class_names: Sequence[str] | Mapping[int, str] = (),
         tracker: Tracker | None = None,
         conf: float = DEFAULT_CONF,
+        keypoint_names: Sequence[str] = (),
     ) -> None:
         """``conf`` is the pipeline's ``postprocess.conf``: the tracker's unset thresholds
         follow it, and records keep only detections above it (the detector may hand over
-        lower ones for the tracker, :meth:`AnalyticsConfig.candidate_conf`)."""
+        lower ones for the tracker, :meth:`AnalyticsConfig.candidate_conf`).
+        ``keypoint_names``: a pose model's, which ``anchor_keypoints`` name (ValueError
+        where one is not among them)."""
         self.config = config
+        self.anchor_keypoints = keypoint_indices(config.anchor_keypoints, keypoint_names)
+        """Positions of the keypoints that stand for an object on lines and zones (none: the
+        box's anchor)."""
+        self.shapes = ShapeMemory()
+        """Each track's last keypoints and oriented box, carried through predicted frames."""
         self.conf = conf
         self.tracker: Tracker = tracker or ByteTracker(config.effective_tracking, conf=conf)
         names = class_names if isinstance(class_names, Mapping) else dict(enumerate(class_names))
@@ -153,13 +162,15 @@ class StreamAnalytics:
         frame_size: tuple[int, int] | None = None,
         *,
         attributes_of: AttributesOf | None = None,
+        keypoints: np.ndarray | None = None,
     ) -> AnalyticsUpdate:
         """Run a frame's tracked boxes through the lines and zones.
 
         ``track_ids`` (``(N,)``, from :meth:`track` or a prediction) and ``boxes``
         (``(N, 4)``) are one frame's; only confirmed tracks (positive ids) are
         placed. ``attributes_of`` gives a track's secondary readings (a cascade),
-        for the lines' and zones' ``attributes`` filters and their events.
+        for the lines' and zones' ``attributes`` filters and their events. ``keypoints``
+        (``(N, K, D)``, a pose model's) place the objects where ``anchor_keypoints`` says.
         """
         track_ids = np.asarray(track_ids, dtype=np.int64)
         confirmed = track_ids > 0
@@ -169,6 +180,9 @@ class StreamAnalytics:
         if self.lines or self.zones:
             pts = float(pts_seconds)
             points = anchor_points(boxes, self.config.anchor)
+            if self.anchor_keypoints and keypoints is not None:
+                chosen = np.asarray(keypoints)[confirmed]
+                points = keypoint_points(points, chosen, self.anchor_keypoints)
             classes = self.tracker.track_classes(ids)
             for line in self.lines:
                 if frame_size is not None:

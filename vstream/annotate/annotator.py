@@ -5,7 +5,9 @@ frame's device (CPU or CUDA, the same code and the same pixels on both). Per
 frame the host sends the device only box metadata: corner coordinates become
 slice bounds, and all of a frame's label text goes over as one small tensor of
 glyph-column indices. Static geometry (lines, zones) is rasterised once per
-picture size and device.
+picture size and device; per-frame shapes (an OBB model's rotated boxes, a
+pose model's skeletons) are rasterised into pixel indices on the host and
+painted with one indexed store.
 
 Sizes follow the picture: outlines are ``max(2, min(H, W) / 270)`` pixels
 thick and text is about ``H / 36`` pixels high (at least 12), times ``scale``.
@@ -28,7 +30,16 @@ from vstream.annotate import draw
 from vstream.annotate.convert import frame_to_rgb
 from vstream.annotate.font import GlyphAtlas, glyph_atlas
 from vstream.frame import Frame
-from vstream.results import ATTRIBUTES, NO_TRACK, Detections, label_for
+from vstream.postprocess.tasks import COCO_KEYPOINTS, COCO_SKELETON, VISIBLE
+from vstream.results import (
+    ATTRIBUTES,
+    KEYPOINTS,
+    NO_TRACK,
+    OBB,
+    Detections,
+    label_for,
+    rotated_corners,
+)
 
 if TYPE_CHECKING:
     from vstream.results import FrameResult
@@ -154,6 +165,60 @@ def _counts_text(counts: Any) -> str:
     return str(counts)
 
 
+class _Strokes:
+    """The rotated boxes and skeletons of one frame: rasterised on the host into flat pixel
+    indices (as the lines and zones are), then painted with one indexed store."""
+
+    def __init__(self, width: int, height: int, thickness: int) -> None:
+        self.width, self.height, self.thickness = width, height, thickness
+        self._pixels: list[np.ndarray] = []
+        self._rows: list[int] = []
+
+    def _add(self, pixels: np.ndarray, row: int) -> None:
+        self._pixels.append(pixels)
+        self._rows.append(row)
+
+    def outline(self, corners: list[list[float]], row: int) -> None:
+        """A rotated box's four sides."""
+        points = [(x, y) for x, y in corners]
+        pixels = draw.polyline_pixels(points, self.thickness, self.width, self.height, closed=True)
+        self._add(pixels, row)
+
+    def skeletons(
+        self, keypoints: np.ndarray, rows: np.ndarray, limbs: Sequence[tuple[int, int]]
+    ) -> None:
+        """Each object's visible keypoints as dots, and its limbs whose two ends are visible."""
+        points = np.asarray(keypoints, dtype=np.float64)
+        if points.shape[-1] > 2:
+            visible = points[..., 2] >= VISIBLE
+        else:
+            visible = np.ones(points.shape[:2], dtype=bool)
+        dot = self.thickness * 2 + 1
+        for kpts, seen, row in zip(points.tolist(), visible.tolist(), rows.tolist(), strict=True):
+            for a, b in limbs:
+                if seen[a] and seen[b]:
+                    start, end = (kpts[a][0], kpts[a][1]), (kpts[b][0], kpts[b][1])
+                    self._add(
+                        draw.segment_pixels(start, end, self.thickness, self.width, self.height),
+                        row,
+                    )
+            for (x, y, *_), shown in zip(kpts, seen, strict=True):
+                if shown:
+                    self._add(
+                        draw.segment_pixels((x, y), (x, y), dot, self.width, self.height), row
+                    )
+
+    def paint(self, image: torch.Tensor, colours: torch.Tensor) -> None:
+        """Every stroke in its colour, in one store; where strokes cross, the first drawn wins."""
+        if not self._pixels:
+            return
+        pixels = np.concatenate(self._pixels)
+        rows = np.repeat(self._rows, [len(p) for p in self._pixels])
+        pixels, first = np.unique(pixels, return_index=True)
+        index = transfer.upload(torch.from_numpy(np.stack([pixels, rows[first]])), image.device)
+        image.view(-1, 3)[index[0]] = colours[index[1]]
+
+
 class Annotator:
     """Draws detection results on pictures, on the picture's device.
 
@@ -161,6 +226,8 @@ class Annotator:
     :meth:`draw`. ``colour_by`` picks box colours by class or, where a
     detection has a ``track_id``, by track. ``zone_fill_alpha`` (0..1) tints
     the inside of zones (0, the default, draws outlines only, the cheapest).
+    A pose model's visible keypoints are dotted and joined by ``skeleton``'s
+    limbs; an OBB model's rotated boxes are outlined instead of their boxes.
 
     One annotator may serve many streams and sizes; it is safe to call from
     one thread at a time per picture (the caches are shared and locked).
@@ -176,6 +243,7 @@ class Annotator:
         show_status: bool = True,
         zone_fill_alpha: float = 0.0,
         scale: float = 1.0,
+        skeleton: Sequence[tuple[int, int]] | None = None,
     ) -> None:
         if colour_by not in ("class", "track"):
             raise ValueError(f"colour_by must be 'class' or 'track', got {colour_by!r}")
@@ -190,6 +258,8 @@ class Annotator:
         self.show_status = show_status
         self.zone_fill_alpha = zone_fill_alpha
         self.scale = scale
+        self.skeleton = None if skeleton is None else tuple((int(a), int(b)) for a, b in skeleton)
+        """Keypoint pairs drawn as limbs; None: COCO's skeleton for 17 keypoints, else none."""
         self._scenes: dict[tuple[str, int, int], _Scene] = {}
         self._lock = threading.Lock()
 
@@ -414,20 +484,28 @@ class Annotator:
         boxes = np.clip(np.round(detections.xyxy[finite]), 0, limits).astype(np.int64)
         read = detections.data.get(ATTRIBUTES)
         attributes = read[finite].tolist() if read is not None else [None] * len(boxes)
-        for (x1, y1, x2, y2), score, class_id, track_id, attribute in zip(
-            boxes.tolist(),
-            detections.confidence[finite].tolist(),
-            detections.class_id[finite].tolist(),
-            detections.tracker_id[finite].tolist(),
-            attributes,
-            strict=True,
+        rotated = detections.data.get(OBB)
+        corners = rotated_corners(rotated[finite]).tolist() if rotated is not None else None
+        shapes = _Strokes(width, height, t)
+        for index, ((x1, y1, x2, y2), score, class_id, track_id, attribute) in enumerate(
+            zip(
+                boxes.tolist(),
+                detections.confidence[finite].tolist(),
+                detections.class_id[finite].tolist(),
+                detections.tracker_id[finite].tolist(),
+                attributes,
+                strict=True,
+            )
         ):
             if x2 <= x1 or y2 <= y1:
                 continue
             tracked = track_id != NO_TRACK
             key = track_id if self.colour_by == "track" and tracked else class_id
             row = key % PALETTE_SIZE
-            draw.box_outline(image, x1, y1, x2, y2, t, scene.colours[row])
+            if corners is not None:
+                shapes.outline(corners[index], row)
+            else:
+                draw.box_outline(image, x1, y1, x2, y2, t, scene.colours[row])
             if self.show_labels:
                 text = f"{label_for(class_id, detections.class_names)} {score:.2f}"
                 text += _attribute_text(attribute)
@@ -435,6 +513,23 @@ class Annotator:
                     text += f" #{track_id}"
                 above = y1 - scene.label_height
                 labels.append(_Label(x1, above if above >= 0 else y1, text, row))
+        keypoints = detections.data.get(KEYPOINTS)
+        if keypoints is not None and len(keypoints):
+            rows = np.where(
+                (detections.tracker_id != NO_TRACK) & (self.colour_by == "track"),
+                detections.tracker_id,
+                detections.class_id,
+            )[finite]
+            shapes.skeletons(
+                keypoints[finite], rows % PALETTE_SIZE, self._limbs(keypoints.shape[1])
+            )
+        shapes.paint(image, scene.colours)
+
+    def _limbs(self, count: int) -> tuple[tuple[int, int], ...]:
+        """The keypoint pairs drawn as limbs for a model with ``count`` keypoints."""
+        if self.skeleton is not None:
+            return tuple((a, b) for a, b in self.skeleton if a < count and b < count)
+        return COCO_SKELETON if count == len(COCO_KEYPOINTS) else ()
 
     def _draw_labels(self, image: torch.Tensor, scene: _Scene, labels: list[_Label]) -> None:
         """All labels of the frame: one gather builds every patch, one store places each."""

@@ -46,6 +46,8 @@ def info_command(args: argparse.Namespace) -> int:
             for i in spec.size_inputs
         ),
         *(f"output:   {o.name} {o.type_name} {_shape(o.shape)}" for o in spec.outputs),
+        f"task:     {detector.task.task.value}",
+        *(f"  because {reason}" for reason in detector.task.reasons),
         f"format:   {detector.output_format.value} ({family.models})",
         *(f"  because {reason}" for reason in detector.recognition.reasons),
         f"boxes:    {family.box}{', normalised' if family.normalised else ', input pixels'}, "
@@ -54,6 +56,11 @@ def info_command(args: argparse.Namespace) -> int:
         *(f"  because {reason}" for reason in detector.preprocessing_reasons),
         f"imgsz:    {width}x{height}",
         f"classes:  {names}",
+        *(
+            [f"keypoints: {len(detector.keypoint_names)}: {', '.join(detector.keypoint_names)}"]
+            if detector.keypoint_names
+            else []
+        ),
         *(f"metadata: {k}={v}" for k, v in sorted(spec.metadata.items()) if k != "names"),
     ]
     print("\n".join(lines))

@@ -234,11 +234,17 @@ class ClusterStream:
         )
 
 
-def analytics_for(config: AnalyticsConfig, class_names: dict[int, str], conf: float) -> Any:
+def analytics_for(
+    config: AnalyticsConfig,
+    class_names: dict[int, str],
+    conf: float,
+    keypoint_names: tuple[str, ...] = (),
+) -> Any:
     """A stream's tracker, lines and zones, or None when the pipeline has none; ``conf`` is
-    the pipeline's ``postprocess.conf`` (the records' threshold, which the tracker follows)."""
+    the pipeline's ``postprocess.conf`` (the records' threshold, which the tracker follows);
+    ``keypoint_names``: a pose model's, for ``anchor_keypoints``."""
     if not config.enabled:
         return None
     from vstream.analytics.stream import StreamAnalytics
 
-    return StreamAnalytics(config, class_names, conf=conf)
+    return StreamAnalytics(config, class_names, conf=conf, keypoint_names=keypoint_names)

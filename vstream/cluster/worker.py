@@ -20,7 +20,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vstream.cluster.relay import Relay
@@ -61,6 +61,8 @@ class WorkerInfo:
     """Frames per second its model ran at, on a blank batch, when it started."""
     class_names: dict[str, dict[int, str]]
     """Per pipeline: the model's class names (the driver's tracking labels events with them)."""
+    keypoint_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per pipeline: a pose model's keypoint names (``anchor_keypoints`` name them)."""
 
     @property
     def gpu(self) -> bool:
@@ -105,10 +107,12 @@ class ClusterWorker:
         self.relay = Relay(buffered_records)
         throughput = []
         names = {}
+        keypoints = {}
         for spec in pipelines:
             detector = Detector.from_config(spec.model, spec.postprocess, spec.runtime)
             throughput.append(_throughput(detector))
             names[spec.name] = dict(detector.class_names)
+            keypoints[spec.name] = detector.keypoint_names
             pipeline = Pipeline(spec.name, detector, runtime=spec.runtime, sinks=[self.relay])
             self.pipelines[spec.name] = pipeline
             pipeline.start()
@@ -120,6 +124,7 @@ class ClusterWorker:
             device=device,
             throughput=sum(throughput) / len(throughput),
             class_names=names,
+            keypoint_names=keypoints,
         )
 
     def pid(self) -> int:

@@ -230,6 +230,13 @@ class AnalyticsConfig(StrictModel):
     anchor: Annotated[Anchor, Cli("--anchor")] = Field(
         Anchor.BOTTOM_CENTER, description="the point of each box placed on lines and in zones"
     )
+    anchor_keypoints: Annotated[list[Name], Field(min_length=1, max_length=2)] | None = Field(
+        None,
+        description="with a pose model: the keypoint (its name or number) that stands for "
+        "each object on lines and zones instead of its box's anchor, or two whose midpoint "
+        "does, e.g. [left_ankle, right_ankle]; only keypoints scoring 0.5 or more count "
+        "(one of two alone stands in), and an object with none of them uses its box's anchor",
+    )
     dead_band_pixels: Annotated[Number(0.0, 10_000.0), Cli("--dead-band")] = Field(
         5.0,
         description="an anchor closer than this to a line or a zone border is on neither side, "

@@ -230,6 +230,18 @@ class ModelConfig(StrictModel):
         BeforeValidator(_class_names),
         Field(max_length=MAX_LABELS),
     ] = Field(None, description="default: the model's metadata")
+    keypoint_names: Annotated[list[ClassName], Field(min_length=1, max_length=1000)] | None = Field(
+        None,
+        description="a pose model's keypoint names, in its order; default: kpt_names in "
+        "its metadata, else COCO's 17 (nose ... right_ankle) for 17 keypoints, else 0, 1...",
+    )
+    skeleton: Annotated[list[tuple[Int(0, 999), Int(0, 999)]], Field(max_length=1000)] | None = (
+        Field(
+            None,
+            description="pairs of keypoint indices drawn as limbs on pictures; default: COCO's "
+            "person skeleton for 17 keypoints, else none",
+        )
+    )
     providers: list[ProviderConfig] | None = Field(
         None, max_length=3, description="ONNX Runtime execution providers in order of preference"
     )

@@ -238,9 +238,10 @@ def predicted_result(
 ) -> FrameResult:
     """``result`` (of a frame not detected) with the tracker's predicted boxes, events and counts.
 
-    The boxes are marked ``predicted``; like detected ones, only those whose
-    track's last score is above the records' ``conf`` are kept, and go through
-    the cascade's ``read`` (which carries cached readings only). ``still``: the
+    The boxes are marked ``predicted`` and carry their tracks' last keypoints and oriented
+    boxes, moved with them (:class:`~vstream.analytics.shapes.ShapeMemory`); like detected
+    ones, only those whose track's last score is above the records' ``conf`` are kept, and
+    go through the cascade's ``read`` (which carries cached readings only). ``still``: the
     motion gate found the picture unchanged, so the tracks stay where they were.
     """
     size = (result.width, result.height)
@@ -251,6 +252,9 @@ def predicted_result(
         prediction.class_ids,
         prediction.track_ids,
         class_names=analytics.class_names,
-        data={PREDICTED: np.ones(len(prediction.scores), dtype=bool)},
+        data={
+            PREDICTED: np.ones(len(prediction.scores), dtype=bool),
+            **analytics.shapes.carry(prediction.track_ids, prediction.boxes),
+        },
     )
     return recorded(analytics, result, boxes, read=read, attributes_of=attributes_of)

@@ -28,7 +28,7 @@ from vstream.analytics.stream import StreamAnalytics
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig, fill
 from vstream.frame import Frame
-from vstream.results import NO_TRACK, Detections, FrameResult, label_for
+from vstream.results import KEYPOINTS, NO_TRACK, Detections, FrameResult, label_for
 from vstream.uri import publish_display
 
 if TYPE_CHECKING:
@@ -89,6 +89,8 @@ def analyze(
         embeddings=embeddings,
     )
     tracked = detections.with_columns(tracker_id=np.where(track_ids > 0, track_ids, NO_TRACK))
+    live = analytics.tracker.live_track_ids()
+    analytics.shapes.remember(tracked.tracker_id, tracked.xyxy, tracked.data, live)
     return recorded(analytics, result, tracked, read=read, attributes_of=attributes_of)
 
 
@@ -120,6 +122,7 @@ def recorded(
         result.pts_seconds,
         (result.width, result.height),
         attributes_of=attributes_of,
+        keypoints=tracked.data.get(KEYPOINTS),
     )
     return dataclasses.replace(
         kept,
@@ -141,6 +144,7 @@ class FrameOutputs:
             lines=[LineOverlay(x.name, x.start, x.end) for x in config.analytics.lines],
             zones=[ZoneOverlay(z.name, tuple(z.points)) for z in config.analytics.zones],
             colour_by="track" if config.analytics.enabled else "class",
+            skeleton=config.model.skeleton,
         )
         self.videos = [s for s in config.sinks if isinstance(s, VideoSinkConfig)]
         self.recorders = [

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from vstream.analytics.shapes import keypoint_indices
 from vstream.analytics.stream import StreamAnalytics
 from vstream.config.analytics import AnalyticsConfig
 from vstream.config.model import RuntimeOptions
@@ -37,7 +38,7 @@ from vstream.engine.queue import FrameQueue
 from vstream.engine.reader import StreamReader
 from vstream.engine.stages import Batch, OverlappedStages
 from vstream.engine.status import stream_sample
-from vstream.errors import describe
+from vstream.errors import ModelError, describe
 from vstream.frame import Frame
 from vstream.metrics import Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
@@ -128,6 +129,10 @@ class Pipeline:
         from vstream.sinks.factory import build_sink
 
         detector = Detector.from_config(config.model, config.detector_postprocess(), config.runtime)
+        try:
+            keypoint_indices(config.analytics.anchor_keypoints, detector.keypoint_names)
+        except ValueError as exc:
+            raise ModelError(f"pipeline {config.name}: {exc}") from None
         cascade = _cascade(config.secondary, detector, config.analytics)
         sinks: list[BufferedSink] = []
         try:
@@ -195,6 +200,7 @@ class Pipeline:
                 self.analytics or AnalyticsConfig(tracking=TrackingConfig()),
                 self.detector.class_names,
                 conf=self.conf,
+                keypoint_names=self.detector.keypoint_names,
             )
         with self._lock:
             failure = self.failure or self.stages.failure

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from vstream.config.model import PostprocessOptions
+from vstream.errors import ModelError
 from vstream.postprocess.formats import (
     FAMILIES,
     STRIDES,
@@ -49,7 +50,8 @@ from vstream.postprocess.formats import (
     check_output_shape,
     class_count,
 )
-from vstream.postprocess.nms import batched_nms, cxcywh_to_xyxy
+from vstream.postprocess.nms import batched_nms, cxcywh_to_xyxy, rotated_nms
+from vstream.postprocess.tasks import DETECTION, Task, TaskSpec
 from vstream.preprocess.letterbox import LetterboxGeometry
 from vstream.transfer import transfers, upload
 
@@ -98,8 +100,17 @@ class Postprocessor:
         device: torch.device,
         input_size: tuple[int, int] = (640, 640),
         order: Sequence[int] = (0,),
+        task: TaskSpec = DETECTION,
     ) -> None:
         self.format = fmt
+        self.task = task
+        """What the boxes carry besides classes; its values per box are not class scores."""
+        shaped = task.task in (Task.POSE, Task.OBB)
+        if shaped and fmt not in (OutputFormat.YOLOV8, OutputFormat.END_TO_END):
+            raise ModelError(
+                f"a {task.task.value} model must have the yolov8 or the end2end layout, "
+                f"not {fmt.value}"
+            )
         self.family = FAMILIES[fmt]
         self.config = config
         self.device = device
@@ -148,6 +159,18 @@ class Postprocessor:
         inside = (class_id >= 0) & (class_id < size)
         return table[class_id.clamp(0, size - 1)] & inside
 
+    def _rows(
+        self, outputs: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Boxes, scores and class ids (:meth:`_dense`) and what a pose or OBB model adds
+        after them, ``[B, N, extra]`` (keypoint values or the angle; none for other tasks)."""
+        boxes, score, class_id = self._dense(outputs)
+        if self.task.task not in (Task.POSE, Task.OBB):
+            return boxes, score, class_id, boxes[..., :0]
+        first = outputs[0]
+        rows = first.transpose(1, 2) if self.format is OutputFormat.YOLOV8 else first
+        return boxes, score, class_id, rows[..., rows.shape[-1] - self.task.extra :]
+
     def _dense(
         self, outputs: Sequence[torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -163,21 +186,23 @@ class Postprocessor:
             # The logits' sigmoid, taken after the max: it keeps the order, on N not N x nc.
             return outputs[0], score.sigmoid() if fmt is OutputFormat.DETR else score, class_id
         rows = first.transpose(1, 2) if fmt is OutputFormat.YOLOV8 else first
+        end = rows.shape[-1] - self.task.extra  # the task's values per box follow the classes
         if fmt in (OutputFormat.YOLOV8, OutputFormat.RTDETR):
-            score, class_id = rows[..., 4:].max(dim=-1)
+            score, class_id = rows[..., 4:end].max(dim=-1)
         else:
-            score, class_id = (rows[..., 5:] * rows[..., 4:5]).max(dim=-1)
+            score, class_id = (rows[..., 5:end] * rows[..., 4:5]).max(dim=-1)
         return rows[..., :4], score, class_id
 
     def _candidates(
         self, outputs: Sequence[torch.Tensor], classes: int | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Boxes (xyxy, input pixels), scores, class ids and frame positions above ``conf``.
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Boxes (input pixels: xyxy, an OBB's cx cy w h), scores, class ids, frame positions
+        and the task's extra channels of the rows above ``conf``.
 
         At most ``max_candidates`` per frame (``max_det`` for NMS-free
         families), the best ones; rows come grouped by frame.
         """
-        boxes, score, class_id = self._dense(outputs)
+        boxes, score, class_id, extra = self._rows(outputs)
         keep = score > self.config.conf
         if self.config.classes is not None:
             keep &= self._class_allowed(class_id, classes)
@@ -189,10 +214,13 @@ class Postprocessor:
             keep = torch.gather(keep, 1, anchor)
             class_id = torch.gather(class_id, 1, anchor)
             boxes = torch.gather(boxes, 1, anchor[..., None].expand(-1, -1, 4))
+            extra = torch.gather(extra, 1, anchor[..., None].expand(-1, -1, extra.shape[-1]))
         transfers.implicit_sync("candidates")  # nonzero: the number of candidates
         frame, index = keep.nonzero(as_tuple=True)
-        boxes = self.input_boxes(boxes[frame, index].float(), index)
-        return boxes, score[frame, index].float(), class_id[frame, index], frame
+        boxes, extra = boxes[frame, index].float(), extra[frame, index].float()
+        if self.task.task is not Task.OBB:  # an OBB's cx cy w h stay as they are
+            boxes = self.input_boxes(boxes, index)
+        return boxes, score[frame, index].float(), class_id[frame, index], frame, extra
 
     def input_boxes(self, boxes: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
         """Boxes in the family's layout as xyxy in input pixels; ``anchor`` is each box's row
@@ -212,7 +240,7 @@ class Postprocessor:
         number of classes they hold (None where the layout does not say)."""
         given = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
         ordered = [given[i][:frames] for i in self.order]
-        shapes = [tuple(given[i].shape) for i in self.order]
+        shapes = [self.task.detection_shape(tuple(given[i].shape)) for i in self.order]
         if self.family.outputs == 1:
             check_output_shape(self.format, shapes[0])
         return ordered, class_count(self.format, shapes)
@@ -226,25 +254,41 @@ class Postprocessor:
 
         ``outputs`` are the model's outputs in its own order (or its one
         output). Returns a float32 tensor of shape ``(M, 7)`` with columns
-        :data:`DETECTION_COLUMNS`, grouped by frame, highest score first.
+        :data:`DETECTION_COLUMNS`, grouped by frame, highest score first; a pose
+        model's rows go on with their ``K x D`` keypoint values, an OBB model's with
+        ``cx, cy, w, h, angle`` (its box columns then hold the box around it), all in
+        frame pixels.
         """
         ordered, classes = self.ordered(outputs, len(geometries))
-        boxes, score, class_id, frame = self._candidates(ordered, classes)
+        boxes, score, class_id, frame, extra = self._candidates(ordered, classes)
+        obb = self.task.task is Task.OBB
+        if obb:  # (cx, cy, w, h, angle) in input pixels
+            boxes = torch.cat([boxes, extra], dim=1)
+            extra = extra[:, :0]
         if not self.family.nms:
             order = _group_by_frame(frame, score)
         else:
-            kept = batched_nms(boxes, score, frame * (classes or 1) + class_id, self.config.iou)
+            groups = frame * (classes or 1) + class_id
+            suppress = rotated_nms if obb else batched_nms
+            kept = suppress(boxes, score, groups, self.config.iou)
             order = kept[torch.argsort(frame[kept], stable=True)]  # NMS gives decreasing score
         frame = frame[order]
         if frame.numel() > self.config.max_det:  # only then can a frame hold more than max_det
             transfers.implicit_sync("max_det")  # nonzero: how many rows survive the cap
             survivors = (_rank_within_frame(frame) < self.config.max_det).nonzero()[:, 0]
             order, frame = order[survivors], frame[survivors]
-        boxes, score, class_id = boxes[order], score[order], class_id[order]
+        boxes, score, class_id, extra = boxes[order], score[order], class_id[order], extra[order]
 
-        boxes = _to_frame_pixels(boxes, self._geometry_tensor(geometries)[frame])
+        geometry = self._geometry_tensor(geometries)[frame]
+        if obb:
+            extra = _rotated_to_frame_pixels(boxes, geometry)
+            boxes = _to_frame_pixels(_rotated_hull(boxes), geometry)
+        else:
+            boxes = _to_frame_pixels(boxes, geometry)
+        if self.task.keypoints is not None:
+            extra = _keypoints_to_frame_pixels(extra, self.task.keypoints, geometry)
         return torch.cat(
-            [frame[:, None].float(), boxes, score[:, None], class_id[:, None].float()], dim=1
+            [frame[:, None].float(), boxes, score[:, None], class_id[:, None].float(), extra], dim=1
         )
 
 
@@ -360,6 +404,33 @@ def _to_frame_pixels(boxes: torch.Tensor, geometry: torch.Tensor) -> torch.Tenso
     height) broadcast against the boxes."""
     boxes = (boxes - geometry[..., 0:2].tile(2)) / geometry[..., 2:4].tile(2)
     return torch.minimum(boxes.clamp_(min=0.0), geometry[..., 4:6].tile(2))
+
+
+def _rotated_hull(rotated: torch.Tensor) -> torch.Tensor:
+    """The axis-aligned ``x1, y1, x2, y2`` around ``(cx, cy, w, h, angle)`` rows."""
+    cos, sin = rotated[:, 4].cos().abs(), rotated[:, 4].sin().abs()
+    half_w, half_h = rotated[:, 2] / 2, rotated[:, 3] / 2
+    reach = torch.stack([half_w * cos + half_h * sin, half_w * sin + half_h * cos], dim=1)
+    return torch.cat([rotated[:, 0:2] - reach, rotated[:, 0:2] + reach], dim=1)
+
+
+def _rotated_to_frame_pixels(rotated: torch.Tensor, geometry: torch.Tensor) -> torch.Tensor:
+    """``(cx, cy, w, h, angle)`` rows in input pixels mapped into their frames' pixels as the
+    reference maps them: the centre back through the letterbox, ``w`` divided by the x gain
+    and ``h`` by the y gain, nothing clipped (a rotated box may reach past the frame)."""
+    centre = (rotated[:, 0:2] - geometry[:, 0:2]) / geometry[:, 2:4]
+    return torch.cat([centre, rotated[:, 2:4] / geometry[:, 2:4], rotated[:, 4:5]], dim=1)
+
+
+def _keypoints_to_frame_pixels(
+    values: torch.Tensor, shape: tuple[int, int], geometry: torch.Tensor
+) -> torch.Tensor:
+    """Rows of ``K x D`` keypoint values (``x, y`` in input pixels, then a score where ``D`` is
+    3) with ``x, y`` mapped into their frames' pixels and clipped to the frame, as boxes are."""
+    points = values.reshape(len(values), *shape).clone()
+    xy = (points[..., 0:2] - geometry[:, None, 0:2]) / geometry[:, None, 2:4]
+    points[..., 0:2] = torch.minimum(xy.clamp(min=0.0), geometry[:, None, 4:6])
+    return points.reshape(len(values), -1)
 
 
 def _fitting(count: int, least: int) -> int:
