@@ -145,7 +145,8 @@ class Deliverer:
             return result
         if stream.analytics is None and slot.info is not None:
             names = slot.info.class_names[stream.pipeline]
-            stream.analytics = analytics_for(pipeline.analytics, names, pipeline.postprocess.conf)
+            conf = pipeline.postprocess.conf
+            stream.analytics = analytics_for(pipeline.analytics, names, conf, stream.id)
         result = analyze(stream.analytics, result)
         self.metrics.observe_analytics(stream.pipeline, stream.id, result)
         return result

@@ -234,11 +234,13 @@ class ClusterStream:
         )
 
 
-def analytics_for(config: AnalyticsConfig, class_names: dict[int, str], conf: float) -> Any:
+def analytics_for(
+    config: AnalyticsConfig, class_names: dict[int, str], conf: float, stream: str = ""
+) -> Any:
     """A stream's tracker, lines and zones, or None when the pipeline has none; ``conf`` is
     the pipeline's ``postprocess.conf`` (the records' threshold, which the tracker follows)."""
     if not config.enabled:
         return None
     from vstream.analytics.stream import StreamAnalytics
 
-    return StreamAnalytics(config, class_names, conf=conf)
+    return StreamAnalytics(config, class_names, conf=conf, stream=stream)

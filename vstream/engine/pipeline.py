@@ -195,6 +195,7 @@ class Pipeline:
                 self.analytics or AnalyticsConfig(tracking=TrackingConfig()),
                 self.detector.class_names,
                 conf=self.conf,
+                stream=reader.id,
             )
         with self._lock:
             failure = self.failure or self.stages.failure
