@@ -40,7 +40,7 @@ system-deps:
 demo: setup
 	@mkdir -p out
 	$(VENV)/bin/vstream run --track --line gate=320,360,320,0 \
-		--secondary vstream/assets/colour.onnx --appearance vstream/assets/appearance.onnx \
+		--secondary vstream://colour.onnx --appearance vstream://appearance.onnx \
 		--output out/demo.jsonl --save-video out/demo.mp4
 
 test: setup system-deps

@@ -48,10 +48,11 @@ def test_default_run_writes_one_record_per_frame_in_order(demo_run) -> None:
     assert det["label"] == GROUND_TRUTH["names"][det["class_id"]]
 
 
-def test_default_run_summary_is_one_line(demo_run) -> None:
+def test_default_run_summary_is_one_line_then_the_outputs(demo_run) -> None:
     result, _ = demo_run
-    (summary,) = result.stderr_lines
+    summary, outputs = result.stderr_lines
     assert f"{SAMPLE_FRAMES} frames" in summary and "detections" in summary and "fps" in summary
+    assert outputs == "vstream: outputs: records on stdout"
 
 
 def test_demo_model_reaches_the_accuracy_bar(demo_run) -> None:

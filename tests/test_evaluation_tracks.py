@@ -223,3 +223,81 @@ def test_eval_command_takes_the_stream(tmp_path: Path, capsys) -> None:
     assert main(["eval", str(records_path), str(truth_path)]) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "2 streams (cam1, cam2)" in error
+
+
+def sample_run_records() -> list[dict]:
+    """Records as ``vstream run`` writes them for the bundled sample, its truth as detections."""
+    from vstream import assets
+
+    gt = json.loads(assets.SAMPLE_GROUND_TRUTH.read_text())
+    return [
+        {
+            "stream": "sample",
+            "frame": f["frame"],
+            "pts": round(f["frame"] / gt["fps"], 6),
+            "width": gt["width"],
+            "height": gt["height"],
+            "detections": [
+                {"bbox": b[:4], "score": 0.9, "class_id": b[4], "label": gt["names"][b[4]]}
+                for b in f["boxes"]
+            ],
+        }
+        for f in gt["frames"]
+    ]
+
+
+@pytest.mark.parametrize(
+    "change, args, message",
+    [
+        (
+            lambda r: {**r, "stream": "mine"},
+            [],
+            "the records are of stream 'mine', the ground truth of sample.mp4 (stream "
+            "'sample'); if they are a run of that video, say so: --stream mine",
+        ),
+        (
+            lambda r: {**r, "frame": r["frame"] + 100, "pts": r["pts"] + 4},
+            [],
+            "stream 'sample' has frames 200..299 (100 in all) that the ground truth does not "
+            "have: it has frames 0..199",
+        ),
+        (
+            lambda r: {**r, "width": 1280, "height": 720},
+            [],
+            "stream 'sample' has 1280x720 frames, the ground truth's are 640x360",
+        ),
+        (  # --start 2: frames numbered from 0 again, at 2 s on
+            lambda r: {**r, "pts": r["pts"] + 2},
+            ["vstream://sample_ground_truth.json"],
+            "stream 'sample' has frame 0 at 2 s, the ground truth's frame 0 is at 0 s: score "
+            "a run of every frame from the start (no --start or --stride)",
+        ),
+    ],
+    ids=["foreign stream", "frames beyond", "frame size", "late start"],
+)
+def test_eval_refuses_what_the_ground_truth_does_not_have(
+    tmp_path: Path, capsys, change, args: list[str], message: str
+) -> None:
+    from vstream.cli import main
+
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(change(r)) + "\n" for r in sample_run_records()))
+    assert main(["eval", str(path), *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"vstream: error: cannot evaluate {path}: {message}"]
+    assert captured.out == ""
+
+
+def test_eval_scores_a_run_of_the_sample_and_a_stream_named_for_it(tmp_path: Path, capsys) -> None:
+    from vstream.cli import main
+
+    path = tmp_path / "sample.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in sample_run_records()))
+    assert main(["eval", str(path), "vstream://sample_ground_truth.json"]) == 0
+    assert capsys.readouterr().out.startswith("mAP@0.5 1.000")
+    renamed = tmp_path / "entrance.jsonl"
+    renamed.write_text(
+        "".join(json.dumps({**r, "stream": "entrance"}) + "\n" for r in sample_run_records())
+    )
+    assert main(["eval", str(renamed), "--stream", "entrance"]) == 0
+    assert capsys.readouterr().out.startswith("mAP@0.5 1.000")

@@ -13,6 +13,7 @@ from vstream.analytics import (
     LineConfig,
     StreamAnalytics,
     TrackingConfig,
+    ZoneConfig,
     parse_line_spec,
 )
 from vstream.analytics.geometry import Segment
@@ -353,3 +354,47 @@ def test_parse_line_spec() -> None:
     ]:
         with pytest.raises(ValueError, match=message):
             parse_line_spec(spec)
+
+
+@pytest.mark.parametrize(
+    "start, end",
+    [
+        ((0, 400), (1280, 400)),  # the README's old example, below a 640x360 frame
+        ((900, 100), (900, 600)),  # right of it
+        ((320, 360), (320, 0)),  # on the bundled sample's gate: wholly inside
+        ((0, 180), (1280, 180)),  # half inside
+        ((-100, -50), (700, 400)),  # through a corner region, out on both ends
+        ((640, 0), (640, 360)),  # along the right edge: inside
+        ((100, 500), (800, -200)),  # diagonal, clipped by the bottom and the right edges
+    ],
+)
+def test_a_segments_share_in_the_frame_is_opencvs_clipped_length(start, end) -> None:
+    cv2 = pytest.importorskip("cv2")
+    width, height = 640, 360
+    # OpenCV clips to [x, x + w - 1]: a rectangle one wider is the frame [0, 640] x [0, 360].
+    inside, a, b = cv2.clipLine((0, 0, width + 1, height + 1), start, end)
+    expected = np.hypot(*np.subtract(b, a)) / np.hypot(*np.subtract(end, start)) if inside else 0
+    share = Segment(start, end).share_in_frame(width, height)
+    assert share == pytest.approx(expected, abs=0.01)
+
+
+def test_lines_and_zones_outside_the_frame_are_said_once(caplog) -> None:
+    """The first frame's size is the first moment a line drawn for another size shows."""
+    config = AnalyticsConfig(
+        lines=[
+            LineConfig(name="gate", start=(0, 400), end=(1280, 400)),
+            LineConfig(name="half", start=(0, 180), end=(1280, 180)),
+            LineConfig(name="mid", start=(320, 360), end=(320, 0)),
+        ],
+        zones=[ZoneConfig(name="far", points=[(700, 0), (800, 0), (800, 100)])],
+    )
+    counter = StreamAnalytics(config, ["a"], stream="sample")
+    none = np.zeros((0, 4)), np.zeros(0), np.zeros(0, dtype=np.int64)
+    with caplog.at_level("WARNING", logger="vstream.analytics"):
+        for pts in (0.0, 0.04, 0.08):
+            counter.update(*none, pts, (640, 360))
+    assert caplog.messages == [
+        "stream sample: line gate lies outside the 640x360 frame: it will count nothing",
+        "stream sample: line half lies 50 % outside the 640x360 frame: only the part inside counts",
+        "stream sample: zone far lies outside the 640x360 frame: it will count nothing",
+    ]

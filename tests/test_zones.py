@@ -263,3 +263,46 @@ def test_an_attribute_filter_takes_single_and_multi_label_readings(
     attributes = {} if reading is None else {"colour": reading}
     assert attributes_match({"colour": ["red", "white"]}, attributes) is passes
     assert attributes_match(None, attributes) is True  # no filter: everything passes
+
+
+@pytest.mark.parametrize(
+    "points",
+    [
+        [(0, 0), (200, 0), (200, 150), (0, 150)],  # the dashboard's corner: inside
+        [(500, 300), (800, 300), (800, 500), (500, 500)],  # over the bottom-right corner
+        [(700, 0), (800, 0), (800, 100)],  # right of the frame
+        [(-50, 100), (300, -40), (350, 420), (10, 380)],  # out on every side
+    ],
+)
+def test_a_convex_zones_share_in_the_frame_is_opencvs_intersection(points) -> None:
+    cv2 = pytest.importorskip("cv2")
+    frame = np.array([[0, 0], [640, 0], [640, 360], [0, 360]], np.float32)
+    zone = np.array(points, np.float32)
+    overlap, _ = cv2.intersectConvexConvex(zone, frame)
+    expected = overlap / cv2.contourArea(zone)
+    assert Polygon(points).share_in_frame(640, 360) == pytest.approx(expected, abs=1e-4)
+
+
+def test_a_concave_zones_share_in_the_frame() -> None:
+    # An L of three 100 x 100 squares, one of them right of a 640-wide frame: 2/3 inside.
+    ell = [(540, 0), (740, 0), (740, 100), (640, 100), (640, 200), (540, 200)]
+    assert Polygon(ell).share_in_frame(640, 360) == pytest.approx(2 / 3)
+
+
+def test_parse_zone_spec() -> None:
+    from vstream.analytics import parse_zone_spec
+
+    assert parse_zone_spec("dock=0,0,200,0,200,150") == ZoneConfig(
+        name="dock", points=[(0, 0), (200, 0), (200, 150)]
+    )
+    for spec, message in [
+        ("dock", "expected NAME=X1,Y1,X2,Y2,X3,Y3,..."),
+        ("dock=1,2,3,4", "at least 6"),
+        ("dock=1,2,3,4,5,6,7", "an even count"),
+        ("dock=1,2,3,4,5,x", "must be numbers"),
+        ("my dock=0,0,1,0,0,1", "must start with a letter or digit"),
+        ("dock=0,0,1,1,2,2", "encloses no area"),
+        ("dock=0,0,1,0,0,1,1,1", "crosses itself"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            parse_zone_spec(spec)

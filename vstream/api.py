@@ -1,10 +1,9 @@
 """The shortest way in from Python: ``vstream.detect(source, model=..., **options)``.
 
-It builds the same objects as ``vstream run --source``: a
-:class:`~vstream.detector.Detector` from the ``model``/``postprocess``/
-``runtime`` options, a :class:`~vstream.config.SourceConfig` from the source
-options, and runs them on the engine's readers and stages, so its defaults,
-bounds and error semantics are the CLI's.
+It builds what ``vstream run`` builds: a one-pipeline config, checked by the
+same pydantic models (:class:`~vstream.config.PipelineConfig`) with the same
+messages, and runs it on the engine's readers and stages, so its options,
+defaults, bounds and error semantics are the CLI's and the pipelines file's.
 """
 
 from __future__ import annotations
@@ -13,54 +12,148 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
+from vstream.config.analytics import AnalyticsConfig, parse_line_spec, parse_zone_spec
+from vstream.config.loading import ConfigError, ConfigIssue, issues_from
+from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
+from vstream.config.pipelines import CALLER_TAKES_RECORDS, PipelineConfig
 from vstream.config.secondary import SecondaryConfig
-from vstream.config.sources import SourceConfig, SourceOptions
-from vstream.frame import Frame
+from vstream.config.sources import SourceOptions
+from vstream.frame import Channels, Frame, as_frame
 from vstream.results import FrameResult
 from vstream.uri import stream_id_for
 
+SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
+    ("model", ModelConfig),
+    ("postprocess", PostprocessOptions),
+    ("runtime", RuntimeOptions),
+    ("source", SourceOptions),
+    ("analytics", AnalyticsConfig),
+)
+"""Where each keyword option of :func:`detect` goes in the pipeline, by the field's name."""
+
+OWN = ("model", "stream_id", "secondary", "sinks", "track", "channels")
+""":func:`detect`'s own keywords, which are no single field of a section."""
+
+
+def accepted_options() -> list[str]:
+    """Every keyword :func:`detect` takes, sorted: its own and every section's fields."""
+    fields = {name for _, model in SECTIONS for name in model.model_fields} - {"path"}
+    return sorted(fields | set(OWN))
+
 
 def detect(
-    source: str | Path | Iterable[Frame],
+    source: str | Path | Iterable[Frame | Any],
     *,
     model: str | Path | None = None,
     stream_id: str | None = None,
     secondary: Iterable[SecondaryConfig | dict[str, Any] | str | Path] = (),
+    sinks: Iterable[dict[str, Any] | BaseModel] = (),
+    track: bool = False,
+    channels: Channels | None = None,
     **options: Any,
 ) -> Iterator[FrameResult]:
     """Detect objects in every frame of ``source``; one :class:`FrameResult` per frame, in order.
 
-    ``source`` is a file path, a stream URL, ``/dev/videoN``, or any iterable
-    of :class:`Frame`. ``options`` are the options of a pipelines file's
-    ``model``, ``postprocess``, ``runtime`` and source sections, by name
-    (``conf=0.3``, ``device="cpu"``, ``decoder_threads=2``, ``loop=True``).
-    ``model`` defaults to the bundled demo detector.
+    ``source`` is a file path, a stream URL, ``/dev/videoN``, ``vstream://sample.mp4``,
+    or any iterable of :class:`Frame` or pictures (numpy ``(H, W, 3)`` uint8, BGR
+    unless ``channels="rgb"``; torch uint8, RGB unless ``channels="bgr"``;
+    :func:`vstream.frame.as_frame`). ``model`` defaults to the bundled demo detector.
 
-    ``secondary`` are the cascade's models (a pipelines file's ``secondary:``):
-    each a :class:`~vstream.config.SecondaryConfig`, its keys as a dict, or an
-    ONNX path (a classifier named after the file); each detection they read gets
-    ``result.detections.data["attributes"]`` and ``"attributes"`` in its record.
+    ``options`` are the fields of a pipelines file's ``model``, ``postprocess``,
+    ``runtime``, source and ``analytics`` sections, by name (``conf=0.3``,
+    ``device="cpu"``, ``detect_every=3``, ``tracking={"track_buffer_seconds": 2}``,
+    ``lines=[...]``, ``zones=[...]``); a line or zone is a config object, its keys
+    as a dict, or the CLI's ``"gate=320,360,320,0"``. ``track=True`` is ``--track``
+    (tracking with its defaults). ``secondary`` are the cascade's models (a
+    :class:`~vstream.config.SecondaryConfig`, its keys, or an ONNX path: a
+    classifier named after the file). ``sinks`` also send the records elsewhere
+    (``[{"type": "jsonl", "path": "out.jsonl"}]``, as in the file). Everything is
+    checked before anything runs, by the pipelines file's models: a bad value is a
+    :class:`~vstream.config.ConfigError` whose message names the key as the file
+    would; an unknown keyword a TypeError listing every keyword taken.
     """
-    from vstream import assets
-    from vstream.detector import Detector
-    from vstream.engine.pipeline import detect_iter
+    from vstream.engine.pipeline import Pipeline, iterate
 
-    source_options = {k: options.pop(k) for k in list(options) if k in SourceOptions.model_fields}
-    models = [_secondary(item) for item in secondary]
-    detector = Detector(model or assets.DEMO_MODEL, **options)
+    streams: list[Any] = []
     if isinstance(source, str | Path):
         uri = str(source)
-        config = SourceConfig(id=stream_id or stream_id_for(uri), uri=uri, **source_options)
-        return detect_iter(detector, [config], secondary=models)
-    if source_options:
-        raise TypeError(f"source options {sorted(source_options)} need a path or URL source")
-    return detect_iter(detector, [source], secondary=models)
+        sources = [{"id": stream_id or stream_id_for(uri), "uri": uri}]
+    else:
+        given = sorted(name for name in options if name in SourceOptions.model_fields)
+        if given:
+            raise TypeError(f"source options {given} need a path or URL source")
+        sources = []
+        streams.append(as_frames(source, channels))
+    config = pipeline_config(sources, model, secondary, sinks, track, options)
+    pipeline = Pipeline.from_config(config, collect=True)
+    return iterate(pipeline, pipeline.sinks[0], [*config.sources, *streams])  # type: ignore[arg-type]
 
 
-def _secondary(item: SecondaryConfig | dict[str, Any] | str | Path) -> SecondaryConfig:
-    """One ``secondary`` item as a config; a bare path is a classifier named after its file."""
-    if isinstance(item, SecondaryConfig):
-        return item
+def as_frames(pictures: Iterable[Frame | Any], channels: Channels | None = None) -> Iterator[Frame]:
+    """Each picture as a :class:`Frame` (:func:`vstream.frame.as_frame`), numbered in order."""
+    for index, picture in enumerate(pictures):
+        yield as_frame(picture, channels, index=index)
+
+
+def pipeline_config(
+    sources: list[dict[str, Any]],
+    model: str | Path | None,
+    secondary: Iterable[SecondaryConfig | dict[str, Any] | str | Path],
+    sinks: Iterable[dict[str, Any] | BaseModel],
+    track: bool,
+    options: dict[str, Any],
+) -> PipelineConfig:
+    """The pipeline :func:`detect` runs, validated as a pipelines file's would be."""
+    from vstream import assets
+
+    document: dict[str, Any] = {
+        "name": "detect",
+        "model": {"path": str(model or assets.DEMO_MODEL)},
+        "secondary": [_secondary(item) for item in secondary],
+        "sources": sources,
+        "sinks": list(sinks),
+        "analytics": {"tracking": {}} if track else {},
+    }
+    for name, value in options.items():
+        section = next((s for s, m in SECTIONS if name in m.model_fields), None)
+        if section is None or name == "path":
+            raise TypeError(
+                f"unknown option {name!r}; options are: {', '.join(accepted_options())}"
+            )
+        if section == "source":
+            for item in sources:
+                item[name] = value
+            continue
+        document.setdefault(section, {})[name] = _spec(name, value)
+    try:
+        return PipelineConfig.model_validate(
+            document, context={"base_dir": Path.cwd(), CALLER_TAKES_RECORDS: True}
+        )
+    except ValidationError as exc:
+        issues = issues_from(exc, document, {}, PipelineConfig)
+        raise ConfigError([ConfigIssue(i.path.replace("sources[0].", ""), None, i.message)
+                           for i in issues]) from None  # fmt: skip
+
+
+def _spec(name: str, value: Any) -> Any:
+    """``lines``/``zones`` items given as the CLI writes them (``"gate=0,10,640,10"``) read
+    as the CLI reads them; ``tracking=True`` as ``track=True``; anything else as given."""
+    parse = {"lines": parse_line_spec, "zones": parse_zone_spec}.get(name)
+    if parse is not None and isinstance(value, Iterable) and not isinstance(value, str):
+        try:
+            return [parse(item) if isinstance(item, str) else item for item in value]
+        except ValueError as exc:
+            raise ConfigError([ConfigIssue(f"analytics.{name}", None, str(exc))]) from None
+    if name == "tracking" and value is True:
+        return {}
+    return value
+
+
+def _secondary(item: SecondaryConfig | dict[str, Any] | str | Path) -> Any:
+    """One ``secondary`` item as the file has it; a bare path is a classifier named after
+    its file."""
     if isinstance(item, str | Path):
-        return SecondaryConfig(name=Path(item).stem, path=str(item))
-    return SecondaryConfig.model_validate(item)
+        return {"name": Path(item).stem, "path": str(item)}
+    return item

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from vstream.config.loading import ConfigError, ConfigIssue, issues_from
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.errors import ModelError
-from vstream.frame import Frame
+from vstream.frame import Channels, Frame, as_frame
 from vstream.inference.plan import plan_runs
 from vstream.inference.providers import resolve_device
 from vstream.inference.session import ModelSession
@@ -294,9 +294,18 @@ class Detector:
             self.task.task is Task.OBB,
         )
 
-    def detect(self, frames: Sequence[Frame]) -> list[FrameResult]:
-        """Detect objects in up to :attr:`batch_size` frames at once, on the calling thread."""
+    def detect(
+        self, frames: Sequence[Frame | Any], channels: Channels | None = None
+    ) -> list[FrameResult]:
+        """Detect objects in up to :attr:`batch_size` pictures at once, on the calling thread.
+
+        Each is a :class:`Frame`, or a picture as other tools hold one: a numpy array
+        ``(H, W, 3)`` ``uint8`` (BGR, OpenCV's order, unless ``channels="rgb"``), a
+        torch tensor ``(H, W, 3)`` or ``(3, H, W)`` ``uint8`` (RGB unless
+        ``channels="bgr"``) or a PIL image (:func:`vstream.frame.as_frame`).
+        """
         if not 0 < len(frames) <= self.batch_size:
             raise ValueError(f"expected 1 to {self.batch_size} frames, got {len(frames)}")
+        frames = [as_frame(f, channels, index=i) for i, f in enumerate(frames)]
         geometries = self.preprocess_batch(0, frames)
         return self.postprocess(self.infer(0, len(frames)), geometries, frames)

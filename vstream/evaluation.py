@@ -17,6 +17,7 @@ import numpy as np
 
 from vstream.errors import VstreamError
 from vstream.evaluation_tracks import (
+    check_coverage,
     evaluate_line_counts,
     evaluate_tracks,
     has_identities,
@@ -117,7 +118,9 @@ def evaluate_files(
     The detection mAP always; MOTA and IDF1 when the records carry track ids
     and the ground truth identities; line counts when the ground truth lists
     crossings. Records of several streams are scored against one
-    (:func:`~vstream.evaluation_tracks.select_stream`). Missing or malformed
+    (:func:`~vstream.evaluation_tracks.select_stream`); records of a stream, frames or
+    a frame size the ground truth does not have are refused, naming them
+    (:func:`~vstream.evaluation_tracks.check_coverage`). Missing or malformed
     files raise :class:`~vstream.errors.VstreamError`, naming the records file.
     """
     for path in (records_path, ground_truth_path):
@@ -135,6 +138,7 @@ def evaluate_files(
         raise malformed(exc) from exc
     try:
         records = select_stream(records, ground_truth, stream)
+        check_coverage(records, ground_truth, stream)
     except ValueError as exc:  # which stream: said in the message, not malformed input
         raise VstreamError(f"cannot evaluate {records_path}: {exc}") from None
     except (KeyError, TypeError) as exc:

@@ -138,6 +138,62 @@ def select_stream(
     return records
 
 
+def check_coverage(
+    records: Sequence[Mapping[str, Any]], ground_truth: Mapping[str, Any], stream: str | None
+) -> None:
+    """Refuse records the ground truth does not describe, naming what differs (a ValueError).
+
+    ``records`` are one stream's (:func:`select_stream`). Scored anyway, a run of
+    another video gives mAP 0.000 and looks like a bad model. So: the stream must be
+    the ground truth's video (the stem of its ``"video"``, as ``vstream run`` names
+    streams) unless ``stream`` (``--stream``) says which one it is; frames must have
+    the ground truth's ``width`` and ``height``; every frame number must be one the
+    ground truth covers (0 to its last), at the time stamp its ``fps`` gives that frame
+    (within half a frame), as a run of every frame from the start writes it (a
+    ``--start`` or ``--stride`` run numbers its frames from 0 too).
+    """
+    from vstream.uri import stream_id_for
+
+    if not records:
+        return
+    name = records[0].get("stream")
+    video = ground_truth.get("video")
+    if stream is None and ground_truth.get("stream") is None and video and name is not None:
+        expected = stream_id_for(str(video))
+        if name != expected:
+            raise ValueError(
+                f"the records are of stream {name!r}, the ground truth of {video} (stream "
+                f"{expected!r}); if they are a run of that video, say so: --stream {name}"
+            )
+    size = (ground_truth.get("width"), ground_truth.get("height"))
+    if None not in size:
+        other = next((r for r in records if (r.get("width"), r.get("height")) != size), None)
+        if other is not None and other.get("width") is not None:
+            raise ValueError(
+                f"stream {name!r} has {other['width']}x{other.get('height')} frames, the "
+                f"ground truth's are {size[0]}x{size[1]}"
+            )
+    last = max((int(f["frame"]) for f in ground_truth["frames"]), default=-1)
+    beyond = sorted(int(r["frame"]) for r in records if not 0 <= int(r["frame"]) <= last)
+    if beyond:
+        raise ValueError(
+            f"stream {name!r} has frames {beyond[0]}..{beyond[-1]} ({len(beyond)} in all) that "
+            f"the ground truth does not have: it has frames 0..{last}"
+        )
+    fps = ground_truth.get("fps")
+    if fps:
+        late = next(
+            (r for r in records if "pts" in r and abs(r["pts"] - r["frame"] / fps) > 0.5 / fps),
+            None,
+        )
+        if late is not None:
+            raise ValueError(
+                f"stream {name!r} has frame {late['frame']} at {late['pts']:g} s, the ground "
+                f"truth's frame {late['frame']} is at {late['frame'] / fps:g} s: score a run of "
+                "every frame from the start (no --start or --stride)"
+            )
+
+
 def has_identities(ground_truth: Mapping[str, Any]) -> bool:
     """Whether the ground truth gives object identities (``"ids"`` in its frames)."""
     return any("ids" in frame for frame in ground_truth.get("frames", []))

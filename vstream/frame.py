@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -178,3 +178,67 @@ class Frame:
             return self._data.device
         assert self.picture is not None
         return self.picture.device
+
+
+Channels = Literal["bgr", "rgb"]
+
+IMAGE_CHANNELS = {"numpy": "bgr", "torch": "rgb"}
+"""The channel order a picture is read in when not told: OpenCV's (BGR) for numpy arrays,
+as ``cv2.imread`` and ``cv2.VideoCapture`` give them and as Ultralytics reads arrays;
+torchvision's (RGB) for torch tensors, as ``torchvision.io.decode_image`` gives them."""
+
+
+def as_frame(
+    image: Frame | Any,
+    channels: Channels | None = None,
+    *,
+    stream_id: str = "0",
+    index: int = 0,
+    pts_seconds: float = 0.0,
+) -> Frame:
+    """``image`` as a :class:`Frame`: a frame as it is, or a picture others' tools make.
+
+    Takes a numpy array ``(H, W, 3)`` ``uint8`` or a torch tensor ``(H, W, 3)`` or
+    ``(3, H, W)`` ``uint8`` (on any device), in the channel order ``channels`` says,
+    else :data:`IMAGE_CHANNELS`' for its kind; a PIL image is read as RGB. Anything
+    else is a ValueError naming what was given and what is taken, so that a wrong
+    layout never reaches the model as garbage pictures.
+    """
+    if isinstance(image, Frame):
+        return image
+    import numpy as np
+    import torch
+
+    if channels is not None and channels not in IMAGE_CHANNELS.values():
+        raise ValueError(f"channels must be 'bgr' or 'rgb', got {channels!r}")
+    kind = "torch" if isinstance(image, torch.Tensor) else "numpy"
+    if kind == "numpy" and hasattr(image, "convert") and hasattr(image, "mode"):
+        image, channels = np.asarray(image.convert("RGB")), "rgb"  # a PIL image
+    if kind == "numpy" and not isinstance(image, np.ndarray):
+        raise ValueError(
+            f"expected a Frame, a numpy array or a torch tensor, got {type(image).__name__}"
+        )
+    shape, dtype = tuple(image.shape), str(image.dtype).removeprefix("torch.")
+    if kind == "torch" and len(shape) == 3 and shape[0] == 3 and shape[2] != 3:
+        image = image.permute(1, 2, 0)  # CHW, torchvision's layout
+        shape = tuple(image.shape)
+    if len(shape) != 3 or shape[2] != 3 or dtype != "uint8":
+        layouts = "(H, W, 3)" if kind == "numpy" else "(H, W, 3) or (3, H, W)"
+        raise ValueError(f"a {kind} picture must be {layouts} uint8, got shape {shape} {dtype}")
+    if kind == "numpy":
+        image = np.ascontiguousarray(image)
+        data = torch.from_numpy(image if image.flags.writeable else image.copy())
+    else:
+        data = image
+    if (channels or IMAGE_CHANNELS[kind]) == "bgr":
+        data = data.flip(-1)
+    height, width = shape[0], shape[1]
+    return Frame(
+        data.contiguous(),
+        PixelFormat.RGB24,
+        width,
+        height,
+        stream_id=stream_id,
+        index=index,
+        pts_seconds=pts_seconds,
+    )

@@ -121,10 +121,11 @@ def stream_name(uri: str) -> str:
     """A short stream id for ``uri``: the file or path stem, else the host; never credentials.
 
     ``rtsp://user:pw@cam7.local:554/live/main`` gives ``main``, ``/dev/video0``
-    gives ``video0``, ``rtsp://10.0.0.5/`` gives ``10.0.0.5``.
+    gives ``video0``, ``rtsp://10.0.0.5/`` gives ``10.0.0.5``, ``vstream://sample.mp4``
+    (a bundled file) ``sample``.
     """
-    if "://" not in uri:
-        return PurePosixPath(uri).stem or uri
+    if "://" not in uri or uri.lower().startswith("vstream://"):  # a path, or a bundled file's
+        return PurePosixPath(uri.split("://", 1)[-1]).stem or uri
     info = userinfo(uri)
     scheme, _, rest = uri.partition("://")
     if info is not None:

@@ -4,7 +4,8 @@
   frame by frame, returning track ids, events and counts (:class:`AnalyticsUpdate`);
 - :class:`Event`: ``line_crossing``, ``zone_enter``, ``zone_exit``, ``loitering``;
 - :class:`AnalyticsConfig`, :class:`LineConfig`, :class:`ZoneConfig`,
-  :class:`TrackingConfig`, :class:`Anchor` and :func:`parse_line_spec`: the options.
+  :class:`TrackingConfig`, :class:`Anchor`, :func:`parse_line_spec` and
+  :func:`parse_zone_spec`: the options.
 
 Which way is ``in``: see :class:`LineConfig` (from the left of the line to
 its right, looking from ``start`` to ``end``).
@@ -24,6 +25,7 @@ __all__ = [
     "TrackingConfig",
     "ZoneConfig",
     "parse_line_spec",
+    "parse_zone_spec",
 ]
 
 # Lazy: configs read the options; only a running pipeline needs the tracker (scipy).
@@ -36,6 +38,7 @@ __getattr__, __dir__ = lazy_exports(
         "TrackingConfig": "vstream.config.analytics",
         "ZoneConfig": "vstream.config.analytics",
         "parse_line_spec": "vstream.config.analytics",
+        "parse_zone_spec": "vstream.config.analytics",
         "Event": "vstream.analytics.events",
         "AnalyticsUpdate": "vstream.analytics.stream",
         "StreamAnalytics": "vstream.analytics.stream",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vstream.config.analytics import Anchor
+from vstream.config.analytics import Anchor, polygon_area
 from vstream.results import rotated_corners
 
 ANCHOR_FRACTIONS: dict[Anchor, tuple[float, float]] = {
@@ -72,6 +72,22 @@ class Segment:
         distance = self.signed_distance(polygon)
         return max(0.0, -float(distance.min())), max(0.0, float(distance.max()))
 
+    def share_in_frame(self, width: float, height: float) -> float:
+        """The share of the segment's length inside the frame ``[0, width] x [0, height]``
+        (Liang-Barsky clipping): 0 for a line drawn for another picture size."""
+        low, high = 0.0, 1.0
+        dx, dy = self.direction
+        x, y = self.start
+        for p, q in ((-dx, x), (dx, width - x), (-dy, y), (dy, height - y)):
+            if p == 0:
+                if q < 0:
+                    return 0.0
+            elif p < 0:
+                low = max(low, q / p)
+            else:
+                high = min(high, q / p)
+        return max(0.0, high - low)
+
 
 def _clip(polygon: np.ndarray, normal: np.ndarray, offset: float) -> np.ndarray:
     """The part of a convex polygon where ``p . normal <= offset`` (Sutherland-Hodgman)."""
@@ -105,6 +121,21 @@ class Polygon:
             crossing_x = ax + (y - ay) * (bx - ax) / (by - ay)
         crosses = straddles & (x < crossing_x)
         return (np.count_nonzero(crosses, axis=1) % 2) == 1
+
+    def share_in_frame(self, width: float, height: float) -> float:
+        """The share of the polygon's area inside the frame ``[0, width] x [0, height]``.
+
+        Clipped edge by edge (Sutherland-Hodgman): against a convex window that
+        gives the right area for any simple polygon, concave ones included.
+        """
+        clipped = self.points
+        for normal, offset in (((-1.0, 0.0), 0.0), ((1.0, 0.0), width), ((0.0, -1.0), 0.0),
+                               ((0.0, 1.0), height)):  # fmt: skip
+            if len(clipped):
+                clipped = _clip(clipped, np.asarray(normal), offset)
+        whole = polygon_area([tuple(p) for p in self.points])
+        inside = polygon_area([tuple(p) for p in clipped]) if len(clipped) > 2 else 0.0
+        return min(1.0, inside / whole) if whole > 0 else 0.0
 
     def border_distance(self, points: np.ndarray) -> np.ndarray:
         """``(N,)`` distance in pixels from each point to the nearest edge."""

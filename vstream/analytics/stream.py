@@ -11,6 +11,7 @@ tracker still holds, and drop it in the frame the tracker forgets the track.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -25,6 +26,8 @@ from vstream.config.analytics import AnalyticsConfig
 from vstream.config.tracking import DEFAULT_CONF
 from vstream.tracking import ByteTracker, Tracker
 from vstream.tracking.base import Prediction
+
+log = logging.getLogger("vstream.analytics")
 
 
 @dataclass(frozen=True)
@@ -50,13 +53,18 @@ class StreamAnalytics:
         tracker: Tracker | None = None,
         conf: float = DEFAULT_CONF,
         keypoint_names: Sequence[str] = (),
+        stream: str = "",
     ) -> None:
         """``conf`` is the pipeline's ``postprocess.conf``: the tracker's unset thresholds
         follow it, and records keep only detections above it (the detector may hand over
         lower ones for the tracker, :meth:`AnalyticsConfig.candidate_conf`).
         ``keypoint_names``: a pose model's, which ``anchor_keypoints`` name (ValueError
-        where one is not among them)."""
+        where one is not among them). ``stream`` names the stream in the warnings about
+        lines and zones outside its frames."""
         self.config = config
+        self.stream = stream
+        self._placed_on: tuple[int, int] | None = None
+        """The frame size the lines and zones were last checked against."""
         self.anchor_keypoints = keypoint_indices(config.anchor_keypoints, keypoint_names)
         """Positions of the keypoints that stand for an object on lines and zones (none: the
         box's anchor)."""
@@ -172,6 +180,9 @@ class StreamAnalytics:
         for the lines' and zones' ``attributes`` filters and their events. ``keypoints``
         (``(N, K, D)``, a pose model's) place the objects where ``anchor_keypoints`` says.
         """
+        if frame_size is not None and frame_size != self._placed_on:
+            self._placed_on = frame_size
+            self._warn_outside(*frame_size)
         track_ids = np.asarray(track_ids, dtype=np.int64)
         confirmed = track_ids > 0
         ids = track_ids[confirmed]
@@ -201,6 +212,33 @@ class StreamAnalytics:
             line_counts={line.config.name: line.counts() for line in self.lines},
             zone_occupancy={zone.config.name: zone.occupancy for zone in self.zones},
         )
+
+    def _warn_outside(self, width: int, height: int) -> None:
+        """Say once per frame size which lines and zones lie (partly) outside the frame.
+
+        Coordinates are the picture's pixels, so a line drawn for another size
+        counts nothing, silently, unless said here: the first frame is the first
+        moment its size is known.
+        """
+        places = [
+            ("line", line.config.name, line.segment.share_in_frame(width, height))
+            for line in self.lines
+        ] + [
+            ("zone", zone.config.name, zone.polygon.share_in_frame(width, height))
+            for zone in self.zones
+        ]
+        stream = f"stream {self.stream}: " if self.stream else ""
+        for kind, name, share in places:
+            if share <= 0.0:
+                log.warning(
+                    "%s%s %s lies outside the %dx%d frame: it will count nothing",
+                    stream, kind, name, width, height,
+                )  # fmt: skip
+            elif share < 0.999:
+                log.warning(
+                    "%s%s %s lies %.0f %% outside the %dx%d frame: only the part inside counts",
+                    stream, kind, name, 100 * (1 - share), width, height,
+                )  # fmt: skip
 
     def line_totals(self) -> dict[str, dict[Direction, dict[str, int]]]:
         """Crossings so far per line, direction and class label (for metrics and the API)."""

@@ -24,7 +24,10 @@ COMMANDS = (run, info, evaluate, bench, serve, validate, schema, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from vstream import __version__
+
     parser = Parser(prog="vstream", description="Object detection on video streams.")
+    parser.add_argument("--version", action="version", version=f"vstream {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.add_parser(commands)

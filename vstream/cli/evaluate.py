@@ -5,7 +5,8 @@ and the ground truth carries object identities, a second line gives MOTA,
 IDF1 and ID switches; when the ground truth lists line crossings, one line per
 line and direction compares the run's crossing events with them. Records of
 several streams are scored against the one the ground truth is of
-(``--stream``, or its ``"stream"``), never mixed.
+(``--stream``, or its ``"stream"``), never mixed; a stream, frames or a frame size
+the ground truth does not have are refused with one line naming them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from vstream import assets
 from vstream.cli.args import EXIT_OK, fraction
+from vstream.errors import VstreamError
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -26,10 +28,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("records", type=Path, help="JSON Lines written by vstream run")
     evaluate.add_argument(
         "ground_truth",
-        type=Path,
         nargs="?",
-        default=assets.SAMPLE_GROUND_TRUTH,
-        help="ground-truth JSON (default: the sample video's)",
+        default=str(assets.SAMPLE_GROUND_TRUTH),
+        help="ground-truth JSON, or vstream://NAME for a bundled one (default: "
+        "vstream://sample_ground_truth.json, the sample video's)",
     )
     evaluate.add_argument("--iou", type=fraction, default=0.5, help="match IoU (default 0.5)")
     evaluate.add_argument(
@@ -44,5 +46,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def eval_command(args: argparse.Namespace) -> int:
     from vstream.evaluation import evaluate_files
 
-    print("\n".join(evaluate_files(args.records, args.ground_truth, args.iou, args.stream)))
+    try:
+        named = args.ground_truth
+        truth = assets.bundled(named) if assets.is_bundled(named) else Path(named)
+    except ValueError as exc:
+        raise VstreamError(str(exc)) from None
+    print("\n".join(evaluate_files(args.records, truth, args.iou, args.stream)))
     return EXIT_OK

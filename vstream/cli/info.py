@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
 
 from vstream import assets
 from vstream.cli.args import EXIT_OK
@@ -15,10 +14,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     info = commands.add_parser("info", help="describe an ONNX detector")
     info.add_argument(
         "model",
-        type=Path,
         nargs="?",
-        default=assets.DEMO_MODEL,
-        help="ONNX model (default: the bundled demo model)",
+        default=str(assets.DEMO_MODEL),
+        help="ONNX model file, or vstream://NAME for a bundled one (default: vstream://demo.onnx, "
+        "the demo detector)",
     )
     info.set_defaults(handler=info_command)
 

@@ -16,7 +16,7 @@ import enum
 import itertools
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from vstream.config.analytics import AnalyticsConfig
-from vstream.config.base import Cli, cli_marker
+from vstream.config.base import RELATIVE_TO_CONFIG, Cli, cli_marker
 from vstream.config.loading import ConfigError, ConfigIssue, format_path, parse_data
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.config.pipelines import VstreamConfig
@@ -136,14 +136,26 @@ def _shown_default(field: FieldInfo) -> str:
     return f" (default: {default})"
 
 
-def _argument(option: Option) -> dict[str, Any]:
+def flag_help(field: FieldInfo, default: str | None = None) -> str:
+    """A field's description as a flag's help, and its default (``default`` where the
+    command supplies one the field lacks, as ``run`` does the demo model).
+
+    A flag is given without a config file: the paths it takes are relative to the
+    working folder (``base_dir`` is the cwd there), which the description, written
+    for the file, says otherwise.
+    """
+    text = (field.description or "").replace(RELATIVE_TO_CONFIG, "relative to the working folder")
+    return text + (f" (default: {default})" if default is not None else _shown_default(field))
+
+
+def _argument(option: Option, default: str | None = None) -> dict[str, Any]:
     field = option.field
     kind = _base_type(field.annotation)
     origin = typing.get_origin(kind)
     spec: dict[str, Any] = {
         "dest": option.dest,
         "default": argparse.SUPPRESS,
-        "help": (field.description or "") + _shown_default(field),
+        "help": flag_help(field, default),
     }
     if option.cli.metavar:
         spec["metavar"] = option.cli.metavar
@@ -168,13 +180,16 @@ def add_flags(
     sections: tuple[tuple[Path_, type[BaseModel]], ...],
     *,
     only: set[str] | None = None,
+    defaults: Mapping[str, str] | None = None,
 ) -> dict[str, Option]:
-    """A flag for every marked field under ``sections`` (or those named in ``only``)."""
+    """A flag for every marked field under ``sections`` (or those named in ``only``);
+    ``defaults``: the defaults the command supplies, by flag, shown in the help."""
     flags: dict[str, Option] = {}
     for option in options(sections):
         if only is not None and option.cli.flag not in only:
             continue
-        parser.add_argument(option.cli.flag, **_argument(option))
+        shown = (defaults or {}).get(option.cli.flag)
+        parser.add_argument(option.cli.flag, **_argument(option, shown))
         flags[option.cli.flag] = option
     return flags
 
@@ -238,6 +253,8 @@ def run_document(
         set_path(document, (*analytics, "tracking"), {})
     if extras.lines:
         set_path(document, (*analytics, "lines"), [line.model_dump() for line in extras.lines])
+    if extras.zones:
+        set_path(document, (*analytics, "zones"), [zone.model_dump() for zone in extras.zones])
     if extras.on_classes is not None and not extras.secondary:
         raise ConfigError([ConfigIssue("--on-classes", None, "applies to --secondary models")])
     on = {} if extras.on_classes is None else {"on": {"classes": extras.on_classes}}
@@ -259,6 +276,8 @@ class RunExtras:
 
     track: bool = False
     lines: tuple[Any, ...] = ()
+    zones: tuple[Any, ...] = ()
+    """``--zone NAME=X1,Y1,...`` (repeatable): :class:`~vstream.config.analytics.ZoneConfig`."""
     save_video: str | None = None
     clips: Path | None = None
     secondary: tuple[str, ...] = ()
@@ -311,6 +330,16 @@ def line_spec(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def zone_spec(text: str) -> Any:
+    """``--zone NAME=X1,Y1,X2,Y2,X3,Y3,...``."""
+    from vstream.config.analytics import parse_zone_spec
+
+    try:
+        return parse_zone_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def flag_issues(error: ConfigError, flags: dict[str, Option], fallback: str) -> ConfigError:
     """``error`` with each issue's key path replaced by the flag that sets it."""
     by_path = {format_path(o.path): flag for flag, o in flags.items()}
@@ -348,6 +377,7 @@ def build_run_config(
         named = {
             "--source": (*SOURCE, "uri"),
             "--line": (*PIPELINE, "analytics", "lines"),
+            "--zone": (*PIPELINE, "analytics", "zones"),
             # The --appearance model follows the --secondary ones; the more exact path first.
             "--appearance": (*PIPELINE, "secondary", len(extras.secondary)),
             "--secondary": (*PIPELINE, "secondary"),

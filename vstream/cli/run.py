@@ -32,6 +32,7 @@ from vstream.cli.options import (
     line_spec,
     on_classes_help,
     secondary_help,
+    zone_spec,
 )
 from vstream.config.sinks import fill
 from vstream.engine.signals import FORCED_FLUSH_SECONDS
@@ -39,6 +40,12 @@ from vstream.errors import VstreamError
 from vstream.uri import is_live, publish_display, redact
 
 log = logging.getLogger("vstream")
+
+DEFAULTS = {
+    "--model": "vstream://demo.onnx, the bundled demo detector",
+    "--source": "vstream://sample.mp4, the bundled sample video",
+}
+"""What ``run`` reads when not told, as its help names them."""
 
 _FLAGS: dict[str, Any] = {}
 """The flags made from the config models (:mod:`vstream.cli.options`), by flag."""
@@ -73,8 +80,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         run,
         "--source",
         default=argparse.SUPPRESS,
-        help="video file, rtsp:// or http(s):// URL, or /dev/videoN "
-        "(default: the bundled sample video)",
+        help="video file (relative to the working folder), rtsp:// or http(s):// URL, "
+        f"/dev/videoN, or vstream://NAME, a bundled one (default: {DEFAULTS['--source']})",
     )
     _own(
         run,
@@ -113,6 +120,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="count crossings of this segment (pixels; repeatable); 'in' is crossing from the "
         "left of the segment, looking from its start to its end, to its right",
     )  # fmt: skip
+    _own(
+        groups["analytics"], "--zone", type=zone_spec, action="append", default=argparse.SUPPRESS,
+        metavar="NAME=X1,Y1,X2,Y2,X3,Y3,...",
+        help="a zone: polygon corners in order (pixels; repeatable); objects entering, leaving "
+        "and their dwell become events, its occupancy goes in each record",
+    )  # fmt: skip
     cascade = run.add_argument_group("cascade (secondary models)")
     _own(
         cascade, "--secondary", action="append", default=argparse.SUPPRESS, metavar="PATH.onnx",
@@ -127,7 +140,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help=appearance_help(),
     )  # fmt: skip
     for prefix, model in RUN_SECTIONS:
-        _FLAGS.update(add_flags(groups[str(prefix[2])], ((prefix, model),)))
+        _FLAGS.update(add_flags(groups[str(prefix[2])], ((prefix, model),), defaults=DEFAULTS))
     run.set_defaults(handler=run_command)
 
 
@@ -187,6 +200,7 @@ def run_command(args: argparse.Namespace) -> int:
         extras = RunExtras(
             track=getattr(args, "track", False),
             lines=tuple(getattr(args, "line", ())),
+            zones=tuple(getattr(args, "zone", ())),
             save_video=getattr(args, "save_video", None),
             clips=getattr(args, "clips", None),
             secondary=tuple(getattr(args, "secondary", ())),
@@ -238,29 +252,51 @@ def _run(config: Any, base_dir: Path, signals: Any, *, quiet: bool, single: bool
     return status if signals.exit_status is None else signals.exit_status
 
 
+_SHOWN = {"jsonl": "records", "video": "annotated video", "clips": "event clips"}
+
+
 def _outputs(config: Any, engine: Any) -> list[str]:
-    """Where a one-source run put its files, and what its live videos published, for the summary."""
+    """Where the run's records, videos and clips went, for the summary's last line.
+
+    Every sink of every pipeline, once per place (a ``{stream}`` path is a file per
+    stream): files as the user can open them (relative to the working folder when
+    below it, which a config's own relative paths need not be), live videos with what
+    they published, network sinks by their address without credentials.
+    """
+    places: list[str] = []
+    for pipeline in config.pipelines:
+        for sink in pipeline.sinks:
+            for source in pipeline.sources:
+                place = _place(sink, engine, source.id, pipeline.name)
+                if place not in places:
+                    places.append(place)
+    return places
+
+
+def _place(sink: Any, engine: Any, stream: str, pipeline: str) -> str:
+    """Where one sink put one stream's output, as the summary names it."""
     from vstream.sinks.video.writer import VideoWriterStats, publish_outcome
 
-    shown = {"jsonl": "records", "video": "annotated video", "clips": "event clips"}
-    pipeline = config.pipelines[0]
-    places = []
-
     def filled(template: str) -> str:
-        return fill(template, stream=pipeline.sources[0].id, pipeline=pipeline.name)
+        return fill(template, stream=stream, pipeline=pipeline)
 
-    for sink in pipeline.sinks:
-        if sink.type == "video" and sink.live:
-            target = publish_display(filled(sink.path))
-            # No counters: the writer never opened, as no frame reached it.
-            stats = engine.finished_videos().get(target, VideoWriterStats())
-            places.append(f"annotated video {publish_outcome(target, stats)}")
-        elif sink.type in shown:
-            path = Path(filled(getattr(sink, "path", None) or sink.directory))
-            with contextlib.suppress(ValueError):
-                path = path.relative_to(Path.cwd())
-            places.append(f"{shown[sink.type]} {path}")
-    return places
+    if sink.type == "stdout":
+        return "records on stdout"
+    if sink.type == "mqtt":
+        return f"records to mqtt {sink.host}:{sink.port} topic {filled(sink.topic)}"
+    if sink.type == "redis":
+        return f"records to redis {redact(sink.url)} stream {filled(sink.stream)}"
+    if sink.type == "webhook":
+        return f"records to webhook {redact(sink.url)}"
+    if sink.type == "video" and sink.live:
+        target = publish_display(filled(sink.path))
+        # No counters: the writer never opened, as no frame reached it.
+        stats = engine.finished_videos().get(target, VideoWriterStats())
+        return f"annotated video {publish_outcome(target, stats)}"
+    path = Path(filled(getattr(sink, "path", None) or sink.directory))
+    with contextlib.suppress(ValueError):
+        path = path.relative_to(Path.cwd())
+    return f"{_SHOWN[sink.type]} {path}"
 
 
 def _expected_frames(engine: Any) -> int | None:
@@ -328,10 +364,8 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
         for line, directions in totals.items():
             counted = {d: sum(by_class.values()) for d, by_class in directions.items()}
             log.info("%s: line %s: %d in, %d out", reader.id, line, counted["in"], counted["out"])
-    if single and not quiet and not failures:
-        written = _outputs(config, engine)
-        if written:
-            log.info("outputs: %s", "; ".join(written))
+    if not quiet and not failures:
+        log.info("outputs: %s", "; ".join(_outputs(config, engine)))
     if failures:  # each was logged once, as one line, where it happened
         return EXIT_BAD_INPUT if isinstance(failures[0], VstreamError) else EXIT_UNEXPECTED
     if received == signal.SIGINT:

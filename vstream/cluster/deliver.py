@@ -150,6 +150,7 @@ class Deliverer:
                 names,
                 pipeline.postprocess.conf,
                 slot.info.keypoint_names.get(stream.pipeline, ()),
+                stream.id,
             )
         result = analyze(stream.analytics, result)
         self.metrics.observe_analytics(stream.pipeline, stream.id, result)

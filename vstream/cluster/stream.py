@@ -239,12 +239,16 @@ def analytics_for(
     class_names: dict[int, str],
     conf: float,
     keypoint_names: tuple[str, ...] = (),
+    stream: str = "",
 ) -> Any:
     """A stream's tracker, lines and zones, or None when the pipeline has none; ``conf`` is
     the pipeline's ``postprocess.conf`` (the records' threshold, which the tracker follows);
-    ``keypoint_names``: a pose model's, for ``anchor_keypoints``."""
+    ``keypoint_names``: a pose model's, for ``anchor_keypoints``; ``stream`` names the stream
+    in warnings."""
     if not config.enabled:
         return None
     from vstream.analytics.stream import StreamAnalytics
 
-    return StreamAnalytics(config, class_names, conf=conf, keypoint_names=keypoint_names)
+    return StreamAnalytics(
+        config, class_names, conf=conf, keypoint_names=keypoint_names, stream=stream
+    )

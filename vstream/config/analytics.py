@@ -282,7 +282,29 @@ class AnalyticsConfig(StrictModel):
         return min(conf, self.effective_tracking.low_score) if self.enabled else conf
 
 
-_LINE_SPEC = re.compile(r"^(?P<name>[^=]*)=(?P<coords>.*)$")
+_SPEC = re.compile(r"^(?P<name>[^=]*)=(?P<coords>.*)$")
+
+
+def _spec_numbers(spec: str, what: str, form: str, example: str) -> tuple[str, list[float]]:
+    """The name and the numbers of ``NAME=N,N,...`` (the ``--line`` and ``--zone`` flags)."""
+    match = _SPEC.match(spec.strip())
+    if match is None:
+        raise ValueError(f"{what} {spec!r}: expected {form}, e.g. {example}")
+    name = match["name"].strip()
+    if not re.match(NAME_PATTERN, name):
+        raise ValueError(
+            f"{what} {spec!r}: name {name!r} must start with a letter or digit and have at most "
+            "64 letters, digits, '_', '.' or '-'"
+        )
+    parts = [part.strip() for part in match["coords"].split(",")]
+    try:
+        return name, [float(part) for part in parts]
+    except ValueError:
+        raise ValueError(f"{what} {spec!r}: {form.partition('=')[2]} must be numbers") from None
+
+
+def _reasons(exc: ValidationError) -> str:
+    return "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
 
 
 def parse_line_spec(spec: str) -> LineConfig:
@@ -290,27 +312,34 @@ def parse_line_spec(spec: str) -> LineConfig:
 
     Raises ValueError with a message that names the problem.
     """
-    match = _LINE_SPEC.match(spec.strip())
-    if match is None:
-        raise ValueError(f"line {spec!r}: expected NAME=X1,Y1,X2,Y2, e.g. gate=10,200,630,200")
-    name = match["name"].strip()
-    if not re.match(NAME_PATTERN, name):
-        raise ValueError(
-            f"line {spec!r}: name {name!r} must start with a letter or digit and have at most "
-            "64 letters, digits, '_', '.' or '-'"
-        )
-    parts = [part.strip() for part in match["coords"].split(",")]
-    if len(parts) != 4:
-        raise ValueError(f"line {spec!r}: expected 4 numbers X1,Y1,X2,Y2, got {len(parts)}")
-    try:
-        x1, y1, x2, y2 = (float(part) for part in parts)
-    except ValueError:
-        raise ValueError(f"line {spec!r}: X1,Y1,X2,Y2 must be numbers") from None
+    name, numbers = _spec_numbers(spec, "line", "NAME=X1,Y1,X2,Y2", "gate=10,200,630,200")
+    if len(numbers) != 4:
+        raise ValueError(f"line {spec!r}: expected 4 numbers X1,Y1,X2,Y2, got {len(numbers)}")
+    x1, y1, x2, y2 = numbers
     try:
         return LineConfig(name=name, start=(x1, y1), end=(x2, y2))
     except ValidationError as exc:
-        reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
-        raise ValueError(f"line {spec!r}: {reasons}") from None
+        raise ValueError(f"line {spec!r}: {_reasons(exc)}") from None
+
+
+def parse_zone_spec(spec: str) -> ZoneConfig:
+    """``NAME=X1,Y1,X2,Y2,X3,Y3,...`` (the ``--zone`` flag): a polygon's corners in order.
+
+    Raises ValueError with a message that names the problem.
+    """
+    name, numbers = _spec_numbers(
+        spec, "zone", "NAME=X1,Y1,X2,Y2,X3,Y3,...", "dock=0,0,200,0,200,150,0,150"
+    )
+    if len(numbers) < 6 or len(numbers) % 2:
+        raise ValueError(
+            f"zone {spec!r}: expected an even count of numbers, at least 6 (3 corners x, y), "
+            f"got {len(numbers)}"
+        )
+    points = list(zip(numbers[::2], numbers[1::2], strict=True))
+    try:
+        return ZoneConfig(name=name, points=points)
+    except ValidationError as exc:
+        raise ValueError(f"zone {spec!r}: {_reasons(exc)}") from None
 
 
 __all__ = [
@@ -321,4 +350,5 @@ __all__ = [
     "TrackingConfig",
     "ZoneConfig",
     "parse_line_spec",
+    "parse_zone_spec",
 ]

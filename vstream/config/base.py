@@ -30,6 +30,8 @@ from pydantic import (
     ValidationInfo,
 )
 
+from vstream.assets import bundled, is_bundled
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 """Stream, pipeline, sink, line and zone names: safe in metric labels, topics and URLs."""
 
@@ -164,6 +166,11 @@ def empty_as_none(value: Any) -> Any:
 EmptyIsNone = BeforeValidator(empty_as_none)
 
 
+RELATIVE_TO_CONFIG = "relative to the config file"
+"""How descriptions say where a relative path starts; flags, given without a config file, say
+the working folder instead (:mod:`vstream.cli.options`)."""
+
+
 def base_dir(info: ValidationInfo) -> Path:
     """The directory relative paths are resolved against: the config file's, else the cwd."""
     context = info.context or {}
@@ -171,13 +178,24 @@ def base_dir(info: ValidationInfo) -> Path:
 
 
 def resolve_path(value: str, info: ValidationInfo) -> Path:
-    """``value`` as an absolute, normalised path (relative to :func:`base_dir`)."""
+    """``value`` as an absolute, normalised path (relative to :func:`base_dir`).
+
+    A ``vstream://`` address names a bundled file to read (:func:`input_path`); as a
+    place to write or a folder it is refused, rather than read as a relative path.
+    """
+    if is_bundled(value):
+        raise ValueError(f"{value}: vstream:// names a bundled file to read, not a place to write")
     path = Path(value).expanduser()
     return (path if path.is_absolute() else base_dir(info) / path).resolve()
 
 
+def input_path(value: str, info: ValidationInfo) -> Path:
+    """A file to read: a bundled one (``vstream://demo.onnx``), else :func:`resolve_path`."""
+    return bundled(value) if is_bundled(value) else resolve_path(value, info)
+
+
 def existing_file(value: str, info: ValidationInfo, what: str) -> str:
-    path = resolve_path(value, info)
+    path = input_path(value, info)
     if not path.is_file():
         raise ValueError(f"{what} not found: {path}")
     return str(path)

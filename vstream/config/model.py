@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from vstream.config.base import (
+    RELATIVE_TO_CONFIG,
     Cli,
     EmptyIsNone,
     Flag,
@@ -186,7 +187,8 @@ class ModelConfig(StrictModel):
     """The ONNX detector shared by a pipeline's sources."""
 
     path: Annotated[str, Cli("--model")] = Field(
-        max_length=4096, description="ONNX file, relative to the config file"
+        max_length=4096,
+        description=f"ONNX file, {RELATIVE_TO_CONFIG}, or vstream://NAME for a bundled one",
     )
     imgsz: Annotated[ImageSize, Cli("--imgsz")] = Field(
         None, description="input size for dynamic models: 640 or [h, w]; default: the model's"
@@ -322,7 +324,7 @@ class RuntimeOptions(StrictModel):
         None,
         max_length=4096,
         description="folder of TensorRT's engines (a folder per model content and engine "
-        "options) and timing cache, relative to the config file; made when needed; default: "
+        f"options) and timing cache, {RELATIVE_TO_CONFIG}; made when needed; default: "
         "$XDG_CACHE_HOME/vstream/tensorrt, else ~/.cache/vstream/tensorrt",
     )
     batch_size: Annotated[Int(1, MAX_BATCH) | None, Cli("--batch")] = Field(

@@ -47,6 +47,10 @@ from vstream.config.sinks import FRAME_SINK_TYPES, SinkConfig
 from vstream.config.sources import SourceConfig
 from vstream.cores import PROCESS_FRAMES_PER_SECOND, counted_decoder_threads
 
+CALLER_TAKES_RECORDS = "caller_takes_records"
+"""Validation context key: the records go to the caller (:func:`vstream.detect`), so a
+pipeline without sinks has somewhere to send them."""
+
 
 class PipelineConfig(StrictModel):
     """One model shared by its sources, and where the records go."""
@@ -70,11 +74,22 @@ class PipelineConfig(StrictModel):
         default_factory=AnalyticsConfig,
         description="tracking, counting lines and zones; off unless asked for",
     )
-    sinks: list[SinkConfig] = Field(min_length=1, max_length=32)
+    sinks: list[SinkConfig] = Field(
+        default_factory=list,
+        max_length=32,
+        validate_default=True,
+        description="where the records go: at least one (vstream.detect() hands them to its "
+        "caller, so there they may be left out)",
+    )
 
     @field_validator("sinks")
     @classmethod
-    def _unique_sink_names(cls, sinks: list[Any]) -> list[Any]:
+    def _unique_sink_names(cls, sinks: list[Any], info: ValidationInfo) -> list[Any]:
+        if not sinks and not (info.context or {}).get(CALLER_TAKES_RECORDS):
+            raise ValueError(
+                "at least one sink is needed, else the records go nowhere: "
+                "jsonl, stdout, mqtt, redis, webhook (video and clips beside them)"
+            )
         seen: dict[str, int] = {}
         for index, sink in enumerate(sinks):
             name = sink.name or sink.type

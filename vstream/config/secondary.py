@@ -24,6 +24,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from vstream.config.base import (
+    RELATIVE_TO_CONFIG,
     Flag,
     Int,
     Name,
@@ -83,7 +84,11 @@ class SecondaryConfig(StrictModel):
     """One secondary model: what it is, which detections it reads, and how often."""
 
     name: Name = Field(description="the attribute's name in records (``attributes: {name: ...}``)")
-    path: str = Field(max_length=4096, description="ONNX file, relative to the config file")
+    path: str = Field(
+        max_length=4096,
+        description=f"ONNX file, {RELATIVE_TO_CONFIG}, or vstream://NAME for a bundled one "
+        "(vstream://colour.onnx, vstream://appearance.onnx)",
+    )
     kind: Literal["classifier", "embedding"] = Field(
         "classifier",
         description="classifier: a label and a score per object; embedding: an L2-normalised "

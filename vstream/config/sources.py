@@ -16,8 +16,10 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from vstream.assets import bundled, is_bundled
 from vstream.config.base import (
     MAX_SECONDS,
+    RELATIVE_TO_CONFIG,
     Cli,
     Flag,
     Int,
@@ -192,14 +194,16 @@ def check_source_uri(uri: str, info: ValidationInfo) -> str:
         raise ValueError(f"must not contain control characters, got {shown!r}")
     context = info.context or {}
     allowed = context.get("allowed_paths")
+    if is_bundled(uri):
+        return str(bundled(uri))
     if "://" in uri:
         scheme = uri.split("://", 1)[0].lower()
         if scheme == "file":
             uri = urlsplit(uri).path
         elif scheme not in NETWORK_SCHEMES:
             raise ValueError(
-                f"unsupported scheme {scheme!r} in {shown}; use a file path or one of "
-                + ", ".join(NETWORK_SCHEMES)
+                f"unsupported scheme {scheme!r} in {shown}; use a file path, vstream://NAME "
+                "(a bundled video) or one of " + ", ".join(NETWORK_SCHEMES)
             )
         else:
             credentials = userinfo(uri)
@@ -244,7 +248,8 @@ class SourceConfig(SourceOptions):
     id: Name = Field(description="stream id, used in records, metrics, topics and the API")
     uri: str = Field(
         max_length=4096,
-        description="file path (relative to the config file), rtsp://..., /dev/video0",
+        description=f"file path ({RELATIVE_TO_CONFIG}), vstream://sample.mp4 (the bundled "
+        "sample), rtsp://..., /dev/video0",
     )
 
     @field_validator("uri")

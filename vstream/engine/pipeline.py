@@ -123,8 +123,18 @@ class Pipeline:
         )
 
     @classmethod
-    def from_config(cls, config: PipelineConfig, metrics: Metrics | None = None) -> Pipeline:
-        """The pipeline of a config: its detector loaded and its sinks connected."""
+    def from_config(
+        cls,
+        config: PipelineConfig,
+        metrics: Metrics | None = None,
+        *,
+        collect: bool = False,
+    ) -> Pipeline:
+        """The pipeline of a config: its detector loaded and its sinks connected.
+
+        ``collect``: the first sink is a :class:`ResultQueue` its caller iterates
+        (:func:`vstream.detect`), and the pipeline finishes once its streams end.
+        """
         from vstream.detector import Detector
         from vstream.sinks.factory import build_sink
 
@@ -134,7 +144,7 @@ class Pipeline:
         except ValueError as exc:
             raise ModelError(f"pipeline {config.name}: {exc}") from None
         cascade = _cascade(config.secondary, detector, config.analytics)
-        sinks: list[BufferedSink] = []
+        sinks: list[BufferedSink] = [results_for(detector)] if collect else []  # type: ignore[list-item]
         try:
             for sink in config.sinks:
                 if sink.type not in FRAME_SINK_TYPES:
@@ -150,6 +160,7 @@ class Pipeline:
             runtime=config.runtime,
             sinks=sinks,
             metrics=metrics,
+            finish_when_idle=collect,
             analytics=config.analytics,
             conf=config.postprocess.conf,
             outputs=outputs,
@@ -201,6 +212,7 @@ class Pipeline:
                 self.detector.class_names,
                 conf=self.conf,
                 keypoint_names=self.detector.keypoint_names,
+                stream=reader.id,
             )
         with self._lock:
             failure = self.failure or self.stages.failure
@@ -619,19 +631,18 @@ def detect_iter(
 ) -> Iterator[FrameResult]:
     """Every frame of every source through ``detector`` on the overlapped stages.
 
-    What :func:`vstream.detect` runs, and the way to run a
-    :class:`~vstream.detector.Detector` over any iterables of frames
-    (``detect_iter(detector, [frames])``): the same readers, stages and error
-    semantics as ``vstream run``. Each source's
-    results come in its own order. A stream that fails stops alone; the
-    first failure is raised once every other frame has its result. Leaving
-    the iteration early stops every thread before it returns. ``secondary``:
-    the cascade's models, run on every detection they select (no tracking).
+    The way to run a :class:`~vstream.detector.Detector` over any iterables of
+    frames (``detect_iter(detector, [frames])``): the same readers, stages and error
+    semantics as ``vstream run``. Each source's results come in its own order. A
+    stream that fails stops alone; the first failure is raised once every other
+    frame has its result. Leaving the iteration early stops every thread before it
+    returns. ``secondary``: the cascade's models, run on every detection they select
+    (no tracking; :func:`vstream.detect` runs a whole pipeline's options).
     """
     if not sources:
         return
     cascade = _cascade(secondary, detector)
-    results = ResultQueue(capacity=max(1, detector.batch_size * detector.buffers))
+    results = results_for(detector)
     pipeline = Pipeline(
         "detect",
         detector,
@@ -640,6 +651,19 @@ def detect_iter(
         finish_when_idle=True,
         cascade=cascade,
     )
+    yield from iterate(pipeline, results, sources)
+
+
+def results_for(detector: Detector) -> ResultQueue:
+    """The queue a caller iterates, holding what the detector's buffers can have in flight."""
+    return ResultQueue(capacity=max(1, detector.batch_size * detector.buffers))
+
+
+def iterate(
+    pipeline: Pipeline, results: ResultQueue, sources: Sequence[Iterable[Frame] | SourceConfig]
+) -> Iterator[FrameResult]:
+    """Start ``pipeline`` on ``sources`` and yield its ``results`` until every stream ends;
+    then raise the first failure, if any (see :func:`detect_iter`)."""
     pipeline.start()
     readers = [
         pipeline.add_stream(source)

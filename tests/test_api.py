@@ -1,0 +1,125 @@
+"""The Python API at the CLI's level: every pipeline option through ``vstream.detect()``,
+checked by the pipelines file's models, and pictures as other tools hold them."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import vstream
+from vstream.api import accepted_options
+from vstream.config import ConfigError, parse_config
+from vstream.frame import as_frame
+
+SAMPLE = "vstream://sample.mp4"
+
+
+def file_message(pipeline_yaml: str) -> str:
+    """What a pipelines file with this pipeline (indented keys) is refused with, less its path."""
+    text = (
+        "pipelines:\n  - name: p\n    model: {path: vstream://demo.onnx}\n"
+        "    sinks: [{type: stdout}]\n" + pipeline_yaml
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text)
+    return str(caught.value).split(": ", 2)[-1]
+
+
+@pytest.mark.parametrize(
+    "options, where, in_file",
+    [
+        ({"detect_every": 0}, "detect_every",
+         "    sources: [{id: s, uri: vstream://sample.mp4, detect_every: 0}]\n"),
+        ({"tracking": {"track_buffer_seconds": 0}}, "analytics.tracking.track_buffer_seconds",
+         "    analytics: {tracking: {track_buffer_seconds: 0}}\n"),
+        ({"lines": [{"name": "g", "start": [0, 0], "end": [0, 0]}]}, "analytics.lines[0]",
+         "    analytics: {lines: [{name: g, start: [0, 0], end: [0, 0]}]}\n"),
+        ({"zones": [{"name": "z", "points": [[0, 0], [1, 1], [2, 2]]}]}, "analytics.zones[0]",
+         "    analytics: {zones: [{name: z, points: [[0, 0], [1, 1], [2, 2]]}]}\n"),
+        ({"secondary": [{"name": "c", "path": "vstream://colour.onnx", "kind": "embedding"}],
+          "tracking": {"appearance": "nope"}}, "",
+         "    secondary: [{name: c, path: vstream://colour.onnx, kind: embedding}]\n"
+         "    analytics: {tracking: {appearance: nope}}\n"),
+        ({"sinks": [{"type": "jsonl"}]}, "sinks[0].path", None),
+    ],
+    ids=["cadence", "tracking", "line", "zone", "appearance", "sink"],
+)  # fmt: skip
+def test_detect_checks_every_option_as_the_file_does(options, where, in_file) -> None:
+    with pytest.raises(ConfigError) as caught:
+        vstream.detect(SAMPLE, **options)
+    message = str(caught.value)
+    assert message.startswith(f"{where}: " if where else "")
+    if in_file is not None:
+        assert message.split(": ", 1 if where else 0)[-1].endswith(file_message(in_file))
+
+
+def test_detect_refuses_an_unknown_keyword_listing_every_one_taken() -> None:
+    with pytest.raises(TypeError) as caught:
+        vstream.detect(SAMPLE, track_every=2)
+    listed = str(caught.value).split("options are: ")[1].split(", ")
+    assert listed == accepted_options()
+    for name in ("detect_every", "tracking", "track", "lines", "zones", "secondary", "sinks",
+                 "motion", "conf", "batch_size", "loop", "anchor", "channels"):  # fmt: skip
+        assert name in listed
+    with pytest.raises(ConfigError, match="zone 'dock=0,0,1,1': expected an even count"):
+        vstream.detect(SAMPLE, zones=["dock=0,0,1,1"])
+    with pytest.raises(TypeError, match=r"source options \['detect_every'\] need a path"):
+        vstream.detect([np.zeros((8, 8, 3), np.uint8)], detect_every=2)
+
+
+@pytest.fixture(scope="module")
+def opencv_frames() -> list[np.ndarray]:
+    """The sample's first frames as OpenCV decodes them: BGR, FFmpeg's conversion."""
+    cv2 = pytest.importorskip("cv2")
+    capture = cv2.VideoCapture(str(vstream.assets.SAMPLE_VIDEO))
+    frames = [capture.read()[1] for _ in range(4)]
+    capture.release()
+    return frames
+
+
+def test_detector_takes_numpy_and_torch_pictures_in_either_channel_order(opencv_frames) -> None:
+    """OpenCV's BGR arrays give the detections of vstream's own decode of the same file."""
+    import torch
+
+    from vstream.sources.file import VideoFileSource
+
+    detector = vstream.Detector("vstream://demo.onnx", device="cpu", batch_size=4)
+    own = list(itertools.islice(VideoFileSource(str(vstream.assets.SAMPLE_VIDEO)), 4))
+    expected = [r.detections for r in detector.detect(own)]
+    rgb = [f[..., ::-1] for f in opencv_frames]
+    for pictures, channels in [
+        (opencv_frames, None),
+        (rgb, "rgb"),
+        ([torch.from_numpy(f.copy()) for f in rgb], None),
+        ([torch.from_numpy(f.copy()).permute(2, 0, 1) for f in rgb], None),
+        ([torch.from_numpy(f.copy()) for f in opencv_frames], "bgr"),
+    ]:
+        results = detector.detect(pictures, channels=channels)
+        for result, want in zip(results, expected, strict=True):
+            np.testing.assert_allclose(result.detections.xyxy, want.xyxy, atol=0.01)
+            assert result.detections.labels == want.labels
+    # The order matters: the same array read the other way round is another picture.
+    swapped = detector.detect(opencv_frames, channels="rgb")
+    assert any(
+        len(s.detections) != len(w) or not np.allclose(s.detections.confidence, w.confidence)
+        for s, w in zip(swapped, expected, strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    "picture, message",
+    [
+        (np.zeros((360, 640, 3), np.float32), r"a numpy picture must be \(H, W, 3\) uint8, got "
+         r"shape \(360, 640, 3\) float32"),
+        (np.zeros((360, 640), np.uint8), r"got shape \(360, 640\) uint8"),
+        (np.zeros((4, 360, 640), np.uint8), r"got shape \(4, 360, 640\)"),
+        ([[0, 0, 0]], "expected a Frame, a numpy array or a torch tensor, got list"),
+    ],
+)  # fmt: skip
+def test_a_picture_of_another_layout_is_refused_naming_it(picture, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        as_frame(picture)
+    with pytest.raises(ValueError, match="channels must be 'bgr' or 'rgb', got 'BGR'"):
+        as_frame(np.zeros((2, 2, 3), np.uint8), "BGR")  # type: ignore[arg-type]
