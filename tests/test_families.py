@@ -181,6 +181,50 @@ def test_ultralytics_rtdetr_topk_rows(tmp_path: Path) -> None:
     check(family_model(tmp_path / "m.onnx", {"output0": raw}, metadata=metadata), "rtdetr_topk")
 
 
+TWO = {0: "person", 1: "car"}
+
+
+def two_class_rtdetr(tmp_path: Path, **metadata: str) -> Path:
+    """Ultralytics 8.4's RT-DETR export of a two-class model: [B, 300, 6] top-k rows, the
+    class in the last column (1.0 for frame 0's box), exactly as wide as 8.3's 4 + 2."""
+    raw = np.zeros((2, 300, 6), np.float32)
+    for frame, (box, (_, _, score)) in enumerate(
+        zip(input_boxes(320, "stretch"), TRUTH, strict=True)
+    ):
+        raw[frame, 0] = [*(np.array(cxcywh(box)) / 320), score, 1 - frame]
+    base = {"names": str(TWO), "stride": "32", "head": "RTDETRDecoder", "end2end": "False"}
+    return family_model(tmp_path / "m.onnx", {"output0": raw}, metadata={**base, **metadata})
+
+
+def test_two_class_rtdetr_topk_told_from_the_raw_layout_by_the_version(tmp_path: Path) -> None:
+    """Read as 4 + 2 class scores, the class column became a score: boxes at 1.0."""
+    model = two_class_rtdetr(tmp_path, version="8.4.190")
+    detector = Detector(model, device="cpu", batch_size=2)
+    assert detector.output_format.value == "rtdetr_topk", detector.recognition.reasons
+    assert "Ultralytics 8.4.190" in detector.recognition.reasons[0]
+    for result, (box, _, score), class_id in zip(
+        detector.detect(frames()), TRUTH, (1, 0), strict=True
+    ):
+        (det,) = result.detections
+        assert (det.class_id, det.label) == (class_id, TWO[class_id])
+        assert det.score == pytest.approx(score, abs=1e-5)
+        assert det.bbox == pytest.approx(box, abs=1e-3)
+    old = Detector(two_class_rtdetr(tmp_path, version="8.3.40"), device="cpu")
+    assert old.output_format.value == "rtdetr"
+
+
+def test_two_class_rtdetr_without_a_version_is_refused_naming_format(tmp_path: Path) -> None:
+    model = two_class_rtdetr(tmp_path)
+    with pytest.raises(ModelError, match="--format rtdetr or --format rtdetr_topk"):
+        Detector(model, device="cpu")
+    result = run_cli("info", model)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if "error" in line]
+    assert "[B, 300, 6]" in error
+    forced = Detector(model, device="cpu", format="rtdetr_topk")
+    assert [r.detections.class_id.tolist() for r in forced.detect(frames()[:1])] == [[1]]
+
+
 def test_rf_detr_boxes_and_logits_with_imagenet_normalisation(tmp_path: Path) -> None:
     dets = np.zeros((2, 300, 4), np.float32)
     labels = np.full((2, 300, NC), -10.0, np.float32)

@@ -32,6 +32,9 @@ END_TO_END_MAX_DETECTIONS = 1000
 have thousands of rows), unless K is a dense head's G or 3 G at the input size: a one-class
 YOLOX or YOLOv5 at a small input."""
 
+RTDETR_TOPK_FROM = (8, 4)
+"""The first Ultralytics release whose RT-DETR export writes top-k rows ``[B, K, 6]``."""
+
 STRIDES = (8, 16, 32)
 """Strides of the dense heads (YOLOv5, YOLOX, YOLO-NAS) whose row count identifies them."""
 
@@ -203,6 +206,47 @@ def _metadata_family(metadata: Mapping[str, str]) -> tuple[OutputFormat | None, 
     return None, ""
 
 
+def _ultralytics_version(metadata: Mapping[str, str]) -> tuple[int, int] | None:
+    """(major, minor) of the Ultralytics release that exported the model (its ``version``)."""
+    parts = metadata.get("version", "").strip().split(".")
+    if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+        return int(parts[0]), int(parts[1])
+    return None
+
+
+def _rtdetr_layout(
+    rows: int, cols: int, metadata: Mapping[str, str], class_names: int
+) -> tuple[OutputFormat, str]:
+    """Which of Ultralytics' two RT-DETR outputs ``[B, rows, cols]`` is, and why.
+
+    Up to 8.3 it is every query's class scores (``4 + nc`` columns); from 8.4 the
+    top-k rows ``cx cy w h score class`` (6 columns). Six columns are both for two
+    classes, so the metadata decides: the release, else ``end2end``, else the
+    number of class names. Where none of them tells, guessing would read a class
+    column as a score (every box at 1.0), so the model is refused.
+    """
+    if cols != 6:
+        return OutputFormat.RTDETR, f"output [B, {rows} queries, 4+{cols - 4}]"
+    version = _ultralytics_version(metadata)
+    if version is not None:
+        topk = version >= RTDETR_TOPK_FROM
+        return (OutputFormat.RTDETR_TOPK if topk else OutputFormat.RTDETR), (
+            f"output [B, {rows}, 6] exported by Ultralytics {metadata['version'].strip()}: "
+            + ("top-k cx cy w h score class rows (from 8.4)" if topk else "4+2 class scores")
+        )
+    if metadata.get("end2end", "").lower() == "true":
+        return OutputFormat.RTDETR_TOPK, f"output [B, {rows}, 6], metadata end2end=True: top-k rows"
+    if class_names not in (0, 2):
+        return OutputFormat.RTDETR_TOPK, (
+            f"output [B, {rows}, 6] with {class_names} class names (not 4+nc): top-k rows"
+        )
+    raise ModelError(
+        f"an Ultralytics RT-DETR output [B, {rows}, 6] is two classes' scores (to 8.3) or "
+        f"top-k rows (from 8.4), and the metadata has no version to tell which: "
+        "set --format rtdetr or --format rtdetr_topk (model.format)"
+    )
+
+
 def _one_output(
     out: OutputInfo, input_size: tuple[int, int], metadata: Mapping[str, str], class_names: int
 ) -> tuple[OutputFormat, str]:
@@ -211,13 +255,9 @@ def _one_output(
     _, rows, cols = out.shape
     cells = grid_cells(input_size)
     named, why = _metadata_family(metadata)
-    if named is OutputFormat.RTDETR and cols == 6 and class_names != 2:
-        return OutputFormat.RTDETR_TOPK, why + (
-            f"; output [B, {rows}, 6] with {class_names or 'no'} class names: the top-k "
-            "cx cy w h score class rows of Ultralytics 8.4+"
-        )
     if named is OutputFormat.RTDETR and cols > 4:
-        return named, why + f"; output [B, {rows} queries, 4+{cols - 4}]"
+        fmt, layout = _rtdetr_layout(rows, cols, metadata, class_names)
+        return fmt, f"{why}; {layout}"
     if named is OutputFormat.END_TO_END and cols == 6:
         return named, why + f"; output [B, {rows}, 6]"
     if cols == 6 and rows <= END_TO_END_MAX_DETECTIONS and rows not in (cells, 3 * cells):
