@@ -240,6 +240,68 @@ def test_rf_detr_boxes_and_logits_with_imagenet_normalisation(tmp_path: Path) ->
     assert detector.letterboxer.input[0, 0, 0, 0].item() == pytest.approx(black, abs=1e-3)
 
 
+def detr_outputs(columns: int) -> tuple[np.ndarray, np.ndarray]:
+    """transformers' ``pred_boxes`` (every query somewhere in the frame) and ``logits``, all
+    zero: the tests write the queries that should become boxes."""
+    boxes = np.tile(np.array([0.5, 0.5, 0.2, 0.2], np.float32), (2, 300, 1))
+    return boxes, np.zeros((2, 300, columns), np.float32)
+
+
+def test_detr_softmax_with_its_no_object_class_recognised_from_the_logits_width(
+    tmp_path: Path,
+) -> None:
+    """transformers' DETR: softmax over nc + 1 columns, the last "no object", dropped.
+
+    Read as sigmoids, every query became a box scoring about 1.0, mostly of the
+    no-object class."""
+    boxes, logits = detr_outputs(NC + 1)
+    logits[..., NC] = 6.0  # every query: no object (a real class at 0.0025)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(320, "stretch"), TRUTH, strict=True)
+    ):
+        boxes[frame, 7] = np.array(cxcywh(box)) / 320
+        logits[frame, 7, NC] = 0.0  # the others at 0: p = e^L / (e^L + NC)
+        logits[frame, 7, cls] = math.log(score * NC / (1 - score))
+    model = family_model(tmp_path / "detr.onnx", {"logits": logits, "pred_boxes": boxes})
+    detector = check(model, "detr", class_names=list(NAMES.values()))
+    assert detector.recognition.no_object
+    assert "DETR's no-object class" in detector.recognition.reasons[-1]
+    # Another name (RF-DETR's labels, often N + 1 sigmoid columns): sigmoid unless set.
+    renamed = family_model(tmp_path / "rf.onnx", {"labels": logits, "dets": boxes})
+    assert not Detector(renamed, device="cpu").recognition.no_object
+    check(renamed, "detr", class_names=list(NAMES.values()), scores="softmax")
+
+
+def test_detr_sigmoid_scores_take_the_best_of_queries_x_classes(tmp_path: Path) -> None:
+    """transformers' RT-DETR, D-FINE (and RF-DETR's own export): the top-k over queries x
+    classes, so one query gives a box for each class above conf; max_det bounds it, after
+    the class filter."""
+    boxes, logits = detr_outputs(NC)
+    logits[:] = -10.0
+    box = input_boxes(320, "stretch")[0]
+    boxes[0, 42] = np.array(cxcywh(box)) / 320
+    logits[0, 42, 2], logits[0, 42, 0] = logit(0.9), logit(0.6)
+    model = family_model(tmp_path / "rtdetr.onnx", {"logits": logits, "pred_boxes": boxes})
+
+    def found(**options) -> list[tuple[int, float]]:
+        detector = Detector(model, device="cpu", class_names=list(NAMES.values()), **options)
+        assert not detector.recognition.no_object
+        (result,) = detector.detect(frames()[:1])
+        assert all(d.bbox == pytest.approx(TRUTH[0][0], abs=1e-3) for d in result.detections)
+        return [(d.class_id, round(d.score, 4)) for d in result.detections]
+
+    assert found() == [(2, 0.9), (0, 0.6)]
+    assert found(max_det=1) == [(2, 0.9)]
+    assert found(max_det=1, classes=[0]) == [(0, 0.6)]
+
+
+def test_scores_is_refused_for_families_without_logits(tmp_path: Path) -> None:
+    raw = np.zeros((1, 300, 6), np.float32)
+    model = family_model(tmp_path / "m.onnx", {"output0": raw}, metadata=ULTRALYTICS)
+    with pytest.raises(ModelError, match=r"model.scores \(softmax\) is for the detr format"):
+        Detector(model, device="cpu", scores="softmax")
+
+
 def test_dfine_labels_boxes_scores_with_orig_target_sizes_bound_once(tmp_path: Path) -> None:
     """D-FINE / DEIM / RT-DETR (lyuwenyu): boxes scaled in the graph by orig_target_sizes."""
     labels = np.zeros((2, 300), np.int64)

@@ -168,6 +168,7 @@ class Detector:
             self.model.device,
             self.model.input_size,
             self.recognition.order,
+            self.recognition.no_object,
         )
         self.fixed_shapes = (
             FixedShapes(self.postprocessor) if self.model.device.type == "cuda" else None
@@ -197,7 +198,8 @@ class Detector:
             spec.metadata,
             [i.name for i in spec.size_inputs],
             OutputFormat(model.format) if model.format is not None else None,
-            len(spec.class_names),
+            len(model.names() or spec.class_names),
+            model.scores,
         )
 
     def _class_names(
@@ -209,7 +211,7 @@ class Detector:
             names = {int(k): str(v) for k, v in given.items()}
         else:
             names = dict(enumerate(given))
-        expected = class_count(self.output_format, shapes)
+        expected = class_count(self.output_format, shapes, self.recognition.no_object)
         if names and expected is not None and len(names) != expected:
             raise ModelError(
                 f"{self.model.spec.path.name}: {len(names)} class names for a model "

@@ -59,6 +59,10 @@ class OutputFormat(str, enum.Enum):
     """boxes ``[B, G, 4]`` xyxy input pixels + scores ``[B, G, nc]`` (YOLO-NAS, without NMS)."""
 
 
+DetrScores = Literal["sigmoid", "softmax"]
+"""How a ``detr`` model's logits become scores: a sigmoid per class (RT-DETR, D-FINE,
+RF-DETR), or a softmax whose last class is "no object" (DETR)."""
+
 ResizeMode = Literal["letterbox", "stretch"]
 """How a frame becomes the model input: scaled whole with padding, or stretched to fill it."""
 
@@ -224,6 +228,13 @@ class ModelConfig(StrictModel):
         None,
         description="detector family (output layout); default: recognised from the output "
         "names and shapes, the input size and the metadata (vstream info says why)",
+    )
+    scores: Annotated[DetrScores | None, Cli("--scores")] = Field(
+        None,
+        description="detr format: how the logits become scores: sigmoid per class, the best "
+        "max_det of queries x classes (RT-DETR, D-FINE, RF-DETR), or softmax with a last "
+        "no-object class, dropped, one class per query (DETR); default: softmax where the "
+        "output 'logits' has one column more than the class names",
     )
     class_names: Annotated[
         list[ClassName] | dict[Annotated[str, Field(pattern=r"^\d{1,6}$")], ClassName] | None,

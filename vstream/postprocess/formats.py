@@ -24,7 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from vstream.config.model import OutputFormat, ResizeMode  # defined with the options, read here
+from vstream.config.model import (  # defined with the options, read here
+    DetrScores,
+    OutputFormat,
+    ResizeMode,
+)
 from vstream.errors import ModelError
 
 END_TO_END_MAX_DETECTIONS = 1000
@@ -175,6 +179,10 @@ class Recognition:
     order: tuple[int, ...]
     """Model output positions in the order the decoder takes them (see :func:`decode_order`)."""
     reasons: tuple[str, ...]
+    no_object: bool = False
+    """``detr`` only: the logits end with DETR's "no object" class, so scores are their
+    softmax without it (one class per query); else a sigmoid per class, top-k over queries
+    x classes."""
 
 
 def grid_cells(input_size: tuple[int, int]) -> int:
@@ -344,13 +352,71 @@ def recognise(
     extra_inputs: Sequence[str] = (),
     forced: OutputFormat | None = None,
     class_names: int = 0,
+    scores: DetrScores | None = None,
 ) -> Recognition:
     """The family of a model with these outputs at ``input_size`` ``(height, width)``.
 
     ``forced`` (``model.format``) skips the guess but still checks the shapes fit;
-    ``class_names`` is how many the metadata names (0: none).
+    ``class_names`` is how many the config or the model names (0: none); ``scores``
+    (``model.scores``) says how a ``detr``'s logits become scores, else the layout does
+    (:func:`detr_scores`).
     """
-    metadata = metadata or {}
+    found = _recognise(outputs, input_size, metadata or {}, extra_inputs, forced, class_names)
+    if found.format is OutputFormat.DETR:
+        return detr_scores(found, outputs[found.order[1]], class_names, scores)
+    if scores is not None:
+        raise ModelError(
+            f"model.scores ({scores}) is for the detr format; this model is {found.format.value}"
+        )
+    return found
+
+
+def detr_scores(
+    found: Recognition, logits: OutputInfo, class_names: int, scores: DetrScores | None
+) -> Recognition:
+    """``found`` with its score rule: ``scores`` where given, else softmax where the output
+    is transformers' ``logits`` and holds one column more than the class names (DETR's
+    "no object"), else sigmoid.
+
+    The name is required too: RF-DETR and D-FINE trained on N classes often carry N + 1
+    sigmoid columns (``labels``, ``pred_logits``), which a softmax would flatten.
+    """
+    width = logits.shape[-1]
+    if scores is not None:
+        why = f"model.scores is {scores}"
+    elif logits.name == "logits" and class_names and width == class_names + 1:
+        scores = "softmax"
+        why = (
+            f"'logits' holds {width} columns for {class_names} class names: the last is "
+            "DETR's no-object class"
+        )
+    else:
+        scores = "sigmoid"
+        why = f"{width} class columns for {class_names or 'no'} class names"
+    rule = (
+        "softmax, no-object class dropped: one class per query"
+        if scores == "softmax"
+        else "sigmoid, the best of queries x classes"
+    )
+    if scores == "softmax" and width < 2:
+        raise ModelError(
+            f"softmax scores need a class and the no-object class; {logits.name!r} "
+            f"has {width} column"
+        )
+    return Recognition(
+        found.format, found.order, (*found.reasons, f"scores: {rule} ({why})"), scores == "softmax"
+    )
+
+
+def _recognise(
+    outputs: Sequence[OutputInfo],
+    input_size: tuple[int, int],
+    metadata: Mapping[str, str],
+    extra_inputs: Sequence[str],
+    forced: OutputFormat | None,
+    class_names: int,
+) -> Recognition:
+    """The family alone, as :func:`recognise` finds it."""
     if forced is not None and FAMILIES[forced].outputs == 1:
         check_output_shape(forced, outputs[0].shape)
         return Recognition(forced, (0,), (f"model.format is {forced.value}",))
@@ -365,8 +431,11 @@ def recognise(
     return _several_outputs(outputs, input_size, extra_inputs)
 
 
-def class_count(fmt: OutputFormat, shapes: Sequence[tuple[int, ...]]) -> int | None:
-    """Number of classes the outputs carry (in decoder order), or None where they do not say."""
+def class_count(
+    fmt: OutputFormat, shapes: Sequence[tuple[int, ...]], no_object: bool = False
+) -> int | None:
+    """Number of classes the outputs carry (in decoder order), or None where they do not say;
+    ``no_object``: the logits' last column is DETR's no-object class, not a class."""
     shape = shapes[0]
     if fmt is OutputFormat.YOLOV8:
         return shape[1] - 4
@@ -374,7 +443,9 @@ def class_count(fmt: OutputFormat, shapes: Sequence[tuple[int, ...]]) -> int | N
         return shape[2] - 5
     if fmt is OutputFormat.RTDETR:
         return shape[2] - 4
-    if fmt in (OutputFormat.DETR, OutputFormat.YOLO_NAS):
+    if fmt is OutputFormat.DETR:
+        return shapes[1][2] - no_object
+    if fmt is OutputFormat.YOLO_NAS:
         return shapes[1][2]
     return None
 
