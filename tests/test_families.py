@@ -10,6 +10,7 @@ recognise the family from the model alone and give those boxes back.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -378,6 +379,88 @@ def test_mean_and_std_from_the_metadata(tmp_path: Path) -> None:
     detector = Detector(model, device="cpu")
     assert detector.preprocessing.mean == (0.5, 0.5, 0.5)
     assert any("from the model metadata" in r for r in detector.preprocessing_reasons)
+
+
+RTDETR_PROCESSOR = {
+    "image_processor_type": "RTDetrImageProcessor",
+    "do_resize": True,
+    "size": {"height": 384, "width": 448},
+    "resample": 2,
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": False,
+    "image_mean": [0.485, 0.456, 0.406],
+    "image_std": [0.229, 0.224, 0.225],
+    "do_pad": False,
+}
+
+
+def hugging_face_folder(folder: Path, processor: dict | str, *, columns: int = NC) -> Path:
+    """A transformers detector as Optimum exports it (``logits``, ``pred_boxes``, any input
+    size) beside its config.json (id2label) and preprocessor_config.json."""
+    folder.mkdir()
+    boxes, logits = detr_outputs(columns)
+    model = family_model(
+        folder / "model.onnx", {"logits": logits, "pred_boxes": boxes}, imgsz=("h", "w")
+    )
+    config = {"model_type": "rt_detr", "id2label": {str(k): v for k, v in NAMES.items()}}
+    (folder / "config.json").write_text(json.dumps(config))
+    text = processor if isinstance(processor, str) else json.dumps(processor)
+    (folder / "preprocessor_config.json").write_text(text)
+    return model
+
+
+def test_preprocessing_and_names_from_a_hugging_face_folder(tmp_path: Path) -> None:
+    """RTDetrImageProcessor only rescales: the detr family's ImageNet mean and std (its
+    default) would feed the model other values. Size and names come from the folder too."""
+    model = hugging_face_folder(tmp_path / "rtdetr", RTDETR_PROCESSOR)
+    detector = Detector(model, device="cpu")
+    assert detector.output_format.value == "detr"
+    pre = detector.preprocessing
+    assert (pre.resize_mode, pre.input_range, pre.mean, pre.std) == (
+        "stretch",
+        1,
+        (0.0, 0.0, 0.0),
+        (1.0, 1.0, 1.0),
+    )
+    assert detector.model.input_size == (384, 448)
+    assert detector.class_names == NAMES
+    detector.detect(frames()[:1])
+    assert detector.letterboxer.input[0, :, 0, 0].tolist() == [0.0] * 3  # black, 0..1, no mean
+    # The config still wins, and info says where each value came from.
+    assert Detector(model, device="cpu", mean=(0.5, 0.5, 0.5)).preprocessing.mean == (0.5,) * 3
+    out = run_cli("info", model).stdout
+    assert "because mean [0.0, 0.0, 0.0] from preprocessor_config.json" in out
+    assert "because input_range 1 from preprocessor_config.json" in out
+    assert "imgsz:    448x384 (from preprocessor_config.json)" in out
+    assert "classes:  0=person, 1=bicycle, 2=car (from config.json id2label)" in out
+
+
+def test_a_processor_keeping_proportions_letterboxes_and_says_so(tmp_path: Path) -> None:
+    """DetrImageProcessor's default size keeps each picture's proportions: vstream feeds one
+    size, letterboxed; ImageNet's mean and std as the file says; bicubic noted."""
+    processor = {
+        "do_resize": True,
+        "size": {"shortest_edge": 800, "longest_edge": 1333},
+        "resample": 3,
+        "do_normalize": True,
+        "image_mean": [0.5, 0.4, 0.3],
+        "image_std": [0.2, 0.2, 0.2],
+    }
+    detector = Detector(hugging_face_folder(tmp_path / "detr", processor), device="cpu")
+    pre = detector.preprocessing
+    assert (pre.resize_mode, pre.mean, pre.std) == ("letterbox", (0.5, 0.4, 0.3), (0.2,) * 3)
+    assert detector.model.input_size == (640, 640)
+    notes = [r for r in detector.preprocessing_reasons if r.startswith("preprocessor_config")]
+    assert len(notes) == 2 and "letterboxed" in notes[0] and "bicubic" in notes[1]
+
+
+def test_a_broken_processor_file_is_one_line(tmp_path: Path) -> None:
+    model = hugging_face_folder(tmp_path / "broken", "{not json")
+    result = run_cli("info", model)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if "error" in line]
+    assert "preprocessor_config.json" in error
 
 
 def test_unknown_layouts_fail_with_one_line_naming_shapes_and_layouts(tmp_path: Path) -> None:

@@ -80,32 +80,36 @@ def _triple(text: str | None) -> tuple[float, float, float] | None:
     return None
 
 
+PREPROCESSING_FIELDS = ("resize_mode", "input_range", "mean", "std")
+"""The parts of :class:`Preprocessing` that each come from the first source that sets them."""
+
+
 def resolve_preprocessing(
     family: Preprocessing,
     metadata: Mapping[str, str],
-    resize_mode: ResizeMode | None,
-    input_range: Literal[1, 255] | None,
-    mean: Sequence[float] | None,
-    std: Sequence[float] | None,
+    config: Mapping[str, object],
+    files: Sequence[tuple[str, Mapping[str, object]]] = (),
 ) -> tuple[Preprocessing, tuple[str, ...]]:
-    """The preprocessing to run: the config's, else the metadata's (``mean``, ``std``), else
-    the family's; with where each part came from, for ``vstream info``."""
+    """The preprocessing to run, each part from the first that sets it: the ``config`` (the
+    model config's values, None where unset), the model metadata (``mean``, ``std``), the
+    ``files`` beside the model (name, values), the family; with where each part came from,
+    one line each, for ``vstream info``."""
+    layers = [
+        ("the config", config),
+        ("the model metadata", {k: _triple(metadata.get(k)) for k in ("mean", "std")}),
+        *files,
+    ]
+    chosen: dict[str, object] = {}
     reasons = []
-    chosen = {}
-    for name, given in (("resize_mode", resize_mode), ("input_range", input_range)):
-        if given is not None:
-            chosen[name] = given
-            reasons.append(f"{name} {given} from the config")
-    for name, given in (("mean", mean), ("std", std)):
-        found = _triple(metadata.get(name))
-        if given is not None:
-            chosen[name] = tuple(float(v) for v in given)
-            reasons.append(f"{name} from the config")
-        elif found is not None:
-            chosen[name] = found
-            reasons.append(f"{name} {list(found)} from the model metadata")
-    made = Preprocessing(**{**family.__dict__, **chosen})
-    return made, tuple(reasons) or ("the family's defaults",)
+    for name in PREPROCESSING_FIELDS:
+        found = next(((src, v[name]) for src, v in layers if v.get(name) is not None), None)
+        source, value = found or ("", getattr(family, name))
+        if name in ("mean", "std"):
+            value = tuple(float(v) for v in value)  # type: ignore[attr-defined]
+        chosen[name] = value
+        shown = list(value) if isinstance(value, tuple) else value
+        reasons.append(f"{name} {shown} " + (f"from {source}" if found else "the family's default"))
+    return Preprocessing(**chosen), tuple(reasons)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
