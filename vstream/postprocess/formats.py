@@ -141,7 +141,7 @@ FAMILIES: dict[OutputFormat, Family] = {
         "Ultralytics RT-DETR (8.4+)", "cxcywh", True, False, Preprocessing(resize_mode="stretch")
     ),
     OutputFormat.DETR: Family(
-        "RF-DETR, D-FINE, DEIM (boxes + logits)",
+        "RF-DETR, D-FINE, DEIM; transformers' DETR, RT-DETR, D-FINE (boxes + logits)",
         "cxcywh",
         True,
         False,
