@@ -193,7 +193,9 @@ class ModelConfig(StrictModel):
         max_length=4096, description="ONNX file, relative to the config file"
     )
     imgsz: Annotated[ImageSize, Cli("--imgsz")] = Field(
-        None, description="input size for dynamic models: 640 or [h, w]; default: the model's"
+        None,
+        description="input size for dynamic models: 640 or [h, w]; default: the model's "
+        "(its imgsz metadata, else a preprocessor_config.json beside it), else 640",
     )
     resize: Annotated[Literal["linear", "area"], Cli("--resize")] = Field(
         "linear",
@@ -205,21 +207,26 @@ class ModelConfig(StrictModel):
         None,
         description="where frames go in the model input: letterbox keeps their proportions "
         "with grey bars (YOLO families), stretch fills the input (RT-DETR, RF-DETR, D-FINE, "
-        "DEIM were trained so); default: the model family's. Independent of resize, which "
+        "DEIM were trained so); default: a preprocessor_config.json beside the model, else "
+        "the model family's. Independent of resize, which "
         "is the interpolation",
     )
     input_range: Literal[1, 255] | None = Field(
-        None, description="model input values 0..1 or 0..255; default: the family's"
+        None,
+        description="model input values 0..1 or 0..255; default: a preprocessor_config.json "
+        "beside the model, else the family's",
     )
     mean: tuple[Number(-1000, 1000), Number(-1000, 1000), Number(-1000, 1000)] | None = Field(
         None,
         description="per-channel (R, G, B) mean subtracted, in input_range units; default: "
-        "the model metadata's mean, else the family's",
+        "the model metadata's mean, else a preprocessor_config.json beside the model, else "
+        "the family's",
     )
     std: tuple[Std, Std, Std] | None = Field(
         None,
         description="per-channel (R, G, B) divisor after the mean, in input_range units; "
-        "default: the model metadata's std, else the family's",
+        "default: the model metadata's std, else a preprocessor_config.json beside the "
+        "model, else the family's",
     )
     dtype: Literal["auto", "float32", "float16"] = Field(
         "auto", description="expected input type; the model's own is used, a mismatch is an error"
