@@ -10,6 +10,7 @@ recognise the family from the model alone and give those boxes back.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -22,6 +23,7 @@ from onnx_models import family_model
 from torch.profiler import ProfilerActivity, profile
 
 from vstream import Detector, Frame, ModelError, PixelFormat
+from vstream.cli.info import info_command
 from vstream.postprocess.formats import OutputInfo, grid_cells, recognise
 from vstream.preprocess import Letterboxer, LetterboxGeometry
 
@@ -216,12 +218,9 @@ def test_two_class_rtdetr_topk_told_from_the_raw_layout_by_the_version(tmp_path:
 
 def test_two_class_rtdetr_without_a_version_is_refused_naming_format(tmp_path: Path) -> None:
     model = two_class_rtdetr(tmp_path)
-    with pytest.raises(ModelError, match="--format rtdetr or --format rtdetr_topk"):
+    with pytest.raises(ModelError, match="--format rtdetr or --format rtdetr_topk") as error:
         Detector(model, device="cpu")
-    result = run_cli("info", model)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    (error,) = [line for line in result.stderr.splitlines() if "error" in line]
-    assert "[B, 300, 6]" in error
+    assert "\n" not in str(error.value) and "[B, 300, 6]" in str(error.value)
     forced = Detector(model, device="cpu", format="rtdetr_topk")
     assert [r.detections.class_id.tolist() for r in forced.detect(frames()[:1])] == [[1]]
 
@@ -410,7 +409,9 @@ def hugging_face_folder(folder: Path, processor: dict | str, *, columns: int = N
     return model
 
 
-def test_preprocessing_and_names_from_a_hugging_face_folder(tmp_path: Path) -> None:
+def test_preprocessing_and_names_from_a_hugging_face_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """RTDetrImageProcessor only rescales: the detr family's ImageNet mean and std (its
     default) would feed the model other values. Size and names come from the folder too."""
     model = hugging_face_folder(tmp_path / "rtdetr", RTDETR_PROCESSOR)
@@ -429,7 +430,8 @@ def test_preprocessing_and_names_from_a_hugging_face_folder(tmp_path: Path) -> N
     assert detector.letterboxer.input[0, :, 0, 0].tolist() == [0.0] * 3  # black, 0..1, no mean
     # The config still wins, and info says where each value came from.
     assert Detector(model, device="cpu", mean=(0.5, 0.5, 0.5)).preprocessing.mean == (0.5,) * 3
-    out = run_cli("info", model).stdout
+    assert info_command(argparse.Namespace(model=model)) == 0  # in process: no start-up
+    out = capsys.readouterr().out
     assert "because mean [0.0, 0.0, 0.0] from preprocessor_config.json" in out
     assert "because input_range 1 from preprocessor_config.json" in out
     assert "imgsz:    448x384 (from preprocessor_config.json)" in out
@@ -457,10 +459,9 @@ def test_a_processor_keeping_proportions_letterboxes_and_says_so(tmp_path: Path)
 
 def test_a_broken_processor_file_is_one_line(tmp_path: Path) -> None:
     model = hugging_face_folder(tmp_path / "broken", "{not json")
-    result = run_cli("info", model)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    (error,) = [line for line in result.stderr.splitlines() if "error" in line]
-    assert "preprocessor_config.json" in error
+    with pytest.raises(ModelError, match=r"cannot read .*preprocessor_config\.json") as error:
+        Detector(model, device="cpu")
+    assert "\n" not in str(error.value)
 
 
 def test_unknown_layouts_fail_with_one_line_naming_shapes_and_layouts(tmp_path: Path) -> None:
