@@ -10,6 +10,8 @@ recognise the family from the model alone and give those boxes back.
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from onnx_models import family_model
 from torch.profiler import ProfilerActivity, profile
 
 from vstream import Detector, Frame, ModelError, PixelFormat
+from vstream.cli.info import info_command
 from vstream.postprocess.formats import OutputInfo, grid_cells, recognise
 from vstream.preprocess import Letterboxer, LetterboxGeometry
 
@@ -181,6 +184,47 @@ def test_ultralytics_rtdetr_topk_rows(tmp_path: Path) -> None:
     check(family_model(tmp_path / "m.onnx", {"output0": raw}, metadata=metadata), "rtdetr_topk")
 
 
+TWO = {0: "person", 1: "car"}
+
+
+def two_class_rtdetr(tmp_path: Path, **metadata: str) -> Path:
+    """Ultralytics 8.4's RT-DETR export of a two-class model: [B, 300, 6] top-k rows, the
+    class in the last column (1.0 for frame 0's box), exactly as wide as 8.3's 4 + 2."""
+    raw = np.zeros((2, 300, 6), np.float32)
+    for frame, (box, (_, _, score)) in enumerate(
+        zip(input_boxes(320, "stretch"), TRUTH, strict=True)
+    ):
+        raw[frame, 0] = [*(np.array(cxcywh(box)) / 320), score, 1 - frame]
+    base = {"names": str(TWO), "stride": "32", "head": "RTDETRDecoder", "end2end": "False"}
+    return family_model(tmp_path / "m.onnx", {"output0": raw}, metadata={**base, **metadata})
+
+
+def test_two_class_rtdetr_topk_told_from_the_raw_layout_by_the_version(tmp_path: Path) -> None:
+    """Read as 4 + 2 class scores, the class column became a score: boxes at 1.0."""
+    model = two_class_rtdetr(tmp_path, version="8.4.190")
+    detector = Detector(model, device="cpu", batch_size=2)
+    assert detector.output_format.value == "rtdetr_topk", detector.recognition.reasons
+    assert "Ultralytics 8.4.190" in detector.recognition.reasons[0]
+    for result, (box, _, score), class_id in zip(
+        detector.detect(frames()), TRUTH, (1, 0), strict=True
+    ):
+        (det,) = result.detections
+        assert (det.class_id, det.label) == (class_id, TWO[class_id])
+        assert det.score == pytest.approx(score, abs=1e-5)
+        assert det.bbox == pytest.approx(box, abs=1e-3)
+    old = Detector(two_class_rtdetr(tmp_path, version="8.3.40"), device="cpu")
+    assert old.output_format.value == "rtdetr"
+
+
+def test_two_class_rtdetr_without_a_version_is_refused_naming_format(tmp_path: Path) -> None:
+    model = two_class_rtdetr(tmp_path)
+    with pytest.raises(ModelError, match="--format rtdetr or --format rtdetr_topk") as error:
+        Detector(model, device="cpu")
+    assert "\n" not in str(error.value) and "[B, 300, 6]" in str(error.value)
+    forced = Detector(model, device="cpu", format="rtdetr_topk")
+    assert [r.detections.class_id.tolist() for r in forced.detect(frames()[:1])] == [[1]]
+
+
 def test_rf_detr_boxes_and_logits_with_imagenet_normalisation(tmp_path: Path) -> None:
     dets = np.zeros((2, 300, 4), np.float32)
     labels = np.full((2, 300, NC), -10.0, np.float32)
@@ -194,6 +238,68 @@ def test_rf_detr_boxes_and_logits_with_imagenet_normalisation(tmp_path: Path) ->
     assert detector.preprocessing.mean == pytest.approx((0.485, 0.456, 0.406))
     black = (0 - 0.485) / 0.229  # stretched: a frame pixel, no grey bar
     assert detector.letterboxer.input[0, 0, 0, 0].item() == pytest.approx(black, abs=1e-3)
+
+
+def detr_outputs(columns: int) -> tuple[np.ndarray, np.ndarray]:
+    """transformers' ``pred_boxes`` (every query somewhere in the frame) and ``logits``, all
+    zero: the tests write the queries that should become boxes."""
+    boxes = np.tile(np.array([0.5, 0.5, 0.2, 0.2], np.float32), (2, 300, 1))
+    return boxes, np.zeros((2, 300, columns), np.float32)
+
+
+def test_detr_softmax_with_its_no_object_class_recognised_from_the_logits_width(
+    tmp_path: Path,
+) -> None:
+    """transformers' DETR: softmax over nc + 1 columns, the last "no object", dropped.
+
+    Read as sigmoids, every query became a box scoring about 1.0, mostly of the
+    no-object class."""
+    boxes, logits = detr_outputs(NC + 1)
+    logits[..., NC] = 6.0  # every query: no object (a real class at 0.0025)
+    for frame, (box, (_, cls, score)) in enumerate(
+        zip(input_boxes(320, "stretch"), TRUTH, strict=True)
+    ):
+        boxes[frame, 7] = np.array(cxcywh(box)) / 320
+        logits[frame, 7, NC] = 0.0  # the others at 0: p = e^L / (e^L + NC)
+        logits[frame, 7, cls] = math.log(score * NC / (1 - score))
+    model = family_model(tmp_path / "detr.onnx", {"logits": logits, "pred_boxes": boxes})
+    detector = check(model, "detr", class_names=list(NAMES.values()))
+    assert detector.recognition.no_object
+    assert "DETR's no-object class" in detector.recognition.reasons[-1]
+    # Another name (RF-DETR's labels, often N + 1 sigmoid columns): sigmoid unless set.
+    renamed = family_model(tmp_path / "rf.onnx", {"labels": logits, "dets": boxes})
+    assert not Detector(renamed, device="cpu").recognition.no_object
+    check(renamed, "detr", class_names=list(NAMES.values()), scores="softmax")
+
+
+def test_detr_sigmoid_scores_take_the_best_of_queries_x_classes(tmp_path: Path) -> None:
+    """transformers' RT-DETR, D-FINE (and RF-DETR's own export): the top-k over queries x
+    classes, so one query gives a box for each class above conf; max_det bounds it, after
+    the class filter."""
+    boxes, logits = detr_outputs(NC)
+    logits[:] = -10.0
+    box = input_boxes(320, "stretch")[0]
+    boxes[0, 42] = np.array(cxcywh(box)) / 320
+    logits[0, 42, 2], logits[0, 42, 0] = logit(0.9), logit(0.6)
+    model = family_model(tmp_path / "rtdetr.onnx", {"logits": logits, "pred_boxes": boxes})
+
+    def found(**options) -> list[tuple[int, float]]:
+        detector = Detector(model, device="cpu", class_names=list(NAMES.values()), **options)
+        assert not detector.recognition.no_object
+        (result,) = detector.detect(frames()[:1])
+        assert all(d.bbox == pytest.approx(TRUTH[0][0], abs=1e-3) for d in result.detections)
+        return [(d.class_id, round(d.score, 4)) for d in result.detections]
+
+    assert found() == [(2, 0.9), (0, 0.6)]
+    assert found(max_det=1) == [(2, 0.9)]
+    assert found(max_det=1, classes=[0]) == [(0, 0.6)]
+
+
+def test_scores_is_refused_for_families_without_logits(tmp_path: Path) -> None:
+    raw = np.zeros((1, 300, 6), np.float32)
+    model = family_model(tmp_path / "m.onnx", {"output0": raw}, metadata=ULTRALYTICS)
+    with pytest.raises(ModelError, match=r"model.scores \(softmax\) is for the detr format"):
+        Detector(model, device="cpu", scores="softmax")
 
 
 def test_dfine_labels_boxes_scores_with_orig_target_sizes_bound_once(tmp_path: Path) -> None:
@@ -272,6 +378,90 @@ def test_mean_and_std_from_the_metadata(tmp_path: Path) -> None:
     detector = Detector(model, device="cpu")
     assert detector.preprocessing.mean == (0.5, 0.5, 0.5)
     assert any("from the model metadata" in r for r in detector.preprocessing_reasons)
+
+
+RTDETR_PROCESSOR = {
+    "image_processor_type": "RTDetrImageProcessor",
+    "do_resize": True,
+    "size": {"height": 384, "width": 448},
+    "resample": 2,
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": False,
+    "image_mean": [0.485, 0.456, 0.406],
+    "image_std": [0.229, 0.224, 0.225],
+    "do_pad": False,
+}
+
+
+def hugging_face_folder(folder: Path, processor: dict | str, *, columns: int = NC) -> Path:
+    """A transformers detector as Optimum exports it (``logits``, ``pred_boxes``, any input
+    size) beside its config.json (id2label) and preprocessor_config.json."""
+    folder.mkdir()
+    boxes, logits = detr_outputs(columns)
+    model = family_model(
+        folder / "model.onnx", {"logits": logits, "pred_boxes": boxes}, imgsz=("h", "w")
+    )
+    config = {"model_type": "rt_detr", "id2label": {str(k): v for k, v in NAMES.items()}}
+    (folder / "config.json").write_text(json.dumps(config))
+    text = processor if isinstance(processor, str) else json.dumps(processor)
+    (folder / "preprocessor_config.json").write_text(text)
+    return model
+
+
+def test_preprocessing_and_names_from_a_hugging_face_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RTDetrImageProcessor only rescales: the detr family's ImageNet mean and std (its
+    default) would feed the model other values. Size and names come from the folder too."""
+    model = hugging_face_folder(tmp_path / "rtdetr", RTDETR_PROCESSOR)
+    detector = Detector(model, device="cpu")
+    assert detector.output_format.value == "detr"
+    pre = detector.preprocessing
+    assert (pre.resize_mode, pre.input_range, pre.mean, pre.std) == (
+        "stretch",
+        1,
+        (0.0, 0.0, 0.0),
+        (1.0, 1.0, 1.0),
+    )
+    assert detector.model.input_size == (384, 448)
+    assert detector.class_names == NAMES
+    detector.detect(frames()[:1])
+    assert detector.letterboxer.input[0, :, 0, 0].tolist() == [0.0] * 3  # black, 0..1, no mean
+    # The config still wins, and info says where each value came from.
+    assert Detector(model, device="cpu", mean=(0.5, 0.5, 0.5)).preprocessing.mean == (0.5,) * 3
+    assert info_command(argparse.Namespace(model=model)) == 0  # in process: no start-up
+    out = capsys.readouterr().out
+    assert "because mean [0.0, 0.0, 0.0] from preprocessor_config.json" in out
+    assert "because input_range 1 from preprocessor_config.json" in out
+    assert "imgsz:    448x384 (from preprocessor_config.json)" in out
+    assert "classes:  0=person, 1=bicycle, 2=car (from config.json id2label)" in out
+
+
+def test_a_processor_keeping_proportions_letterboxes_and_says_so(tmp_path: Path) -> None:
+    """DetrImageProcessor's default size keeps each picture's proportions: vstream feeds one
+    size, letterboxed; ImageNet's mean and std as the file says; bicubic noted."""
+    processor = {
+        "do_resize": True,
+        "size": {"shortest_edge": 800, "longest_edge": 1333},
+        "resample": 3,
+        "do_normalize": True,
+        "image_mean": [0.5, 0.4, 0.3],
+        "image_std": [0.2, 0.2, 0.2],
+    }
+    detector = Detector(hugging_face_folder(tmp_path / "detr", processor), device="cpu")
+    pre = detector.preprocessing
+    assert (pre.resize_mode, pre.mean, pre.std) == ("letterbox", (0.5, 0.4, 0.3), (0.2,) * 3)
+    assert detector.model.input_size == (640, 640)
+    notes = [r for r in detector.preprocessing_reasons if r.startswith("preprocessor_config")]
+    assert len(notes) == 2 and "letterboxed" in notes[0] and "bicubic" in notes[1]
+
+
+def test_a_broken_processor_file_is_one_line(tmp_path: Path) -> None:
+    model = hugging_face_folder(tmp_path / "broken", "{not json")
+    with pytest.raises(ModelError, match=r"cannot read .*preprocessor_config\.json") as error:
+        Detector(model, device="cpu")
+    assert "\n" not in str(error.value)
 
 
 def test_unknown_layouts_fail_with_one_line_naming_shapes_and_layouts(tmp_path: Path) -> None:

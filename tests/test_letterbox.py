@@ -99,14 +99,19 @@ def test_frame_on_another_device_is_refused() -> None:
 
 @pytest.mark.parametrize(("w", "h", "size"), [(854, 480, 640), (480, 848, 320), (1920, 1080, 640)])
 def test_boxes_map_back_to_original_pixels(w: int, h: int, size: int) -> None:
-    """A box drawn in original pixels, moved into input pixels by hand, comes back unchanged."""
+    """A box drawn in original pixels, moved into input pixels by hand, comes back unchanged.
+
+    By hand as Ultralytics' ``scale_boxes`` (8.4) undoes it: each axis scaled by the size the
+    picture was rounded to, offset by the padding painted."""
     g = LetterboxGeometry.fit(w, h, size, size)
     gain = min(size / h, size / w)
-    pad_x = round((size - w * gain) / 2 - 0.1)
-    pad_y = round((size - h * gain) / 2 - 0.1)
+    new_w, new_h = round(w * gain), round(h * gain)
+    gain_x, gain_y = new_w / w, new_h / h
+    pad_x = round((size - new_w) / 2 - 0.1)
+    pad_y = round((size - new_h) / 2 - 0.1)
     x1, y1, x2, y2 = 0.2 * w, 0.3 * h, 0.6 * w, 0.9 * h
-    cx, cy = (x1 + x2) / 2 * gain + pad_x, (y1 + y2) / 2 * gain + pad_y
-    bw, bh = (x2 - x1) * gain, (y2 - y1) * gain
+    cx, cy = (x1 + x2) / 2 * gain_x + pad_x, (y1 + y2) / 2 * gain_y + pad_y
+    bw, bh = (x2 - x1) * gain_x, (y2 - y1) * gain_y
     raw = torch.zeros((1, 5, 3))
     raw[0, :, 0] = torch.tensor([cx, cy, bw, bh, 0.9])
     post = Postprocessor(OutputFormat.YOLOV8, PostprocessOptions(), torch.device("cpu"))
@@ -122,5 +127,5 @@ def test_boxes_are_clipped_to_the_frame() -> None:
     dets = Postprocessor(OutputFormat.YOLOV8, PostprocessOptions(), torch.device("cpu"))(raw, [g])
     x1, y1, x2, y2 = dets[0, 1:5].tolist()
     assert (x1, y1) == (0.0, 0.0)
-    assert x2 == pytest.approx(60 / g.gain, abs=1e-3)
-    assert y2 == pytest.approx(50 / g.gain, abs=1e-3)
+    assert x2 == pytest.approx(60 / g.gain_x, abs=1e-3)
+    assert y2 == pytest.approx(50 / g.gain_y, abs=1e-3)  # 360 rows for 480: 0.75

@@ -34,6 +34,7 @@ from vstream.inference.wheels import load_onnxruntime
 from vstream.postprocess.decode import FixedShapes, Postprocessor
 from vstream.postprocess.formats import (
     FAMILIES,
+    PREPROCESSING_FIELDS,
     OutputFormat,
     OutputInfo,
     Preprocessing,
@@ -150,13 +151,8 @@ class Detector:
         self.output_format = self.recognition.format
         family = FAMILIES[self.output_format]
         self.preprocessing: Preprocessing
-        self.preprocessing, self.preprocessing_reasons = resolve_preprocessing(
-            family.preprocessing,
-            self.model.spec.metadata,
-            model.resize_mode,
-            model.input_range,
-            model.mean,
-            model.std,
+        self.preprocessing, self.preprocessing_reasons = self._preprocessing(
+            model, family.preprocessing
         )
         normalise = self.preprocessing.normalisation()
         resampler = Resampler(frames=self.model.batch_size)
@@ -178,12 +174,31 @@ class Detector:
             self.model.input_size,
             self.recognition.order,
             self.task,
+            self.recognition.no_object,
         )
         fixed = self.model.device.type == "cuda" and self.task.task not in (Task.POSE, Task.OBB)
         self.fixed_shapes = FixedShapes(self.postprocessor) if fixed else None
         """The postprocess without host waits but its copy, where waits cost (CUDA); None runs
         the exact path alone (on a CPU nothing waits, and its NMS costs less; pose and OBB
         models always take it)."""
+
+    def _preprocessing(
+        self, model: ModelConfig, family: Preprocessing
+    ) -> tuple[Preprocessing, tuple[str, ...]]:
+        """The preprocessing from the config, the metadata, a ``preprocessor_config.json``
+        beside the model, the family; with the reasons, and what that file asks that vstream
+        does otherwise (logged once)."""
+        config = {name: getattr(model, name) for name in PREPROCESSING_FIELDS}
+        processor = self.model.spec.processor
+        files = []
+        notes: tuple[str, ...] = ()
+        if processor is not None:
+            files.append((processor.source, {n: getattr(processor, n) for n in config}))
+            notes = tuple(f"{processor.source}: {note}" for note in processor.notes)
+            for note in notes:
+                log.warning("%s: %s", Path(model.path).name, note)
+        made, reasons = resolve_preprocessing(family, self.model.spec.metadata, config, files)
+        return made, (*reasons, *notes)
 
     def _fixed_outputs(self) -> list[torch.Tensor]:
         """The model's preallocated outputs; an output sized only per run is refused here."""
@@ -207,7 +222,8 @@ class Detector:
             spec.metadata,
             [i.name for i in spec.size_inputs],
             OutputFormat(model.format) if model.format is not None else None,
-            len(spec.class_names),
+            len(model.names() or spec.class_names),
+            model.scores,
         )
 
     def _class_names(
@@ -219,7 +235,7 @@ class Detector:
             names = {int(k): str(v) for k, v in given.items()}
         else:
             names = dict(enumerate(given))
-        expected = class_count(self.output_format, shapes)
+        expected = class_count(self.output_format, shapes, self.recognition.no_object)
         if names and expected is not None and len(names) != expected:
             raise ModelError(
                 f"{self.model.spec.path.name}: {len(names)} class names for a model "

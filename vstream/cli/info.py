@@ -28,6 +28,7 @@ def _shape(dims: Sequence[object]) -> str:
 
 def info_command(args: argparse.Namespace) -> int:
     from vstream.detector import Detector
+    from vstream.inference.model import sized_input
     from vstream.inference.wheels import describe_runtime
 
     detector = Detector(args.model, device="cpu")
@@ -36,6 +37,9 @@ def info_command(args: argparse.Namespace) -> int:
     family = FAMILIES[detector.output_format]
     pre = detector.preprocessing
     names = ", ".join(f"{k}={v}" for k, v in sorted(detector.class_names.items())) or "(none)"
+    if detector.class_names:
+        given = detector.config.class_names is not None
+        names += f" (from {'the config' if given else spec.names_source})"
     lines = [
         f"model:    {spec.path}",
         f"runtime:  {describe_runtime()}",
@@ -53,7 +57,7 @@ def info_command(args: argparse.Namespace) -> int:
         f"{'NMS by vstream' if family.nms else 'no NMS (top-k on the device)'}",
         f"preprocess: {pre.describe()}, {detector.config.resize} interpolation",
         *(f"  because {reason}" for reason in detector.preprocessing_reasons),
-        f"imgsz:    {width}x{height}",
+        f"imgsz:    {width}x{height} ({sized_input(spec, detector.config.imgsz)[1]})",
         f"classes:  {names}",
         *(
             [f"keypoints: {len(detector.keypoint_names)}: {', '.join(detector.keypoint_names)}"]

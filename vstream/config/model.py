@@ -60,6 +60,10 @@ class OutputFormat(str, enum.Enum):
     """boxes ``[B, G, 4]`` xyxy input pixels + scores ``[B, G, nc]`` (YOLO-NAS, without NMS)."""
 
 
+DetrScores = Literal["sigmoid", "softmax"]
+"""How a ``detr`` model's logits become scores: a sigmoid per class (RT-DETR, D-FINE,
+RF-DETR), or a softmax whose last class is "no object" (DETR)."""
+
 ResizeMode = Literal["letterbox", "stretch"]
 """How a frame becomes the model input: scaled whole with padding, or stretched to fill it."""
 
@@ -191,7 +195,9 @@ class ModelConfig(StrictModel):
         description=f"ONNX file, {RELATIVE_TO_CONFIG}, or vstream://NAME for a bundled one",
     )
     imgsz: Annotated[ImageSize, Cli("--imgsz")] = Field(
-        None, description="input size for dynamic models: 640 or [h, w]; default: the model's"
+        None,
+        description="input size for dynamic models: 640 or [h, w]; default: the model's "
+        "(its imgsz metadata, else a preprocessor_config.json beside it), else 640",
     )
     resize: Annotated[Literal["linear", "area"], Cli("--resize")] = Field(
         "linear",
@@ -203,21 +209,26 @@ class ModelConfig(StrictModel):
         None,
         description="where frames go in the model input: letterbox keeps their proportions "
         "with grey bars (YOLO families), stretch fills the input (RT-DETR, RF-DETR, D-FINE, "
-        "DEIM were trained so); default: the model family's. Independent of resize, which "
+        "DEIM were trained so); default: a preprocessor_config.json beside the model, else "
+        "the model family's. Independent of resize, which "
         "is the interpolation",
     )
     input_range: Literal[1, 255] | None = Field(
-        None, description="model input values 0..1 or 0..255; default: the family's"
+        None,
+        description="model input values 0..1 or 0..255; default: a preprocessor_config.json "
+        "beside the model, else the family's",
     )
     mean: tuple[Number(-1000, 1000), Number(-1000, 1000), Number(-1000, 1000)] | None = Field(
         None,
         description="per-channel (R, G, B) mean subtracted, in input_range units; default: "
-        "the model metadata's mean, else the family's",
+        "the model metadata's mean, else a preprocessor_config.json beside the model, else "
+        "the family's",
     )
     std: tuple[Std, Std, Std] | None = Field(
         None,
         description="per-channel (R, G, B) divisor after the mean, in input_range units; "
-        "default: the model metadata's std, else the family's",
+        "default: the model metadata's std, else a preprocessor_config.json beside the "
+        "model, else the family's",
     )
     dtype: Literal["auto", "float32", "float16"] = Field(
         "auto", description="expected input type; the model's own is used, a mismatch is an error"
@@ -226,6 +237,13 @@ class ModelConfig(StrictModel):
         None,
         description="detector family (output layout); default: recognised from the output "
         "names and shapes, the input size and the metadata (vstream info says why)",
+    )
+    scores: Annotated[DetrScores | None, Cli("--scores")] = Field(
+        None,
+        description="detr format: how the logits become scores: sigmoid per class, the best "
+        "max_det of queries x classes (RT-DETR, D-FINE, RF-DETR), or softmax with a last "
+        "no-object class, dropped, one class per query (DETR); default: softmax where the "
+        "output 'logits' has one column more than the class names",
     )
     class_names: Annotated[
         list[ClassName] | dict[Annotated[str, Field(pattern=r"^\d{1,6}$")], ClassName] | None,

@@ -19,6 +19,7 @@ import numpy as np
 from vstream.config.base import has_control_character
 from vstream.config.model import MAX_LABELS
 from vstream.errors import ModelError
+from vstream.inference.hf_folder import ImageProcessor, read_id2label, read_image_processor
 
 # ONNX Runtime type strings -> numpy dtype names (torch's dtypes have the same names).
 _DTYPES: dict[str, str] = {
@@ -87,6 +88,10 @@ class ModelSpec:
     size_inputs: tuple[TensorSpec, ...] = ()
     """``[B, 2]`` inputs beside the image (``orig_target_sizes``): bound once to the
     input's (width, height), see :meth:`ModelSession._size_input`."""
+    processor: ImageProcessor | None = None
+    """The ``preprocessor_config.json`` beside the model, if any (Hugging Face folders)."""
+    names_source: str = "metadata names"
+    """Where :attr:`class_names` came from, for ``vstream info``."""
 
     @property
     def fixed_batch(self) -> int | None:
@@ -190,7 +195,10 @@ def read_model_spec(session: Any, path: Path) -> ModelSpec:
             )
     metadata = read_metadata(session, path, ("names", "imgsz", "stride"))
     class_names = parse_class_names(metadata.get("names"))
-    check_metadata_labels(path, "names", class_names.values())
+    names_source = "metadata names"
+    if not class_names:  # a Hugging Face folder: the names are in config.json
+        class_names, names_source = read_id2label(path), "config.json id2label"
+    check_metadata_labels(path, names_source, class_names.values())
     return ModelSpec(
         path=path,
         input=image,
@@ -198,6 +206,8 @@ def read_model_spec(session: Any, path: Path) -> ModelSpec:
         class_names=class_names,
         metadata=metadata,
         size_inputs=tuple(others),
+        processor=read_image_processor(path),
+        names_source=names_source,
     )
 
 
@@ -380,16 +390,37 @@ def fitting_size(
 
 def input_size(spec: ModelSpec, imgsz: int | tuple[int, int] | None) -> tuple[int, int]:
     """The ``(height, width)`` the model runs at: fixed by the model, asked for, or a default."""
+    return sized_input(spec, imgsz)[0]
+
+
+def sized_input(
+    spec: ModelSpec, imgsz: int | tuple[int, int] | None
+) -> tuple[tuple[int, int], str]:
+    """:func:`input_size`, and where it came from in words (``vstream info``): the model, the
+    config, its metadata's ``imgsz``, the ``preprocessor_config.json`` beside it, or the
+    default."""
     requested = fitting_size(spec.path.name, spec.fixed_input_size, imgsz)
     if spec.fixed_input_size is not None:
-        return spec.fixed_input_size
-    size = requested or spec.metadata_imgsz or (DEFAULT_IMGSZ, DEFAULT_IMGSZ)
+        return spec.fixed_input_size, "fixed by the model"
+    processor = spec.processor.size if spec.processor is not None else None
+    size, source = next(
+        (size, source)
+        for size, source in (
+            (requested, "from the config"),
+            (spec.metadata_imgsz, "from the model metadata"),
+            (processor, f"from {spec.processor.source}" if spec.processor else ""),
+            ((DEFAULT_IMGSZ, DEFAULT_IMGSZ), "the default"),
+        )
+        if size is not None
+    )
     stride = spec.stride
-    if any(s <= 0 or s % stride for s in size):
+    # The processor's size is what the model was trained at (RF-DETR's 560 is no multiple
+    # of 32): the stride rule is for sizes asked of a dense head.
+    if size is not processor and any(s <= 0 or s % stride for s in size):
         raise ModelError(
             f"imgsz {list(size)} must be positive multiples of the model stride {stride}"
         )
-    return size[0], size[1]
+    return (size[0], size[1]), source
 
 
 CUDA_BATCH = 32

@@ -101,10 +101,13 @@ class Postprocessor:
         input_size: tuple[int, int] = (640, 640),
         order: Sequence[int] = (0,),
         task: TaskSpec = DETECTION,
+        no_object: bool = False,
     ) -> None:
         self.format = fmt
         self.task = task
         """What the boxes carry besides classes; its values per box are not class scores."""
+        self.no_object = no_object
+        """``detr``: the logits end with a no-object class (softmax scores, see ``_detr``)."""
         shaped = task.task in (Task.POSE, Task.OBB)
         if shaped and fmt not in (OutputFormat.YOLOV8, OutputFormat.END_TO_END):
             raise ModelError(
@@ -181,10 +184,11 @@ class Postprocessor:
         if fmt is OutputFormat.DETR_SIZED:
             labels, boxes, scores = outputs
             return boxes, scores, labels.long()
-        if fmt in (OutputFormat.DETR, OutputFormat.YOLO_NAS):
+        if fmt is OutputFormat.DETR:
+            return self._detr(outputs[0], outputs[1])
+        if fmt is OutputFormat.YOLO_NAS:
             score, class_id = outputs[1].max(dim=-1)
-            # The logits' sigmoid, taken after the max: it keeps the order, on N not N x nc.
-            return outputs[0], score.sigmoid() if fmt is OutputFormat.DETR else score, class_id
+            return outputs[0], score, class_id
         rows = first.transpose(1, 2) if fmt is OutputFormat.YOLOV8 else first
         end = rows.shape[-1] - self.task.extra  # the task's values per box follow the classes
         if fmt in (OutputFormat.YOLOV8, OutputFormat.RTDETR):
@@ -192,6 +196,30 @@ class Postprocessor:
         else:
             score, class_id = (rows[..., 5:end] * rows[..., 4:5]).max(dim=-1)
         return rows[..., :4], score, class_id
+
+    def _detr(
+        self, boxes: torch.Tensor, logits: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A DETR's queries as transformers' ``post_process_object_detection`` reads them.
+
+        With a no-object class (DETR): the softmax over every column, the best real class
+        per query. Else (RT-DETR, D-FINE, RF-DETR): the best ``candidate_limit`` (``max_det``)
+        of queries x classes, so one query may give boxes of two classes; the sigmoid is
+        taken after the ``topk`` (it keeps the order), on K values, not Q x nc.
+        """
+        if self.no_object:
+            score, class_id = logits.softmax(dim=-1)[..., :-1].max(dim=-1)
+            return boxes, score, class_id
+        classes = logits.shape[-1]
+        flat = logits.flatten(1)
+        if self.config.classes is not None:  # before the top-k: the wanted classes fill it
+            column = torch.arange(classes, device=logits.device)
+            wanted = self._class_allowed(column, classes).repeat(logits.shape[1])
+            flat = flat.masked_fill(~wanted, -torch.inf)
+        top, index = flat.topk(min(self.candidate_limit, flat.shape[1]), dim=1)
+        query = index // classes
+        boxes = torch.gather(boxes, 1, query[..., None].expand(-1, -1, boxes.shape[-1]))
+        return boxes, top.sigmoid(), index % classes
 
     def _candidates(
         self, outputs: Sequence[torch.Tensor], classes: int | None
@@ -243,7 +271,7 @@ class Postprocessor:
         shapes = [self.task.detection_shape(tuple(given[i].shape)) for i in self.order]
         if self.family.outputs == 1:
             check_output_shape(self.format, shapes[0])
-        return ordered, class_count(self.format, shapes)
+        return ordered, class_count(self.format, shapes, self.no_object)
 
     def __call__(
         self,

@@ -24,13 +24,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from vstream.config.model import OutputFormat, ResizeMode  # defined with the options, read here
+from vstream.config.model import (  # defined with the options, read here
+    DetrScores,
+    OutputFormat,
+    ResizeMode,
+)
 from vstream.errors import ModelError
 
 END_TO_END_MAX_DETECTIONS = 1000
 """An ``[B, K, 6]`` output with at most this many rows is read as end-to-end (dense heads
 have thousands of rows), unless K is a dense head's G or 3 G at the input size: a one-class
 YOLOX or YOLOv5 at a small input."""
+
+RTDETR_TOPK_FROM = (8, 4)
+"""The first Ultralytics release whose RT-DETR export writes top-k rows ``[B, K, 6]``."""
 
 STRIDES = (8, 16, 32)
 """Strides of the dense heads (YOLOv5, YOLOX, YOLO-NAS) whose row count identifies them."""
@@ -73,32 +80,36 @@ def _triple(text: str | None) -> tuple[float, float, float] | None:
     return None
 
 
+PREPROCESSING_FIELDS = ("resize_mode", "input_range", "mean", "std")
+"""The parts of :class:`Preprocessing` that each come from the first source that sets them."""
+
+
 def resolve_preprocessing(
     family: Preprocessing,
     metadata: Mapping[str, str],
-    resize_mode: ResizeMode | None,
-    input_range: Literal[1, 255] | None,
-    mean: Sequence[float] | None,
-    std: Sequence[float] | None,
+    config: Mapping[str, object],
+    files: Sequence[tuple[str, Mapping[str, object]]] = (),
 ) -> tuple[Preprocessing, tuple[str, ...]]:
-    """The preprocessing to run: the config's, else the metadata's (``mean``, ``std``), else
-    the family's; with where each part came from, for ``vstream info``."""
+    """The preprocessing to run, each part from the first that sets it: the ``config`` (the
+    model config's values, None where unset), the model metadata (``mean``, ``std``), the
+    ``files`` beside the model (name, values), the family; with where each part came from,
+    one line each, for ``vstream info``."""
+    layers = [
+        ("the config", config),
+        ("the model metadata", {k: _triple(metadata.get(k)) for k in ("mean", "std")}),
+        *files,
+    ]
+    chosen: dict[str, object] = {}
     reasons = []
-    chosen = {}
-    for name, given in (("resize_mode", resize_mode), ("input_range", input_range)):
-        if given is not None:
-            chosen[name] = given
-            reasons.append(f"{name} {given} from the config")
-    for name, given in (("mean", mean), ("std", std)):
-        found = _triple(metadata.get(name))
-        if given is not None:
-            chosen[name] = tuple(float(v) for v in given)
-            reasons.append(f"{name} from the config")
-        elif found is not None:
-            chosen[name] = found
-            reasons.append(f"{name} {list(found)} from the model metadata")
-    made = Preprocessing(**{**family.__dict__, **chosen})
-    return made, tuple(reasons) or ("the family's defaults",)
+    for name in PREPROCESSING_FIELDS:
+        found = next(((src, v[name]) for src, v in layers if v.get(name) is not None), None)
+        source, value = found or ("", getattr(family, name))
+        if name in ("mean", "std"):
+            value = tuple(float(v) for v in value)  # type: ignore[attr-defined]
+        chosen[name] = value
+        shown = list(value) if isinstance(value, tuple) else value
+        reasons.append(f"{name} {shown} " + (f"from {source}" if found else "the family's default"))
+    return Preprocessing(**chosen), tuple(reasons)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -130,7 +141,7 @@ FAMILIES: dict[OutputFormat, Family] = {
         "Ultralytics RT-DETR (8.4+)", "cxcywh", True, False, Preprocessing(resize_mode="stretch")
     ),
     OutputFormat.DETR: Family(
-        "RF-DETR, D-FINE, DEIM (boxes + logits)",
+        "RF-DETR, D-FINE, DEIM; transformers' DETR, RT-DETR, D-FINE (boxes + logits)",
         "cxcywh",
         True,
         False,
@@ -172,6 +183,10 @@ class Recognition:
     order: tuple[int, ...]
     """Model output positions in the order the decoder takes them (see :func:`decode_order`)."""
     reasons: tuple[str, ...]
+    no_object: bool = False
+    """``detr`` only: the logits end with DETR's "no object" class, so scores are their
+    softmax without it (one class per query); else a sigmoid per class, top-k over queries
+    x classes."""
 
 
 def grid_cells(input_size: tuple[int, int]) -> int:
@@ -203,6 +218,47 @@ def _metadata_family(metadata: Mapping[str, str]) -> tuple[OutputFormat | None, 
     return None, ""
 
 
+def _ultralytics_version(metadata: Mapping[str, str]) -> tuple[int, int] | None:
+    """(major, minor) of the Ultralytics release that exported the model (its ``version``)."""
+    parts = metadata.get("version", "").strip().split(".")
+    if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+        return int(parts[0]), int(parts[1])
+    return None
+
+
+def _rtdetr_layout(
+    rows: int, cols: int, metadata: Mapping[str, str], class_names: int
+) -> tuple[OutputFormat, str]:
+    """Which of Ultralytics' two RT-DETR outputs ``[B, rows, cols]`` is, and why.
+
+    Up to 8.3 it is every query's class scores (``4 + nc`` columns); from 8.4 the
+    top-k rows ``cx cy w h score class`` (6 columns). Six columns are both for two
+    classes, so the metadata decides: the release, else ``end2end``, else the
+    number of class names. Where none of them tells, guessing would read a class
+    column as a score (every box at 1.0), so the model is refused.
+    """
+    if cols != 6:
+        return OutputFormat.RTDETR, f"output [B, {rows} queries, 4+{cols - 4}]"
+    version = _ultralytics_version(metadata)
+    if version is not None:
+        topk = version >= RTDETR_TOPK_FROM
+        return (OutputFormat.RTDETR_TOPK if topk else OutputFormat.RTDETR), (
+            f"output [B, {rows}, 6] exported by Ultralytics {metadata['version'].strip()}: "
+            + ("top-k cx cy w h score class rows (from 8.4)" if topk else "4+2 class scores")
+        )
+    if metadata.get("end2end", "").lower() == "true":
+        return OutputFormat.RTDETR_TOPK, f"output [B, {rows}, 6], metadata end2end=True: top-k rows"
+    if class_names not in (0, 2):
+        return OutputFormat.RTDETR_TOPK, (
+            f"output [B, {rows}, 6] with {class_names} class names (not 4+nc): top-k rows"
+        )
+    raise ModelError(
+        f"an Ultralytics RT-DETR output [B, {rows}, 6] is two classes' scores (to 8.3) or "
+        f"top-k rows (from 8.4), and the metadata has no version to tell which: "
+        "set --format rtdetr or --format rtdetr_topk (model.format)"
+    )
+
+
 def _one_output(
     out: OutputInfo, input_size: tuple[int, int], metadata: Mapping[str, str], class_names: int
 ) -> tuple[OutputFormat, str]:
@@ -211,13 +267,9 @@ def _one_output(
     _, rows, cols = out.shape
     cells = grid_cells(input_size)
     named, why = _metadata_family(metadata)
-    if named is OutputFormat.RTDETR and cols == 6 and class_names != 2:
-        return OutputFormat.RTDETR_TOPK, why + (
-            f"; output [B, {rows}, 6] with {class_names or 'no'} class names: the top-k "
-            "cx cy w h score class rows of Ultralytics 8.4+"
-        )
     if named is OutputFormat.RTDETR and cols > 4:
-        return named, why + f"; output [B, {rows} queries, 4+{cols - 4}]"
+        fmt, layout = _rtdetr_layout(rows, cols, metadata, class_names)
+        return fmt, f"{why}; {layout}"
     if named is OutputFormat.END_TO_END and cols == 6:
         return named, why + f"; output [B, {rows}, 6]"
     if cols == 6 and rows <= END_TO_END_MAX_DETECTIONS and rows not in (cells, 3 * cells):
@@ -304,13 +356,71 @@ def recognise(
     extra_inputs: Sequence[str] = (),
     forced: OutputFormat | None = None,
     class_names: int = 0,
+    scores: DetrScores | None = None,
 ) -> Recognition:
     """The family of a model with these outputs at ``input_size`` ``(height, width)``.
 
     ``forced`` (``model.format``) skips the guess but still checks the shapes fit;
-    ``class_names`` is how many the metadata names (0: none).
+    ``class_names`` is how many the config or the model names (0: none); ``scores``
+    (``model.scores``) says how a ``detr``'s logits become scores, else the layout does
+    (:func:`detr_scores`).
     """
-    metadata = metadata or {}
+    found = _recognise(outputs, input_size, metadata or {}, extra_inputs, forced, class_names)
+    if found.format is OutputFormat.DETR:
+        return detr_scores(found, outputs[found.order[1]], class_names, scores)
+    if scores is not None:
+        raise ModelError(
+            f"model.scores ({scores}) is for the detr format; this model is {found.format.value}"
+        )
+    return found
+
+
+def detr_scores(
+    found: Recognition, logits: OutputInfo, class_names: int, scores: DetrScores | None
+) -> Recognition:
+    """``found`` with its score rule: ``scores`` where given, else softmax where the output
+    is transformers' ``logits`` and holds one column more than the class names (DETR's
+    "no object"), else sigmoid.
+
+    The name is required too: RF-DETR and D-FINE trained on N classes often carry N + 1
+    sigmoid columns (``labels``, ``pred_logits``), which a softmax would flatten.
+    """
+    width = logits.shape[-1]
+    if scores is not None:
+        why = f"model.scores is {scores}"
+    elif logits.name == "logits" and class_names and width == class_names + 1:
+        scores = "softmax"
+        why = (
+            f"'logits' holds {width} columns for {class_names} class names: the last is "
+            "DETR's no-object class"
+        )
+    else:
+        scores = "sigmoid"
+        why = f"{width} class columns for {class_names or 'no'} class names"
+    rule = (
+        "softmax, no-object class dropped: one class per query"
+        if scores == "softmax"
+        else "sigmoid, the best of queries x classes"
+    )
+    if scores == "softmax" and width < 2:
+        raise ModelError(
+            f"softmax scores need a class and the no-object class; {logits.name!r} "
+            f"has {width} column"
+        )
+    return Recognition(
+        found.format, found.order, (*found.reasons, f"scores: {rule} ({why})"), scores == "softmax"
+    )
+
+
+def _recognise(
+    outputs: Sequence[OutputInfo],
+    input_size: tuple[int, int],
+    metadata: Mapping[str, str],
+    extra_inputs: Sequence[str],
+    forced: OutputFormat | None,
+    class_names: int,
+) -> Recognition:
+    """The family alone, as :func:`recognise` finds it."""
     if forced is not None and FAMILIES[forced].outputs == 1:
         check_output_shape(forced, outputs[0].shape)
         return Recognition(forced, (0,), (f"model.format is {forced.value}",))
@@ -325,8 +435,11 @@ def recognise(
     return _several_outputs(outputs, input_size, extra_inputs)
 
 
-def class_count(fmt: OutputFormat, shapes: Sequence[tuple[int, ...]]) -> int | None:
-    """Number of classes the outputs carry (in decoder order), or None where they do not say."""
+def class_count(
+    fmt: OutputFormat, shapes: Sequence[tuple[int, ...]], no_object: bool = False
+) -> int | None:
+    """Number of classes the outputs carry (in decoder order), or None where they do not say;
+    ``no_object``: the logits' last column is DETR's no-object class, not a class."""
     shape = shapes[0]
     if fmt is OutputFormat.YOLOV8:
         return shape[1] - 4
@@ -334,7 +447,9 @@ def class_count(fmt: OutputFormat, shapes: Sequence[tuple[int, ...]]) -> int | N
         return shape[2] - 5
     if fmt is OutputFormat.RTDETR:
         return shape[2] - 4
-    if fmt in (OutputFormat.DETR, OutputFormat.YOLO_NAS):
+    if fmt is OutputFormat.DETR:
+        return shapes[1][2] - no_object
+    if fmt is OutputFormat.YOLO_NAS:
         return shapes[1][2]
     return None
 
