@@ -128,9 +128,15 @@ def test_truncated_video_keeps_the_records_before_the_damage(tmp_path: Path) -> 
 
 
 def test_model_with_unexpected_output_shape(tmp_path: Path) -> None:
-    model = constant_output_model(tmp_path / "odd.onnx", np.zeros((1, 7), np.float32))
+    model = constant_output_model(tmp_path / "odd.onnx", np.zeros((1, 7, 2, 2, 2), np.float32))
     result = run_cli("run", "--model", model)
-    assert_one_line_error(result, "output must have 3 dimensions", "[1, 7]")
+    assert_one_line_error(result, "output must have 3 dimensions", "[1, 7, 2, 2, 2]")
+
+
+def test_a_classifier_as_the_detector_is_named_for_what_it_is(tmp_path: Path) -> None:
+    model = constant_output_model(tmp_path / "classes.onnx", np.zeros((1, 7), np.float32))
+    result = run_cli("run", "--model", model)
+    assert_one_line_error(result, "classification model cannot be the primary detector", "[1, 7]")
 
 
 def test_corrupt_model(tmp_path: Path) -> None:

@@ -19,10 +19,12 @@ are kept from the family's recognition and reach the postprocess in
 from __future__ import annotations
 
 import ast
+import dataclasses
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from vstream.config.model import DetrScores
 from vstream.errors import ModelError
 from vstream.postprocess.formats import OutputFormat, OutputInfo, Recognition, recognise
 
@@ -200,6 +202,7 @@ def recognise_model(
     extra_inputs: Sequence[str] = (),
     forced: OutputFormat | None = None,
     class_names: int = 0,
+    scores: DetrScores | None = None,
 ) -> tuple[TaskSpec, Recognition]:
     """The task, then the detection family of what the task leaves (see
     :func:`~vstream.postprocess.formats.recognise` for the arguments); the recognition's
@@ -208,10 +211,16 @@ def recognise_model(
     spec = recognise_task(outputs, metadata)
     detection = [i for i in range(len(outputs)) if i not in spec.aux]
     found = recognise(
-        spec.detection_outputs(outputs), input_size, metadata, extra_inputs, forced, class_names
+        spec.detection_outputs(outputs),
+        input_size,
+        metadata,
+        extra_inputs,
+        forced,
+        class_names,
+        scores,
     )
     order = tuple(detection[i] for i in found.order) + spec.aux
-    return spec, Recognition(found.format, order, found.reasons)
+    return spec, dataclasses.replace(found, order=order)
 
 
 COCO_KEYPOINTS = (
