@@ -63,12 +63,25 @@ def write_video(
     codec: str = "libx264",
     fps: int = 25,
     options: dict[str, str] | None = None,
+    *,
+    pix_fmt: str = "yuv420p",
+    colorspace: int | None = None,
+    gop: int | None = None,
 ) -> Path:
-    """Encode a moving gradient with PyAV; every frame differs from the next."""
+    """Encode a moving gradient with PyAV; every frame differs from the next.
+
+    ``pix_fmt`` ``yuvj420p`` makes a full-range stream (as many IP cameras send);
+    ``colorspace`` tags the stream's matrix (FFmpeg's code: 1 is BT.709); ``gop``
+    puts a key frame every ``gop`` frames (something for a seek to land on).
+    """
     yy, xx = np.mgrid[0:height, 0:width]
     with av.open(str(path), "w", options=options or {}) as container:
         stream = container.add_stream(codec, rate=fps)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+        if colorspace is not None:
+            stream.codec_context.colorspace = colorspace
+        if gop is not None:
+            stream.codec_context.gop_size = gop
         for i in range(frames):
             rgb = np.stack(
                 [
@@ -78,7 +91,8 @@ def write_video(
                 ],
                 axis=-1,
             ).astype(np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+            picture = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format=pix_fmt)
+            for packet in stream.encode(picture):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
