@@ -10,10 +10,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import av
 import numpy as np
+
+if TYPE_CHECKING:
+    from vstream.frame import Frame, PixelFormat
 
 
 @dataclass
@@ -293,3 +296,15 @@ def model_session(path: Path | str, **options: object):
     options.setdefault("in_flight", 1)
     model, _, runtime = split_options(path, options)
     return ModelSession(model, runtime)
+
+
+def as_tensor_frame(frame: Frame, pixel_format: PixelFormat) -> Frame:
+    """A CPU-decoded frame's picture as a tensor frame laid out as ``pixel_format`` says: NV12
+    as NVDEC hands it, I420, or RGB as FFmpeg converts it (its own full-size picture)."""
+    import torch  # here: the helpers serve tests that never import torch
+
+    from vstream.frame import Frame
+
+    picture = frame.picture.frame  # type: ignore[union-attr]
+    data = torch.from_numpy(picture.to_ndarray(format=pixel_format.value))
+    return Frame(data, pixel_format, frame.width, frame.height, colour=frame.colour)

@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from helpers import write_video
+from helpers import as_tensor_frame, write_video
 
 from vstream.frame import ColourMatrix, Frame, PixelFormat
 from vstream.preprocess import PAD_VALUE, Letterboxer, LetterboxGeometry
@@ -132,13 +132,6 @@ def test_colour_spaces_are_converted_as_ffmpeg_converts_them(
         assert all(f.colour.matrix is ColourMatrix.BT709 for f in frames)
     else:
         assert all(f.colour.full_range for f in frames)
-
-
-def as_tensor_frame(frame: Frame, pixel_format: PixelFormat) -> Frame:
-    """The same decoded picture as a tensor frame, laid out as NVDEC (NV12) or I420 hands it."""
-    picture = frame.picture.frame  # type: ignore[union-attr]
-    data = torch.from_numpy(picture.to_ndarray(format=pixel_format.value))
-    return Frame(data, pixel_format, frame.width, frame.height, colour=frame.colour)
 
 
 @pytest.mark.parametrize("video", PARITY_VIDEOS, ids=lambda p: p.name)
