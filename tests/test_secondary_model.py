@@ -165,6 +165,19 @@ def test_yuv_crops_are_within_a_grey_level_of_opencvs(
         assert np.abs(got - expected).mean() < 0.01
 
 
+def test_a_cpu_decoders_yuv_picture_is_cut_from_ffmpegs_rgb_exactly(
+    detected: list[tuple[Frame, np.ndarray]],
+) -> None:
+    """A picture the CPU decoder left as NV12 in FFmpeg's memory: FFmpeg's RGB, OpenCV's resize."""
+    frame, boxes = detected[0]
+    nv12 = Frame(
+        None, PixelFormat.NV12, frame.width, frame.height, colour=frame.colour,
+        picture=frame.picture,
+    )  # fmt: skip
+    expected = np.stack([training_crop(frame.data.numpy(), b, (24, 32), "nearest") for b in boxes])
+    assert np.array_equal(crop_frame(nv12, boxes, (24, 32)).numpy(), expected)
+
+
 def test_crops_of_a_frame_on_a_gpu_are_the_same(
     detected: list[tuple[Frame, np.ndarray]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,9 +9,10 @@ detector's box rounded to whole pixels (``round: nearest``, as supervision's
 ``crop_image`` does; ``floor``: truncated, as Ultralytics' ``save_one_box``
 and ``int()`` in most scripts do), clipped to the frame, cut, and resized by
 OpenCV's ``cv2.resize`` (``INTER_LINEAR``, or ``INTER_AREA`` with ``resize:
-area``) of the frame's RGB, which is FFmpeg's. On the CPU, OpenCV itself
-resizes the cut, so the crop is exactly what a training script makes from
-the same frame. A frame elsewhere (NVDEC's NV12 on a GPU) takes the
+area``) of the frame's RGB, which is FFmpeg's. On the CPU (RGB frames, and
+any picture the CPU decoder left in FFmpeg's memory), OpenCV itself resizes
+the cut, so the crop is exactly what a training script makes from the same
+frame. A frame elsewhere (NVDEC's NV12 on a GPU) takes the
 letterbox's way to the same pixels (:mod:`vstream.preprocess.resample`):
 the cut converted with FFmpeg's fixed-point arithmetic, then blended with
 OpenCV's fixed-point weights, within one grey level of OpenCV's; ``area``
@@ -39,6 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vstream.decoders.cpu import PyAVPicture
 from vstream.frame import Frame, PixelFormat
 from vstream.postprocess.nms import torchvision_op
 from vstream.preprocess.colour import to_rgb_planar
@@ -105,6 +107,9 @@ def crop_frame(
     cuts = whole_pixel_boxes(host.numpy(), rounding, frame.width, frame.height)
     if frame.device.type == "cpu" and frame.pixel_format is PixelFormat.RGB24:
         return _opencv_crops(frame.data.numpy(), cuts, size, resize)
+    if isinstance(frame.picture, PyAVPicture):  # the CPU decoder's, kept as YUV: FFmpeg's RGB
+        rgb = frame.picture.to_tensor(PixelFormat.RGB24).numpy()
+        return _opencv_crops(rgb, cuts, size, resize)
     return _device_crops(frame, cuts, size, resize, resampler or Resampler())
 
 
