@@ -10,10 +10,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import av
 import numpy as np
+
+if TYPE_CHECKING:
+    from vstream.frame import Frame, PixelFormat
 
 
 @dataclass
@@ -63,12 +66,25 @@ def write_video(
     codec: str = "libx264",
     fps: int = 25,
     options: dict[str, str] | None = None,
+    *,
+    pix_fmt: str = "yuv420p",
+    colorspace: int | None = None,
+    gop: int | None = None,
 ) -> Path:
-    """Encode a moving gradient with PyAV; every frame differs from the next."""
+    """Encode a moving gradient with PyAV; every frame differs from the next.
+
+    ``pix_fmt`` ``yuvj420p`` makes a full-range stream (as many IP cameras send);
+    ``colorspace`` tags the stream's matrix (FFmpeg's code: 1 is BT.709); ``gop``
+    puts a key frame every ``gop`` frames (something for a seek to land on).
+    """
     yy, xx = np.mgrid[0:height, 0:width]
     with av.open(str(path), "w", options=options or {}) as container:
         stream = container.add_stream(codec, rate=fps)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+        if colorspace is not None:
+            stream.codec_context.colorspace = colorspace
+        if gop is not None:
+            stream.codec_context.gop_size = gop
         for i in range(frames):
             rgb = np.stack(
                 [
@@ -78,7 +94,8 @@ def write_video(
                 ],
                 axis=-1,
             ).astype(np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+            picture = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format=pix_fmt)
+            for packet in stream.encode(picture):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
@@ -279,3 +296,15 @@ def model_session(path: Path | str, **options: object):
     options.setdefault("in_flight", 1)
     model, _, runtime = split_options(path, options)
     return ModelSession(model, runtime)
+
+
+def as_tensor_frame(frame: Frame, pixel_format: PixelFormat) -> Frame:
+    """A CPU-decoded frame's picture as a tensor frame laid out as ``pixel_format`` says: NV12
+    as NVDEC hands it, I420, or RGB as FFmpeg converts it (its own full-size picture)."""
+    import torch  # here: the helpers serve tests that never import torch
+
+    from vstream.frame import Frame
+
+    picture = frame.picture.frame  # type: ignore[union-attr]
+    data = torch.from_numpy(picture.to_ndarray(format=pixel_format.value))
+    return Frame(data, pixel_format, frame.width, frame.height, colour=frame.colour)

@@ -390,11 +390,15 @@ def test_vstream_doctor_passes_on_this_gpu(tmp_path: Path, ort_cuda, nvdec: None
 
 
 @pytest.mark.usefixtures("nvdec", "stream")
-def test_nvdec_frames_letterbox_to_the_cpu_paths_input_exactly() -> None:
-    """One definition on every path: NVDEC's NV12 on the device gives the CPU decoder's input."""
+def test_nvdec_frames_letterbox_to_the_cpu_paths_input_exactly(tmp_path: Path) -> None:
+    """One definition on every path: NVDEC's NV12 on the device gives the CPU decoder's input,
+    full-range (yuvj420p, as many IP cameras send) included."""
     from vstream.parity import PARITY_DIR
 
-    for video in sorted(PARITY_DIR.glob("*.mp4")):
+    full_range = write_video(
+        tmp_path / "full.mp4", frames=4, width=640, height=360, pix_fmt="yuvj420p"
+    )
+    for video in [*sorted(PARITY_DIR.glob("*.mp4")), full_range]:
         with VideoFileSource(video, device=CUDA, options=SourceOptions(decoder="nvdec")) as source:
             gpu_frames = list(itertools.islice(source, 4))
             assert source.decoder_name == "nvdec"

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 import pytest
 import torch
-from helpers import write_video
+from helpers import as_tensor_frame, write_video
 
 from vstream.frame import ColourMatrix, Frame, PixelFormat
 from vstream.preprocess import PAD_VALUE, Letterboxer, LetterboxGeometry
@@ -91,30 +90,15 @@ def assert_matches_reference(ours: np.ndarray, reference: np.ndarray) -> None:
 
 @pytest.fixture(scope="module")
 def encoded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Colour spaces the committed videos lack: BT.709 limited range and full range."""
+    """Colour spaces the committed videos lack: BT.709 limited range and full range
+    (``yuvj420p``, as many IP cameras send)."""
     folder = tmp_path_factory.mktemp("colour")
-    bt709 = write_video(folder / "bt709.mp4", frames=4, width=320, height=180)
-    with av.open(str(bt709)) as source, av.open(str(folder / "tagged709.mp4"), "w") as sink:
-        # Re-encode with the stream tagged BT.709, so FFmpeg converts it with that matrix.
-        stream = sink.add_stream("libx264", rate=25)
-        stream.width, stream.height, stream.pix_fmt = 320, 180, "yuv420p"
-        stream.codec_context.colorspace = 1
-        stream.codec_context.color_range = 1
-        for frame in source.decode(video=0):
-            for packet in stream.encode(frame.reformat(format="yuv420p")):
-                sink.mux(packet)
-        for packet in stream.encode():
-            sink.mux(packet)
-    full = write_video(folder / "full.mp4", frames=4, width=256, height=144)
-    with av.open(str(full)) as source, av.open(str(folder / "fullrange.mp4"), "w") as sink:
-        stream = sink.add_stream("libx264", rate=25)
-        stream.width, stream.height, stream.pix_fmt = 256, 144, "yuvj420p"
-        for frame in source.decode(video=0):
-            for packet in stream.encode(frame.reformat(format="yuvj420p")):
-                sink.mux(packet)
-        for packet in stream.encode():
-            sink.mux(packet)
-    return {"bt709": folder / "tagged709.mp4", "full range": folder / "fullrange.mp4"}
+    return {
+        "bt709": write_video(folder / "bt709.mp4", frames=4, width=320, height=180, colorspace=1),
+        "full range": write_video(
+            folder / "full.mp4", frames=4, width=640, height=360, pix_fmt="yuvj420p"
+        ),
+    }
 
 
 def test_the_parity_videos_are_committed() -> None:
@@ -150,17 +134,19 @@ def test_colour_spaces_are_converted_as_ffmpeg_converts_them(
         assert all(f.colour.full_range for f in frames)
 
 
-def as_tensor_frame(frame: Frame, pixel_format: PixelFormat) -> Frame:
-    """The same decoded picture as a tensor frame, laid out as NVDEC (NV12) or I420 hands it."""
-    picture = frame.picture.frame  # type: ignore[union-attr]
-    data = torch.from_numpy(picture.to_ndarray(format=pixel_format.value))
-    return Frame(data, pixel_format, frame.width, frame.height, colour=frame.colour)
-
-
 @pytest.mark.parametrize("video", PARITY_VIDEOS, ids=lambda p: p.name)
 def test_every_path_gives_the_same_input(video: Path) -> None:
     """One definition: FFmpeg's pictures, NV12 and I420 tensors, and RGB tensors agree."""
-    frames = vstream_frames(video, 4)
+    assert_every_path_agrees(video)
+
+
+def test_every_path_gives_the_same_input_on_a_full_range_clip(encoded: dict[str, Path]) -> None:
+    """yuvj420p: NV12 as NVDEC hands it (the coded, full-range samples) is read as full range."""
+    assert_every_path_agrees(encoded["full range"], count=2)
+
+
+def assert_every_path_agrees(video: Path, count: int = 4) -> None:
+    frames = vstream_frames(video, count)
     from_decoder = model_input(frames, 320)
     nv12 = model_input([as_tensor_frame(f, PixelFormat.NV12) for f in frames], 320)
     i420 = model_input([as_tensor_frame(f, PixelFormat.YUV420P) for f in frames], 320)
@@ -168,7 +154,7 @@ def test_every_path_gives_the_same_input(video: Path) -> None:
     assert np.array_equal(i420, from_decoder)
     # RGB as FFmpeg converts it (the reference's own full-size picture), resized by vstream.
     rgb = model_input([as_tensor_frame(f, PixelFormat.RGB24) for f in frames], 320)
-    reference = np.stack([ultralytics_letterbox(b, 320) for b in opencv_frames(video, 4)])
+    reference = np.stack([ultralytics_letterbox(b, 320) for b in opencv_frames(video, count)])
     assert_matches_reference(rgb, reference)
     assert_matches_reference(from_decoder, rgb)
 

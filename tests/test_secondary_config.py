@@ -78,6 +78,9 @@ def test_no_secondary_is_an_empty_list(workdir: Path) -> None:
         ("- {name: c, path: colour.onnx, kind: embedding, labels: [a]}", "labels apply to a"),
         ("- {name: c, path: colour.onnx, keep_embedding: true}", "applies to kind embedding"),
         ("- {name: c, path: colour.onnx, colour: red}", "unknown key 'colour'"),
+        ("- {name: c, path: colour.onnx, crop: {round: up}}", "'nearest', 'floor' or 'subpix"),
+        ("- {name: c, path: colour.onnx, crop: {mode: circle}}", "'stretch' or 'square'"),
+        ("- {name: c, path: colour.onnx, crop: {edge: 2}}", "unknown key 'edge'"),
         ("- {name: c, path: colour.onnx}\n- {name: c, path: colour.onnx}", "both named 'c'"),
     ],
 )
@@ -109,16 +112,28 @@ def test_the_model_file_resolves_labels_and_preprocessing(workdir: Path) -> None
             "mean": "[0.5, 0.5, 0.5]",
             "std": "[0.25, 0.25, 0.25]",
             "crop": "square",
+            "crop_round": "floor",
         },
     )
     spec = check_secondary(secondary(workdir, path="meta.onnx"))
     assert spec.labels == ("yes", "no") and spec.output_size == 2
     assert spec.input_size == (24, 40) and spec.crop == "square" and spec.resize == "linear"
+    assert spec.crop_round == "floor"
     assert spec.mean == (0.5,) * 3 and spec.std == (0.25,) * 3 and spec.input_range == 1
     assert spec.outputs == "logits"
-    # Options win over the metadata.
+    # Options win over the metadata; a word alone is the crop's mode.
     spec = check_secondary(secondary(workdir, path="meta.onnx", imgsz=32, crop="stretch"))
-    assert spec.input_size == (32, 32) and spec.crop == "stretch"
+    assert spec.input_size == (32, 32) and (spec.crop, spec.crop_round) == ("stretch", "floor")
+    spec = check_secondary(secondary(workdir, path="meta.onnx", crop={"round": "subpixel"}))
+    assert (spec.crop, spec.crop_round) == ("square", "subpixel")
+    # Without either, a whole-pixel cut rounded to the nearest pixel (supervision's crop_image).
+    assert check_secondary(secondary(workdir)).crop_round == "nearest"
+
+
+def test_a_crop_round_in_the_metadata_that_is_no_rule_is_refused(workdir: Path) -> None:
+    linear_model(workdir / "odd.onnx", np.eye(3), metadata={"crop_round": "ceil"})
+    with pytest.raises(ModelError, match="metadata crop_round='ceil' is not one of nearest, fl"):
+        check_secondary(secondary(workdir, path="odd.onnx"))
 
 
 @pytest.mark.parametrize(

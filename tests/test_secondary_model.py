@@ -1,24 +1,36 @@
 """Secondary models: crops against OpenCV, IO binding by address, chunks, softmax, sigmoid, L2.
 
-Reference crops are OpenCV's ``cv2.resize`` of the same RGB picture cut with numpy
-slicing: an oracle this code does not share (it cuts with torchvision's roi_align).
+Reference crops are what a training script makes: the box cut on whole pixels
+(rounded as supervision's ``crop_image`` does, or truncated by ``int()`` as
+Ultralytics' ``save_one_box`` does), with numpy slicing, resized by OpenCV's
+``cv2.resize``, from FFmpeg's RGB of the frame. The boxes are a detector's,
+with fractional edges (``tests/data/crop_boxes.json``, written by
+``benchmarks/crops.py`` from the demo detector on the demo sample).
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 import torch
+from fakes.fake_cuda import FakeGpu, host, on_cuda
+from helpers import as_tensor_frame
 from secondary_models import flatten_model, linear_model
 
-from vstream.cascade.crops import crop_frame, crop_rgb
+from vstream.assets import ASSETS_DIR
+from vstream.cascade.crops import crop_frame, crop_rgb, whole_pixel_boxes
 from vstream.cascade.model import SecondaryModel
 from vstream.config.secondary import SecondaryConfig
 from vstream.frame import ColourSpace, Frame, PixelFormat
 from vstream.preprocess.colour import to_rgb_planar
+from vstream.sources import VideoFileSource
+
+BOXES_FILE = Path(__file__).parent / "data" / "crop_boxes.json"
 
 RNG = np.random.default_rng(7)
 PICTURE = RNG.integers(0, 256, (120, 160, 3), dtype=np.uint8)
@@ -44,10 +56,31 @@ def rgb_tensor(picture: np.ndarray) -> torch.Tensor:
 
 
 def reference(picture: np.ndarray, box, size: tuple[int, int], method: int) -> np.ndarray:
-    """OpenCV's resize of the box cut out of ``picture`` (integer boxes), ``(h, w, 3)``."""
+    """OpenCV's resize of the box cut out of ``picture`` (integer boxes), ``(h, w, 3)``, in
+    float (for ``round: subpixel``'s float samples)."""
     x1, y1, x2, y2 = (int(v) for v in box)
     cut = picture[y1:y2, x1:x2].astype(np.float32)
     return cv2.resize(cut, (size[1], size[0]), interpolation=method)
+
+
+def training_crop(
+    picture: np.ndarray, box, size: tuple[int, int], rounding: str, method: int = cv2.INTER_LINEAR
+) -> np.ndarray:
+    """A training script's crop, ``(3, h, w)`` float: the box on whole pixels (``np.round``
+    as supervision's ``crop_image``, or ``int()`` as Ultralytics' ``save_one_box``), clipped
+    to the picture, cut, and resized by ``cv2.resize`` in uint8."""
+    height, width = picture.shape[:2]
+    edges = np.round(box).astype(int) if rounding == "nearest" else [int(v) for v in box]
+    x1, y1, x2, y2 = np.clip(edges, 0, [width, height, width, height])
+    resized = cv2.resize(picture[y1:y2, x1:x2], (size[1], size[0]), interpolation=method)
+    return resized.transpose(2, 0, 1).astype(np.float32)
+
+
+def square(box) -> list[float]:
+    """The square around the box's centre, its side the longer side (Ultralytics' square)."""
+    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+    half = max(box[2] - box[0], box[3] - box[1]) / 2
+    return [cx - half, cy - half, cx + half, cy + half]
 
 
 def config(path: Path, **options: object) -> SecondaryConfig:
@@ -89,6 +122,99 @@ def test_a_square_crop_is_the_square_around_the_box() -> None:
     np.testing.assert_allclose(got[0].permute(1, 2, 0).numpy(), expected, atol=2e-3)
 
 
+@pytest.fixture(scope="module")
+def detected() -> list[tuple[Frame, np.ndarray]]:
+    """Frames of the demo sample (the CPU decoder's) with the demo detector's boxes on them,
+    plus a box whose edges fall on half pixels and one that hangs off the frame."""
+    written = json.loads(BOXES_FILE.read_text())
+    wanted = {int(index): np.array(boxes, np.float32) for index, boxes in written["boxes"].items()}
+    awkward = np.array([[10.5, 20.5, 41.5, 50.5], [-3.2, 300.7, 40.4, 365.0]], np.float32)
+    with VideoFileSource(ASSETS_DIR / written["video"]) as source:
+        frames = [f for f in itertools.islice(source, max(wanted) + 1) if f.index in wanted]
+    return [(frame, np.concatenate([wanted[frame.index], awkward])) for frame in frames]
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "floor"])
+@pytest.mark.parametrize("crop", ["stretch", "square"])
+@pytest.mark.parametrize(
+    ("resize", "method"), [("linear", cv2.INTER_LINEAR), ("area", cv2.INTER_AREA)]
+)
+def test_crops_are_opencvs_resize_of_the_whole_pixel_cut(
+    detected: list[tuple[Frame, np.ndarray]], rounding: str, crop: str, resize: str, method: int
+) -> None:
+    """On the CPU decoder's frames, every crop is exactly the training script's."""
+    for frame, boxes in detected:
+        rgb = frame.data.numpy()
+        got = crop_frame(frame, boxes, (24, 32), crop=crop, resize=resize, rounding=rounding)
+        cuts = [square(box) if crop == "square" else box for box in boxes.tolist()]
+        expected = np.stack([training_crop(rgb, cut, (24, 32), rounding, method) for cut in cuts])
+        assert np.array_equal(got.numpy(), expected)
+
+
+@pytest.mark.parametrize("layout", [PixelFormat.NV12, PixelFormat.YUV420P])
+def test_yuv_crops_are_within_a_grey_level_of_opencvs(
+    detected: list[tuple[Frame, np.ndarray]], layout: PixelFormat
+) -> None:
+    """NV12 as NVDEC hands it, and I420: the letterbox's fixed-point path to FFmpeg's RGB and
+    OpenCV's resize, on the device the frame is on."""
+    for frame, boxes in detected:
+        rgb = frame.data.numpy()
+        expected = np.stack([training_crop(rgb, box, (24, 32), "nearest") for box in boxes])
+        got = crop_frame(as_tensor_frame(frame, layout), boxes, (24, 32)).numpy()
+        assert np.abs(got - expected).max() <= 1
+        assert np.abs(got - expected).mean() < 0.01
+
+
+def test_a_cpu_decoders_yuv_picture_is_cut_from_ffmpegs_rgb_exactly(
+    detected: list[tuple[Frame, np.ndarray]],
+) -> None:
+    """A picture the CPU decoder left as NV12 in FFmpeg's memory: FFmpeg's RGB, OpenCV's resize."""
+    frame, boxes = detected[0]
+    nv12 = Frame(
+        None, PixelFormat.NV12, frame.width, frame.height, colour=frame.colour,
+        picture=frame.picture,
+    )  # fmt: skip
+    expected = np.stack([training_crop(frame.data.numpy(), b, (24, 32), "nearest") for b in boxes])
+    assert np.array_equal(crop_frame(nv12, boxes, (24, 32)).numpy(), expected)
+
+
+def test_crops_of_a_frame_on_a_gpu_are_the_same(
+    detected: list[tuple[Frame, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a (fake) GPU, NV12 and RGB frames give the host's crops, on the frame's device."""
+    frame, boxes = detected[0]
+    on_host = {
+        layout: crop_frame(as_tensor_frame(frame, layout), boxes, (24, 32))
+        for layout in (PixelFormat.NV12, PixelFormat.RGB24)
+    }
+    FakeGpu().install(monkeypatch)
+    for layout, expected in on_host.items():
+        tensor = as_tensor_frame(frame, layout)
+        cuda = Frame(on_cuda(tensor.data), layout, frame.width, frame.height, colour=frame.colour)
+        got = crop_frame(cuda, boxes, (24, 32))
+        assert got.device == cuda.device
+        assert torch.equal(host(got), expected)
+
+
+def test_whole_pixel_boxes_round_truncate_and_clip() -> None:
+    boxes = np.array(
+        [
+            [0.5, 1.5, 2.5, 3.49],  # half pixels to even, as np.round
+            [10.9, 20.1, 30.9, 40.1],
+            [-3.2, -0.4, 170.0, 130.0],  # off the frame: clipped
+            [50.2, 60.2, 50.4, 60.4],  # thinner than a pixel: one pixel
+            [170.0, 130.0, 180.0, 140.0],  # beyond the frame: its last pixel
+        ],
+        np.float32,
+    )
+    assert whole_pixel_boxes(boxes, "nearest", 160, 120).tolist() == [
+        [0, 2, 2, 3], [11, 20, 31, 40], [0, 0, 160, 120], [50, 60, 51, 61], [159, 119, 160, 120],
+    ]  # fmt: skip
+    assert whole_pixel_boxes(boxes, "floor", 160, 120).tolist() == [
+        [0, 1, 2, 3], [10, 20, 30, 40], [0, 0, 160, 120], [50, 60, 51, 61], [159, 119, 160, 120],
+    ]  # fmt: skip
+
+
 def yuv_frames(picture: np.ndarray = PICTURE) -> dict[str, Frame]:
     """The picture as NV12 and I420 frames (BT.601 limited range, what cameras send)."""
     h, w = picture.shape[:2]
@@ -107,14 +233,15 @@ def yuv_frames(picture: np.ndarray = PICTURE) -> dict[str, Frame]:
 def test_crops_from_the_boxes_region_equal_crops_from_the_whole_frame(
     layout: str, crop: str
 ) -> None:
-    """Only the rectangle around the boxes is made RGB; the crops are the whole frame's."""
+    """``round: subpixel``: only the rectangle around the boxes is made RGB; the crops are
+    the whole frame's."""
     frame = rgb_frame() if layout == "rgb24" else yuv_frames()[layout]
     whole = to_rgb_planar(frame)
     edge = np.array([[150.2, 3.0, 159.9, 30.0], [31.0, 41.0, 39.0, 47.5]], np.float32)
     for boxes in (BOXES[2:3], BOXES[3:], edge, BOXES[[3]]):
         for resize in ("linear", "area"):
             expected = crop_rgb(whole, torch.from_numpy(boxes), (12, 20), crop=crop, resize=resize)
-            got = crop_frame(frame, boxes, (12, 20), crop=crop, resize=resize)
+            got = crop_frame(frame, boxes, (12, 20), crop=crop, resize=resize, rounding="subpixel")
             torch.testing.assert_close(got, expected, atol=1e-2, rtol=0)  # float coordinates
 
 
@@ -132,9 +259,27 @@ def test_the_model_sees_the_normalised_crop(tmp_path: Path) -> None:
     model = SecondaryModel(config(path))
     out = model.run(rgb_frame(), BOXES[:1])
     seen = out.probabilities.reshape(1, 3, 8, 8)[0].transpose(1, 2, 0)
-    crop = reference(PICTURE, BOXES[0], (8, 8), cv2.INTER_LINEAR) / 255
+    crop = training_crop(PICTURE, BOXES[0], (8, 8), "nearest").transpose(1, 2, 0) / 255
     expected = (crop - np.array([0.5, 0.25, 0.0])) / np.array([0.5, 0.25, 2.0])
     np.testing.assert_allclose(seen, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("options", [{"crop": {"round": "floor"}}, {}])
+def test_the_model_cuts_by_its_round_rule(tmp_path: Path, options: dict) -> None:
+    """The option, else the metadata's ``crop_round`` (here: nearest), decides the pixels."""
+    path = flatten_model(
+        tmp_path / "seen.onnx",
+        imgsz=(8, 8),
+        metadata={"outputs": "probabilities", "input_range": "255", "crop_round": "nearest"},
+    )
+    box = [10.6, 20.6, 41.6, 50.6]  # floor: 10..41, nearest: 11..42
+    seen = SecondaryModel(config(path, **options)).run(rgb_frame(), np.array([box]))
+    rounding = options.get("crop", {}).get("round", "nearest")
+    expected = training_crop(PICTURE, box, (8, 8), rounding)
+    other = training_crop(PICTURE, box, (8, 8), "nearest" if rounding == "floor" else "floor")
+    got = seen.probabilities.reshape(3, 8, 8)
+    np.testing.assert_allclose(got, expected, atol=1e-3)
+    assert not np.allclose(got, other, atol=1e-3)
 
 
 def test_a_yuv_frame_is_cropped_like_opencvs_rgb(tmp_path: Path) -> None:
@@ -230,10 +375,9 @@ def test_select_reads_the_chosen_classes_of_the_least_size(tmp_path: Path) -> No
 
 
 def _crops(boxes: np.ndarray, size: tuple[int, int]) -> list[np.ndarray]:
-    """Reference crops of fractional boxes: roi_align is checked against OpenCV above on
-    integer boxes; here the model's arithmetic is what is tested."""
-    got = crop_rgb(rgb_tensor(PICTURE), torch.from_numpy(boxes), size)
-    return [crop.permute(1, 2, 0).numpy() for crop in got]
+    """The training script's crops of the boxes, ``(h, w, 3)`` each: the crop is checked above;
+    here the model's arithmetic is what is tested."""
+    return [training_crop(PICTURE, box, size, "nearest").transpose(1, 2, 0) for box in boxes]
 
 
 @pytest.mark.gpu

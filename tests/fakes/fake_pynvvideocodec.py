@@ -49,6 +49,14 @@ its ``__init__.py``, and the docstrings and keyword names compiled into
 - **End of stream, then more.** An empty packet flushes the parser; after it
   the same decoder accepts a new stream (the library's own decoder cache and
   seeking rely on this).
+- **Damage is concealed.** NVDEC's parser skips what it cannot parse and
+  ``Decode`` returns what it could decode, without an error (the library
+  throws only for CUDA and driver failures, and the refusals below): a
+  packet FFmpeg's decoder rejects gives no frame here, not an exception.
+- **Range untouched.** NVDEC hands out the coded samples: a full-range
+  (``yuvj420p``) stream's NV12 is still full range (FFmpeg's ``nv12`` of a
+  ``yuvj420p`` frame copies the planes as they are, as checked by
+  ``tests/test_decoder_contract.py``).
 - **Refusals inside Decode.** ``NvDecoder::HandleVideoSequence`` checks the
   stream against the decode capabilities when the parser meets the first
   sequence header, so a codec in :data:`unsupported` or a size beyond
@@ -280,7 +288,10 @@ class Decoder:
                 raise RuntimeError("not an Annex B bitstream")
             fed = av.Packet(data)
             fed.pts = packet.pts
-            decoded = list(self._codec.decode(fed))
+            try:
+                decoded = list(self._codec.decode(fed))
+            except av.error.InvalidDataError:
+                decoded = []  # concealed, as NVDEC's parser does
             self._check_sequence(self._codec)
         frames = []
         for index, frame in enumerate(decoded):  # from index 0 again: last call's frames go

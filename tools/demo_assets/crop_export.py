@@ -32,6 +32,7 @@ def export(model: nn.Module, path: Path, imgsz: int, output: str, metadata: dict
     crop = {
         "imgsz": json.dumps([imgsz, imgsz]),
         "crop": "stretch",
+        "crop_round": "subpixel",  # trained on crop_rgb's crops of the fractional boxes
         "resize": "linear",
         "input_range": "1",
     }

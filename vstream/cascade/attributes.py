@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from vstream.cascade.model import SecondaryOutput
-from vstream.tracking.base import NO_TRACK
+from vstream.results import NO_TRACK
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from vstream.inference.buckets import Bucket, bucket_sizes
 from vstream.inference.providers import resolve_device, session_providers
 from vstream.inference.secondary_spec import SecondarySpec, read_secondary_spec
 from vstream.inference.wheels import load_onnxruntime
+from vstream.preprocess.resample import Resampler
 from vstream.transfer import HostStaging, to_host
 
 
@@ -138,6 +139,8 @@ class SecondaryModel:
         )
         self._scale, self._bias = self._normalisation()
         self._staging = HostStaging(pinned=self.device.type == "cuda")
+        self._resampler = Resampler()
+        """The crops' resampling plans, kept from frame to frame (used under ``_lock``)."""
         self._lock = threading.Lock()
 
     @property
@@ -222,6 +225,8 @@ class SecondaryModel:
                 self.spec.input_size,
                 crop=self.spec.crop,  # type: ignore[arg-type]
                 resize=self.spec.resize,  # type: ignore[arg-type]
+                rounding=self.spec.crop_round,  # type: ignore[arg-type]
+                resampler=self._resampler,
             )
             results = [
                 self._chunk(crops[start : start + self.max_batch])

@@ -56,6 +56,37 @@ CropMode = Literal["stretch", "square"]
 """How a box becomes the model input: the box stretched to fill it, or the square around
 the box's centre (side: the box's longer side), which keeps the object's proportions."""
 
+CropRound = Literal["nearest", "floor", "subpixel"]
+"""Which pixels a box's crop is made of: its edges rounded to whole pixels (supervision's
+``crop_image``), truncated (``int()``, Ultralytics' ``save_one_box``), or sampled where they
+fall between pixels (vstream's rule before 0.2)."""
+
+
+class SecondaryCrop(StrictModel):
+    """How each selected box becomes a crop: its shape, and the pixels it is cut on.
+
+    A word alone is the mode: ``crop: square`` is ``crop: {mode: square}``.
+    """
+
+    mode: CropMode | None = Field(
+        None,
+        description="stretch: the box fills the input; square: the square around the box "
+        "(the object keeps its proportions); default: the metadata's crop, else stretch",
+    )
+    round: CropRound | None = Field(
+        None,
+        description="nearest: each edge rounded to a whole pixel, the cut resized as "
+        "cv2.resize does (supervision's crop_image); floor: edges truncated (int(), "
+        "Ultralytics' save_one_box); subpixel: the fractional box sampled as it is (roi_align), "
+        "for models trained on vstream's earlier crops; default: the metadata's crop_round, "
+        "else nearest",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_alone(cls, value: object) -> object:
+        return {"mode": value} if isinstance(value, str) else value
+
 
 class SecondaryOn(StrictModel):
     """Which detections a secondary model reads."""
@@ -118,10 +149,10 @@ class SecondaryConfig(StrictModel):
         description="input size for a model with a dynamic one: 64 or [h, w]; default: the "
         "model's, else its metadata's",
     )
-    crop: CropMode | None = Field(
-        None,
-        description="stretch: the box fills the input; square: the square around the box "
-        "(the object keeps its proportions); default: the metadata's, else stretch",
+    crop: SecondaryCrop = Field(
+        default_factory=SecondaryCrop,
+        description="the crop's mode (stretch or square) and round (nearest, floor or "
+        "subpixel), e.g. {mode: square, round: floor}; a word alone is the mode",
     )
     resize: Literal["linear", "area"] | None = Field(
         None,
@@ -267,7 +298,9 @@ def _describe(class_names: Mapping[int, str] | Sequence[str]) -> str:
 __all__ = [
     "MAX_SECONDARY",
     "CropMode",
+    "CropRound",
     "SecondaryConfig",
+    "SecondaryCrop",
     "SecondaryOn",
     "check_filter_labels",
     "check_kind",

@@ -26,13 +26,10 @@ import torch
 
 from vstream.cores import auto_decoder_threads
 from vstream.decoders.base import Picture
+from vstream.decoders.colour import colour_space
 from vstream.decoders.demux import Demuxer
-from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
+from vstream.frame import PixelFormat
 from vstream.transfer import upload
-
-# FFmpeg's AVColorSpace / AVColorRange values that change the conversion.
-_AVCOL_SPC_BT709 = 1
-_AVCOL_RANGE_JPEG = 2
 
 _EIGHT_BIT_YUV = frozenset(
     {"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p", "yuvj444p", "nv12", "gray"}
@@ -67,13 +64,6 @@ class PyAVPicture:
         plane = frame.planes[0]
         shape, strides = (frame.height, frame.width), (plane.line_size, 1)
         return torch.from_numpy(np.ndarray(shape, np.uint8, buffer=plane, strides=strides))
-
-
-def colour_of(frame: av.VideoFrame) -> ColourSpace:
-    """The colour space a decoded frame signals; unspecified means BT.601, as in FFmpeg."""
-    matrix = ColourMatrix.BT709 if frame.colorspace == _AVCOL_SPC_BT709 else ColourMatrix.BT601
-    full = frame.color_range == _AVCOL_RANGE_JPEG or frame.format.name.startswith("yuvj")
-    return ColourSpace(matrix=matrix, full_range=full)
 
 
 class PyAVDecoder:
@@ -152,7 +142,7 @@ class PyAVDecoder:
             width=decoded.width,
             height=decoded.height,
             pts_seconds=pts,
-            colour=colour_of(decoded),
+            colour=colour_space(decoded.colorspace, decoded.color_range, decoded.format.name),
             decoded=picture if on_cpu else None,
         )
 

@@ -71,10 +71,11 @@ import av
 import torch
 
 from vstream.decoders.base import Picture
+from vstream.decoders.colour import colour_space
 from vstream.decoders.demux import Demuxer
 from vstream.devices import indexed, same_device
 from vstream.errors import SourceError, first_line
-from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
+from vstream.frame import ColourSpace, PixelFormat
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +116,6 @@ PROBE_CLIP = Path(__file__).resolve().parents[1] / "assets" / "probe.mp4"
 
 Made by ``tools/demo_assets/probe_clip.py``.
 """
-
-_AVCOL_SPC_BT709 = 1
-_AVCOL_RANGE_JPEG = 2
 
 
 class NvdecUnsupported(SourceError):
@@ -516,9 +514,10 @@ class NvdecDecoder:
         return av.bitstream.BitStreamFilterContext(name, self.demuxer.stream)
 
     def _stream_colour(self) -> ColourSpace:
+        """The stream's colour space, by the rule the CPU decoder follows (NVDEC keeps the
+        coded samples: a yuvj420p stream's stay full range)."""
         codec = self.demuxer.stream.codec_context
-        matrix = ColourMatrix.BT709 if codec.colorspace == _AVCOL_SPC_BT709 else ColourMatrix.BT601
-        return ColourSpace(matrix=matrix, full_range=codec.color_range == _AVCOL_RANGE_JPEG)
+        return colour_space(codec.colorspace, codec.color_range, codec.pix_fmt)
 
     # -- decoding ----------------------------------------------------------------------------
 
@@ -658,10 +657,19 @@ class NvdecDecoder:
         return pictures
 
     def _annex_b(self, packet: av.Packet | None) -> list[av.Packet | None]:
-        """``packet`` as Annex B; at the end of stream, what the filter held back, then None."""
+        """``packet`` as Annex B; at the end of stream, what the filter held back, then None.
+
+        A packet too damaged to convert is counted and skipped, as the CPU decoder
+        skips one FFmpeg's decoder rejects.
+        """
         if self._bsf is None:
             return [packet]
-        return [*self._bsf.filter(packet), *([None] if packet is None else [])]
+        try:
+            converted = self._bsf.filter(packet)
+        except av.error.InvalidDataError as exc:
+            self.demuxer.damaged("annex b", exc)
+            converted = []
+        return [*converted, *([None] if packet is None else [])]
 
     def pictures(self) -> Iterator[Picture]:
         """Every picture of the stream in presentation order, in buffers vstream owns."""

@@ -16,6 +16,7 @@ key            value                                    default
 ``kind``       ``classifier`` or ``embedding``           the options'
 ``imgsz``      ``[h, w]`` or one integer                 the input's
 ``crop``       ``stretch`` or ``square``                 ``stretch``
+``crop_round`` ``nearest``, ``floor`` or ``subpixel``    ``nearest``
 ``resize``     ``linear`` or ``area``                    ``linear``
 ``input_range`` ``1`` or ``255``                         ``1``
 ``mean``       ``[r, g, b]`` in input_range units       ``[0, 0, 0]``
@@ -54,6 +55,7 @@ from vstream.inference.model import (
 _CHOICES = {
     "kind": ("classifier", "embedding"),
     "crop": ("stretch", "square"),
+    "crop_round": ("nearest", "floor", "subpixel"),
     "resize": ("linear", "area"),
     "outputs": ("logits", "probabilities"),
 }
@@ -74,6 +76,7 @@ class SecondarySpec:
     """One per output of a classifier (ids as text where neither options nor metadata name
     them); empty for an embedding."""
     crop: str
+    crop_round: str
     resize: str
     input_range: int
     mean: tuple[float, float, float]
@@ -88,8 +91,11 @@ class SecondarySpec:
         return self.input.fixed_batch
 
 
-def _choice(config: SecondaryConfig, metadata: dict[str, str], key: str, default: str) -> str:
-    value = getattr(config, key)
+def _choice(
+    value: str | None, config: SecondaryConfig, metadata: dict[str, str], key: str, default: str
+) -> str:
+    """The option's ``value`` where set, else the metadata's ``key``, else ``default``; a
+    metadata value not among the choices is refused."""
     if value is not None:
         return str(value)
     found = metadata.get(key)
@@ -221,15 +227,16 @@ def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
         input_size=(int(size[0]), int(size[1])),
         output_size=int(values),
         labels=labels,
-        crop=_choice(config, metadata, "crop", "stretch"),
-        resize=_choice(config, metadata, "resize", "linear"),
+        crop=_choice(config.crop.mode, config, metadata, "crop", "stretch"),
+        crop_round=_choice(config.crop.round, config, metadata, "crop_round", "nearest"),
+        resize=_choice(config.resize, config, metadata, "resize", "linear"),
         input_range=_range(config, metadata),
         mean=_triple(config, metadata, "mean", 0.0),
         std=_triple(config, metadata, "std", 1.0),
         outputs=(
             "embedding"
             if config.kind == "embedding"
-            else _choice(config, metadata, "outputs", "logits")
+            else _choice(config.outputs, config, metadata, "outputs", "logits")
         ),
         batch=batch,
     )

@@ -27,7 +27,7 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "NO_TRACK": "vstream.tracking.base",
+        "NO_TRACK": "vstream.results",
         "AppearanceBank": "vstream.tracking.appearance",
         "Tracker": "vstream.tracking.base",
         "iou_matrix": "vstream.tracking.base",

@@ -13,9 +13,6 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-NO_TRACK = -1
-"""Track id of a detection that is on no confirmed track."""
-
 
 @dataclass(frozen=True)
 class Prediction:
@@ -47,7 +44,7 @@ class Tracker(Protocol):
 
         ``boxes`` are ``(N, 4)`` float ``x1, y1, x2, y2`` in pixels. Returns
         ``(N,)`` int64 track ids: positive for a detection on a confirmed track,
-        :data:`NO_TRACK` otherwise. Ids are never reused.
+        :data:`~vstream.results.NO_TRACK` otherwise. Ids are never reused.
 
         ``embeddings``: ``(N, D)`` float32 unit rows, one per detection, from an
         appearance model (a row of zeros: no vector for that detection); a

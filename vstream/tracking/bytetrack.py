@@ -76,9 +76,10 @@ import math
 import numpy as np
 
 from vstream.config.tracking import DEFAULT_CONF, TrackingConfig
+from vstream.results import NO_TRACK
 from vstream.tracking import kalman
 from vstream.tracking.appearance import AppearanceBank, blend_costs, cosine_distance
-from vstream.tracking.base import NO_TRACK, Prediction, iou_matrix
+from vstream.tracking.base import Prediction, iou_matrix
 
 TENTATIVE, TRACKED, LOST = 0, 1, 2
 """Track states: not yet confirmed; confirmed and seen in the last frame; confirmed, unseen."""

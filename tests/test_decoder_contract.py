@@ -1,0 +1,222 @@
+"""One contract, two decoders: the same cases on the CPU decoder and on NVDEC's adapter.
+
+NVDEC runs here on the fake PyNvVideoCodec and the fake ``cuda:0``
+(:mod:`fakes`), which hand out what the library does: the coded samples as
+NV12 (a full-range stream's stay full range), in device memory. Each case
+runs on both decoders and checks what the pipeline relies on: time stamps,
+what the container says, the colour space (matrix and range; ``yuvj420p``
+with and without ``color_range``), seeking, and damaged packets. Pixels are
+compared as the model sees them: both decoders' frames letterboxed, the CPU's
+by FFmpeg and OpenCV (the reference), NVDEC's NV12 by the device resampler.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+from fakes import fake_pynvvideocodec as fake
+from fakes.fake_cuda import FakeGpu, host
+from helpers import write_video
+
+from vstream.decoders import nvdec as nvdec_module
+from vstream.decoders.base import Picture
+from vstream.decoders.cpu import PyAVDecoder
+from vstream.decoders.demux import Demuxer
+from vstream.decoders.nvdec import NvdecDecoder
+from vstream.frame import ColourMatrix, ColourSpace
+from vstream.preprocess import Letterboxer
+
+DECODERS = ["cpu", "nvdec"]
+CUDA = torch.device("cuda", 0)
+FRAMES = 20
+SIZE = 64
+"""Letterbox size the pixels are compared at."""
+
+
+@pytest.fixture(autouse=True)
+def fakes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake ``cuda:0`` and PyNvVideoCodec; no NVDEC decoder outlives a test."""
+    FakeGpu().install(monkeypatch)
+    fake.install(monkeypatch)
+    fake.reset()
+    nvdec_module.DECODERS.clear()
+    yield
+    nvdec_module.DECODERS.clear()
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Small clips: limited range BT.601 (the usual camera), BT.709, full range (yuvj420p),
+    and a clip with a key frame every 10 frames (for seeking)."""
+    folder = tmp_path_factory.mktemp("clips")
+    made = {
+        "limited": dict(),
+        "bt709": dict(colorspace=1),
+        "full range": dict(pix_fmt="yuvj420p"),
+        "key frames": dict(gop=10),
+    }
+    return {
+        name: write_video(folder / f"{i}.mp4", frames=FRAMES, width=96, height=64, **options)
+        for i, (name, options) in enumerate(made.items())
+    }
+
+
+def open_decoder(kind: str, path: Path) -> PyAVDecoder | NvdecDecoder:
+    if kind == "cpu":
+        return PyAVDecoder(str(path), device=torch.device("cpu"))
+    return NvdecDecoder(str(path), device=CUDA, cuda_stream=0x7F00, cache=None)
+
+
+def decode(kind: str, path: Path, seek: float = 0.0) -> tuple[list[Picture], int]:
+    """Every picture of ``path`` (after seeking to ``seek``) and the damaged packets counted."""
+    decoder = open_decoder(kind, path)
+    try:
+        decoder.seek(seek)
+        return list(decoder.pictures()), decoder.corrupt_packets
+    finally:
+        decoder.close()
+
+
+def letterboxed(kind: str, pictures: list[Picture]) -> np.ndarray:
+    """The model input the pictures make, ``(N, 3, SIZE, SIZE)`` in 0..1, on the host."""
+    device = torch.device("cpu") if kind == "cpu" else CUDA
+    inputs = torch.zeros((len(pictures), 3, SIZE, SIZE), device=device)
+    letterboxer = Letterboxer(inputs)
+    for slot, picture in enumerate(pictures):
+        letterboxer.load(slot, picture.to_frame("0", slot, picture.pts_seconds or 0.0, 0.0))
+    return host(inputs).numpy()
+
+
+def reference_pts(path: Path) -> list[float]:
+    with av.open(str(path)) as container:
+        return [float(f.pts * f.time_base) for f in container.decode(video=0)]
+
+
+def assert_same_pixels(cpu: np.ndarray, gpu: np.ndarray) -> None:
+    """The letterbox of both decoders' frames: within one grey level everywhere, equal but for
+    a few values (where OpenCV's vector code rounds a row's last columns its own way)."""
+    levels = np.abs(cpu.astype(np.float64) - gpu) * 255
+    assert levels.max() <= 1 + 1e-3, f"{levels.max():.1f} grey levels apart"
+    assert (levels > 1e-3).mean() < 0.01
+
+
+@pytest.mark.parametrize("kind", DECODERS)
+def test_time_stamps_are_the_streams(kind: str, clips: dict[str, Path]) -> None:
+    pictures, _ = decode(kind, clips["limited"])
+    assert [p.pts_seconds for p in pictures] == pytest.approx(reference_pts(clips["limited"]))
+    assert len(pictures) == FRAMES
+
+
+@pytest.mark.parametrize("kind", DECODERS)
+def test_stream_info_is_what_the_container_says(kind: str, clips: dict[str, Path]) -> None:
+    decoder = open_decoder(kind, clips["limited"])
+    try:
+        info = decoder.info
+    finally:
+        decoder.close()
+    assert (info.codec, info.width, info.height, info.fps) == ("h264", 96, 64, 25.0)
+    assert info.frame_count == FRAMES
+    assert info.duration_seconds == pytest.approx(FRAMES / 25)
+
+
+def _range_unsignalled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream whose decoder says yuvj420p and nothing of the range (the ``color_range`` the
+    decoders read, cleared). FFmpeg 5's H.264 decoder always fills it for yuvj420p; other
+    decoders and cameras leave it unset, and FFmpeg's converter still takes yuvj as full."""
+    picture = PyAVDecoder._picture
+
+    def unsignalled_frame(self: PyAVDecoder, decoded: av.VideoFrame) -> Picture:
+        decoded.color_range = 0  # AVCOL_RANGE_UNSPECIFIED
+        return picture(self, decoded)
+
+    class UnsignalledStream(Demuxer):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            self.stream.codec_context.color_range = 0
+
+    monkeypatch.setattr(PyAVDecoder, "_picture", unsignalled_frame)
+    monkeypatch.setattr(nvdec_module, "Demuxer", UnsignalledStream)
+
+
+@pytest.mark.parametrize(
+    ("clip", "signalled", "expected"),
+    [
+        ("limited", True, ColourSpace(ColourMatrix.BT601, full_range=False)),
+        ("bt709", True, ColourSpace(ColourMatrix.BT709, full_range=False)),
+        ("full range", True, ColourSpace(ColourMatrix.BT601, full_range=True)),
+        ("full range", False, ColourSpace(ColourMatrix.BT601, full_range=True)),
+    ],
+    ids=["bt601 limited", "bt709", "yuvj420p with color_range", "yuvj420p without color_range"],
+)
+def test_both_decoders_give_the_same_colour_and_pixels(
+    clips: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    clip: str,
+    signalled: bool,
+    expected: ColourSpace,
+) -> None:
+    if not signalled:
+        _range_unsignalled(monkeypatch)
+    path = clips[clip]
+    cpu, _ = decode("cpu", path)
+    gpu, _ = decode("nvdec", path)
+    assert {p.colour for p in cpu} == {p.colour for p in gpu} == {expected}
+    first = slice(0, 4)
+    assert_same_pixels(letterboxed("cpu", cpu[first]), letterboxed("nvdec", gpu[first]))
+
+
+@pytest.mark.parametrize("kind", DECODERS)
+def test_a_seek_lands_on_the_key_frame_before_it(kind: str, clips: dict[str, Path]) -> None:
+    path = clips["key frames"]
+    pictures, _ = decode(kind, path, seek=0.5)  # key frames at 0, 0.4, 0.8 s
+    assert [p.pts_seconds for p in pictures] == pytest.approx(reference_pts(path)[10:])
+
+
+def damage(clean: Path) -> Path:
+    """``clean`` with 1500 random bytes in its middle (a lost stretch of a network stream)."""
+    data = bytearray(clean.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 1500] = np.random.default_rng(7).bytes(1500)
+    damaged = clean.with_name("damaged" + clean.suffix)
+    damaged.write_bytes(bytes(data))
+    return damaged
+
+
+@pytest.mark.parametrize("suffix", [".ts", ".mp4"])
+def test_damaged_packets_are_skipped_and_the_stream_goes_on(tmp_path: Path, suffix: str) -> None:
+    """Both decoders carry on past the damage to the end, each picture once. What MPEG-TS
+    flags as damaged is counted on both; what only a decoder finds is counted on the CPU
+    (FFmpeg's decoder says so), while NVDEC's parser conceals it without a word."""
+    clean = write_video(tmp_path / f"clip{suffix}", frames=40, width=96, height=64, gop=10)
+    expected = reference_pts(clean)
+    damaged = damage(clean)
+    (cpu, cpu_corrupt), (gpu, gpu_corrupt) = decode("cpu", damaged), decode("nvdec", damaged)
+    for pictures in cpu, gpu:
+        pts = [p.pts_seconds for p in pictures]
+        assert len(set(pts)) == len(pts), "each picture once"
+        assert pts[:10] == pytest.approx(expected[:10]), "the pictures before the damage"
+        assert 20 < len(pictures) < 40 and pts[-1] == pytest.approx(expected[-1])
+    assert cpu_corrupt > 0
+    assert gpu_corrupt == cpu_corrupt if suffix == ".ts" else gpu_corrupt <= cpu_corrupt
+    first = slice(0, 4)
+    assert_same_pixels(letterboxed("cpu", cpu[first]), letterboxed("nvdec", gpu[first]))
+
+
+def test_the_fake_hands_out_a_full_range_streams_coded_samples(clips: dict[str, Path]) -> None:
+    """As NVDEC does: the NV12 of a yuvj420p stream is its Y, U and V planes as coded."""
+    pictures, _ = decode("nvdec", clips["full range"])
+    with av.open(str(clips["full range"])) as container:
+        frames = list(container.decode(video=0))
+    for picture, frame in zip(pictures, frames, strict=True):
+        assert frame.format.name == "yuvj420p"
+        y, u, v = (
+            np.frombuffer(plane, np.uint8).reshape(-1, plane.line_size)[:, : plane.width]
+            for plane in frame.planes
+        )
+        nv12 = host(picture.data).numpy()
+        assert np.array_equal(nv12[:64], y[:64])
+        assert np.array_equal(nv12[64:, 0::2], u[:32]) and np.array_equal(nv12[64:, 1::2], v[:32])
