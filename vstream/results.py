@@ -86,6 +86,12 @@ ATTRIBUTES = "attributes"
 detection, ``{model name: {"label", "score", "fresh"}}`` as records write it, or None."""
 
 
+MASKS = "mask"
+"""The ``data`` column (objects) of a segmentation model's masks: per detection a
+:class:`vstream.postprocess.masks.Mask` (its window's bits), which records write as
+``area`` and ``mask`` (COCO RLE) or ``polygon``, per ``postprocess.mask_format``."""
+
+
 class Detections:
     """The detections of one frame, as columns of equal length ``N``.
 
@@ -109,8 +115,9 @@ class Detections:
     naming every column's shape.
 
     :meth:`records` writes the fixed columns, ``"predicted": true`` for
-    the rows the :data:`PREDICTED` column marks, and ``"attributes"`` where the
-    :data:`ATTRIBUTES` column (a cascade's readings) has a value; another
+    the rows the :data:`PREDICTED` column marks, ``"attributes"`` where the
+    :data:`ATTRIBUTES` column (a cascade's readings) has a value, and ``"area"``
+    with ``"mask"`` or ``"polygon"`` where the :data:`MASKS` column has one; another
     ``data`` column reaches the records when the feature that adds it decides
     its keys.
     """
@@ -302,7 +309,9 @@ class Detections:
         flags = predicted.tolist() if predicted is not None else [False] * len(self)
         read = self.data.get(ATTRIBUTES)
         attributes = read.tolist() if read is not None else [None] * len(self)
-        for box, score, class_id, label, track_id, flag, attribute in zip(
+        made = self.data.get(MASKS)
+        masks = made.tolist() if made is not None else [None] * len(self)
+        for box, score, class_id, label, track_id, flag, attribute, mask in zip(
             self.xyxy.tolist(),
             self.confidence.tolist(),
             self.class_id.tolist(),
@@ -310,6 +319,7 @@ class Detections:
             self.tracker_id.tolist(),
             flags,
             attributes,
+            masks,
             strict=True,
         ):
             record: dict[str, Any] = {
@@ -324,6 +334,8 @@ class Detections:
                 record["predicted"] = True
             if attribute:
                 record["attributes"] = attribute
+            if mask is not None:
+                record.update(mask.record())
             records.append(record)
         return records
 

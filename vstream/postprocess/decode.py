@@ -176,8 +176,9 @@ class Postprocessor:
 
     def _candidates(
         self, outputs: Sequence[torch.Tensor], classes: int | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Boxes (xyxy, input pixels), scores, class ids and frame positions above ``conf``.
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Boxes (xyxy, input pixels), scores, class ids, frame positions and rows of the
+        model output (anchors) of the candidates above ``conf``.
 
         At most ``max_candidates`` per frame (``max_det`` for NMS-free
         families), the best ones; rows come grouped by frame.
@@ -187,6 +188,7 @@ class Postprocessor:
         if self.config.classes is not None:
             keep &= self._class_allowed(class_id, classes)
         limit = self.candidate_limit
+        anchor = None
         if score.shape[1] > limit:
             # The best rows of each frame, a fixed number: no host wait.
             masked = torch.where(keep, score, torch.full_like(score, -torch.inf))
@@ -196,8 +198,9 @@ class Postprocessor:
             boxes = torch.gather(boxes, 1, anchor[..., None].expand(-1, -1, 4))
         transfers.implicit_sync("candidates")  # nonzero: the number of candidates
         frame, index = keep.nonzero(as_tuple=True)
-        boxes = self.input_boxes(boxes[frame, index].float(), index)
-        return boxes, score[frame, index].float(), class_id[frame, index], frame
+        rows = index if anchor is None else anchor[frame, index]
+        boxes = self.input_boxes(boxes[frame, index].float(), rows)
+        return boxes, score[frame, index].float(), class_id[frame, index], frame, rows
 
     def input_boxes(self, boxes: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
         """Boxes in the family's layout as xyxy in input pixels; ``anchor`` is each box's row
@@ -233,8 +236,17 @@ class Postprocessor:
         output). Returns a float32 tensor of shape ``(M, 7)`` with columns
         :data:`DETECTION_COLUMNS`, grouped by frame, highest score first.
         """
+        return self.decode(outputs, geometries)[0]
+
+    def decode(
+        self,
+        outputs: torch.Tensor | Sequence[torch.Tensor],
+        geometries: Sequence[LetterboxGeometry],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The detections of :meth:`__call__` and, for each, its row of the model output (what
+        a task reads its values per box from: :meth:`task_values`)."""
         ordered, classes = self.ordered(outputs, len(geometries))
-        boxes, score, class_id, frame = self._candidates(ordered, classes)
+        boxes, score, class_id, frame, rows = self._candidates(ordered, classes)
         if not self.family.nms:
             order = _group_by_frame(frame, score)
         else:
@@ -248,9 +260,19 @@ class Postprocessor:
         boxes, score, class_id = boxes[order], score[order], class_id[order]
 
         boxes = _to_frame_pixels(boxes, self._geometry_tensor(geometries)[frame])
-        return torch.cat(
+        detections = torch.cat(
             [frame[:, None].float(), boxes, score[:, None], class_id[:, None].float()], dim=1
         )
+        return detections, rows[order]
+
+    def task_values(
+        self, outputs: torch.Tensor | Sequence[torch.Tensor], frame: torch.Tensor, rows: torch.Tensor
+    ) -> torch.Tensor:
+        """``(K, extra)``: the task's values (mask coefficients...) of the detections at batch
+        positions ``frame`` and model output ``rows``, in the output's own layout."""
+        first = outputs[self.order[0]] if not isinstance(outputs, torch.Tensor) else outputs
+        rows_first = first.transpose(1, 2) if self.format is OutputFormat.YOLOV8 else first
+        return rows_first[frame, rows, rows_first.shape[-1] - self.task.extra :]
 
 
 class FixedShapes:
