@@ -17,15 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vstream.postprocess.masks import (
-    Mask,
-    box_windows,
-    coco_rle,
-    mask_bits,
-    packed_offsets,
-    polygons,
-    unpack_masks,
-)
+from vstream.masks import Mask, box_windows, coco_rle, packed_offsets, polygons, unpack_masks
+from vstream.postprocess.masks import mask_bits
 
 RLE_CASES = json.loads((Path(__file__).parent / "data" / "coco_rle.json").read_text())["cases"]
 
@@ -92,8 +85,12 @@ def test_masks_are_the_bilinear_logits_above_zero_in_the_box() -> None:
     assert packed.dtype == torch.uint8 and packed.numel() == packed_offsets(windows)[-1]
 
 
-def test_a_moved_mask_keeps_its_bits() -> None:
-    mask = _mask(RLE_CASES[0])
-    moved = mask.moved(3, -2)
-    assert (moved.x, moved.y) == (mask.x + 3, mask.y - 2)
+def test_a_moved_mask_keeps_its_bits_inside_the_frame() -> None:
+    mask = Mask(5, 4, 6, 3, np.packbits(np.arange(18) % 3 == 0), 12, 10)
+    moved = mask.moved(1, -2)
+    assert (moved.x, moved.y, moved.width, moved.height) == (6, 2, 6, 3)
     assert moved.area == mask.area and (moved.window() == mask.window()).all()
+    cut = mask.moved(4, -5)  # past the right edge (x 9..14 of 12) and the top (y -1..1)
+    assert (cut.x, cut.y, cut.width, cut.height) == (9, 0, 3, 2)
+    assert (cut.window() == mask.window()[1:, :3]).all()
+    assert mask.moved(20, 0).area == 0 and mask.moved(20, 0).width == 0

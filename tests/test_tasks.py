@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_cli
+from onnx_models import family_model
 
-from tests.helpers import run_cli
-from tests.onnx_models import family_model
 from vstream.errors import ModelError
 from vstream.postprocess.formats import OutputInfo
 from vstream.postprocess.tasks import Task, recognise_model

@@ -33,6 +33,7 @@ from vstream.inference.plan import plan_runs
 from vstream.inference.providers import resolve_device
 from vstream.inference.session import ModelSession
 from vstream.inference.wheels import load_onnxruntime
+from vstream.masks import box_windows, unpack_masks
 from vstream.postprocess.decode import FixedShapes, Postprocessor
 from vstream.postprocess.formats import (
     FAMILIES,
@@ -43,7 +44,7 @@ from vstream.postprocess.formats import (
     class_count,
     resolve_preprocessing,
 )
-from vstream.postprocess.masks import box_windows, mask_bits, unpack_masks
+from vstream.postprocess.masks import mask_bits
 from vstream.postprocess.tasks import Task, TaskSpec, recognise_model
 from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
 from vstream.preprocess.resample import Resampler

@@ -72,16 +72,27 @@ class Agreement:
 
 def count_matches(ours: Sequence[Box], theirs: Sequence[Box], min_iou: float) -> int:
     """Pairs of one frame's boxes, same class, IoU >= ``min_iou``, assigned optimally."""
+    return len(matched_pairs(ours, theirs, min_iou))
+
+
+def matched_pairs(
+    ours: Sequence[Box], theirs: Sequence[Box], min_iou: float
+) -> list[tuple[int, int]]:
+    """The pairs :func:`count_matches` counts, as positions in ``ours`` and ``theirs``."""
     from scipy.optimize import linear_sum_assignment
 
-    matched = 0
+    pairs = []
     for class_id in {b["class_id"] for b in ours} & {b["class_id"] for b in theirs}:
-        a = np.array([b["bbox"] for b in ours if b["class_id"] == class_id], dtype=np.float64)
-        b = np.array([b["bbox"] for b in theirs if b["class_id"] == class_id], dtype=np.float64)
+        mine = [i for i, b in enumerate(ours) if b["class_id"] == class_id]
+        others = [j for j, b in enumerate(theirs) if b["class_id"] == class_id]
+        a = np.array([ours[i]["bbox"] for i in mine], dtype=np.float64)
+        b = np.array([theirs[j]["bbox"] for j in others], dtype=np.float64)
         iou = iou_matrix(a, b)
         rows, cols = linear_sum_assignment(np.where(iou >= min_iou, -iou, 0.0))
-        matched += int(np.count_nonzero(iou[rows, cols] >= min_iou))
-    return matched
+        pairs += [
+            (mine[r], others[c]) for r, c in zip(rows, cols, strict=True) if iou[r, c] >= min_iou
+        ]
+    return pairs
 
 
 def agreement(

@@ -266,7 +266,10 @@ class Postprocessor:
         return detections, rows[order]
 
     def task_values(
-        self, outputs: torch.Tensor | Sequence[torch.Tensor], frame: torch.Tensor, rows: torch.Tensor
+        self,
+        outputs: torch.Tensor | Sequence[torch.Tensor],
+        frame: torch.Tensor,
+        rows: torch.Tensor,
     ) -> torch.Tensor:
         """``(K, extra)``: the task's values (mask coefficients...) of the detections at batch
         positions ``frame`` and model output ``rows``, in the output's own layout."""
