@@ -61,23 +61,20 @@ def test_windows_are_the_pixels_a_box_crops() -> None:
 
 
 def test_masks_are_the_bilinear_logits_above_zero_in_the_box() -> None:
-    """With a stretch (no padding) the rule is F.interpolate(logits, frame size) > 0, cropped."""
+    """With a stretch (no bars) the rule is F.interpolate(logits, frame size) > 0, cropped."""
     generator = torch.Generator().manual_seed(0)
     nm, mh, mw = 8, 20, 24
     protos = torch.randn((2, nm, mh, mw), generator=generator)
     coefficients = torch.randn((3, nm), generator=generator)
     frame = np.array([0, 0, 1])
-    input_size = (80, 96)  # prototypes at a quarter
-    frame_size = (120, 150)  # (height, width): the input stretched by 1.5 and 1.5625
-    gain_x, gain_y = input_size[1] / frame_size[1], input_size[0] / frame_size[0]
-    geometry = torch.tensor([[0.0, 0.0, gain_x, gain_y, 150.0, 120.0]] * 2)
+    sizes = [(150, 120), (150, 120)]  # (width, height) of the two frames
     boxes = np.array([[3.3, 7.9, 60.2, 44.0], [50.0, 60.0, 150.0, 120.0], [0.0, 0.0, 31.5, 17.5]])
     windows = box_windows(boxes)
-    packed = mask_bits(protos, coefficients, frame, windows, geometry, input_size)
-    masks = unpack_masks(packed.numpy(), windows, [(150, 120)] * 3, "rle")
+    packed = mask_bits(protos, coefficients, frame, windows, sizes, letterbox=False)
+    masks = unpack_masks(packed.numpy(), windows, [sizes[0]] * 3, "rle")
     for k, (mask, (x, y, w, h)) in enumerate(zip(masks, windows.tolist(), strict=True)):
         logits = torch.einsum("c,chw->hw", coefficients[k], protos[frame[k]])
-        full = F.interpolate(logits[None, None], frame_size, mode="bilinear")[0, 0] > 0
+        full = F.interpolate(logits[None, None], (120, 150), mode="bilinear")[0, 0] > 0
         expected = full[y : y + h, x : x + w].numpy()
         assert (mask.x, mask.y, mask.width, mask.height) == (x, y, w, h)
         assert (mask.window() != expected).mean() < 0.002, k  # float rounding at the edge only

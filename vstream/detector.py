@@ -308,17 +308,17 @@ class Detector:
         results = split_by_frame(host, frames, self.class_names)  # copies: host is reused below
         frame = host[:, 0].astype(np.int64)
         windows = box_windows(host[:, 1:5])
-        post = self.postprocessor
+        sizes = [(f.width, f.height) for f in frames]
         bits = mask_bits(
             raw[self.task.aux[0]],
-            post.task_values(raw, detections[:, 0].long(), rows),
+            self.postprocessor.task_values(raw, detections[:, 0].long(), rows),
             frame,
             windows,
-            post._geometry_tensor(geometries),
-            self.model.input_size,
+            sizes,
+            self.preprocessing.resize_mode == "letterbox",
         )
-        sizes = [(frames[i].width, frames[i].height) for i in frame.tolist()]
-        masks = unpack_masks(to_host(bits, self.staging), windows, sizes, self.mask_format)
+        owners = [sizes[i] for i in frame.tolist()]
+        masks = unpack_masks(to_host(bits, self.staging), windows, owners, self.mask_format)
         column = np.empty(len(masks), dtype=object)
         column[:] = masks
         bounds = np.searchsorted(frame, np.arange(len(frames) + 1)).tolist()

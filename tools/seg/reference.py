@@ -8,7 +8,8 @@ pixels, scores, class ids and each object's mask. ``retina_masks=True``:
 Ultralytics then makes the masks at the frame's size (its logits resampled
 bilinearly to the frame, above 0, cropped to the box), the resolution
 vstream's masks have. A mask is stored as the bounding window of its pixels
-(``[x, y, w, h]``) and the window's bits, row-major, ``np.packbits``, base64.
+(``[x, y, w, h]``) and the window's bits, row-major, ``np.packbits``, zlib,
+base64.
 Otherwise as ``tools/parity/reference.py``: ``imgsz=320, conf=0.25, iou=0.45,
 rect=False``. Ultralytics (AGPL-3.0) is an oracle here, never imported by
 vstream or its tests::
@@ -23,6 +24,7 @@ import base64
 import os
 import sys
 import tempfile
+import zlib
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,7 @@ def window(mask: np.ndarray) -> dict[str, Any]:
         return {"window": [0, 0, 0, 0], "bits": ""}
     y, x = int(rows[0]), int(cols[0])
     cut = mask[y : rows[-1] + 1, x : cols[-1] + 1]
-    bits = base64.b64encode(np.packbits(cut.reshape(-1)).tobytes()).decode()
+    bits = base64.b64encode(zlib.compress(np.packbits(cut.reshape(-1)).tobytes(), 9)).decode()
     return {"window": [x, y, cut.shape[1], cut.shape[0]], "bits": bits}
 
 

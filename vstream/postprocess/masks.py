@@ -4,13 +4,14 @@ A segmentation model gives every box row ``nm`` mask coefficients and the
 frame ``nm`` prototypes at a quarter of the input size
 (:mod:`vstream.postprocess.tasks`). A mask is only made for the boxes kept
 after NMS: its logits are the coefficients times the prototypes. Ultralytics
-makes frame-sized masks (``retina_masks``) by resampling those logits
-bilinearly to the frame, keeping the pixels above 0, and cropping them to the
-box (a pixel column ``c`` is kept where ``x1 <= c < x2``). vstream follows
-the same rule but computes only the pixels inside each box: every frame pixel
-centre of the box's window is mapped through the letterbox to prototype
-coordinates and the logits sampled there bilinearly, so nothing frame-sized
-is ever made.
+makes frame-sized masks (``retina_masks``) by upsampling those logits
+bilinearly by 1, 2 or 4 (whatever makes the letterbox's bars whole pixels),
+cutting the bars off, resizing the rest bilinearly to the frame, keeping the
+pixels above 0 and cropping them to the box (a pixel column ``c`` is kept
+where ``x1 <= c < x2``). vstream follows the same rule but resizes only the
+pixels inside each box: every frame pixel centre of the box's window is
+sampled where that resize would sample it, so nothing frame-sized is ever
+made.
 
 **What leaves the device.** Each object's window, ``ceil(x1)..ceil(x2)-1`` by
 ``ceil(y1)..ceil(y2)-1`` in frame pixels, row-major, one bit per pixel,
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from vstream.masks import Mask, packed_offsets
 from vstream.transfer import upload
@@ -40,51 +42,90 @@ def mask_bits(
     coefficients: torch.Tensor,
     frame: np.ndarray,
     windows: np.ndarray,
-    geometry: torch.Tensor,
-    input_size: tuple[int, int],
+    frame_sizes: Sequence[tuple[int, int]],
+    letterbox: bool = True,
 ) -> torch.Tensor:
     """The kept objects' masks in their windows, bit-packed, on the device.
 
     ``protos`` ``[B, nm, mh, mw]`` is the model's output, ``coefficients``
     ``[K, nm]`` the kept rows', ``frame`` (host, sorted) each object's
-    position in the batch, ``windows`` (host) :func:`box_windows`, and
-    ``geometry`` the per-frame ``(pad_x, pad_y, gain_x, gain_y, width,
-    height)`` rows of the postprocess. Returns ``uint8`` of
+    position in the batch, ``windows`` (host) :func:`~vstream.masks.box_windows`,
+    ``frame_sizes`` each batch position's ``(width, height)``, ``letterbox``
+    whether the input was letterboxed (else stretched). Returns ``uint8`` of
     ``packed_offsets(windows)[-1]`` bytes; sizes come from the host, so
     nothing here waits for the device.
     """
     device = protos.device
     _, nm, mh, mw = protos.shape
-    count = len(windows)
     offsets = packed_offsets(windows)
     total = int(offsets[-1]) * 8
     if total == 0:
         return torch.zeros(0, dtype=torch.uint8, device=device)
-    # Logits at prototype resolution, one map per object: each frame's objects at once.
-    maps = torch.empty((count, mh * mw), dtype=torch.float32, device=device)
+    # Per object (host): its frame's rule, and where its upsampled logits start in `grids`.
+    rules = [_frame_rule(width, height, mh, mw, letterbox) for width, height in frame_sizes]
+    factor = np.array([rules[f][0] for f in frame.tolist()], np.int64)
+    starts = np.concatenate([[0], np.cumsum(factor * factor * mh * mw)])
+    grids = torch.empty(int(starts[-1]), dtype=torch.float32, device=device)
     bounds = np.searchsorted(frame, np.arange(int(frame[-1]) + 2), side="left")
-    for position, (start, end) in enumerate(itertools.pairwise(bounds)):
-        if end > start:
-            maps[start:end] = coefficients[start:end].float() @ protos[position].reshape(nm, -1)
-    bits_per_object = (offsets[1:] - offsets[:-1]) * 8
-    owner, _, row, col, inside = _window_slots(windows, bits_per_object, device)
-    placed = np.concatenate([windows[:, :2], frame[:, None]], 1)
-    x0, y0, frame_of = upload(torch.from_numpy(placed), device)[owner].unbind(1)
-    rows = geometry[frame_of]
-    # Frame pixel centres -> input pixels (through the letterbox) -> prototype pixels.
-    input_x = (x0 + col).float().add_(0.5).mul_(rows[:, 2]).add_(rows[:, 0])
-    input_y = (y0 + row).float().add_(0.5).mul_(rows[:, 3]).add_(rows[:, 1])
+    for position, (first, last) in enumerate(itertools.pairwise(bounds)):
+        if last > first:
+            logits = coefficients[first:last].float() @ protos[position].reshape(nm, -1)
+            up = rules[position][0]
+            logits = logits.view(-1, 1, mh, mw)
+            if up > 1:
+                logits = F.interpolate(logits, scale_factor=up, mode="bilinear")
+            grids[starts[first] : starts[last]] = logits.reshape(-1)
+    # Per object: grid width, crop top and left, content height and width, frame height and
+    # width, grid start.
+    table = np.array(
+        [
+            (rules[f][0] * mw, *rules[f][1:], frame_sizes[f][1], frame_sizes[f][0])
+            for f in frame.tolist()
+        ],
+        np.int64,
+    ).reshape(-1, 7)
+    table = np.concatenate([table, starts[:-1, None], windows[:, :2]], 1)
+    owner, _, row, col, inside = _window_slots(windows, (offsets[1:] - offsets[:-1]) * 8, device)
+    stride, top, left, content_h, content_w, height, width, start, x0, y0 = upload(
+        torch.from_numpy(table), device
+    )[owner].unbind(1)
+    # Each frame pixel centre in the crop of the upsampled logits, as a bilinear resize of
+    # the crop to the frame samples it (align_corners=False, edges replicated).
+    y = ((y0 + row).float() + 0.5) * (content_h / height) - 0.5
+    x = ((x0 + col).float() + 0.5) * (content_w / width) - 0.5
     logits = _bilinear(
-        maps,
-        owner,
-        input_x * (mw / input_size[1]) - 0.5,
-        input_y * (mh / input_size[0]) - 0.5,
-        mh,
-        mw,
+        grids, start, stride, y.clamp_(min=0), x.clamp_(min=0), top, left, content_h, content_w
     )
     bits = (logits > 0) & inside
     weights = upload(torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8), device)
     return (bits.view(-1, 8).to(torch.uint8) * weights).sum(1, dtype=torch.uint8)
+
+
+def _frame_rule(
+    width: int, height: int, mh: int, mw: int, letterbox: bool
+) -> tuple[int, int, int, int, int]:
+    """How Ultralytics brings prototype-resolution logits to a ``width x height`` frame:
+    ``(factor, top, left, content_h, content_w)``.
+
+    The logits are upsampled bilinearly by ``factor``, the smallest of 1, 2 and 4 at which
+    the letterbox's bars are whole pixels on each side (the prototypes are a quarter of
+    the input); the picture's part (``content_h x content_w`` from ``top, left``) is then
+    resized bilinearly to the frame. A stretched input has no bars: the whole grid is the
+    picture.
+    """
+    if not letterbox:
+        return 1, 0, 0, mh, mw
+
+    def content(factor: int) -> tuple[int, int]:
+        gain = min(factor * mh / height, factor * mw / width)
+        return max(round(height * gain), 1), max(round(width * gain), 1)
+
+    bars_h, bars_w = 4 * mh - content(4)[0], 4 * mw - content(4)[1]
+    factor = next((f for f in (1, 2) if (bars_h * f) % 8 == 0 and (bars_w * f) % 8 == 0), 4)
+    content_h, content_w = content(factor)
+    top = round((factor * mh - content_h) / 2 - 0.1)
+    left = round((factor * mw - content_w) / 2 - 0.1)
+    return factor, top, left, content_h, content_w
 
 
 def _window_slots(
@@ -128,22 +169,31 @@ def mask_pixels(
 
 
 def _bilinear(
-    maps: torch.Tensor, owner: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mh: int, mw: int
+    grids: torch.Tensor,
+    start: torch.Tensor,
+    stride: torch.Tensor,
+    y: torch.Tensor,
+    x: torch.Tensor,
+    top: torch.Tensor,
+    left: torch.Tensor,
+    height: torch.Tensor,
+    width: torch.Tensor,
 ) -> torch.Tensor:
-    """``maps[owner]`` sampled at ``(x, y)`` (pixel centres at integers), edges replicated, as
-    ``F.interpolate(mode="bilinear", align_corners=False)`` samples."""
-    x = x.clamp(0, mw - 1)
-    y = y.clamp(0, mh - 1)
-    left, top = x.floor(), y.floor()
-    fx, fy = x - left, y - top
-    left, top = left.long(), top.long()
-    right, bottom = (left + 1).clamp(max=mw - 1), (top + 1).clamp(max=mh - 1)
-    base = owner * (mh * mw)
-    flat = maps.view(-1)
+    """Bilinear samples at ``(y, x)`` (pixel centres at integers, >= 0) of crops
+    ``height x width`` at ``(top, left)`` of row-major grids ``stride`` wide starting at
+    ``start`` in ``grids``, the crop's last row and column replicated beyond it."""
+    y = torch.minimum(y, (height - 1).float())
+    x = torch.minimum(x, (width - 1).float())
+    row, col = y.floor(), x.floor()
+    fy, fx = y - row, x - col
+    row, col = row.long(), col.long()
+    below = torch.minimum(row + 1, height - 1) + top
+    right = torch.minimum(col + 1, width - 1) + left
+    row, col = row + top, col + left
 
     def at(r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        return flat[base + r * mw + c]
+        return grids[start + r * stride + c]
 
-    upper = at(top, left) * (1 - fx) + at(top, right) * fx
-    lower = at(bottom, left) * (1 - fx) + at(bottom, right) * fx
+    upper = at(row, col) * (1 - fx) + at(row, right) * fx
+    lower = at(below, col) * (1 - fx) + at(below, right) * fx
     return upper * (1 - fy) + lower * fy
