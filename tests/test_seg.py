@@ -26,17 +26,24 @@ BOX = (20.0, 12.0, 40.0, 36.0)
 """x1, y1, x2, y2 of the one object, in the 64 x 64 frame (the input: no letterbox)."""
 
 
-def seg_model(path: Path) -> Path:
+def seg_model(path: Path, end_to_end: bool = False) -> Path:
     """Two classes, one mask coefficient (5.0: as a class score it would win), prototypes
-    ``[1, 1, 16, 16]`` at +1 on columns 0..7 and -1 on 8..15."""
-    rows = np.zeros((1, 4 + 2 + 1, 84), np.float32)
+    ``[1, 1, 16, 16]`` at +1 on columns 0..7 and -1 on 8..15; YOLOv8's layout
+    ``[B, 4+nc+nm, N]`` or, ``end_to_end``, YOLO26's ``[B, 300, 6+nm]``."""
     x1, y1, x2, y2 = BOX
-    rows[0, :4, 7] = [(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]
-    rows[0, 4 + 1, 7] = 0.9
-    rows[0, 6, 7] = 5.0
+    if end_to_end:
+        rows = np.zeros((1, 300, 6 + 1), np.float32)
+        rows[0, 0] = [x1, y1, x2, y2, 0.9, 1, 5.0]
+    else:
+        rows = np.zeros((1, 4 + 2 + 1, 84), np.float32)
+        rows[0, :4, 7] = [(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]
+        rows[0, 4 + 1, 7] = 0.9
+        rows[0, 6, 7] = 5.0
     protos = np.where(np.arange(16) < 8, 1.0, -1.0).astype(np.float32)
     protos = np.broadcast_to(protos, (1, 1, 16, 16)).copy()
     metadata = {"names": str({0: "a", 1: "b"}), "task": "segment", "stride": "32"}
+    if end_to_end:
+        metadata["end2end"] = "True"
     outputs = {"output0": rows, "output1": protos}
     return family_model(path, outputs, imgsz=(SIZE, SIZE), metadata=metadata)
 
@@ -51,10 +58,15 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return seg_model(tmp_path_factory.mktemp("seg") / "seg.onnx")
 
 
-def test_the_mask_is_the_box_where_the_logits_are_positive(model: Path) -> None:
+@pytest.mark.parametrize("end_to_end", [False, True], ids=["yolov8", "end2end"])
+def test_the_mask_is_the_box_where_the_logits_are_positive(
+    tmp_path: Path, end_to_end: bool
+) -> None:
     """Columns 20..39 of the box; frame column x samples prototype column (x + 0.5) / 4 - 0.5,
     positive up to x = 31 (7.375: 0.625 - 0.375 > 0), negative from x = 32."""
-    (result,) = Detector(model, device="cpu").detect([frame()])
+    detector = Detector(seg_model(tmp_path / "m.onnx", end_to_end), device="cpu")
+    assert detector.output_format.value == ("end2end" if end_to_end else "yolov8")
+    (result,) = detector.detect([frame()])
     (detection,) = result.detections
     assert (detection.class_id, detection.label) == (1, "b")
     assert detection.score == pytest.approx(0.9)
