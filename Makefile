@@ -43,6 +43,11 @@ demo: setup
 		--secondary vstream://colour.onnx --appearance vstream://appearance.onnx \
 		--output out/demo.jsonl --save-video out/demo.mp4
 
+demo-seg: setup
+	@mkdir -p out
+	$(VENV)/bin/vstream run --model vstream/assets/demo_seg.onnx --line gate=320,360,320,0 \
+		--output out/demo_seg.jsonl --save-video out/demo_seg.mp4
+
 test: setup system-deps
 	$(VENV)/bin/ruff check vstream tests tools examples benchmarks
 	$(VENV)/bin/python -m pytest

@@ -6,14 +6,16 @@ output names, shapes and metadata at 320 in tests/data).
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_cli
+from onnx_models import family_model
 
-from tests.helpers import run_cli
-from tests.onnx_models import family_model
+from vstream.cli.info import info_command
 from vstream.errors import ModelError
 from vstream.postprocess.formats import OutputInfo
 from vstream.postprocess.tasks import Task, recognise_model
@@ -70,17 +72,16 @@ def test_prototypes_without_metadata_make_a_segmentation_model() -> None:
     assert "3 classes" not in found.reasons[0] and "4+3" in found.reasons[0]
 
 
-def test_info_prints_the_task_and_refuses_a_classifier(tmp_path: Path) -> None:
+def test_info_prints_the_task_and_refuses_a_classifier(tmp_path: Path, capsys) -> None:
     outputs = {
         "output0": np.zeros((1, 4 + 2 + 32, 84), np.float32),
         "output1": np.zeros((1, 32, 16, 16), np.float32),
     }
     names = {"names": str({0: "a", 1: "b"}), "task": "segment"}
     model = family_model(tmp_path / "seg.onnx", outputs, imgsz=(64, 64), metadata=names)
-    result = run_cli("info", model)
-    assert result.returncode == 0, result.stderr
-    assert "task:     segment" in result.stdout
-    assert "classes:  0=a, 1=b" in result.stdout
+    assert info_command(argparse.Namespace(model=model)) == 0
+    printed = capsys.readouterr().out
+    assert "task:     segment" in printed and "classes:  0=a, 1=b" in printed
     classifier = family_model(tmp_path / "cls.onnx", {"output0": np.zeros((1, 5), np.float32)})
     result = run_cli("info", classifier)
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -15,11 +15,13 @@ arrow points one way only (``tests/test_imports.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from pydantic import ValidationError
 
@@ -31,6 +33,7 @@ from vstream.inference.plan import plan_runs
 from vstream.inference.providers import resolve_device
 from vstream.inference.session import ModelSession
 from vstream.inference.wheels import load_onnxruntime
+from vstream.masks import box_windows, unpack_masks
 from vstream.postprocess.decode import FixedShapes, Postprocessor
 from vstream.postprocess.formats import (
     FAMILIES,
@@ -42,10 +45,11 @@ from vstream.postprocess.formats import (
     class_count,
     resolve_preprocessing,
 )
+from vstream.postprocess.masks import mask_bits
 from vstream.postprocess.tasks import Task, TaskSpec, keypoint_names, recognise_model
 from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
 from vstream.preprocess.resample import Resampler
-from vstream.results import FrameResult, split_by_frame
+from vstream.results import MASKS, FrameResult, split_by_frame
 from vstream.transfer import HostStaging, to_host, transfers
 
 log = logging.getLogger("vstream.engine")
@@ -176,11 +180,16 @@ class Detector:
             self.task,
             self.recognition.no_object,
         )
-        fixed = self.model.device.type == "cuda" and self.task.task not in (Task.POSE, Task.OBB)
-        self.fixed_shapes = FixedShapes(self.postprocessor) if fixed else None
+        self.mask_format = postprocess.mask_format
+        self.fixed_shapes = (
+            FixedShapes(self.postprocessor)
+            if self.model.device.type == "cuda" and self.task.task is Task.DETECT
+            else None
+        )
         """The postprocess without host waits but its copy, where waits cost (CUDA); None runs
-        the exact path alone (on a CPU nothing waits, and its NMS costs less; pose and OBB
-        models always take it)."""
+        the exact path alone (on a CPU nothing waits, and its NMS costs less; masks need the
+        kept boxes' rows, and pose and OBB models their extra columns, which only the exact
+        path gives)."""
 
     def _preprocessing(
         self, model: ModelConfig, family: Preprocessing
@@ -295,6 +304,8 @@ class Detector:
         frames: Sequence[Frame],
     ) -> list[FrameResult]:
         """Boxes of ``frames`` from the model output, in each frame's own pixels, on the host."""
+        if self.task.task is Task.SEGMENT:
+            return self._with_masks(raw, geometries, frames)
         if self.fixed_shapes is not None:
             packed = to_host(self.fixed_shapes(raw, geometries), self.staging)
             detections = self.fixed_shapes.unpack(packed)
@@ -309,6 +320,42 @@ class Detector:
             self.task.keypoints,
             self.task.task is Task.OBB,
         )
+
+    def _with_masks(
+        self,
+        raw: Sequence[torch.Tensor],
+        geometries: Sequence[LetterboxGeometry],
+        frames: Sequence[Frame],
+    ) -> list[FrameResult]:
+        """Boxes as :meth:`postprocess` gives them, each with its mask in the :data:`MASKS`
+        column: made on the device for the kept boxes only, copied as bits in the boxes'
+        windows (a second copy, sized by the boxes the first one brought)."""
+        detections, rows = self.postprocessor.decode(raw, geometries)
+        host = to_host(detections, self.staging)
+        results = split_by_frame(host, frames, self.class_names)  # copies: host is reused below
+        frame = host[:, 0].astype(np.int64)
+        windows = box_windows(host[:, 1:5])
+        sizes = [(f.width, f.height) for f in frames]
+        bits = mask_bits(
+            raw[self.task.aux[0]],
+            self.postprocessor.task_values(raw, detections[:, 0].long(), rows),
+            frame,
+            windows,
+            sizes,
+            self.preprocessing.resize_mode == "letterbox",
+        )
+        owners = [sizes[i] for i in frame.tolist()]
+        masks = unpack_masks(to_host(bits, self.staging), windows, owners, self.mask_format)
+        column = np.empty(len(masks), dtype=object)
+        column[:] = masks
+        bounds = np.searchsorted(frame, np.arange(len(frames) + 1)).tolist()
+        return [
+            dataclasses.replace(
+                result,
+                detections=result.detections.with_columns(data={MASKS: column[start:end]}),
+            )
+            for result, start, end in zip(results, bounds[:-1], bounds[1:], strict=True)
+        ]
 
     def detect(
         self, frames: Sequence[Frame | Any], channels: Channels | None = None

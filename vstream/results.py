@@ -95,6 +95,12 @@ ATTRIBUTES = "attributes"
 detection, ``{model name: {"label", "score", "fresh"}}`` as records write it, or None."""
 
 
+MASKS = "mask"
+"""The ``data`` column (objects) of a segmentation model's masks: per detection a
+:class:`vstream.postprocess.masks.Mask` (its window's bits), which records write as
+``area`` and ``mask`` (COCO RLE) or ``polygon``, per ``postprocess.mask_format``."""
+
+
 class Detections:
     """The detections of one frame, as columns of equal length ``N``.
 
@@ -118,8 +124,9 @@ class Detections:
     naming every column's shape.
 
     :meth:`records` writes the fixed columns, ``"predicted": true`` for
-    the rows the :data:`PREDICTED` column marks, and ``"attributes"`` where the
-    :data:`ATTRIBUTES` column (a cascade's readings) has a value; another
+    the rows the :data:`PREDICTED` column marks, ``"attributes"`` where the
+    :data:`ATTRIBUTES` column (a cascade's readings) has a value, and ``"area"``
+    with ``"mask"`` or ``"polygon"`` where the :data:`MASKS` column has one; another
     ``data`` column reaches the records when the feature that adds it decides
     its keys.
     """
@@ -312,7 +319,9 @@ class Detections:
         read = self.data.get(ATTRIBUTES)
         attributes = read.tolist() if read is not None else [None] * len(self)
         shapes = _shape_records(self.data, len(self))
-        for box, score, class_id, label, track_id, flag, attribute, shape in zip(
+        made = self.data.get(MASKS)
+        masks = made.tolist() if made is not None else [None] * len(self)
+        for box, score, class_id, label, track_id, flag, attribute, shape, mask in zip(
             self.xyxy.tolist(),
             self.confidence.tolist(),
             self.class_id.tolist(),
@@ -321,6 +330,7 @@ class Detections:
             flags,
             attributes,
             shapes,
+            masks,
             strict=True,
         ):
             record: dict[str, Any] = {
@@ -336,6 +346,8 @@ class Detections:
             if attribute:
                 record["attributes"] = attribute
             record.update(shape)
+            if mask is not None:
+                record.update(mask.record())
             records.append(record)
         return records
 

@@ -24,6 +24,7 @@ from vstream.analytics.shapes import ShapeMemory, keypoint_indices, keypoint_poi
 from vstream.analytics.zones import ZoneMonitor
 from vstream.config.analytics import AnalyticsConfig
 from vstream.config.tracking import DEFAULT_CONF
+from vstream.masks import Mask, TrackMasks
 from vstream.tracking import ByteTracker, Tracker
 from vstream.tracking.base import Prediction
 
@@ -77,6 +78,8 @@ class StreamAnalytics:
         band, wait = config.dead_band_pixels, config.min_seconds_on_side
         self.lines = [LineCounter(line, band, wait) for line in config.lines]
         self.zones = [ZoneMonitor(zone, band, wait) for zone in config.zones]
+        self.masks = TrackMasks()
+        """Each track's last mask, which predicted frames carry (a segmentation model's)."""
 
     def label(self, class_id: int) -> str:
         """The class name of ``class_id`` (its number when the model gave no name)."""
@@ -171,6 +174,7 @@ class StreamAnalytics:
         *,
         attributes_of: AttributesOf | None = None,
         keypoints: np.ndarray | None = None,
+        masks: Sequence[Mask | None] | None = None,
     ) -> AnalyticsUpdate:
         """Run a frame's tracked boxes through the lines and zones.
 
@@ -178,7 +182,8 @@ class StreamAnalytics:
         (``(N, 4)``) are one frame's; only confirmed tracks (positive ids) are
         placed. ``attributes_of`` gives a track's secondary readings (a cascade),
         for the lines' and zones' ``attributes`` filters and their events. ``keypoints``
-        (``(N, K, D)``, a pose model's) place the objects where ``anchor_keypoints`` says.
+        (``(N, K, D)``, a pose model's) place the objects where ``anchor_keypoints`` says;
+        ``masks`` (one per box, or None) are what zones counting by mask place objects by.
         """
         if frame_size is not None and frame_size != self._placed_on:
             self._placed_on = frame_size
@@ -187,6 +192,7 @@ class StreamAnalytics:
         confirmed = track_ids > 0
         ids = track_ids[confirmed]
         boxes = np.asarray(boxes).reshape(-1, 4)[confirmed]
+        placed = [m for m, c in zip(masks, confirmed.tolist(), strict=True) if c] if masks else None
         events: list[Event] = []
         if self.lines or self.zones:
             pts = float(pts_seconds)
@@ -200,7 +206,9 @@ class StreamAnalytics:
                     line.set_frame_size(*frame_size)
                 events.extend(line.observe(ids, points, classes, pts, self.label, attributes_of))
             for zone in self.zones:
-                events.extend(zone.observe(ids, points, classes, pts, self.label, attributes_of))
+                events.extend(
+                    zone.observe(ids, points, classes, pts, self.label, attributes_of, placed)
+                )
             live = self.tracker.live_track_ids()
             for line in self.lines:
                 events.extend(line.forget(live, self.label))

@@ -18,7 +18,7 @@ track that entered is followed to its exit even if its class changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +33,7 @@ from vstream.analytics.events import (
 )
 from vstream.analytics.geometry import Polygon
 from vstream.config.analytics import ZoneConfig
+from vstream.masks import Mask, mask_overlap
 
 INSIDE, OUTSIDE, UNKNOWN = 1, -1, 0
 
@@ -78,13 +79,22 @@ class ZoneMonitor:
         pts: float,
         label_of: Callable[[int], str],
         attributes_of: AttributesOf | None = None,
+        masks: Sequence[Mask | None] | None = None,
     ) -> list[Event]:
         """Place this frame's anchors of confirmed tracks; return entries, exits and loitering.
 
         ``attributes_of`` gives a track's secondary readings so far (a cascade), which the
-        zone's ``attributes`` filter and its events use."""
+        zone's ``attributes`` filter and its events use. ``masks`` (one per track, or None)
+        place the tracks that have one where the zone counts by mask: inside when at least
+        ``min_overlap`` of the mask is, with no dead band (the side must still be held
+        ``min_seconds``)."""
         inside = self.polygon.contains(points)
         clear = self.polygon.border_distance(points) > self.dead_band
+        if self.config.count_by == "mask" and masks is not None:
+            for i, mask in enumerate(masks):
+                if mask is not None:
+                    inside[i] = mask_overlap(mask, self.polygon) >= self.config.min_overlap
+                    clear[i] = True
         events = []
         for track_id, is_inside, is_clear, class_id in zip(
             track_ids.tolist(), inside.tolist(), clear.tolist(), class_ids.tolist(), strict=True

@@ -30,10 +30,12 @@ from vstream.annotate import draw
 from vstream.annotate.convert import frame_to_rgb
 from vstream.annotate.font import GlyphAtlas, glyph_atlas
 from vstream.frame import Frame
+from vstream.postprocess.masks import mask_pixels
 from vstream.postprocess.tasks import COCO_KEYPOINTS, COCO_SKELETON, VISIBLE
 from vstream.results import (
     ATTRIBUTES,
     KEYPOINTS,
+    MASKS,
     NO_TRACK,
     OBB,
     Detections,
@@ -228,6 +230,8 @@ class Annotator:
     the inside of zones (0, the default, draws outlines only, the cheapest).
     A pose model's visible keypoints are dotted and joined by ``skeleton``'s
     limbs; an OBB model's rotated boxes are outlined instead of their boxes.
+    ``mask_alpha`` (0..1) is the opacity of a segmentation model's masks, filled
+    in the box's colour (0 leaves them out).
 
     One annotator may serve many streams and sizes; it is safe to call from
     one thread at a time per picture (the caches are shared and locked).
@@ -242,6 +246,7 @@ class Annotator:
         show_labels: bool = True,
         show_status: bool = True,
         zone_fill_alpha: float = 0.0,
+        mask_alpha: float = 0.45,
         scale: float = 1.0,
         skeleton: Sequence[tuple[int, int]] | None = None,
     ) -> None:
@@ -249,6 +254,8 @@ class Annotator:
             raise ValueError(f"colour_by must be 'class' or 'track', got {colour_by!r}")
         if not 0.0 <= zone_fill_alpha <= 1.0:
             raise ValueError(f"zone_fill_alpha must be in [0, 1], got {zone_fill_alpha!r}")
+        if not 0.0 <= mask_alpha <= 1.0:
+            raise ValueError(f"mask_alpha must be in [0, 1], got {mask_alpha!r}")
         if not 0.25 <= scale <= 8.0:
             raise ValueError(f"scale must be in [0.25, 8], got {scale!r}")
         self.lines = tuple(lines)
@@ -257,6 +264,7 @@ class Annotator:
         self.show_labels = show_labels
         self.show_status = show_status
         self.zone_fill_alpha = zone_fill_alpha
+        self.mask_alpha = mask_alpha
         self.scale = scale
         self.skeleton = None if skeleton is None else tuple((int(a), int(b)) for a, b in skeleton)
         """Keypoint pairs drawn as limbs; None: COCO's skeleton for 17 keypoints, else none."""
@@ -417,6 +425,7 @@ class Annotator:
         self._draw_zones(image, scene, zone_occupancy, hot_zones, labels)
         self._draw_lines(image, scene, line_counts, hot_lines, labels)
         if result is not None:
+            self._draw_masks(image, scene, result.detections)
             self._draw_boxes(image, scene, result.detections, labels)
         if self.show_status:
             text = status if status is not None else self._status_text(stream_id, pts_seconds, fps)
@@ -473,6 +482,38 @@ class Annotator:
             x, y = scene.line_anchors[i]
             labels.append(_Label(x, y - scene.label_height, text, row))
 
+    def _colour_key(self, class_id: int, track_id: int) -> int:
+        """The palette row of a detection: by track where asked and tracked, else by class."""
+        tracked = track_id != NO_TRACK
+        return (track_id if self.colour_by == "track" and tracked else class_id) % PALETTE_SIZE
+
+    def _draw_masks(self, image: torch.Tensor, scene: _Scene, detections: Detections) -> None:
+        """Each mask blended over the picture in its box's colour: its window's bits go up
+        packed and are spread to pixels on the picture's device."""
+        column = detections.data.get(MASKS)
+        alpha = round(self.mask_alpha * 256)
+        if column is None or not alpha:
+            return
+        height, width = image.shape[0], image.shape[1]
+        drawn = [
+            (mask, self._colour_key(c, t))
+            for mask, c, t in zip(
+                column.tolist(),
+                detections.class_id.tolist(),
+                detections.tracker_id.tolist(),
+                strict=True,
+            )
+            if mask is not None and mask.fits(width, height) and mask.area
+        ]
+        if not drawn:
+            return
+        masks = [m for m, _ in drawn]
+        index, on, owner = mask_pixels(masks, width, image.device)
+        # The set pixels first, as many as the host counted: no wait for the device.
+        chosen = torch.argsort((~on).to(torch.uint8), stable=True)[: sum(m.area for m in masks)]
+        rows = transfer.upload(torch.tensor([row for _, row in drawn]), image.device)
+        draw.blend(image, index[chosen], scene.colours[rows[owner[chosen]]], alpha)
+
     def _draw_boxes(
         self, image: torch.Tensor, scene: _Scene, detections: Detections, labels: list[_Label]
     ) -> None:
@@ -500,8 +541,7 @@ class Annotator:
             if x2 <= x1 or y2 <= y1:
                 continue
             tracked = track_id != NO_TRACK
-            key = track_id if self.colour_by == "track" and tracked else class_id
-            row = key % PALETTE_SIZE
+            row = self._colour_key(class_id, track_id)
             if corners is not None:
                 shapes.outline(corners[index], row)
             else:

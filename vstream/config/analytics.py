@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
@@ -187,6 +187,17 @@ class ZoneConfig(StrictModel):
         None,
         description="emit one loitering event per visit once an object has been inside this "
         "long; null: no loitering events",
+    )
+    count_by: Literal["anchor", "mask"] = Field(
+        "anchor",
+        description="an object is inside when its anchor point is (anchor), or when at least "
+        "min_overlap of its mask's pixels are (mask: a segmentation model's objects; an "
+        "object without a mask is placed by its anchor)",
+    )
+    min_overlap: Number(0.0, 1.0, open_low=True) = Field(
+        0.5,
+        description="with count_by: mask, the share of the mask inside the zone that puts "
+        "the object inside",
     )
 
     @model_validator(mode="after")

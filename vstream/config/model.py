@@ -304,6 +304,11 @@ class PostprocessOptions(StrictModel):
     max_candidates: Int(1, 1_000_000) = Field(
         30_000, description="most boxes per frame handed to NMS, highest scores first"
     )
+    mask_format: Annotated[Literal["rle", "polygon"], Cli("--mask-format")] = Field(
+        "rle",
+        description="how records carry a segmentation model's masks: COCO RLE "
+        '("mask": {"size", "counts"}) or polygons ("polygon": [[x, y, x, y, ...], ...])',
+    )
 
 
 class RuntimeOptions(StrictModel):

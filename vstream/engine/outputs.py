@@ -28,7 +28,7 @@ from vstream.analytics.stream import StreamAnalytics
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig, fill
 from vstream.frame import Frame
-from vstream.results import KEYPOINTS, NO_TRACK, Detections, FrameResult, label_for
+from vstream.results import KEYPOINTS, MASKS, NO_TRACK, Detections, FrameResult, label_for
 from vstream.uri import publish_display
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ def recorded(
     """What a frame's record holds after the analytics, detected or predicted: the
     ``tracked`` detections above ``conf``, read by the cascade (``read``), and the events
     and counts of the lines and zones, which see every confirmed track of ``tracked``."""
+    tracked = analytics.masks.carry(tracked)
     rows = kept_rows(tracked, analytics.conf)
     kept = dataclasses.replace(result, detections=tracked[rows])
     if read is not None:
@@ -123,6 +124,7 @@ def recorded(
         (result.width, result.height),
         attributes_of=attributes_of,
         keypoints=tracked.data.get(KEYPOINTS),
+        masks=column.tolist() if (column := tracked.data.get(MASKS)) is not None else None,
     )
     return dataclasses.replace(
         kept,

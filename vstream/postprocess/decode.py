@@ -223,9 +223,10 @@ class Postprocessor:
 
     def _candidates(
         self, outputs: Sequence[torch.Tensor], classes: int | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Boxes (input pixels: xyxy, an OBB's cx cy w h), scores, class ids, frame positions
-        and the task's extra channels of the rows above ``conf``.
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Boxes (input pixels: xyxy, an OBB's cx cy w h), scores, class ids, frame positions,
+        the task's extra channels (a pose or OBB model's) and rows of the model output
+        (anchors) of the candidates above ``conf``.
 
         At most ``max_candidates`` per frame (``max_det`` for NMS-free
         families), the best ones; rows come grouped by frame.
@@ -235,6 +236,7 @@ class Postprocessor:
         if self.config.classes is not None:
             keep &= self._class_allowed(class_id, classes)
         limit = self.candidate_limit
+        anchor = None
         if score.shape[1] > limit:
             # The best rows of each frame, a fixed number: no host wait.
             masked = torch.where(keep, score, torch.full_like(score, -torch.inf))
@@ -245,10 +247,11 @@ class Postprocessor:
             extra = torch.gather(extra, 1, anchor[..., None].expand(-1, -1, extra.shape[-1]))
         transfers.implicit_sync("candidates")  # nonzero: the number of candidates
         frame, index = keep.nonzero(as_tuple=True)
+        rows = index if anchor is None else anchor[frame, index]
         boxes, extra = boxes[frame, index].float(), extra[frame, index].float()
         if self.task.task is not Task.OBB:  # an OBB's cx cy w h stay as they are
-            boxes = self.input_boxes(boxes, index)
-        return boxes, score[frame, index].float(), class_id[frame, index], frame, extra
+            boxes = self.input_boxes(boxes, rows)
+        return boxes, score[frame, index].float(), class_id[frame, index], frame, extra, rows
 
     def input_boxes(self, boxes: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
         """Boxes in the family's layout as xyxy in input pixels; ``anchor`` is each box's row
@@ -287,8 +290,17 @@ class Postprocessor:
         ``cx, cy, w, h, angle`` (its box columns then hold the box around it), all in
         frame pixels.
         """
+        return self.decode(outputs, geometries)[0]
+
+    def decode(
+        self,
+        outputs: torch.Tensor | Sequence[torch.Tensor],
+        geometries: Sequence[LetterboxGeometry],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The detections of :meth:`__call__` and, for each, its row of the model output (what
+        a task reads its values per box from: :meth:`task_values`)."""
         ordered, classes = self.ordered(outputs, len(geometries))
-        boxes, score, class_id, frame, extra = self._candidates(ordered, classes)
+        boxes, score, class_id, frame, extra, rows = self._candidates(ordered, classes)
         obb = self.task.task is Task.OBB
         if obb:  # (cx, cy, w, h, angle) in input pixels
             boxes = torch.cat([boxes, extra], dim=1)
@@ -315,9 +327,22 @@ class Postprocessor:
             boxes = _to_frame_pixels(boxes, geometry)
         if self.task.keypoints is not None:
             extra = _keypoints_to_frame_pixels(extra, self.task.keypoints, geometry)
-        return torch.cat(
+        detections = torch.cat(
             [frame[:, None].float(), boxes, score[:, None], class_id[:, None].float(), extra], dim=1
         )
+        return detections, rows[order]
+
+    def task_values(
+        self,
+        outputs: torch.Tensor | Sequence[torch.Tensor],
+        frame: torch.Tensor,
+        rows: torch.Tensor,
+    ) -> torch.Tensor:
+        """``(K, extra)``: the task's values (mask coefficients...) of the detections at batch
+        positions ``frame`` and model output ``rows``, in the output's own layout."""
+        first = outputs[self.order[0]] if not isinstance(outputs, torch.Tensor) else outputs
+        rows_first = first.transpose(1, 2) if self.format is OutputFormat.YOLOV8 else first
+        return rows_first[frame, rows, rows_first.shape[-1] - self.task.extra :]
 
 
 class FixedShapes:
