@@ -277,6 +277,12 @@ class LoggingConfig(StrictModel):
     level: Annotated[Literal["debug", "info", "warning", "error"], Cli("--log-level")] = Field(
         "info", description="least severe records shown"
     )
+    progress_seconds: Seconds(0, 3600, open_low=False) = Field(
+        10.0,
+        description="vstream run, where stderr is not a terminal: a progress line (frames, fps, "
+        "and for files percent and ETA) every this many seconds, the first after as many; "
+        "0: none",
+    )
 
 
 MAX_PROCESSES = 64

@@ -23,6 +23,7 @@ class Counts(Protocol):
 
     frames_processed: int
     detections: int
+    frames_at_stop: int
 
     def fps(self) -> float: ...
 
@@ -176,7 +177,8 @@ class StreamSummary:
             state=stream.state.value,
             frames=stream.counters.frames_processed,
             detections=stream.counters.detections,
-            dropped=stream.frames_dropped,
+            # Not the frame in hand when a stop came (Ctrl-C): the run ended before it.
+            dropped=stream.frames_dropped - stream.counters.frames_at_stop,
             failed_frames=stream.frames_failed,
             error=stream.error_text,
             cadence=cadence_state(stream),
