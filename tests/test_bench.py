@@ -96,6 +96,9 @@ def test_bench_prints_a_table_by_default(tiny: tuple[Path, Path]) -> None:
     assert result.returncode == 0, result.stderr
     for line in ("decode only", "inference only", "end to end, 2 stream(s)", "naive", "target:"):
         assert line in result.stdout
+    # The targets a short run cannot measure are one line, not one "None -> not measured" each.
+    assert "not measured ->" not in result.stdout and "None" not in result.stdout
+    assert "targets not measured in this run: 9 (--full measures all)" in result.stdout
 
 
 @pytest.mark.parametrize(

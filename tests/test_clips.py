@@ -238,6 +238,9 @@ def test_events_merge_within_the_window_else_each_has_its_own_whole_clip(
         recorder.close()
     assert ids[0] == ids[1] != ids[2]
     first, second = sorted(recorder.clips(), key=lambda c: c["start_pts"])
+    # Times to the microsecond, as the events' (a packet's end is a sum of floats).
+    times = [clip[key] for clip in (first, second) for key in ("start_pts", "end_pts")]
+    assert times == [round(t, 6) for t in times]
     assert [e["pts"] for e in first["events"]] == [1.6, 2.0]
     assert [e["pts"] for e in second["events"]] == [2.6]
     assert 3.0 <= first["end_pts"] <= 3.0 + 2 / FPS  # 1 s after its last event

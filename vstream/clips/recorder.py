@@ -456,8 +456,8 @@ class ClipRecorder:
             id=clip_id,
             stream=context["stream"],
             events=context["events"],
-            start_pts=capture.first_seconds,
-            end_pts=capture.last_seconds,
+            start_pts=_rounded(capture.first_seconds),
+            end_pts=_rounded(capture.last_seconds),
             created=time.time(),
             reason=capture.reason,
         )
@@ -541,6 +541,12 @@ def _describe(info: ClipInfo, media_bytes: int) -> bytes:
         if info.bytes == media_bytes + len(description):
             return description
         info.bytes = media_bytes + len(description)
+
+
+def _rounded(seconds: float | None) -> float | None:
+    """A time to the microsecond, as the events' ``pts``: a packet's end is a sum of floats
+    (14.120000000000001), which the description and ``GET /clips`` should not show."""
+    return None if seconds is None else round(seconds, 6)
 
 
 def _size(path: Path) -> int:

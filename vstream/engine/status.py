@@ -139,17 +139,15 @@ class StreamStatus:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object of ``GET /streams/{id}``: the fields, then analytics and placement;
+        """The JSON object of ``GET /streams/{id}``: the fields, then the keys of analytics
+        (``lines``, ``zones``), cadence and placement, each once, at the top level;
         ``attributes`` only where the pipeline has secondary models."""
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
         if not shown["attributes"]:
             del shown["attributes"]
-        return {
-            **shown,
-            **shown.pop("analytics"),
-            **shown.pop("cadence"),
-            **shown.pop("placement"),
-        }
+        for section in ("analytics", "cadence", "placement"):
+            shown.update(shown.pop(section))
+        return shown
 
 
 @dataclass(frozen=True)
