@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from vstream.config.analytics import AnalyticsConfig
+from vstream.config.analytics import AnalyticsConfig, LineConfig, ZoneConfig
 from vstream.config.base import (
     Cli,
     EmptyIsNone,
@@ -111,6 +111,7 @@ class PipelineConfig(StrictModel):
 
     @model_validator(mode="after")
     def _attribute_filters_name_classifiers(self) -> PipelineConfig:
+        places: list[tuple[str, LineConfig | ZoneConfig]]
         places = [("lines", item) for item in self.analytics.lines]
         places += [("zones", item) for item in self.analytics.zones]
         for section, item in places:

@@ -382,6 +382,10 @@ class VideoSinkConfig(StrictModel):
         return self.overflow or ("drop" if self.live else "block")
 
 
+ClipEvent = Literal["line_crossing", "zone_enter", "zone_exit", "loitering"]
+"""The analytics' events a clip can start on."""
+
+
 class ClipsSinkConfig(StrictModel):
     """Event clips: the original video around each event, remuxed (no re-encoding), and a JPEG."""
 
@@ -399,8 +403,8 @@ class ClipsSinkConfig(StrictModel):
         description="an event this long or less after the previous event of the clip being "
         "recorded joins that clip instead of starting its own; 0: one clip per event",
     )
-    events: list[Literal["line_crossing", "zone_enter", "zone_exit", "loitering"]] = Field(
-        default_factory=lambda: ["line_crossing", "zone_enter", "loitering"],
+    events: list[ClipEvent] = Field(
+        default_factory=lambda: list[ClipEvent](["line_crossing", "zone_enter", "loitering"]),
         max_length=4,
         description="event types that start a clip",
     )

@@ -16,6 +16,8 @@ from vstream.frame import ColourSpace, DecodedPicture, Frame, PixelFormat
 if TYPE_CHECKING:
     import torch
 
+    from vstream.decoders.demux import Demuxer
+
 
 @dataclass(frozen=True)
 class Picture:
@@ -69,11 +71,24 @@ class StreamInfo:
 class Decoder(Protocol):
     """Demuxes and decodes one video stream into :class:`Picture` objects, in order."""
 
-    name: str
-    """``cpu`` or ``nvdec``."""
-    info: StreamInfo
-    corrupt_packets: int
-    """Damaged packets skipped so far."""
+    # Read-only to the caller: each decoder sets them itself (a plain attribute or a property).
+    @property
+    def name(self) -> str:
+        """``cpu`` or ``nvdec``."""
+        ...
+
+    @property
+    def info(self) -> StreamInfo: ...
+
+    @property
+    def corrupt_packets(self) -> int:
+        """Damaged packets skipped so far."""
+        ...
+
+    @property
+    def demuxer(self) -> Demuxer:
+        """Where the packets come from (a clip ring taps it: ``demuxer.tap``)."""
+        ...
 
     def seek(self, seconds: float) -> None:
         """Move near ``seconds`` (at or before it); pictures before it may still follow."""
