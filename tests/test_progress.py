@@ -4,12 +4,12 @@ elsewhere, nothing for a short run; and a stop that does not call the frame in h
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from helpers import tiny_detector, wait_for, write_video
+from test_sources_live import slow_model
 
 from vstream.assets import SAMPLE_VIDEO
 from vstream.cli.run import Progress, _expected_frames, duration_text, progress_text
@@ -98,20 +98,10 @@ def test_a_stop_does_not_call_the_frame_in_hand_dropped(
         "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
     }
     engine = Engine(parse_data({"pipelines": [pipeline]}, base_dir=tmp_path), base_dir=tmp_path)
-    detector = engine.pipelines["main"].detector
-    real = detector.infer
-
-    def slow(*args: object) -> object:
-        time.sleep(0.1)
-        return real(*args)
-
-    monkeypatch.setattr(detector, "infer", slow)
-    engine.start()
-    reader = engine.pipelines["main"].streams["v"]
-    try:
+    slow_model(engine.pipelines["main"].detector, 0.1, monkeypatch)
+    with engine:  # stopped on leaving, as Ctrl-C stops a run
+        reader = engine.pipelines["main"].streams["v"]
         wait_for(lambda: reader.counters.frames_processed >= 3, 60, "records")
-    finally:
-        engine.stop(timeout=30)
     status = reader.status().to_json()
     assert reader.counters.frames_at_stop == 1, "the frame in hand when the stop came"
     assert StreamSummary.of(reader).dropped == 0
