@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vstream.frame import ColourSpace, DecodedPicture, Frame, PixelFormat
 
 if TYPE_CHECKING:
     import torch
-
-    from vstream.decoders.demux import Demuxer
 
 
 @dataclass(frozen=True)
@@ -86,8 +84,9 @@ class Decoder(Protocol):
         ...
 
     @property
-    def demuxer(self) -> Demuxer:
-        """Where the packets come from (a clip ring taps it: ``demuxer.tap``)."""
+    def demuxer(self) -> Any:
+        """Where the packets come from, a :class:`~vstream.decoders.demux.Demuxer` (which
+        imports this module); a clip ring taps it: ``demuxer.tap``."""
         ...
 
     def seek(self, seconds: float) -> None:
