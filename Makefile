@@ -50,8 +50,10 @@ demo-seg: setup
 
 test: setup system-deps
 	$(VENV)/bin/ruff check vstream tests tools examples benchmarks
+	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest
 
 lint: setup
 	$(VENV)/bin/ruff check vstream tests tools examples benchmarks
 	$(VENV)/bin/ruff format --check vstream tests tools examples benchmarks
+	$(VENV)/bin/mypy

@@ -256,6 +256,33 @@ def test_lines_zones_and_counts() -> None:
     assert torch.equal(explicit, flashed)
 
 
+def test_a_box_never_hides_a_lines_or_zones_name() -> None:
+    """A box whose label lands on a line's label (at the line's top-left end) is drawn
+    under it: the line's name and counts stay whole, as with no box there."""
+    annotator = Annotator(
+        [LineOverlay("gate", (40.0, 120.0), (280.0, 120.0))],
+        [ZoneOverlay("dock", ((20.0, 150.0), (120.0, 150.0), (120.0, 230.0), (20.0, 230.0)))],
+        show_status=False,
+    )
+    counts = {"line_counts": {"gate": (3, 5)}, "zone_occupancy": {"dock": 2}}
+    alone = annotator.annotate(grey_frame(), result(), **counts)
+    boxes = result(
+        Detection((36.0, 120.0, 150.0, 200.0), 0.9, 3, "a-long-label", track_id=12),
+        Detection((16.0, 150.0, 100.0, 230.0), 0.8, 1, "another-long-label", track_id=4),
+    )
+    crowded = annotator.annotate(grey_frame(), boxes, **counts)
+    scene = annotator._scene(torch.device("cpu"), 320, 240)
+    atlas = glyph_atlas(annotator.font_size_for(320, 240))
+    for text, (x, y) in (
+        ("gate  in 3 out 5", (40, 120 - scene.label_height)),
+        ("dock: 2", (20, 150)),
+    ):
+        width = atlas.text_width(text) + 2 * scene.pad
+        where = (slice(y, y + scene.label_height), slice(x, x + width))
+        assert torch.equal(crowded[where], alone[where]), text
+        assert not torch.equal(crowded[where], grey_frame().data[where])
+
+
 def test_status_line() -> None:
     # A background darker than any blend of the status colours, so every label pixel changes.
     frame = Frame(torch.full((240, 320, 3), 10, dtype=torch.uint8), PixelFormat.RGB24, 320, 240,

@@ -96,6 +96,9 @@ def test_bench_prints_a_table_by_default(tiny: tuple[Path, Path]) -> None:
     assert result.returncode == 0, result.stderr
     for line in ("decode only", "inference only", "end to end, 2 stream(s)", "naive", "target:"):
         assert line in result.stdout
+    # The targets a short run cannot measure are one line, not one "None -> not measured" each.
+    assert "not measured ->" not in result.stdout and "None" not in result.stdout
+    assert "targets not measured in this run: 9 (--full measures all)" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -266,3 +269,30 @@ def test_tune_prints_the_flags_of_vstream_run_for_its_settings() -> None:
     }
     line = next(x for x in render_tuning(found, Path("v.mp4")).splitlines() if "run with" in x)
     assert line.endswith("run with: --concurrent-runs 2 --batch 4 --threads 1")
+
+
+def test_a_benchmark_run_ends_with_its_command_and_commit() -> None:
+    """``benchmarks/measured.py`` states where pasted figures came from: the command as a
+    reader types it, and the commit as git itself names it (the figures' provenance)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    tool = root / "benchmarks" / "measured.py"
+
+    def run(*command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(tool), *command], capture_output=True, text=True, timeout=60
+        )
+
+    done = run(sys.executable, "-c", "print('fps 42')")
+    assert done.returncode == 0, done.stderr
+    output, stated = done.stdout.splitlines()
+    assert output == "fps 42"
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+    )
+    commit = head.stdout.strip() if head.returncode == 0 else "no git checkout"
+    assert stated.startswith(f"measured: `python -c print('fps 42')` at commit {commit}")
+    failed = run(sys.executable, "-c", "raise SystemExit(3)")
+    assert failed.returncode == 3 and failed.stdout == "", "a failed run states nothing"

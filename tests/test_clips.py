@@ -158,7 +158,7 @@ def test_ring_restarts_on_a_new_input(video: Path, tmp_path: Path) -> None:
 
 def test_a_clip_holds_the_event_with_its_pre_roll_and_plays(video: Path, tmp_path: Path) -> None:
     clips = tmp_path / "clips"
-    recorder = ClipRecorder(clips, pre_roll=1.0, post_roll=1.0)
+    recorder = ClipRecorder(clips, pre_roll=1.0, post_roll=1.0, merge=0.5)
     try:
         ring = recorder.ring("cam")
         feed = Feed(video)
@@ -167,7 +167,7 @@ def test_a_clip_holds_the_event_with_its_pre_roll_and_plays(video: Path, tmp_pat
         snapshot[:, :, 1] = 200
         clip_id = recorder.trigger("cam", {"type": "line", "line": "door"}, 2.0, lambda: snapshot)
         assert clip_id is not None
-        # An overlapping event extends the clip being recorded instead of making another one.
+        # An event within `merge` of the clip's last one joins it instead of making another.
         assert recorder.trigger("cam", {"type": "zone", "zone": "yard"}, 2.4, snapshot) == clip_id
         assert recorder.recording()[0]["id"] == clip_id
         feed.until(ring)
@@ -206,6 +206,9 @@ def test_a_clip_holds_the_event_with_its_pre_roll_and_plays(video: Path, tmp_pat
     assert picture.shape == (96, 160, 3) and abs(int(picture[..., 1].mean()) - 200) <= 3
     description = json.loads((clips / f"{clip_id}.json").read_text())
     assert description["clip"] == path.name and description["snapshot"] == snap.name
+    # The size it states is the clip's on disk, all three files (its own included).
+    on_disk = sum(os.path.getsize(clips / f"{clip_id}{s}") for s in (".mp4", ".jpg", ".json"))
+    assert description["bytes"] == info["bytes"] == on_disk
     assert no_temp_files(clips)
     # A new recorder on the same directory lists the clip again.
     again = ClipRecorder(clips)
@@ -213,6 +216,75 @@ def test_a_clip_holds_the_event_with_its_pre_roll_and_plays(video: Path, tmp_pat
         assert [c["id"] for c in again.clips()] == [clip_id]
     finally:
         again.close()
+
+
+def test_events_merge_within_the_window_else_each_has_its_own_whole_clip(
+    video: Path, tmp_path: Path
+) -> None:
+    """The merge rule: an event joins the clip being recorded only within ``merge`` seconds
+    of that clip's last event; any other event has its own clip with its whole pre-roll,
+    even where that footage is in the clip before."""
+    recorder = ClipRecorder(tmp_path / "clips", pre_roll=1.0, post_roll=1.0, merge=0.5)
+    try:
+        ring = recorder.ring("cam")
+        feed = Feed(video)
+        ids = []
+        for pts in (1.6, 2.0, 2.6):  # 2.0 joins 1.6's clip; 2.6 is 0.6 s after 2.0
+            feed.until(ring, pts + 0.1)
+            ids.append(recorder.trigger("cam", {"n": pts}, pts))
+        feed.until(ring)
+        assert recorder.flush(10)
+    finally:
+        recorder.close()
+    assert ids[0] == ids[1] != ids[2]
+    first, second = sorted(recorder.clips(), key=lambda c: c["start_pts"])
+    # Times to the microsecond, as the events' (a packet's end is a sum of floats).
+    times = [clip[key] for clip in (first, second) for key in ("start_pts", "end_pts")]
+    assert times == [round(t, 6) for t in times]
+    assert [e["pts"] for e in first["events"]] == [1.6, 2.0]
+    assert [e["pts"] for e in second["events"]] == [2.6]
+    assert 3.0 <= first["end_pts"] <= 3.0 + 2 / FPS  # 1 s after its last event
+    assert second["start_pts"] <= 1.6 < first["end_pts"]  # its own pre-roll, shared footage
+    assert recorder.stats.extended == 1 and recorder.stats.clips == 2
+
+
+def test_the_clips_of_a_run_hold_the_records_events_with_their_pts(tmp_path: Path) -> None:
+    """End to end on the sample's first 2.1 s (three crossings 0.24 s apart, each
+    confirmed some frames after the pts it is dated at): with ``merge_seconds: 0.2``
+    each crossing has its own clip, and each clip states the record's event as it is."""
+    from helpers import wait_for
+
+    from vstream.assets import DEMO_MODEL, SAMPLE_VIDEO
+    from vstream.config import parse_data
+    from vstream.engine import Engine
+
+    line = {"name": "gate", "start": [320, 360], "end": [320, 0]}
+    pipeline = {
+        "name": "p",
+        "model": {"path": str(DEMO_MODEL)},
+        "runtime": {"device": "cpu"},
+        "analytics": {"lines": [line]},
+        "sources": [{"id": "s", "uri": str(SAMPLE_VIDEO), "end_seconds": 2.1}],
+        "sinks": [
+            {"type": "jsonl", "path": "out.jsonl"},
+            {"type": "clips", "directory": "clips", "merge_seconds": 0.2},
+        ],
+    }
+    config = parse_data({"pipelines": [pipeline]}, base_dir=tmp_path)
+    with Engine(config, base_dir=tmp_path) as engine:
+        wait_for(engine.files_done, 120, "the run")
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    events = [e for r in records for e in r["events"]]
+    assert len(events) == 3
+    assert all(e["pts"] < r["pts"] for r in records for e in r["events"]), "confirmed later"
+    index = ClipIndex(tmp_path / "clips")
+    assert index.load() == 3
+    clips = sorted(index.list(), key=lambda c: c.events[0]["pts"])
+    assert [c.events for c in clips] == [[e] for e in events]
+    for clip in clips:
+        assert clip.bytes == sum(os.path.getsize(tmp_path / "clips" / n) for n in clip.files)
+        description = json.loads((tmp_path / "clips" / f"{clip.id}.json").read_text())
+        assert description["bytes"] == clip.bytes
 
 
 def test_an_annex_b_source_is_remuxed_to_mp4(tmp_path: Path) -> None:

@@ -71,7 +71,10 @@ def clips(tmp_path: Path) -> Iterator[Any]:
     ring = recorder.ring("cam1")
     feed = Feed(encode(tmp_path / "source.mp4", 50))
     feed.until(ring, 1.1)
-    event = {"type": "line", "line": "gate", "track": 7, "attributes": {"colour": "red"}}
+    event = {
+        "type": "line_crossing", "line": "gate", "direction": "in", "track_id": 61,
+        "class_id": 3, "label": "cross", "attributes": {"colour": "red"}, "pts": 1.0,
+    }  # fmt: skip
     recorder.trigger("cam1", event, 1.0, moving_frame(5))
     feed.until(ring)
     assert recorder.flush(10)
@@ -116,7 +119,10 @@ def check_streams(page: Any, streams: FakeStreams) -> None:
     sync_api.expect(cam1.locator('[data-field="detected"]')).to_have_text("400 (33 %)")
     sync_api.expect(cam1.locator('[data-field="predicted"]')).to_have_text("800")
     sync_api.expect(cam1.locator('[data-field="still"]')).to_have_text("150")
-    sync_api.expect(cam2.locator('[data-field="detected"]')).to_have_text("\u2013")
+    # No cadence: every frame processed is detected (it said a dash).
+    sync_api.expect(cam2.locator('[data-field="detected"]')).to_have_text("50 (100 %)")
+    sync_api.expect(cam2.locator('[data-field="predicted"]')).to_have_text("0")
+    sync_api.expect(cam2.locator('[data-field="still"]')).to_have_text("0")
     sync_api.expect(cam2.locator(".error")).to_have_text("camera-2: connection refused")
     sync_api.expect(cam1.locator('tr[data-name="gate"] .count')).to_have_text("in 3 · out 1")
     sync_api.expect(cam1.locator('tr[data-name="lawn"] .count')).to_have_text("inside 2")
@@ -157,10 +163,17 @@ def test_dashboard_shows_streams_live_previews_and_clips(
         preview_loaded(page, "cam2")
         assert hub.watched("cam1") and hub.watched("cam2")
         preview_moves(page, hub, "cam1")
-        # The clip is listed with its snapshot and a link to the video.
+        # The two cards share the row's whole width (a third of it stayed empty).
+        grid, *cards = (
+            page.locator(selector).bounding_box()
+            for selector in ("#streams", '[data-stream="cam1"]', '[data-stream="cam2"]')
+        )
+        assert cards[0]["y"] == cards[1]["y"], "side by side"
+        assert abs(cards[1]["x"] + cards[1]["width"] - (grid["x"] + grid["width"])) <= 1
+        # The clip is listed with its snapshot, its event said plainly, a link to the video.
         row = page.locator("#clips tbody tr").first
         sync_api.expect(row).to_contain_text(
-            "line gate · track 7 · attributes colour red", timeout=WAIT_MS
+            "cross #61 crossed gate (in) · colour red", timeout=WAIT_MS
         )
         sync_api.expect(row).to_contain_text("cam1")
         page.wait_for_function(

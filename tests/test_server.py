@@ -99,6 +99,28 @@ def test_with_the_token_every_endpoint_answers(client: Client) -> None:
     assert [s["id"] for s in client.get("/streams").json()["streams"]] == ["cam1"]
 
 
+def test_a_stream_says_each_figure_once_and_no_empty_sections(client: Client) -> None:
+    """``GET /streams/{id}`` gave ``lines``/``zones`` at the top and again under
+    ``analytics``, and ``cadence: {}`` and ``placement: {}`` where there were none."""
+    from dataclasses import replace
+
+    from vstream.engine.status import StreamStatus
+
+    shown = client.get("/streams/cam1").json()
+    assert shown["id"] == "cam1" and "frames_processed" in shown
+    assert not {"analytics", "cadence", "placement", "lines", "zones"} & shown.keys()
+    # With analytics, cadence and a cluster's placement: their keys once, at the top level.
+    status = StreamStatus(**{k: v for k, v in shown.items() if k != "attributes"})
+    full = replace(
+        status,
+        analytics={"lines": {"gate": {"in": 1, "out": 0}}, "zones": {"yard": 2}},
+        cadence={"frames_detected": 4, "detection_rate": 0.5},
+        placement={"worker": 1},
+    ).to_json()
+    assert list(full)[-5:] == ["lines", "zones", "frames_detected", "detection_rate", "worker"]
+    assert not {"analytics", "cadence", "placement"} & full.keys()
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "message"),
     [

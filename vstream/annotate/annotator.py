@@ -421,12 +421,16 @@ class Annotator:
             for e in events
             if isinstance(e, Mapping) and e.get("type") in ("zone_enter", "zone_exit")
         }
+        # Labels are placed in order, each over the ones before: the boxes' first, so that
+        # a box passing a line or zone never hides its name and counts.
         labels: list[_Label] = []
-        self._draw_zones(image, scene, zone_occupancy, hot_zones, labels)
-        self._draw_lines(image, scene, line_counts, hot_lines, labels)
+        overlays: list[_Label] = []
+        self._draw_zones(image, scene, zone_occupancy, hot_zones, overlays)
+        self._draw_lines(image, scene, line_counts, hot_lines, overlays)
         if result is not None:
             self._draw_masks(image, scene, result.detections)
             self._draw_boxes(image, scene, result.detections, labels)
+        labels += overlays
         if self.show_status:
             text = status if status is not None else self._status_text(stream_id, pts_seconds, fps)
             if text:

@@ -16,7 +16,6 @@ import logging
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -144,39 +143,69 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.set_defaults(handler=run_command)
 
 
-class Progress:
-    """A self-updating line on a terminal for files; a status line every 10 s for live streams."""
+TERMINAL_FROM_SECONDS = 1.0
+"""On a terminal the progress line appears only once a run has lasted this long."""
+TERMINAL_REDRAW_SECONDS = 0.25
 
-    def __init__(self, total: int | None, live: bool) -> None:
-        self.total = total
-        self.live = live
-        self._shown = time.monotonic()
+
+class Progress:
+    """How far a ``vstream run`` has come, on stderr, only where a run is long.
+
+    On a terminal: one line redrawn in place from a second into the run, and
+    cleared at its end. Elsewhere (a log file, CI, a container): a log line every
+    ``every`` seconds (``logging.progress_seconds``), the first after ``every``
+    seconds, so a short run prints nothing. Percent and ETA are given where the
+    frames to come are known (files that declare their frame count).
+    """
+
+    def __init__(self, *, every: float, terminal: bool) -> None:
+        self.every = every
+        self.terminal = terminal
+        self._shown = 0.0
         self._frames = 0
         self._drawn = False
 
-    def __call__(self, frames: int, elapsed: float, state: str) -> None:
-        now = time.monotonic()
-        if self.live:
-            if now - self._shown >= 10.0:
-                fps = (frames - self._frames) / (now - self._shown)
-                self._shown, self._frames = now, frames
-                log.info("%s, %d frames, %.1f fps", state, frames, fps)
-            return
-        if not sys.stderr.isatty() or now - self._shown < 0.25:
-            return
-        self._shown, self._drawn = now, True
-        fps = frames / elapsed if elapsed > 0 else 0.0
-        done = (
-            f"{frames}/{self.total} ({100 * frames / self.total:.0f}%)"
-            if self.total
-            else f"{frames}"
-        )
-        sys.stderr.write(f"\rvstream: {done} frames, {fps:.1f} fps ")
-        sys.stderr.flush()
+    def __call__(self, frames: int, total: int | None, elapsed: float, state: str) -> None:
+        """The run has processed ``frames`` of ``total`` (None: unknown) in ``elapsed`` s."""
+        if self.terminal:
+            if elapsed < TERMINAL_FROM_SECONDS or elapsed - self._shown < TERMINAL_REDRAW_SECONDS:
+                return
+            self._shown, self._drawn = elapsed, True
+            sys.stderr.write(f"\rvstream: {progress_text(frames, total, elapsed, state)} \033[K")
+            sys.stderr.flush()
+        elif self.every > 0 and elapsed - self._shown >= self.every:
+            # The rate of the last period: what the ETA of a live-like, changing load needs.
+            rate = (frames - self._frames) / (elapsed - self._shown)
+            self._shown, self._frames = elapsed, frames
+            log.info("%s", progress_text(frames, total, elapsed, state, rate))
 
     def clear(self) -> None:
         if self._drawn:
             sys.stderr.write("\r\033[K")
+
+
+def progress_text(
+    frames: int, total: int | None, elapsed: float, state: str, fps: float | None = None
+) -> str:
+    """``120/200 frames (60%), 29.1 fps, ETA 3 s`` for files; ``streaming, 1200 frames,
+    25.0 fps`` where the frames to come are unknown. ``fps`` defaults to the whole run's."""
+    if fps is None:
+        fps = frames / elapsed if elapsed > 0 else 0.0
+    if not total:
+        return f"{state}, {frames} frames, {fps:.1f} fps"
+    left = max(0, total - frames)
+    eta = f", ETA {duration_text(left / fps)}" if fps > 0 else ""
+    return f"{frames}/{total} frames ({100 * min(frames, total) // total}%), {fps:.1f} fps{eta}"
+
+
+def duration_text(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``2 h 07 min``: as precise as an estimate deserves."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -235,13 +264,18 @@ def _run(config: Any, base_dir: Path, signals: Any, *, quiet: bool, single: bool
     progress: Progress | None = None
     try:
         engine.start()
-        if single and not quiet:
-            source = config.pipelines[0].sources[0]
-            progress = Progress(_expected_frames(engine), is_live(source.uri))
+        if not quiet:
+            every = config.logging.progress_seconds
+            progress = Progress(every=every, terminal=sys.stderr.isatty())
+        total: int | None = None
         while not signals.requested.wait(0.2):
             if progress is not None:
-                reader = engine.summary()[0]
-                progress(reader.frames, engine.elapsed_seconds, reader.state)
+                streams = engine.summary()
+                total = total or _expected_frames(engine)  # known once every file is open
+                states = {s.state for s in streams}
+                state = states.pop() if len(states) == 1 else f"{len(streams)} streams"
+                frames = sum(s.frames for s in streams)
+                progress(frames, total, engine.elapsed_seconds, state)
             if engine.files_done():
                 break
     finally:
@@ -300,8 +334,24 @@ def _place(sink: Any, engine: Any, stream: str, pipeline: str) -> str:
 
 
 def _expected_frames(engine: Any) -> int | None:
-    readers = engine.readers()
-    return readers[0].expected_frames if readers else None
+    """Frames the run will process, when every stream is a file that declares its frame
+    count and is open (its start, end and stride applied); else None."""
+    total = 0
+    for reader in engine.readers():
+        count, source = reader.expected_frames, reader.config
+        if count is None or source is None or source.loop:
+            return None
+        if source.start_seconds is not None or source.end_seconds is not None:
+            fps = reader.source_fps
+            if fps is None:
+                return None
+            first = round((source.start_seconds or 0.0) * fps)
+            last = (
+                count if source.end_seconds is None else min(count, round(source.end_seconds * fps))
+            )
+            count = max(0, last - first)
+        total += -(-count // source.stride)
+    return total or None
 
 
 def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, single: bool) -> int:

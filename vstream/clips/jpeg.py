@@ -39,12 +39,14 @@ def scaled_size(width: int, height: int, max_width: int | None) -> tuple[int, in
 
 def downscale(image: Any, max_width: int | None) -> Any:
     """The ``(H, W, 3)`` picture as ``(3, h, w)``, no wider than ``max_width``, on its device."""
-    from torchvision.transforms.v2 import functional as F
-
     chw = as_rgb(image).permute(2, 0, 1)
     height, width = chw.shape[1:]
     new_width, new_height = scaled_size(width, height, max_width)
     if (new_width, new_height) != (width, height):
+        # Imported only to resize: torchvision's transforms load torch._dynamo, seconds on a
+        # busy machine, which a clip's snapshot at its own size never needs.
+        from torchvision.transforms.v2 import functional as F
+
         chw = F.resize(chw, [new_height, new_width], antialias=True)
     return chw.contiguous()
 

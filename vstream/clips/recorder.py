@@ -3,9 +3,14 @@
 One :class:`ClipRecorder` per clip directory. Per stream it owns a
 :class:`~vstream.clips.ring.PacketRing` that the demuxer feeds
 (``recorder.ring(stream_id).add(packet)``). When an event fires,
-:meth:`ClipRecorder.trigger` starts a clip at the keyframe before the pre-roll;
-it ends ``post_roll`` seconds after the event, later if more events come
-meanwhile (one clip, not one per event). A worker thread then remuxes the
+:meth:`ClipRecorder.trigger` starts a clip at the keyframe before the event's
+pre-roll; it ends ``post_roll`` seconds after the event. The merge rule: an
+event within ``merge`` seconds of the previous event of the stream's clip being
+recorded joins that clip (which then ends ``post_roll`` after it) instead of
+starting its own, so a burst of events makes one clip, not one per frame;
+``merge=0`` gives every event its own clip. Clips of events further apart each
+have their whole pre-roll and post-roll, so they may share footage. A worker
+thread then remuxes the
 original packets to MP4 (no re-encoding), writes the annotated snapshot as a
 JPEG, and the clip's description last, each file atomically. Retention keeps
 the directory within a count and a size, deleting the oldest clips first;
@@ -49,6 +54,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PRE_ROLL: float = ClipsSinkConfig.model_fields["pre_roll_seconds"].default
 """Seconds before an event: the ``clips`` sink's default, which a recorder made in Python gets."""
 DEFAULT_POST_ROLL: float = ClipsSinkConfig.model_fields["post_roll_seconds"].default
+DEFAULT_MERGE: float = ClipsSinkConfig.model_fields["merge_seconds"].default
 
 Snapshot = Any
 """An RGB ``uint8`` ``(H, W, 3)`` picture (torch tensor on any device, or NumPy array)."""
@@ -63,7 +69,8 @@ class ClipStats:
     events: int = 0
     """Events triggered."""
     extended: int = 0
-    """Events that extended the clip being recorded instead of starting one."""
+    """Events that joined the clip being recorded (within ``merge`` seconds of its previous
+    event) instead of starting one."""
     clips: int = 0
     """Clips written (video files)."""
     snapshots: int = 0
@@ -149,6 +156,8 @@ class ClipRecorder:
     """Event clips of many streams into one directory.
 
     ``pre_roll``/``post_roll``: seconds of video before and after an event.
+    ``merge``: an event this many seconds or less after the previous event of
+    the clip being recorded joins that clip (0: every event its own clip).
     ``margin``: extra seconds the rings keep beyond the pre-roll, for the time
     an event takes to travel from the demuxer through inference to
     :meth:`trigger`. ``max_clip_seconds``/``max_clip_bytes`` bound one clip
@@ -164,6 +173,7 @@ class ClipRecorder:
         *,
         pre_roll: float = DEFAULT_PRE_ROLL,
         post_roll: float = DEFAULT_POST_ROLL,
+        merge: float = DEFAULT_MERGE,
         margin: float = 3.0,
         retention: Retention | None = None,
         max_clip_seconds: float = 120.0,
@@ -175,13 +185,14 @@ class ClipRecorder:
         format: str = "mp4",
         min_free_bytes: int = 0,
     ) -> None:
-        if pre_roll < 0 or post_roll < 0 or margin < 0:
-            raise ValueError("pre_roll, post_roll and margin must not be negative")
+        if min(pre_roll, post_roll, merge, margin) < 0:
+            raise ValueError("pre_roll, post_roll, merge and margin must not be negative")
         if format not in ("mp4", "matroska"):
             raise ValueError(f"clip format must be mp4 or matroska, got {format!r}")
         self.directory = Path(directory)
         self.pre_roll = float(pre_roll)
         self.post_roll = float(post_roll)
+        self.merge = float(merge)
         self.margin = float(margin)
         self.retention = retention or Retention()
         self.max_clip_seconds = float(max_clip_seconds)
@@ -201,7 +212,9 @@ class ClipRecorder:
         self._stats_lock = threading.Lock()
         self._rings: dict[str, PacketRing] = {}
         self._active: dict[str, Capture] = {}
-        self._last_end: dict[str, float] = {}
+        """Clips being recorded, by clip id."""
+        self._latest: dict[str, Capture] = {}
+        """The clip each stream's next event may join (its newest)."""
         self._last_failure: str | None = None
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, queue_size))
         self._closed = False
@@ -223,8 +236,10 @@ class ClipRecorder:
         """The stream is gone: its clip being recorded is written with what it has."""
         with self._lock:
             ring = self._rings.pop(stream_id, None)
-            self._active.pop(stream_id, None)
-            self._last_end.pop(stream_id, None)
+            self._latest.pop(stream_id, None)
+            self._active = {
+                i: c for i, c in self._active.items() if c.context["stream"] != stream_id
+            }
         if ring is not None:
             ring.close()
 
@@ -235,11 +250,14 @@ class ClipRecorder:
         pts_seconds: float,
         snapshot: Snapshot | Callable[[], Snapshot] | None = None,
     ) -> str | None:
-        """An event at ``pts_seconds`` (the pipeline's ``Frame.pts_seconds``) on ``stream_id``.
+        """An event at ``pts_seconds`` (on the pipeline's timeline, ``Frame.pts_seconds``) on
+        ``stream_id``: the event's own time, which may precede the frame that reported it
+        (a line crossing is dated where the object was first seen across).
 
-        Returns the id of the clip that will hold it: a new clip, or the one
-        being recorded when the event falls within its span (which is then
-        extended to the event's post-roll). ``event`` must be JSON-serialisable
+        Returns the id of the clip that will hold it: the clip being recorded
+        when the event comes within ``merge`` seconds of its previous event
+        (which is then extended to this event's post-roll), else a new clip.
+        ``event`` must be JSON-serialisable
         (its name, line or zone, track id...). ``snapshot`` is the annotated
         picture of the event, or a callable returning it; it is only used (and
         only called) when a new clip starts. The picture is copied, so the
@@ -256,20 +274,17 @@ class ClipRecorder:
             if ring is None:
                 self._fail("no-ring", f"clips: event on {stream_id!r}, which has no packet ring")
                 return None
-            current = self._active.get(stream_id)
+            current = self._latest.get(stream_id)
             if (
                 current is not None
                 and not current.done
-                and pts_seconds - self.pre_roll <= current.end
+                and pts_seconds - current.context["events"][-1]["pts"] <= self.merge
                 and ring.extend(current, pts_seconds + self.post_roll)
             ):
                 current.context["events"].append(record)
                 self._count("extended")
                 return str(current.context["id"])
             start = pts_seconds - self.pre_roll
-            last_end = self._last_end.get(stream_id)
-            if last_end is not None and start < last_end:
-                start = min(last_end, pts_seconds)  # footage already in the previous clip
             end = max(pts_seconds + self.post_roll, start + 0.001)
             clip_id = new_id(stream_id, time.time())
         picture = ready = None
@@ -301,8 +316,9 @@ class ClipRecorder:
             context=context,
         )
         with self._lock:
+            self._latest[stream_id] = capture
             if not capture.done:
-                self._active[stream_id] = capture
+                self._active[clip_id] = capture
         return clip_id
 
     # -- the API's side -------------------------------------------------------------------------
@@ -377,9 +393,6 @@ class ClipRecorder:
 
     def _captured(self, capture: Capture) -> None:
         """A capture ended (on the demuxer's thread, usually): hand it to the writer."""
-        end = capture.last_seconds
-        stream_id = capture.context.get("stream", "")
-        self._last_end[stream_id] = end if end is not None else capture.end
         try:
             self._queue.put_nowait(capture)
         except queue.Full:
@@ -407,17 +420,16 @@ class ClipRecorder:
     def _check_stalled(self) -> None:
         now = time.monotonic()
         with self._lock:
-            active = [(s, c) for s, c in self._active.items()]
-        for stream_id, capture in active:
+            active = list(self._active.items())
+        for clip_id, capture in active:
             if capture.done:
                 with self._lock:
-                    if self._active.get(stream_id) is capture:
-                        del self._active[stream_id]
+                    self._active.pop(clip_id, None)
                 continue
             idle = now - capture.last_packet
             age = now - capture.started
             if idle > self.stall_seconds or age > self.max_clip_seconds + self.stall_seconds:
-                ring = self._rings.get(stream_id)
+                ring = self._rings.get(capture.context["stream"])
                 if ring is not None:
                     ring.finish(capture, "stalled")
 
@@ -444,8 +456,8 @@ class ClipRecorder:
             id=clip_id,
             stream=context["stream"],
             events=context["events"],
-            start_pts=capture.first_seconds,
-            end_pts=capture.last_seconds,
+            start_pts=_rounded(capture.first_seconds),
+            end_pts=_rounded(capture.last_seconds),
             created=time.time(),
             reason=capture.reason,
         )
@@ -480,7 +492,7 @@ class ClipRecorder:
                 why = "no video packets" if capture.template is not None else "no codec parameters"
                 self._fail("empty", f"clips: clip {clip_id} of {info.stream!r} has {why}")
             info.files = [*written, f"{clip_id}.json"]
-            description = json.dumps(info.to_dict(), indent=1).encode()
+            description = _describe(info, sum(_size(self.directory / n) for n in written))
             self._write_file(
                 f"{clip_id}.json", lambda path: write_bytes_atomic(path, description), "description"
             )
@@ -492,7 +504,6 @@ class ClipRecorder:
             return
         finally:
             capture.packets = []  # the memory goes back now, whatever the index keeps
-        info.bytes = sum(_size(self.directory / n) for n in info.files)
         self._count("bytes_written", info.bytes)
         self.index.add(info)
         self._last_failure = None
@@ -516,6 +527,26 @@ class ClipRecorder:
             write(path)
         except Exception as exc:  # OSError (disk full, permissions), FFmpegError (muxing)...
             raise ClipWriteError(f"clips: cannot write {what} {path}: {_reason(exc)}") from None
+
+
+def _describe(info: ClipInfo, media_bytes: int) -> bytes:
+    """The clip's description, its ``bytes`` set to the clip's size on disk, its own included.
+
+    The description holds its own length, which changes with the digits of the
+    count; this settles in two or three passes.
+    """
+    info.bytes = media_bytes
+    while True:
+        description = json.dumps(info.to_dict(), indent=1).encode()
+        if info.bytes == media_bytes + len(description):
+            return description
+        info.bytes = media_bytes + len(description)
+
+
+def _rounded(seconds: float | None) -> float | None:
+    """A time to the microsecond, as the events' ``pts``: a packet's end is a sum of floats
+    (14.120000000000001), which the description and ``GET /clips`` should not show."""
+    return None if seconds is None else round(seconds, 6)
 
 
 def _size(path: Path) -> int:

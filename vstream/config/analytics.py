@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeAlias
 
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
@@ -28,7 +28,7 @@ MAX_COORDINATE = 100_000.0
 
 MAX_CLASS_ID = 100_000
 
-Coordinate = Number(-MAX_COORDINATE, MAX_COORDINATE)
+Coordinate: TypeAlias = Number(-MAX_COORDINATE, MAX_COORDINATE)
 Point = tuple[Coordinate, Coordinate]
 
 
@@ -39,7 +39,9 @@ def _distinct(classes: list[int]) -> list[int]:
 
 
 ClassIds = Annotated[
-    list[Int(0, MAX_CLASS_ID)], Field(min_length=1, max_length=1000), AfterValidator(_distinct)
+    list[Int(0, MAX_CLASS_ID)],  # type: ignore[misc]  # a call: a type to pydantic, not to mypy
+    Field(min_length=1, max_length=1000),
+    AfterValidator(_distinct),
 ]
 
 

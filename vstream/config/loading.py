@@ -101,7 +101,7 @@ class _BoundedLoader(yaml.SafeLoader):
         self._open: list[yaml.Node | None] = []
         """The parents of the nodes being composed, outermost first."""
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         mark = self.peek_event().start_mark
         if self.check_event(yaml.AliasEvent):
             target = self.anchors.get(self.peek_event().anchor)
@@ -119,7 +119,8 @@ class _BoundedLoader(yaml.SafeLoader):
             node = super().compose_node(parent, index)
         finally:
             self._open.pop()
-        self._measure(node, mark)
+        if node is not None:  # PyYAML's composer always makes one; its type says "or None"
+            self._measure(node, mark)
         return node
 
     def _measure(self, node: yaml.Node, mark: yaml.Mark) -> None:
@@ -190,10 +191,11 @@ class _Document:
                 )
                 continue
             line = key_node.start_mark.line + 1
+            path = (*loc, key)
             if key in result:
-                self.issues.append(ConfigIssue(format_path((*loc, key)), line, "duplicate key"))
-            self.lines[(*loc, key)] = line
-            result[key] = self.build(value_node, (*loc, key))
+                self.issues.append(ConfigIssue(format_path(path), line, "duplicate key"))
+            self.lines[path] = line
+            result[key] = self.build(value_node, path)
         return result
 
     def _interpolate(self, value: str, loc: Loc, line: int) -> str:

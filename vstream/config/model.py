@@ -110,7 +110,8 @@ def _image_size(value: Any) -> Any:
 
 
 ImageSize = Annotated[
-    Int(32, MAX_IMGSZ) | tuple[Int(32, MAX_IMGSZ), Int(32, MAX_IMGSZ)] | None,
+    # Calls make pydantic's constrained types, which mypy cannot read as types.
+    Int(32, MAX_IMGSZ) | tuple[Int(32, MAX_IMGSZ), Int(32, MAX_IMGSZ)] | None,  # type: ignore[misc]
     BeforeValidator(_image_size),
 ]
 

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from vstream.config.analytics import AnalyticsConfig
+from vstream.config.analytics import AnalyticsConfig, LineConfig, ZoneConfig
 from vstream.config.base import (
     Cli,
     EmptyIsNone,
@@ -126,6 +126,7 @@ class PipelineConfig(StrictModel):
 
     @model_validator(mode="after")
     def _attribute_filters_name_classifiers(self) -> PipelineConfig:
+        places: list[tuple[str, LineConfig | ZoneConfig]]
         places = [("lines", item) for item in self.analytics.lines]
         places += [("zones", item) for item in self.analytics.zones]
         for section, item in places:
@@ -291,6 +292,12 @@ class LoggingConfig(StrictModel):
     )
     level: Annotated[Literal["debug", "info", "warning", "error"], Cli("--log-level")] = Field(
         "info", description="least severe records shown"
+    )
+    progress_seconds: Seconds(0, 3600, open_low=False) = Field(
+        10.0,
+        description="vstream run, where stderr is not a terminal: a progress line (frames, fps, "
+        "and for files percent and ETA) every this many seconds, the first after as many; "
+        "0: none",
     )
 
 

@@ -382,6 +382,10 @@ class VideoSinkConfig(StrictModel):
         return self.overflow or ("drop" if self.live else "block")
 
 
+ClipEvent = Literal["line_crossing", "zone_enter", "zone_exit", "loitering"]
+"""The analytics' events a clip can start on."""
+
+
 class ClipsSinkConfig(StrictModel):
     """Event clips: the original video around each event, remuxed (no re-encoding), and a JPEG."""
 
@@ -392,10 +396,15 @@ class ClipsSinkConfig(StrictModel):
         5.0, description="video kept before each event"
     )
     post_roll_seconds: Seconds(0, 300, open_low=False) = Field(
-        5.0, description="video after each event; later events extend the clip"
+        5.0, description="video after each event (after the last event of a merged clip)"
     )
-    events: list[Literal["line_crossing", "zone_enter", "zone_exit", "loitering"]] = Field(
-        default_factory=lambda: ["line_crossing", "zone_enter", "loitering"],
+    merge_seconds: Seconds(0, 300, open_low=False) = Field(
+        2.0,
+        description="an event this long or less after the previous event of the clip being "
+        "recorded joins that clip instead of starting its own; 0: one clip per event",
+    )
+    events: list[ClipEvent] = Field(
+        default_factory=lambda: list[ClipEvent](["line_crossing", "zone_enter", "loitering"]),
         max_length=4,
         description="event types that start a clip",
     )

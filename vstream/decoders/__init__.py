@@ -207,7 +207,7 @@ class CpuWhenRefused:
             self._decoder.seek(start)
         for picture in self._decoder.pictures():
             pts = picture.pts_seconds
-            if handed_out and pts is not None and pts <= last_pts + _PTS_TOLERANCE:
+            if last_pts is not None and pts is not None and pts <= last_pts + _PTS_TOLERANCE:
                 continue
             yield picture
 

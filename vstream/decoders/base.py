@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vstream.frame import ColourSpace, DecodedPicture, Frame, PixelFormat
 
@@ -69,11 +69,25 @@ class StreamInfo:
 class Decoder(Protocol):
     """Demuxes and decodes one video stream into :class:`Picture` objects, in order."""
 
-    name: str
-    """``cpu`` or ``nvdec``."""
-    info: StreamInfo
-    corrupt_packets: int
-    """Damaged packets skipped so far."""
+    # Read-only to the caller: each decoder sets them itself (a plain attribute or a property).
+    @property
+    def name(self) -> str:
+        """``cpu`` or ``nvdec``."""
+        ...
+
+    @property
+    def info(self) -> StreamInfo: ...
+
+    @property
+    def corrupt_packets(self) -> int:
+        """Damaged packets skipped so far."""
+        ...
+
+    @property
+    def demuxer(self) -> Any:
+        """Where the packets come from, a :class:`~vstream.decoders.demux.Demuxer` (which
+        imports this module); a clip ring taps it: ``demuxer.tap``."""
+        ...
 
     def seek(self, seconds: float) -> None:
         """Move near ``seconds`` (at or before it); pictures before it may still follow."""

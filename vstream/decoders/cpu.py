@@ -63,7 +63,9 @@ class PyAVPicture:
             return None
         plane = frame.planes[0]
         shape, strides = (frame.height, frame.width), (plane.line_size, 1)
-        return torch.from_numpy(np.ndarray(shape, np.uint8, buffer=plane, strides=strides))
+        # A plane has the buffer protocol, which PyAV's type stubs do not declare.
+        view = np.ndarray(shape, np.uint8, buffer=plane, strides=strides)  # type: ignore[arg-type]
+        return torch.from_numpy(view)
 
 
 class PyAVDecoder:

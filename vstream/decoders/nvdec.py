@@ -61,7 +61,7 @@ import contextlib
 import importlib
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -162,6 +162,7 @@ def _refusal(exc: BaseException) -> str | None:
     return None
 
 
+_storage_use_count: Callable[[int], int] | None
 try:
     _storage_use_count = torch._C._storage_Use_Count
 except AttributeError:  # a torch without it: every frame gets a fresh buffer (still owned)
@@ -169,6 +170,8 @@ except AttributeError:  # a torch without it: every frame gets a fresh buffer (s
 
 
 def _use_count(tensor: torch.Tensor) -> int:
+    """References to ``tensor``'s storage; called only where torch has the count."""
+    assert _storage_use_count is not None
     return _storage_use_count(tensor.untyped_storage()._cdata)
 
 
@@ -419,6 +422,7 @@ class NvdecDecoder:
 
         Never stream 0: on it PyNvVideoCodec synchronises after every frame.
         """
+        stream: torch.cuda.Stream
         if handle is not None:
             stream = torch.cuda.ExternalStream(handle, device=self.device)
         else:
@@ -732,7 +736,7 @@ def probe(device: torch.device) -> ProbeResult:
     except Exception as exc:  # the binding and the driver raise several types
         return ProbeResult(False, first_line(exc))
     try:
-        frames = [p.data for p in decoder.pictures()]
+        frames = [p.data for p in decoder.pictures() if p.data is not None]
         with av.open(str(PROBE_CLIP)) as container:
             expected = [f.to_ndarray(format="nv12") for f in container.decode(video=0)]
         if len(frames) != len(expected):

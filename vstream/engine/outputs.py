@@ -195,7 +195,10 @@ class FrameOutputs:
             self.preview.offer(stream, lambda: self.annotator.annotate(frame, result, fps=fps))
         for sink, recorder in self.recorders:
             for event in _triggers(sink, result):
-                recorder.trigger(stream, event, result.pts_seconds, snapshot=annotated)
+                # An event's own time: a line crossing is dated where the object was first
+                # seen across, some frames before the frame that confirms it.
+                when = event.get("pts", result.pts_seconds)
+                recorder.trigger(stream, event, when, snapshot=annotated)
 
     def _writer(
         self, index: int, sink: VideoSinkConfig, stream: str, frame: Frame, fps: float | None
@@ -291,6 +294,7 @@ def _recorder(sink: ClipsSinkConfig, pipeline: str) -> Any:
         fill(sink.directory, stream="", pipeline=pipeline),  # {stream}: refused by the config
         pre_roll=sink.pre_roll_seconds,
         post_roll=sink.post_roll_seconds,
+        merge=sink.merge_seconds,
         retention=Retention(max_count=sink.max_count, max_bytes=sink.max_bytes),
         min_free_bytes=sink.min_free_bytes,
     )

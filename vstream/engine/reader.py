@@ -47,7 +47,11 @@ class StreamCounters:
         """Frames whose preprocessing, inference or postprocessing failed."""
         self.frames_discarded = 0
         """Frames queued when the stream was removed or the pipeline stopped, or in flight
-        in stages that failed or were given up on at shutdown."""
+        in stages that failed or were given up on at shutdown; and ``frames_at_stop``."""
+        self.frames_at_stop = 0
+        """Of ``frames_discarded``: the frame a reader had decoded and was waiting to queue
+        when the stop came (at most one per stop). The run ended before it, as a run ends
+        before the frames it never decoded: the summary does not call it dropped."""
         self.detections = 0
         self.frame_age_seconds: float | None = None
         self._done_at: deque[tuple[float, int]] = deque()
@@ -69,9 +73,10 @@ class StreamCounters:
             self.frames_failed += frames
             self._lock.notify_all()
 
-    def discarded(self, frames: int) -> None:
+    def discarded(self, frames: int, *, at_stop: bool = False) -> None:
         with self._lock:
             self.frames_discarded += frames
+            self.frames_at_stop += frames if at_stop else 0
             self._lock.notify_all()
 
     def wait_until(self, settled: Callable[[], bool], timeout: float) -> bool:
@@ -269,7 +274,7 @@ class StreamReader:
             if gate is not None:  # its motion masks rasterised here, not on the shared thread
                 gate.prepare(frame.width, frame.height)
             if not self._intake.put(self.id, frame, self._stop):
-                self.counters.discarded(1)  # decoded when the stop came: counted, not lost
+                self.counters.discarded(1, at_stop=True)  # decoded when the stop came
                 return
         if self.config is not None and not self._stop.is_set():
             log.info("stream %s: finished (%d frames)", self.id, self.source_stats.frames_decoded)

@@ -23,6 +23,7 @@ class Counts(Protocol):
 
     frames_processed: int
     detections: int
+    frames_at_stop: int
 
     def fps(self) -> float: ...
 
@@ -138,17 +139,15 @@ class StreamStatus:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object of ``GET /streams/{id}``: the fields, then analytics and placement;
+        """The JSON object of ``GET /streams/{id}``: the fields, then the keys of analytics
+        (``lines``, ``zones``), cadence and placement, each once, at the top level;
         ``attributes`` only where the pipeline has secondary models."""
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
         if not shown["attributes"]:
             del shown["attributes"]
-        return {
-            **shown,
-            **shown.pop("analytics"),
-            **shown.pop("cadence"),
-            **shown.pop("placement"),
-        }
+        for section in ("analytics", "cadence", "placement"):
+            shown.update(shown.pop(section))
+        return shown
 
 
 @dataclass(frozen=True)
@@ -176,7 +175,8 @@ class StreamSummary:
             state=stream.state.value,
             frames=stream.counters.frames_processed,
             detections=stream.counters.detections,
-            dropped=stream.frames_dropped,
+            # Not the frame in hand when a stop came (Ctrl-C): the run ended before it.
+            dropped=stream.frames_dropped - stream.counters.frames_at_stop,
             failed_frames=stream.frames_failed,
             error=stream.error_text,
             cadence=cadence_state(stream),

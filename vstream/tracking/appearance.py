@@ -41,7 +41,8 @@ def cosine_distance(tracks: np.ndarray, detections: np.ndarray) -> np.ndarray:
     tracks = tracks.reshape(len(tracks), -1)
     detections = detections.reshape(len(detections), -1)
     distance = (1.0 - np.clip(tracks @ detections.T, -1.0, 1.0)) / 2.0
-    missing = ~tracks.any(axis=1)[:, None] | ~detections.any(axis=1)[None, :]
+    # any(axis=1) of a 2-D array is an array; numpy's stubs allow a bare bool too.
+    missing = ~tracks.any(axis=1)[:, None] | ~detections.any(axis=1)[None, :]  # type: ignore[index]
     return np.where(missing, np.nan, distance)
 
 
