@@ -549,3 +549,23 @@ def test_a_clips_directory_fills_in_pipeline_and_refuses_stream(tmp_path: Path) 
         recorder.close()
     with pytest.raises(ValidationError, match="one directory holds the clips of every stream"):
         ClipsSinkConfig(type="clips", directory=str(tmp_path / "{stream}"))
+
+
+def test_snapshots_are_scaled_as_torchvision_scales_them_without_importing_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A preview or snapshot narrower than its frame is resized exactly as torchvision's
+    antialiased resize does it, but without ``import torchvision`` (seconds of
+    torch._dynamo, which a first snapshot, waiting 1 s, did not get)."""
+    import sys
+
+    from torchvision.transforms.v2 import functional as F
+
+    from vstream.clips.jpeg import downscale
+
+    picture = torch.randint(0, 256, (97, 301, 3), dtype=torch.uint8, generator=torch.Generator())
+    expected = F.resize(picture.permute(2, 0, 1), [40, 123], antialias=True)
+    for name in [m for m in sys.modules if m.split(".")[0] == "torchvision"]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing any of it now raises
+    assert torch.equal(downscale(picture, 123), expected)
+    assert torch.equal(downscale(picture, 400), picture.permute(2, 0, 1))

@@ -43,11 +43,20 @@ def downscale(image: Any, max_width: int | None) -> Any:
     height, width = chw.shape[1:]
     new_width, new_height = scaled_size(width, height, max_width)
     if (new_width, new_height) != (width, height):
-        # Imported only to resize: torchvision's transforms load torch._dynamo, seconds on a
-        # busy machine, which a clip's snapshot at its own size never needs.
-        from torchvision.transforms.v2 import functional as F
+        # torch's antialiased bilinear resize, as torchvision's resize runs it, without
+        # `import torchvision` (it loads torch._dynamo: seconds, which a first snapshot
+        # waited for). torch resizes uint8 this way on the CPU only: on a GPU in float.
+        import torch
+        from torch.nn.functional import interpolate
 
-        chw = F.resize(chw, [new_height, new_width], antialias=True)
+        size = (new_height, new_width)
+        batch = chw.unsqueeze(0)
+        if batch.is_cuda:
+            resized = interpolate(batch.float(), size, mode="bilinear", antialias=True)
+            batch = resized.round_().clamp_(0, 255).to(torch.uint8)
+        else:
+            batch = interpolate(batch, size, mode="bilinear", antialias=True)
+        chw = batch[0]
     return chw.contiguous()
 
 
