@@ -69,10 +69,10 @@ def write_clip(path: Path, pictures: list[Any], fps: int) -> None:
             container.mux(packet)
 
 
-def sample_pictures() -> list[Any]:
+def sample_pictures(video: Path = SAMPLE) -> list[Any]:
     import av
 
-    with av.open(str(SAMPLE)) as container:
+    with av.open(str(video)) as container:
         return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
 
 
@@ -109,8 +109,16 @@ def still_truth(truth: dict, moving: int) -> dict:
     return out
 
 
-def run(video: Path, truth: dict, source: dict[str, Any]) -> tuple[list[dict], dict[str, float]]:
-    """``video`` through the engine with tracking and the truth's lines; records and figures."""
+def run(
+    video: Path,
+    truth: dict,
+    source: dict[str, Any],
+    model: Path = assets.DEMO_MODEL,
+    conf: float | None = None,
+) -> tuple[list[dict], dict[str, float]]:
+    """``video`` through the engine with tracking and the truth's lines; records and figures.
+
+    ``conf``: the detector's ``postprocess.conf`` (None: its default)."""
     from vstream import Engine, VstreamConfig
 
     lines = [{"name": x["name"], "start": x["start"], "end": x["end"]} for x in truth["lines"]]
@@ -118,8 +126,9 @@ def run(video: Path, truth: dict, source: dict[str, Any]) -> tuple[list[dict], d
         output = Path(tmp) / "records.jsonl"
         pipeline = {
             "name": "cadence",
-            "model": {"path": str(assets.DEMO_MODEL)},
+            "model": {"path": str(model)},
             "runtime": {"device": "cpu"},
+            **({"postprocess": {"conf": conf}} if conf is not None else {}),
             "analytics": {"tracking": {}, "lines": lines},
             "sources": [{"id": "clip", "uri": str(video), **source}],
             "sinks": [{"type": "jsonl", "path": str(output)}],
@@ -150,15 +159,34 @@ def score(records: list[dict], truth: dict) -> str:
     )
 
 
-def every(passes: int) -> None:
-    truth = repeated_truth(json.loads(TRUTH.read_text()), passes)
+def every(
+    passes: int,
+    everies: list[int],
+    model: Path = assets.DEMO_MODEL,
+    conf: float | None = None,
+    keep: Path | None = None,
+    clip: Path = SAMPLE,
+) -> None:
+    """``clip`` (with its ``<clip>_ground_truth.json``, or the demo's) ``passes`` times through
+    ``model`` at each ``detect_every``; ``keep``: a folder to write each run's records to
+    (``every_N.jsonl``, for ``vstream eval``)."""
+    truth_path = TRUTH if clip == SAMPLE else clip.with_name(f"{clip.stem}_ground_truth.json")
+    truth = repeated_truth(json.loads(truth_path.read_text()), passes)
     with tempfile.TemporaryDirectory(prefix="cadence-clip-") as tmp:
         video = Path(tmp) / "repeated.mp4"
-        write_clip(video, sample_pictures() * passes, truth["fps"])
-        print(f"demo video x{passes}: {len(truth['frames'])} frames, demo model, cpu")
+        write_clip(video, sample_pictures(clip) * passes, truth["fps"])
+        print(
+            f"{clip.name} x{passes}: {len(truth['frames'])} frames, {model.name}"
+            f"{f', conf {conf:g}' if conf is not None else ''}, cpu"
+        )
         base = None
-        for n in (1, 2, 3, 5):
-            records, figures = run(video, truth, {"detect_every": n})
+        for n in everies:
+            records, figures = run(video, truth, {"detect_every": n}, model, conf)
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                (keep / f"every_{n}.jsonl").write_text(
+                    "".join(json.dumps(record) + "\n" for record in records)
+                )
             base = base or figures["fps"]
             print(
                 f"detect_every {n}: {figures['fps']:6.1f} fps ({figures['fps'] / base:.2f}x)  "
@@ -241,13 +269,35 @@ def main() -> None:
         "part", nargs="?", default="all", choices=["every", "motion", "live", "all"]
     )
     parser.add_argument("--repeat", type=int, default=5, help="passes of the demo video")
+    parser.add_argument("--every", default="1,2,3,5", help="every: detect_every values")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=assets.DEMO_MODEL,
+        help="every: the detector (vstream/assets/parity/demo_tempered.onnx: realistic scores)",
+    )
+    parser.add_argument("--conf", type=float, help="every: postprocess.conf (default: its own)")
+    parser.add_argument("--keep", type=Path, help="every: folder to write each run's records to")
+    parser.add_argument(
+        "--clip",
+        type=Path,
+        default=SAMPLE,
+        help="every: the video (its ground truth beside it, <clip>_ground_truth.json)",
+    )
     parser.add_argument("--streams", default="2,4,6,8,12,16", help="live: stream counts")
     parser.add_argument("--live-every", default="1,3", help="live: detect_every values")
     parser.add_argument("--adapt", type=int, help="live: adapt_detect_every (default off)")
     parser.add_argument("--queue-size", type=int, default=2, help="live: each stream's queue")
     args = parser.parse_args()
     if args.part in ("every", "all"):
-        every(args.repeat)
+        every(
+            args.repeat,
+            [int(x) for x in args.every.split(",")],
+            args.model,
+            args.conf,
+            args.keep,
+            args.clip,
+        )
     if args.part in ("motion", "all"):
         motion()
     if args.part in ("live", "all"):

@@ -417,7 +417,7 @@ def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     source = {"id": "s", "uri": str(VIDEO), "end_seconds": 4.0}
-    config = engine_config(tmp_path, [source], stall_timeout_seconds=2)
+    config = engine_config(tmp_path, [source], stall_timeout_seconds=5)
     engine = ClusterEngine(config, base_dir=tmp_path, worker_class=StuckWorker)
     try:
         engine.start()
@@ -540,6 +540,12 @@ def wait_for_records(path: Path, expected: dict[str, list[int]], timeout: float 
 
 
 def test_four_files_on_two_workers_give_every_frame_once_in_order(daemon: Daemon) -> None:
+    # Who takes what is asserted below: both workers must be up before the streams come.
+    wait_for(
+        lambda: all(w["state"] == "ready" for w in daemon.engine.workers()),
+        120,
+        "both workers to be ready",
+    )
     for i in range(4):
         body = {"id": f"f{i}", "uri": str(VIDEO), "end_seconds": 2.0}
         assert daemon.client.post("/streams", json=body).status_code == 201

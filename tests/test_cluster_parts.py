@@ -295,3 +295,44 @@ def test_what_cluster_mode_does_not_run_is_refused_not_ignored(extra: str, messa
     with pytest.raises(ConfigError) as raised:
         parse_config(config_text("{engine: ray}") + extra, source="p.yaml")
     assert message in str(raised.value)
+
+
+# --- the stall watchdog ----------------------------------------------------------------------
+
+
+def reported(stream: object, decoded: int, dropped: int = 0, skipped: int = 0) -> None:
+    stream.report(  # type: ignore[attr-defined]
+        {
+            "state": "streaming",
+            "frames_decoded": decoded,
+            "frames_dropped": dropped,
+            "frames_skipped": skipped,
+        }
+    )
+
+
+def test_a_stream_stalls_only_while_its_worker_neither_delivers_nor_takes_its_frames() -> None:
+    """A loaded worker (or one just given a moved stream, seeking to its resume point) takes
+    its frames slowly and delivers none for a while: that is no stall. A stuck pipeline stops
+    taking frames once its queues are full; a live stream's frames dropped there are no work."""
+    from vstream.cluster.stream import ClusterStream
+    from vstream.config.sources import SourceConfig
+
+    stream = ClusterStream("p", SourceConfig(id="s", uri=str(assets.SAMPLE_VIDEO)))
+    stream.placed(0, False, 1)
+    reported(stream, decoded=0, skipped=0)
+    assert stream.pulled(1.0, 0) == 1.0, "reading, nothing taken: counts"
+    reported(stream, decoded=10, skipped=10)  # seeking to where it left off
+    assert stream.pulled(1.0, 0) == 0.0
+    reported(stream, decoded=14, skipped=10)  # its first frames handed to the pipeline
+    assert stream.pulled(1.0, 0) == 0.0
+    reported(stream, decoded=18, skipped=14)  # skipping after that is no work of its own
+    assert stream.pulled(1.0, 0) == 1.0
+    reported(stream, decoded=30, dropped=12, skipped=14)  # dropped at a full queue
+    assert stream.pulled(1.0, 0) == 2.0
+    assert stream.pulled(0.5, 3) == 0.0, "records"
+    reported(stream, decoded=31, dropped=12, skipped=14)
+    assert stream.pulled(1.0, 0) == 0.0, "one more frame taken"
+    stream.placed(1, False, 2)  # moved: a new reader, counting from 0 again
+    reported(stream, decoded=2)
+    assert stream.pulled(1.0, 0) == 0.0

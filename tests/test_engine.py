@@ -13,14 +13,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import RtspServer, free_port, tiny_detector, write_video
+from helpers import RtspServer, free_port, tiny_detector, wait_for, write_video
 from onnx_models import brightness_model
 from pydantic import BaseModel
 
@@ -53,13 +52,22 @@ def run_process(*args: str | Path) -> subprocess.Popen[str]:
     )
 
 
-def wait_for_lines(path: Path, count: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().splitlines()) >= count:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{path} did not reach {count} records in {timeout} s")
+HANG = 120.0
+"""Seconds a test waits for an event before it calls it a hang: far beyond what any of them
+takes on a loaded machine, so only a real hang fails."""
+
+
+def wait_for_lines(path: Path, count: int) -> None:
+    wait_for(
+        lambda: path.exists() and len(path.read_text().splitlines()) >= count,
+        HANG,
+        f"{count} records in {path}",
+    )
+
+
+def files_done(engine: Engine) -> None:
+    """Wait until every file stream of ``engine`` has ended (a hang fails the test)."""
+    wait_for(engine.files_done, HANG, "every file stream to end")
 
 
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
@@ -71,9 +79,9 @@ def test_a_signal_stops_a_live_run_gracefully_with_every_record_intact(
     with RtspServer() as server:
         process = run_process("--source", server.url(), "--model", model, "-o", out)
         try:
-            wait_for_lines(out, 20, 60)
+            wait_for_lines(out, 20)
             process.send_signal(sig)
-            _, stderr = process.communicate(timeout=60)
+            _, stderr = process.communicate(timeout=HANG)
         finally:
             process.kill()
     assert process.returncode == status, stderr
@@ -81,6 +89,7 @@ def test_a_signal_stops_a_live_run_gracefully_with_every_record_intact(
     frames = [r["frame"] for r in records]
     assert len(frames) >= 20 and frames == sorted(set(frames)), "in order, never twice"
     assert f"{len(frames)} frames" in stderr, "the summary counts what was written"
+    assert f"{sig.name}: stopping (send it again to cut the stop short)" in stderr
     assert "Traceback" not in stderr
 
 
@@ -106,15 +115,21 @@ pipelines:
 """
     )
     process = run_process(config)
+    logged: list[str] = []
+    reader = threading.Thread(target=lambda: logged.extend(iter(process.stderr.readline, "")))
+    reader.start()
     try:
-        wait_for_lines(tmp_path / "out.jsonl", 10, 60)
+        wait_for_lines(tmp_path / "out.jsonl", 10)
         process.send_signal(signal.SIGTERM)
-        time.sleep(1.0)  # the graceful stop is under way, waiting on the webhook's flush
-        assert process.poll() is None
+        # The second signal only once the first was taken: two sent at once can arrive as one.
+        wait_for(lambda: any("SIGTERM: stopping" in x for x in logged), HANG, "the first signal")
+        assert process.poll() is None, "the graceful stop waits on the webhook's flush"
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
+        process.wait(timeout=HANG)
     finally:
         process.kill()
+        reader.join(timeout=HANG)
+    stderr = "".join(logged)
     assert process.returncode == 128 + signal.SIGTERM
     written = len((tmp_path / "out.jsonl").read_text().splitlines())
     expected = (
@@ -149,9 +164,7 @@ def test_every_thread_the_engine_starts_is_joined_when_it_stops(
     config = engine_config(tmp_path, batch_model, streams=3, frames=15)
     engine = Engine(config, base_dir=tmp_path)
     engine.start()
-    deadline = time.monotonic() + 60
-    while not engine.files_done() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    files_done(engine)
     during = set(threading.enumerate()) - before
     engine.stop(timeout=30)
     left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
@@ -177,9 +190,7 @@ def test_worker_threads_never_change_process_wide_torch_settings(
     monkeypatch.setattr(torch, "set_num_threads", recording)
     config = engine_config(tmp_path, batch_model, streams=2, frames=10)
     with Engine(config, base_dir=tmp_path) as engine:
-        deadline = time.monotonic() + 60
-        while not engine.files_done() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        files_done(engine)
     assert callers == [threading.main_thread().name]
 
 
@@ -229,18 +240,17 @@ def test_a_full_disk_is_retried_with_whole_lines_and_ready_says_why(
     engine = Engine(config, base_dir=tmp_path)
     engine.start()
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(
-            "No space left on device" in r for r in engine.not_ready()
-        ):
-            time.sleep(0.05)
+        wait_for(
+            lambda: any("No space left on device" in r for r in engine.not_ready()),
+            HANG,
+            "the sink to say the disk is full",
+        )
         [reason] = [r for r in engine.not_ready() if "No space" in r]
         assert reason.startswith("sink jsonl (pipeline main) is retrying: cannot write ")
         written = (small_disk / "out.jsonl").read_bytes()
         assert written.endswith(b"\n") or not written, "only whole lines while the disk is full"
         filler.unlink()
-        while time.monotonic() < deadline and not engine.files_done():
-            time.sleep(0.05)
+        files_done(engine)
     finally:
         engine.stop(timeout=30)
     lines = (small_disk / "out.jsonl").read_text().splitlines()
@@ -274,11 +284,10 @@ def test_decoded_frames_add_up_to_processed_failed_dropped_and_skipped(
     engine = Engine(config, base_dir=tmp_path)
     engine.start()
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (
-            engine.stream("s0").frames_processed >= 40 if loop else engine.files_done()
-        ):
-            time.sleep(0.05)
+        if loop:
+            wait_for(lambda: engine.stream("s0").frames_processed >= 40, HANG, "40 frames")
+        else:
+            files_done(engine)
     finally:
         engine.stop(timeout=30)
     counts = engine.stream("s0").to_json()
@@ -339,9 +348,7 @@ def test_a_sink_with_a_bug_fails_once_and_is_never_retried() -> None:
     transport = BrokenTransport()
     sink = BufferedSink(transport, name="broken", batch_records=5)
     sink.write(results(5))
-    deadline = time.monotonic() + 10
-    while sink.error is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: sink.error is not None, HANG, "the sink's first (failed) delivery")
     sink.write(results(7))
     sink.close()
     assert isinstance(sink.error, KeyError) and sink.state == "failed"

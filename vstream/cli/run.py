@@ -247,8 +247,11 @@ def run_command(args: argparse.Namespace) -> int:
         base_dir = Path.cwd()
         setup_logging("text", "warning" if args.quiet else "info")
     # One summary line per stream: the engine's and sinks' progress notes are for daemons.
+    # The answer to a signal (stopping; send it again to cut the stop short) is for whoever
+    # sent it, who otherwise sees nothing while the sinks flush.
     for name in ("vstream.engine", "vstream.sinks", "vstream.cluster"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("vstream.engine.signals").setLevel(logging.getLogger().level)
     signals = ShutdownSignals().install()
     try:
         return _run(config, base_dir, signals, quiet=args.quiet, single=args.config is None)

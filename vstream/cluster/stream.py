@@ -80,7 +80,11 @@ class ClusterStream:
         self.stalled_on: object | None = None
         """The worker it last stalled on: it is not placed there again."""
         self.idle_seconds = 0.0
-        """Seconds of open pulls, while it read, that brought none of its records."""
+        """Seconds of open pulls, while it read, that brought none of its records and saw its
+        worker do nothing for it (:meth:`pulled`)."""
+        self._work = (0, 0)
+        """What its worker had done for it at the last pull: frames handed to the pipeline,
+        and frames read towards its resume point before the first of those."""
         self._moved_at: float | None = None
         self._earlier = dict.fromkeys(_SUMMED, 0)
         self._status: dict[str, Any] = {}
@@ -132,23 +136,41 @@ class ClusterStream:
         self.slot, self.nvdec = slot, nvdec
         self.worker_id = f"{self.id}#{placement}"
         self.idle_seconds = 0.0
+        self._work = (0, 0)
         return self.worker_id
 
     def pulled(self, seconds: float, records: int) -> float:
         """A pull from its worker, open ``seconds``, brought ``records`` of it; how long it has
-        been reading without giving one.
+        been reading without giving one, or doing anything for it.
 
         Only open pulls count, so a slow sink (which holds the pulls back) never
         looks like a stuck worker; and only once its worker reports it open
         (streaming, or finished with records still owed), so that a camera
-        connecting or reconnecting is left to its own timeouts.
+        connecting or reconnecting is left to its own timeouts. A pull during
+        which its worker handed frames of it to its pipeline (or, before the
+        first, read frames towards its resume point) does not count either:
+        the worker is working, only slowly (a loaded machine, a stream just
+        moved there seeking to where it left off). A stuck pipeline stops
+        taking frames once its queues are full, and its streams stall then;
+        a live stream's frames dropped at a full queue are not handed on.
         """
         opening = (None, SourceState.CONNECTING.value, SourceState.RECONNECTING.value)
-        if records or self._status.get("state") in opening:
+        work = self._worker_work()
+        working = work[0] > self._work[0] or (work[0] == 0 and work[1] > self._work[1])
+        self._work = work
+        if records or working or self._status.get("state") in opening:
             self.idle_seconds = 0.0
         else:
             self.idle_seconds += seconds
         return self.idle_seconds
+
+    def _worker_work(self) -> tuple[int, int]:
+        """Frames its worker handed to its pipeline (decoded, less dropped and skipped), and
+        frames it skipped, by its latest report."""
+        status = self._status
+        skipped = int(status.get("frames_skipped", 0))
+        handed = int(status.get("frames_decoded", 0)) - int(status.get("frames_dropped", 0))
+        return handed - skipped, skipped
 
     def stalled(self, worker: object) -> None:
         """Its worker is stuck: wait for another one, never ``worker`` again."""

@@ -74,9 +74,10 @@ class ClusterConfig(StrictModel):
     stall_timeout_seconds: Seconds(1, 3600) = Field(
         60.0,
         description="a stream its worker reports as reading, but whose records stop coming for "
-        "this long while the driver asks for them (a stuck pipeline), is moved to another worker "
-        "after its last delivered frame; counted. Longer than a live source's open and read "
-        "timeouts, so that a camera's own faults are left to its reconnects",
+        "this long while the driver asks for them, and whose frames its worker stops taking too "
+        "(a stuck pipeline, not a slow one), is moved to another worker after its last "
+        "delivered frame; counted. Longer than a live source's open and read timeouts, so that "
+        "a camera's own faults are left to its reconnects",
     )
     start_timeout_seconds: Seconds(1, 3600) = Field(
         300.0,

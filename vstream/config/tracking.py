@@ -76,7 +76,9 @@ class TrackingConfig(StrictModel):
     confirm_hits: Int(1, 1000) = Field(
         3,
         description="detections in a row a new track needs before it is confirmed and gets "
-        "an id; a tentative track that misses one frame is dropped",
+        "an id; a tentative track that misses one detection is dropped. With a detection "
+        "cadence (detect_every, detect_fps, motion) two detections in a row that span as "
+        "much stream time as confirm_hits frames do are enough (at detect_every 3: two)",
     )
     confirm_seconds: Number(0.0, MAX_TRACK_SECONDS) = Field(
         0.0,

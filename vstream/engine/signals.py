@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-log = logging.getLogger("vstream.engine")
+log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

@@ -19,6 +19,21 @@ Each frame:
    tentative tracks, and lost tracks older than ``track_buffer_seconds`` are
    forgotten.
 
+"A frame" above is a detection opportunity: a frame the detector ran on
+(:meth:`ByteTracker.update`). Where a detection cadence predicts the frames
+between (:meth:`ByteTracker.predict`), a tentative track is confirmed by
+stream time as well as by hits: ``confirm_hits`` detections in a row at
+every frame take ``confirm_hits - 1`` frame intervals, and at
+``detect_every: 3`` they would take three times as long, so an object that
+the detector finds only now and then (a low score hovering around the
+threshold) would rarely collect them, and a confirmed object would miss
+its first crossings. So a tentative track detected at every opportunity
+since it started is also confirmed at its second detection once it has
+lasted ``confirm_hits - 1`` frame intervals, the interval being the pts step
+between the last two frames the tracker was given (detected or predicted).
+Detecting every frame of a stream that drops none, that is never before
+its ``confirm_hits``-th detection, so ByteTrack's rule is unchanged there.
+
 Choices of ours:
 
 - A new track starts at rest, so IoU with where it was would lose an object
@@ -85,6 +100,9 @@ TENTATIVE, TRACKED, LOST = 0, 1, 2
 """Track states: not yet confirmed; confirmed and seen in the last frame; confirmed, unseen."""
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_PTS_TOLERANCE = 1e-6
+"""Seconds by which a span of pts may fall short of a multiple of the frame interval and still
+count as it (pts are rounded to their container's time base)."""
 
 UNLIKE = 0.35
 """With appearance, a pair of track and detection whose cosine distance (in ``[0, 1]``,
@@ -204,6 +222,7 @@ class ByteTracker:
         self._score = np.zeros(0)  # the score of that detection
         self._votes = np.zeros((0, 0))  # summed detection score per class
         self._pts: float | None = None
+        self._step = 0.0  # the pts step into the latest frame given: the frame interval
         self._bank = AppearanceBank(self._bank.momentum)
 
     @property
@@ -304,6 +323,8 @@ class ByteTracker:
         if self._pts is not None and pts < self._pts:
             self.reset()
         dt = 0.0 if self._pts is None else pts - self._pts
+        if dt > 0.0:
+            self._step = dt
         self._pts = pts
         self._mean[self._state == LOST, 6:] = 0.0  # an unseen object keeps its size
         kalman.predict(self._mean, self._cov, dt)
@@ -523,12 +544,16 @@ class ByteTracker:
         self._vote(np.arange(first, first + n), class_ids, scores)
 
     def _confirm(self, rows: np.ndarray, pts: float) -> None:
-        """Give ids, in row order, to the matched tentative tracks that have earned them."""
+        """Give ids, in row order, to the matched tentative tracks that have earned them:
+        ``confirm_hits`` detections, or two spanning as long as ``confirm_hits`` frames in a
+        row would (a detection cadence: see the module docstring)."""
         cfg = self.config
+        hits, lasted = self._hits[rows], pts - self._first_pts[rows]
+        spans = (hits >= 2) & (lasted >= (cfg.confirm_hits - 1) * self._step - _PTS_TOLERANCE)
         ready = rows[
             (self._state[rows] == TENTATIVE)
-            & (self._hits[rows] >= cfg.confirm_hits)
-            & (pts - self._first_pts[rows] >= cfg.confirm_seconds)
+            & ((hits >= cfg.confirm_hits) | spans)
+            & (lasted >= cfg.confirm_seconds)
         ]
         ready = np.sort(ready)
         self._state[ready] = TRACKED
