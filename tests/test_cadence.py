@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import run_cli
+from helpers import run_cli, wait_for
 from onnx_models import brightness_model
 from pydantic import ValidationError
 
@@ -510,9 +509,7 @@ def test_the_status_metrics_and_summary_count_detected_and_predicted_frames(
     engine = Engine(config, base_dir=tmp_path)
     engine.start()
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not engine.files_done():
-            time.sleep(0.05)
+        wait_for(engine.files_done, 120, "the two files to end")
     finally:
         engine.stop(timeout=30)
     status = engine.stream("s").to_json()

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from helpers import write_video
+from helpers import wait_for, write_video
 from onnx_models import brightness_model
 from pydantic import ValidationError
 
@@ -121,9 +120,7 @@ pipelines:
     try:
         runs = [t for t in threading.enumerate() if t.name == "inference-main"]
         assert len(runs) == 3
-        deadline = time.monotonic() + 60
-        while not engine.files_done() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(engine.files_done, 120, "the file to end")
     finally:
         engine.stop(timeout=20)
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 8
