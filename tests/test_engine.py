@@ -383,6 +383,9 @@ NOT_ON_THE_RUN_COMMAND_LINE = {
     "analytics.tracking": "set by --track (defaults) or a pipelines file (thresholds)",
     "analytics.lines": "set by --line NAME=X1,Y1,X2,Y2",
     "analytics.zones": "polygons: a pipelines file says them better",
+    "model.keypoint_names": "a pose model's keypoint names, a list: the metadata's, else a file",
+    "model.skeleton": "pairs of keypoints to join: a pipelines file says them better",
+    "analytics.anchor_keypoints": "names of a pose model's keypoints: pipelines file or Python",
 }
 
 

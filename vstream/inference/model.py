@@ -229,19 +229,20 @@ def read_metadata(session: Any, path: Path, parsed: Iterable[str]) -> dict[str, 
     return metadata
 
 
-def check_metadata_labels(path: Path, key: str, labels: Collection[str]) -> None:
-    """Refuse class names or labels from a model's metadata (under ``key``) that could not be
-    shown safely, as a config's are refused: more than :data:`MAX_LABELS`, or one holding a
-    control character (a line break in it would forge lines of the logs and the summary)."""
+def check_metadata_labels(path: Path, source: str, labels: Collection[str]) -> None:
+    """Refuse class names or labels read from a model's files (``source``: where, as
+    ``metadata names`` or ``config.json id2label``) that could not be shown safely, as a
+    config's are refused: more than :data:`MAX_LABELS`, or one holding a control character
+    (a line break in it would forge lines of the logs and the summary)."""
     if len(labels) > MAX_LABELS:
         raise ModelError(
-            f"{path.name}: metadata {key} names {len(labels):,} classes, more than {MAX_LABELS:,}"
+            f"{path.name}: {source} names {len(labels):,} classes, more than {MAX_LABELS:,}"
         )
     for label in labels:
         if has_control_character(label):
             shown = label if len(label) <= 40 else label[:37] + "..."
             raise ModelError(
-                f"{path.name}: metadata {key} holds a label with a control character: {shown!r}"
+                f"{path.name}: {source} holds a label with a control character: {shown!r}"
             )
 
 

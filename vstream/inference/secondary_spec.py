@@ -158,7 +158,7 @@ def _labels(config: SecondaryConfig, metadata: dict[str, str]) -> tuple[str, ...
         if not names or sorted(names) != list(range(len(names))):
             raise ModelError(f"{path.name}: metadata labels {text[:80]!r} are not a list")
         labels = tuple(names[i] for i in range(len(names)))
-    check_metadata_labels(path, key, labels)
+    check_metadata_labels(path, f"metadata {key}", labels)
     return labels
 
 
