@@ -257,7 +257,11 @@ pipelines:
         "pipeline main has failed (RuntimeError: injected bug): no new streams"
     )
     assert [s["id"] for s in client.get("/streams").json()["streams"]] == ["first"]
-    assert client.get("/streams/first").json()["state"] == "failed"
+    # The stream is failed by the pipeline's failure as its reader learns of it: an event.
+    wait_for(
+        lambda: client.get("/streams/first").json()["state"] == "failed",
+        what="the stream of the failed pipeline said failed",
+    )
     wait_for(engine.files_done, what="vstream run's end: the queued frames are never taken")
     engine.stop()
     every_frame_counted(engine)
