@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -91,6 +92,39 @@ def test_a_signal_stops_a_live_run_gracefully_with_every_record_intact(
     assert f"{len(frames)} frames" in stderr, "the summary counts what was written"
     assert f"{sig.name}: stopping (send it again to cut the stop short)" in stderr
     assert "Traceback" not in stderr
+
+
+def test_a_second_signal_arriving_inside_the_first_ones_handler_still_cuts_the_stop_short(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Python runs a handler between any two bytecodes, a running handler's too: a second
+    SIGTERM landing while the first one's log line is written must count as the second
+    (before, both said "stopping" and the stop was never cut short)."""
+    from vstream.engine import signals as module
+
+    monkeypatch.setattr(module, "FORCED_EXIT_SECONDS", 3600.0)  # no exit from this test
+    caplog.set_level(logging.INFO, logger=module.log.name)
+    shutdown = module.ShutdownSignals()
+    hurried: list[float] = []
+    shutdown.on_force = hurried.append
+    nested = []
+
+    class SecondSignalWhileLogging(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "stopping" in record.getMessage() and not nested:
+                nested.append(record)
+                shutdown._handle(signal.SIGTERM, None)
+
+    handler = SecondSignalWhileLogging()
+    module.log.addHandler(handler)
+    try:
+        shutdown._handle(signal.SIGTERM, None)
+    finally:
+        module.log.removeHandler(handler)
+    assert nested, "the first signal logged its stop"
+    assert shutdown.requested.is_set()
+    assert (shutdown.received, shutdown.exit_status) == (signal.SIGTERM, 128 + signal.SIGTERM)
+    wait_for(lambda: hurried == [module.FORCED_FLUSH_SECONDS], HANG, "the hurry thread")
 
 
 def test_a_second_signal_cuts_the_flush_short_and_counts_what_is_left(

@@ -9,6 +9,7 @@ still running. A third signal exits at once.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import signal
@@ -45,6 +46,9 @@ class ShutdownSignals:
         """Called on a thread of its own at the second signal, with the seconds the sinks
         still get (the engine's ``hurry``)."""
         self._previous: dict[int, object] = {}
+        self._count = itertools.count()
+        """How many signals arrived: ``next()`` on it is one step that a nested handler
+        cannot split, where ``requested.is_set()`` then ``set()`` could be."""
 
     def install(self) -> ShutdownSignals:
         for sig in SIGNALS:
@@ -57,17 +61,22 @@ class ShutdownSignals:
         return None if self.forced is None else 128 + self.forced
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        # Python runs a handler between bytecodes of the main thread, including those of a
+        # handler already running: a second signal that arrives while the first one's log
+        # line is written runs a nested handler. Which signal this is must therefore be
+        # taken in one step before anything else.
+        order = next(self._count)
         name = signal.Signals(signum).name
-        if self.forced is not None:
+        if order >= 2:
             _exit_now(f"{name} a third time: exiting now", 128 + signum)
-        if self.requested.is_set():
+        if order == 1:
+            self.forced = signum
             log.error(
                 "%s again: the sinks get %g s for the records they hold, then exiting "
                 "(send it again to exit at once)",
                 name,
                 FORCED_FLUSH_SECONDS,
             )
-            self.forced = signum
             deadline = threading.Timer(
                 FORCED_EXIT_SECONDS,
                 _exit_now,
@@ -81,10 +90,11 @@ class ShutdownSignals:
                 threading.Thread(
                     target=self.on_force, args=(FORCED_FLUSH_SECONDS,), name="hurry", daemon=True
                 ).start()
+            self.requested.set()  # a nested second signal may come before the first's set()
             return
-        log.info("%s: stopping (send it again to cut the stop short)", name)
         self.received = signum
         self.requested.set()
+        log.info("%s: stopping (send it again to cut the stop short)", name)
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():

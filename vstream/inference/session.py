@@ -485,7 +485,10 @@ class ModelSession:
         model's first output dimension is the batch, so a buffer holds one
         copy of each output whatever its number of buckets.
         """
-        full_input = torch.empty(
+        # Zeros, once: a partial batch leaves slots the model still reads, and uninitialised
+        # memory there can hold NaN, which a model that mixes the batch (a fixed-batch export
+        # reducing over it) spreads to the real frames' outputs.
+        full_input = torch.zeros(
             (sizes[-1], 3, *size), dtype=self.spec.input.torch_dtype, device=self.device
         )
         size_inputs = [self._size_input(spec, sizes[-1], size) for spec in self.spec.size_inputs]
