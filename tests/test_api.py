@@ -123,3 +123,34 @@ def test_a_picture_of_another_layout_is_refused_naming_it(picture, message) -> N
         as_frame(picture)
     with pytest.raises(ValueError, match="channels must be 'bgr' or 'rgb', got 'BGR'"):
         as_frame(np.zeros((2, 2, 3), np.uint8), "BGR")  # type: ignore[arg-type]
+
+
+def test_stream_id_names_the_stream_of_a_file_and_of_pictures(opencv_frames) -> None:
+    from_file = next(iter(vstream.detect(SAMPLE, stream_id="door", device="cpu")))
+    from_pictures = list(vstream.detect(opencv_frames[:2], stream_id="door", device="cpu"))
+    assert [r.stream_id for r in [from_file, *from_pictures]] == ["door"] * 3
+    assert [r.stream_id for r in vstream.detect(opencv_frames[:1], device="cpu")] == ["0"]
+    with pytest.raises(ConfigError, match="stream_id: 'a b' does not match"):
+        vstream.detect(opencv_frames, stream_id="a b")
+
+
+def test_detect_iter_names_each_iterable_by_its_position_whatever_its_frames_say() -> None:
+    """Pictures made with as_frame all say stream "0": two iterables stay two streams."""
+    from vstream.engine.pipeline import detect_iter
+
+    detector = vstream.Detector("vstream://demo.onnx", device="cpu", batch_size=2)
+    pictures = [as_frame(np.zeros((64, 64, 3), np.uint8), index=i) for i in range(3)]
+    results = list(detect_iter(detector, [pictures, pictures[:2]]))
+    by_stream = sorted((r.stream_id, r.frame_index) for r in results)
+    assert by_stream == [("0", 0), ("0", 1), ("0", 2), ("1", 0), ("1", 1)]
+
+
+def test_a_detector_from_a_model_config_takes_the_keyword_options_too() -> None:
+    """Every field unset but the path: the config's defaults are not read back as values."""
+    from vstream.config.model import ModelConfig
+
+    config = ModelConfig(path="vstream://demo.onnx")
+    detector = vstream.Detector(config, device="cpu", dtype="float32", conf=0.6)
+    assert detector.config.dtype == "float32" and str(detector.model.device) == "cpu"
+    with pytest.raises(ConfigError, match=r"model\.dtype"):
+        vstream.Detector(config, dtype="int3")

@@ -174,3 +174,25 @@ def test_missing_output_directories_are_created(tmp_path: Path) -> None:
     result = run_cli("run", "--output", output, "--end", "0.2")
     assert result.returncode == 0, result.stderr
     assert len(output.read_text().splitlines()) == 5
+
+
+@pytest.mark.parametrize(
+    "argv, dest, expected",
+    [
+        (["bench", "--source", "vstream://sample.mp4"], "source", assets.SAMPLE_VIDEO),
+        (["doctor", "--model", "vstream://demo.onnx"], "model", assets.DEMO_MODEL),
+        (["doctor", "--video", "clip.mp4"], "video", Path("clip.mp4")),
+    ],
+)
+def test_file_flags_take_bundled_names(argv: list[str], dest: str, expected: Path) -> None:
+    """Before, Path("vstream://sample.mp4") became "vstream:/sample.mp4", a missing file."""
+    from vstream.cli import build_parser
+
+    assert getattr(build_parser().parse_args(argv), dest) == expected
+
+
+def test_an_unknown_bundled_name_is_one_line_listing_the_bundled_files() -> None:
+    result = run_cli("bench", "--source", "vstream://nope.mp4")
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert "no bundled file 'vstream://nope.mp4'; there are vstream://demo.onnx" in line

@@ -8,6 +8,7 @@ defaults, bounds and error semantics are the CLI's and the pipelines file's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from vstream.config.analytics import AnalyticsConfig, parse_line_spec, parse_zone_spec
+from vstream.config.base import NAME_PATTERN
 from vstream.config.loading import ConfigError, ConfigIssue, issues_from
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.config.pipelines import CALLER_TAKES_RECORDS, PipelineConfig
@@ -84,11 +86,15 @@ def detect(
         given = sorted(name for name in options if name in SourceOptions.model_fields)
         if given:
             raise TypeError(f"source options {given} need a path or URL source")
+        if stream_id is not None and not re.fullmatch(NAME_PATTERN, stream_id):
+            message = f"{stream_id!r} does not match {NAME_PATTERN}"
+            raise ConfigError([ConfigIssue("stream_id", None, message)])
         sources = []
         streams.append(as_frames(source, channels))
     config = pipeline_config(sources, model, secondary, sinks, track, options)
     pipeline = Pipeline.from_config(config, collect=True)
-    return iterate(pipeline, pipeline.sinks[0], [*config.sources, *streams])  # type: ignore[arg-type]
+    sources_and_streams = [*config.sources, *streams]
+    return iterate(pipeline, pipeline.sinks[0], sources_and_streams, stream_id)  # type: ignore[arg-type]
 
 
 def as_frames(pictures: Iterable[Frame | Any], channels: Channels | None = None) -> Iterator[Frame]:

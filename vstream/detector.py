@@ -68,7 +68,7 @@ def split_options(
     """
     parts: list[dict[str, Any]] = [{}, {}, {}]
     if isinstance(model, ModelConfig):
-        parts[0] = {k: getattr(model, k) for k in ModelConfig.model_fields}
+        parts[0] = model.model_dump(exclude_unset=True)  # validated again with the options
     else:
         parts[0]["path"] = str(model)
     for name, value in options.items():

@@ -139,6 +139,14 @@ class Frame:
             f"stream {self.stream_id!r} #{self.index}, pts {self.pts_seconds:.3f} s)"
         )
 
+    def in_stream(self, stream_id: str) -> Frame:
+        """This frame (the same pixels, not copied) as a frame of stream ``stream_id``."""
+        copy = object.__new__(Frame)
+        for name in ("_data", *_FIELDS):
+            object.__setattr__(copy, name, getattr(self, name))
+        object.__setattr__(copy, "stream_id", stream_id)
+        return copy
+
     def _check(self, data: torch.Tensor) -> None:
         if str(data.dtype) != "torch.uint8":
             raise ValueError(f"frame data must be uint8, got {data.dtype}")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import NoReturn
+
+from vstream import assets
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -27,3 +30,13 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
+
+
+def input_file(text: str) -> Path:
+    """A file to read: a path, or ``vstream://NAME``, a bundled one."""
+    if not assets.is_bundled(text):
+        return Path(text)
+    try:
+        return assets.bundled(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

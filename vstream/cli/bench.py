@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vstream import assets
-from vstream.cli.args import EXIT_OK, positive
+from vstream.cli.args import EXIT_OK, input_file, positive
 from vstream.cli.options import RUN_SECTIONS, add_flags, build_run_config
 from vstream.errors import SourceError, VstreamError
 
@@ -77,9 +77,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     bench.add_argument(
         "--source",
-        type=Path,
+        type=input_file,
         default=assets.SAMPLE_VIDEO,
-        help="video file (default: the sample video)",
+        help="video file or vstream://NAME, a bundled one (default: the sample video)",
     )
     bench.add_argument(
         "--frames",

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from vstream.cli.args import positive
+from vstream.cli.args import input_file, positive
 
 MAX_FRAMES = 10_000
 
@@ -52,8 +52,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "and times TensorRT, and measures its fp16 detections against the reference "
         "(the first run builds the engine: minutes)",
     )
-    doctor.add_argument("--model", type=Path, help="ONNX detector (default: the bundled demo)")
-    doctor.add_argument("--video", type=Path, help="video file (default: the bundled sample)")
+    doctor.add_argument(
+        "--model",
+        type=input_file,
+        help="ONNX detector or vstream://NAME (default: the bundled demo)",
+    )
+    doctor.add_argument(
+        "--video",
+        type=input_file,
+        help="video file or vstream://NAME (default: the bundled sample)",
+    )
     doctor.add_argument(
         "--frames",
         type=frames,
