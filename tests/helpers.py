@@ -225,6 +225,24 @@ def eventually(condition: Callable[[], Any], timeout: float = 30.0) -> bool:
     return True
 
 
+class ManualClock:
+    """A stand-in for a module's ``time``: ``monotonic()`` moves only by :meth:`advance`,
+    everything else is the real module's. Set it as that one module's ``time`` (not the
+    time module's ``monotonic``, which every other thread also reads)."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
 class RtspServer:
     """tests/rtsp_server.py (GStreamer, under Debian's python3) as a context manager.
 

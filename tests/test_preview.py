@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from dashboard_app import FakeStreams, Feeder, moving_frame, serve
-from helpers import eventually
+from helpers import ManualClock, eventually
 from PIL import Image
 
 from vstream.config import PreviewConfig
@@ -299,12 +299,18 @@ def test_session_cookie_opens_media_only(hub: PreviewHub) -> None:
             assert browser.get("/streams/cam1/snapshot.jpg").status_code == 401  # revoked
 
 
-def test_sessions_expire_and_are_bounded() -> None:
-    store = SessionStore("t", max_age=0.2, max_sessions=2)
+def test_sessions_expire_and_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vstream.server import auth
+
+    clock = ManualClock()  # a busy machine cannot age it early
+    monkeypatch.setattr(auth, "time", clock)
+    store = SessionStore("t", max_age=60, max_sessions=2)
     first, second, third = store.create(), store.create(), store.create()
     assert not store.valid(first) and store.valid(second) and store.valid(third)
     assert not store.valid("") and not store.valid("made-up")
-    time.sleep(0.3)
+    clock.advance(59.9)
+    assert store.valid(third)
+    clock.advance(0.2)
     assert not store.valid(third)
     assert SessionStore(None).bearer_ok(None)
     assert not store.bearer_ok("Bearer T") and store.bearer_ok("Bearer t")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis
-from helpers import eventually
+from helpers import ManualClock, eventually
 
 from vstream.results import Detection, Detections, FrameResult
 from vstream.sinks import BufferedSink, DeliveryError, JsonLinesSink, RetryPolicy
@@ -255,15 +255,22 @@ def test_jsonl_rotates_by_size_and_keeps_n_files(tmp_path: Path) -> None:
     assert all(f.stat().st_size < 1000 + 200 for f in files)
 
 
-def test_jsonl_rotates_by_time(tmp_path: Path) -> None:
+def test_jsonl_rotates_by_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vstream.sinks import jsonl
+
+    clock = ManualClock()  # a busy machine cannot age it early
+    monkeypatch.setattr(jsonl, "time", clock)
     path = tmp_path / "out.jsonl"
-    sink = JsonLinesSink(path, rotate_seconds=0.2)
+    sink = JsonLinesSink(path, rotate_seconds=60)
     sink.send([r.to_record() for r in [result(0)]])
-    time.sleep(0.3)
+    clock.advance(59.9)
     sink.send([r.to_record() for r in [result(1)]])
+    clock.advance(0.2)
+    sink.send([r.to_record() for r in [result(2)]])
     sink.close()
-    assert json.loads(path.with_name("out.jsonl.1").read_text())["frame"] == 0
-    assert json.loads(path.read_text())["frame"] == 1
+    rotated = path.with_name("out.jsonl.1").read_text().splitlines()
+    assert [json.loads(line)["frame"] for line in rotated] == [0, 1]
+    assert json.loads(path.read_text())["frame"] == 2
 
 
 def test_stdout_sink_writes_one_record_a_line(capsys: pytest.CaptureFixture[str]) -> None:

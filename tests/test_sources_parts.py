@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from helpers import wait_for
 from pydantic import ValidationError
 
 from vstream.engine.queue import FrameQueue
@@ -15,6 +16,9 @@ from vstream.sources import FreshnessPolicy, LiveSource, ReconnectPolicy, Source
 from vstream.sources.backoff import Backoff
 from vstream.sources.live import ffmpeg_input
 from vstream.uri import stream_name
+
+HANG = 30.0
+"""A bound that only catches a hang."""
 
 
 def test_latest_drops_the_oldest_and_counts_it() -> None:
@@ -30,10 +34,11 @@ def test_block_waits_for_the_consumer_and_drops_nothing() -> None:
     queue: FrameQueue[int] = FrameQueue(2, FreshnessPolicy.BLOCK)
     produced = threading.Thread(target=lambda: [queue.put(i) for i in range(10)])
     produced.start()
-    time.sleep(0.05)
-    assert len(queue) == 2 and produced.is_alive()  # the producer is held back
-    received = [queue.get(timeout=1) for _ in range(10)]
-    produced.join(1)
+    wait_for(lambda: len(queue) == 2, what="the producer to fill the queue")
+    time.sleep(0.05)  # a chance to overfill it, were it not held back
+    assert len(queue) == 2 and produced.is_alive()
+    received = [queue.get(timeout=HANG) for _ in range(10)]
+    produced.join(HANG)
     assert received == list(range(10)) and queue.dropped == 0
 
 
@@ -48,11 +53,11 @@ def test_close_wakes_both_sides() -> None:
     ]
     for waiter in waiters:
         waiter.start()
-    time.sleep(0.05)
+    time.sleep(0.05)  # most often they wait by now; either way close must answer them
     full.close()
     empty.close()
     for waiter in waiters:
-        waiter.join(1)
+        waiter.join(HANG)
         assert not waiter.is_alive()
     assert sorted(results, key=str) == [False, None]
     assert full.get() == 0 and full.get() is None  # what was queued is still handed out
