@@ -134,17 +134,6 @@ def test_stream_id_names_the_stream_of_a_file_and_of_pictures(opencv_frames) -> 
         vstream.detect(opencv_frames, stream_id="a b")
 
 
-def test_detect_iter_names_each_iterable_by_its_position_whatever_its_frames_say() -> None:
-    """Pictures made with as_frame all say stream "0": two iterables stay two streams."""
-    from vstream.engine.pipeline import detect_iter
-
-    detector = vstream.Detector("vstream://demo.onnx", device="cpu", batch_size=2)
-    pictures = [as_frame(np.zeros((64, 64, 3), np.uint8), index=i) for i in range(3)]
-    results = list(detect_iter(detector, [pictures, pictures[:2]]))
-    by_stream = sorted((r.stream_id, r.frame_index) for r in results)
-    assert by_stream == [("0", 0), ("0", 1), ("0", 2), ("1", 0), ("1", 1)]
-
-
 def test_a_detector_from_a_model_config_takes_the_keyword_options_too() -> None:
     """Every field unset but the path: the config's defaults are not read back as values."""
     from vstream.config.model import ModelConfig

@@ -416,3 +416,48 @@ def test_a_failure_in_a_later_batch_spares_the_frames_before_it(
     delivered = run_stages(detector, frames)
     assert [r.frame_index for b in delivered for r in b.results] == [0, 1, 2]
     assert sorted(a.frame.index for b in delivered for a, _ in b.failures) == [3, 4, 5]
+
+
+@pytest.mark.parametrize("stage", ["preprocess", "inference"])
+def test_a_stage_bug_is_recorded_before_the_stages_end_report_runs(
+    model: Path, monkeypatch: pytest.MonkeyPatch, stage: str
+) -> None:
+    """The end callback fails every stream with ``stages.failure``: it must be set by then.
+
+    Before, the failing stage first let the next one end (closing its queue,
+    counting its run done) and only then recorded the failure; with the log
+    line slow to write (a loaded machine: made slow here), the pipeline ended
+    with no failure and its streams were never failed."""
+    from vstream.engine import stages as module
+
+    detector = Detector(model, device="cpu", batch_size=2, concurrent_runs=2)
+
+    def bug(*args: object) -> None:
+        raise RuntimeError("injected bug")
+
+    method = "_gather" if stage == "preprocess" else "_drop_failed_streams"
+    monkeypatch.setattr(OverlappedStages, method, bug)
+    real_exception = module.log.exception
+
+    def slow_exception(*args: object, **kwargs: object) -> None:
+        time.sleep(0.3)  # widens the window the old order left open; not a wait for an event
+        real_exception(*args, **kwargs)
+
+    monkeypatch.setattr(module.log, "exception", slow_exception)
+    intake = Intake()
+    intake.register("a", 8, BLOCK)
+    for frame in frames_of("a", 8, 64, 48):
+        intake.put("a", frame, threading.Event())
+    seen_at_end: list[BaseException | None] = []
+    stages: OverlappedStages | None = None
+
+    def on_end() -> None:
+        assert stages is not None
+        seen_at_end.append(stages.failure)
+
+    stages = OverlappedStages(
+        detector, intake, lambda batch: None, batch_timeout=0.01, on_end=on_end
+    )
+    stages.start()
+    assert stages.join(60) and not stages.alive
+    assert [str(f) for f in seen_at_end] == ["injected bug"]

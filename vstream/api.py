@@ -90,17 +90,25 @@ def detect(
             message = f"{stream_id!r} does not match {NAME_PATTERN}"
             raise ConfigError([ConfigIssue("stream_id", None, message)])
         sources = []
-        streams.append(as_frames(source, channels))
+        streams.append(as_frames(source, channels, stream_id))
     config = pipeline_config(sources, model, secondary, sinks, track, options)
     pipeline = Pipeline.from_config(config, collect=True)
-    sources_and_streams = [*config.sources, *streams]
-    return iterate(pipeline, pipeline.sinks[0], sources_and_streams, stream_id)  # type: ignore[arg-type]
+    return iterate(pipeline, pipeline.sinks[0], [*config.sources, *streams])  # type: ignore[arg-type]
 
 
-def as_frames(pictures: Iterable[Frame | Any], channels: Channels | None = None) -> Iterator[Frame]:
-    """Each picture as a :class:`Frame` (:func:`vstream.frame.as_frame`), numbered in order."""
+def as_frames(
+    pictures: Iterable[Frame | Any], channels: Channels | None = None, stream_id: str | None = None
+) -> Iterator[Frame]:
+    """Each picture as a :class:`Frame` (:func:`vstream.frame.as_frame`), numbered in order;
+    all of stream ``stream_id`` where one is given, else pictures of stream "0" and frames of
+    their own."""
     for index, picture in enumerate(pictures):
-        yield as_frame(picture, channels, index=index)
+        frame = as_frame(picture, channels, stream_id=stream_id or "0", index=index)
+        yield (
+            frame
+            if stream_id is None or frame.stream_id == stream_id
+            else frame.in_stream(stream_id)
+        )
 
 
 def pipeline_config(

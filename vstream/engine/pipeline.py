@@ -660,19 +660,15 @@ def results_for(detector: Detector) -> ResultQueue:
 
 
 def iterate(
-    pipeline: Pipeline,
-    results: ResultQueue,
-    sources: Sequence[Iterable[Frame] | SourceConfig],
-    stream_id: str | None = None,
+    pipeline: Pipeline, results: ResultQueue, sources: Sequence[Iterable[Frame] | SourceConfig]
 ) -> Iterator[FrameResult]:
     """Start ``pipeline`` on ``sources`` and yield its ``results`` until every stream ends;
-    then raise the first failure, if any (see :func:`detect_iter`). An iterable's stream is
-    named by its position, or ``stream_id`` where there is one iterable."""
+    then raise the first failure, if any (see :func:`detect_iter`)."""
     pipeline.start()
     readers = [
         pipeline.add_stream(source)
         if isinstance(source, SourceConfig)
-        else pipeline.add_frames(stream_id or str(i), source)
+        else pipeline.add_frames(str(i), source)
         for i, source in enumerate(sources)
     ]
     try:

@@ -271,8 +271,6 @@ class StreamReader:
         self._state = SourceState.STREAMING
         gate = self.cadence.gate if self.cadence is not None else None
         for frame in self._source:
-            if frame.stream_id != self.id:  # frames made elsewhere: the results name this stream
-                frame = frame.in_stream(self.id)
             if gate is not None:  # its motion masks rasterised here, not on the shared thread
                 gate.prepare(frame.width, frame.height)
             if not self._intake.put(self.id, frame, self._stop):

@@ -362,27 +362,32 @@ class OverlappedStages:
                     "postprocess": self._postprocess_loop,
                 }[stage]()
             except Exception as exc:
-                # A bug in a stage must not leave the others waiting for it forever.
+                # A bug in a stage must not leave the others waiting for it forever. The
+                # failure is recorded before the next stage can learn this one ended (below):
+                # the end callback reads it to fail every stream.
+                with self._failed_lock:
+                    self.failure = self.failure or exc
                 log.exception("the %s stage failed; stopping the pipeline", stage)
-                self.failure = exc
                 self.abort()
             finally:
-                if stage == "postprocess" and self._on_end is not None:
+                # What lets the next stage end, only now (see above).
+                if stage == "preprocess":
+                    self._to_infer.close()
+                elif stage == "inference":
+                    self._to_post.producer_done()
+                elif self._on_end is not None:
                     self._on_end()
 
     def _preprocess_loop(self) -> None:
-        try:
-            while (index := self._free.get()) is not None:
-                # Gather only once the model has taken the previous batch: frames wait in
-                # the intake (where a live stream drops old ones), not in a stale batch.
-                if not self._to_infer.wait_until_empty():
-                    return
-                batch = self._gather(Batch(index, self._gathered))
-                if batch is None or not self._to_infer.put(batch):
-                    return
-                self._gathered += 1
-        finally:
-            self._to_infer.close()
+        while (index := self._free.get()) is not None:
+            # Gather only once the model has taken the previous batch: frames wait in
+            # the intake (where a live stream drops old ones), not in a stale batch.
+            if not self._to_infer.wait_until_empty():
+                return
+            batch = self._gather(Batch(index, self._gathered))
+            if batch is None or not self._to_infer.put(batch):
+                return
+            self._gathered += 1
 
     def _gather(self, batch: Batch) -> Batch | None:
         """Letterbox frames into ``batch`` until it is full or its time is up; None at the end."""
@@ -428,21 +433,18 @@ class OverlappedStages:
         return batch
 
     def _inference_loop(self) -> None:
-        try:
-            while (batch := self._to_infer.get()) is not None:
-                self._drop_failed_streams(batch)
-                if batch.detected:
-                    started = time.perf_counter()
-                    with self._working("inference"):
-                        try:
-                            batch.raw = self.model.infer(batch.buffer, batch.detected)
-                        except Exception as exc:
-                            self._rerun_by_stream(batch, exc)
-                    batch.inference_seconds = time.perf_counter() - started
-                if not self._to_post.put(batch):
-                    return
-        finally:
-            self._to_post.producer_done()
+        while (batch := self._to_infer.get()) is not None:
+            self._drop_failed_streams(batch)
+            if batch.detected:
+                started = time.perf_counter()
+                with self._working("inference"):
+                    try:
+                        batch.raw = self.model.infer(batch.buffer, batch.detected)
+                    except Exception as exc:
+                        self._rerun_by_stream(batch, exc)
+                batch.inference_seconds = time.perf_counter() - started
+            if not self._to_post.put(batch):
+                return
 
     def _postprocess_loop(self) -> None:
         while (batch := self._to_post.get()) is not None:
