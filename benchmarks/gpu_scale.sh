@@ -39,7 +39,7 @@ print('onnxruntime', o.__version__, o.get_available_providers())
 print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec', n.__version__)"
         ;;
     tests)
-        timeout 170 python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 |
+        timeout 170 python3 -m pytest -q -o addopts=-ra -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 |
             tail -25 | tee "$OUT/gpu_tests.txt"
         ;;
     probe)

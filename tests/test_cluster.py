@@ -609,6 +609,7 @@ def test_a_killed_worker_s_streams_finish_on_the_other_without_loss_or_duplicate
         60,
         "the victim's streams to deliver records",
     )
+    before = {s: client.get(f"/streams/{s}").json() for s in [*files, "live"]}
     os.kill(engine.worker_pid(victim["worker"]), signal.SIGKILL)
     lost = wait_for(
         lambda: (r := client.get("/ready")).status_code == 503 and r.json()["reasons"],
@@ -625,7 +626,10 @@ def test_a_killed_worker_s_streams_finish_on_the_other_without_loss_or_duplicate
         "the moved files to be reported finished",
     )
     described = {s: client.get(f"/streams/{s}").json() for s in [*files, "live"]}
-    assert {s for s, d in described.items() if d["moves"]} == set(moved)
+    assert {s for s, d in described.items() if d["moves"]} == set(moved), (
+        f"victim {victim}, workers now {engine.workers()}; before the kill {before}; "
+        f"after {described}"
+    )
     assert described["live"]["gap_seconds"] > 0  # the live stream's gap, counted
     removed = client.delete("/streams/live").json()["removed"]
     frames = frames_by_stream(daemon.records)["live"]
