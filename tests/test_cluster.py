@@ -240,6 +240,20 @@ def test_the_local_instance_listens_on_loopback_only(local_ray: RayConnection) -
     assert addresses and addresses <= LOOPBACK, addresses
 
 
+def test_the_local_instance_s_workers_run_at_the_machine_s_normal_priority(
+    local_ray: RayConnection,
+) -> None:
+    """Ray starts workers at niceness 15: on a busy machine they starved (the pipelines'
+    work is theirs here), and a loaded CI box took minutes per cluster test."""
+    ray = local_ray.ray
+
+    @ray.remote(num_cpus=0)
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray.get(niceness.remote(), timeout=120) == os.nice(0)
+
+
 def test_a_model_that_does_not_load_on_a_worker_fails_at_start_in_one_line(
     local_ray: RayConnection, tmp_path: Path
 ) -> None:

@@ -80,6 +80,9 @@ class RayConnection:
         previous = signal.getsignal(signal.SIGTERM)
         try:
             if local:
+                # Ray starts its workers at niceness 15; here they do the pipeline's work,
+                # and anything else on the machine would starve them (frames dropped).
+                os.environ.setdefault("RAY_worker_niceness", "0")
                 cpus = max(1, math.ceil(cluster.workers * cluster.cpus_per_worker))
                 ray.init(
                     address="local",
