@@ -121,6 +121,19 @@ COVERED = 0.5
 has its vector ignored: its crop mostly shows the other object (the one in front)."""
 
 
+class _Overlaps:
+    """One frame's IoU of every track's predicted box with every valid detection, made once:
+    the three association steps each take their part of it (the tracks move only after all
+    three)."""
+
+    __slots__ = ("boxes", "iou", "predicted")
+
+    def __init__(self, predicted: np.ndarray, boxes: np.ndarray, valid: np.ndarray) -> None:
+        self.predicted, self.boxes = predicted, boxes
+        self.iou = np.zeros((len(predicted), len(boxes)))
+        self.iou[:, valid] = iou_matrix(predicted, boxes[valid])
+
+
 def _associate(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Hungarian matching on a ``(tracks, detections)`` cost; infinite costs never match.
 
@@ -351,9 +364,10 @@ class ByteTracker:
         low = np.flatnonzero(valid & (scores < limits.high))
         confirmed = np.flatnonzero(self._state != TENTATIVE)
         tentative = np.flatnonzero(self._state == TENTATIVE)
+        overlaps = _Overlaps(kalman.cxcywh_to_xyxy(self._mean[:, :4]), boxes, valid)
 
         # 1. High-score detections against every confirmed track, lost ones included.
-        cost = self._cost(confirmed, boxes[high], cfg.match_iou)
+        cost = self._cost(confirmed, high, overlaps, cfg.match_iou)
         if embeddings is not None:
             looks = self._bank.vectors(self._ids[confirmed], embeddings.shape[1])
             appearance = cosine_distance(looks, embeddings[high])
@@ -373,10 +387,10 @@ class ByteTracker:
         # 2. Low-score detections against the unmatched tracks seen in the previous frame.
         recent = confirmed[rest_tracks]
         recent = recent[self._state[recent] == TRACKED]
-        t2, d2, _, _ = _associate(self._cost(recent, boxes[low], cfg.low_score_match_iou))
+        t2, d2, _, _ = _associate(self._cost(recent, low, overlaps, cfg.low_score_match_iou))
         # 3. Tentative tracks against the high-score detections still free.
         free_high = high[rest_high]
-        t3, d3, _, new = _associate(self._cost(tentative, boxes[free_high], cfg.match_iou))
+        t3, d3, _, new = _associate(self._cost(tentative, free_high, overlaps, cfg.match_iou))
 
         rows = np.concatenate([confirmed[t1], recent[t2], tentative[t3]])
         dets = np.concatenate([high[d1], low[d2], free_high[d3]])
@@ -469,8 +483,10 @@ class ByteTracker:
             self._bank.update(track_ids[alone], embeddings[alone])
         self._bank.retain(self.live_track_ids())
 
-    def _cost(self, rows: np.ndarray, boxes: np.ndarray, min_iou: float) -> np.ndarray:
-        """Matching cost of tracks ``rows`` and detections ``boxes``, in [0, 1]; inf: no match.
+    def _cost(
+        self, rows: np.ndarray, dets: np.ndarray, overlaps: _Overlaps, min_iou: float
+    ) -> np.ndarray:
+        """Matching cost of tracks ``rows`` and detections ``dets``, in [0, 1]; inf: no match.
 
         ``1 - IoU`` with the predicted box, pairs below ``min_iou`` excluded. A
         track with a single detection has no velocity yet: its prediction is
@@ -480,8 +496,8 @@ class ByteTracker:
         wide for a new track) with a size IoU alone would accept
         (:func:`_shape_iou`); the cost is the distance as a fraction of the gate.
         """
-        predicted = kalman.cxcywh_to_xyxy(self._mean[rows, :4])
-        iou = iou_matrix(predicted, boxes)
+        predicted, boxes = overlaps.predicted[rows], overlaps.boxes[dets]
+        iou = overlaps.iou[np.ix_(rows, dets)]
         cost = np.where(iou >= min_iou, 1.0 - iou, np.inf)
         young = self._hits[rows] == 1
         if young.any() and len(boxes):
