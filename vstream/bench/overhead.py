@@ -271,12 +271,14 @@ class StreamsRun:
         return 1000 * self.cpu_seconds / self.frames
 
 
-def run_streams(detector: Any, streams: int, frames_per_stream: int) -> StreamsRun:
+def run_streams(
+    detector: Any, streams: int, frames_per_stream: int, size: tuple[int, int] = SOURCE_SIZE
+) -> StreamsRun:
     """``streams`` synthetic streams through :func:`vstream.engine.detect_iter`; CPU per frame."""
     from vstream.engine import detect_iter
 
-    sources = [nv12_frames(frames_per_stream, str(s), seed=s) for s in range(streams)]
-    warm = nv12_frames(detector.batch_size * 2, "warm")
+    sources = [nv12_frames(frames_per_stream, str(s), seed=s, size=size) for s in range(streams)]
+    warm = nv12_frames(detector.batch_size * 2, "warm", size=size)
     for _ in detect_iter(detector, [warm]):
         pass
     cpu, wall = time.process_time(), time.perf_counter()
@@ -289,23 +291,27 @@ def measure(
     batch: int = 32,
     frames: int = 1024,
     count_batches: Sequence[int] = (1, 8, 32),
+    source_size: tuple[int, int] = SOURCE_SIZE,
+    imgsz: int = IMGSZ,
 ) -> dict[str, Any]:
     """The whole benchmark: stage counts at each of ``count_batches``, then each stream count.
 
     ``frames`` is the total over the streams of a run (each stream gets its share).
+    Small ``source_size`` and ``imgsz`` (64) take the arithmetic out, which a GPU does: what
+    is left is the host's bookkeeping.
     """
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as folder:
-        model = trivial_model(Path(folder) / "trivial.onnx")
+        model = trivial_model(Path(folder) / "trivial.onnx", imgsz=imgsz)
         counts = []
         for size in count_batches:
-            detector = gpu_plan(model, size)
-            counts.append(count_batch(detector, nv12_frames(size)))
-        detector = gpu_plan(model, batch)
-        runs = [run_streams(detector, s, max(1, frames // s)) for s in stream_counts]
+            detector = gpu_plan(model, size, imgsz)
+            counts.append(count_batch(detector, nv12_frames(size, size=source_size)))
+        detector = gpu_plan(model, batch, imgsz)
+        runs = [run_streams(detector, s, max(1, frames // s), source_size) for s in stream_counts]
     return {
-        "source": f"{SOURCE_SIZE[0]}x{SOURCE_SIZE[1]} NV12",
-        "imgsz": IMGSZ,
+        "source": f"{source_size[0]}x{source_size[1]} NV12",
+        "imgsz": imgsz,
         "batch": batch,
         "stages": [dataclasses.asdict(c) | {"per_frame": c.per_frame} for c in counts],
         "streams": [dataclasses.asdict(r) | {"cpu_ms_per_frame": r.cpu_ms_per_frame} for r in runs],
