@@ -90,7 +90,8 @@ class ShutdownSignals:
                 threading.Thread(
                     target=self.on_force, args=(FORCED_FLUSH_SECONDS,), name="hurry", daemon=True
                 ).start()
-            self.requested.set()  # a nested second signal may come before the first's set()
+            # requested is not set here: nested inside the first handler's requested.set(),
+            # this would wait on the lock that handler holds. The first handler sets it.
             return
         self.received = signum
         self.requested.set()
