@@ -50,7 +50,7 @@ def frames_in(path: Path) -> tuple[int, tuple[int, int]]:
 def recorded_frames(path: Path, expected: int) -> int:
     """Frames nginx recorded in ``path``, once it has finished writing them (bounded wait)."""
     counted = 0
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # only a hang waits this long
     while time.monotonic() < deadline:
         counted = frames_in(path)[0]
         if counted >= expected:
