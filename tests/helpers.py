@@ -203,9 +203,10 @@ def frames_by_stream(path: Path) -> dict[str, list[int]]:
     return found
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
     """``condition()``'s first true value, asked every 50 ms; fails naming ``what`` after
-    ``timeout`` seconds (every wait of a test is bounded)."""
+    ``timeout`` seconds (every wait of a test is bounded; the default only catches a hang,
+    a loaded machine never comes near it)."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         if time.monotonic() > deadline:
