@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis
-from helpers import ManualClock, eventually
+from helpers import ManualClock, eventually, wait_for
 
 from vstream.results import Detection, Detections, FrameResult
 from vstream.sinks import BufferedSink, DeliveryError, JsonLinesSink, RetryPolicy
@@ -544,10 +544,14 @@ def test_broker_restart_resumes_delivery_and_counts_drops(
     assert stats.failures > 0 and stats.retries > 0 and stats.dropped > 0
     assert stats.delivered + stats.dropped == len(write_times)
     if subscriber is not None:
-        received = subscriber.received()
-        frames = [payload["frame"] for _, payload in received]
+        last = len(write_times) - 1  # acknowledged by the broker, on its way to the subscriber
+        wait_for(
+            lambda: any(p["frame"] == last for _, p in subscriber.received()),
+            what=f"the subscriber to get frame {last}",
+        )
+        frames = [payload["frame"] for _, payload in subscriber.received()]
         first_seen = list(dict.fromkeys(frames))  # QoS 1 may deliver a frame twice
-        assert first_seen == sorted(first_seen) and frames[-1] == len(write_times) - 1
+        assert first_seen == sorted(first_seen) and first_seen[-1] == last
     else:
         client = redis.Redis(port=broker.port)
         entries = client.xrange("vstream:cam")
