@@ -15,8 +15,7 @@ import argparse
 from pathlib import Path
 
 from vstream import assets
-from vstream.cli.args import EXIT_OK, fraction
-from vstream.errors import VstreamError
+from vstream.cli.args import EXIT_OK, fraction, input_file
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -29,7 +28,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument(
         "ground_truth",
         nargs="?",
-        default=str(assets.SAMPLE_GROUND_TRUTH),
+        type=input_file,
+        default=assets.SAMPLE_GROUND_TRUTH,
         help="ground-truth JSON, or vstream://NAME for a bundled one (default: "
         "vstream://sample_ground_truth.json, the sample video's)",
     )
@@ -46,10 +46,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def eval_command(args: argparse.Namespace) -> int:
     from vstream.evaluation import evaluate_files
 
-    try:
-        named = args.ground_truth
-        truth = assets.bundled(named) if assets.is_bundled(named) else Path(named)
-    except ValueError as exc:
-        raise VstreamError(str(exc)) from None
-    print("\n".join(evaluate_files(args.records, truth, args.iou, args.stream)))
+    print("\n".join(evaluate_files(args.records, args.ground_truth, args.iou, args.stream)))
     return EXIT_OK

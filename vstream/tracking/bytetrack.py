@@ -378,7 +378,7 @@ class ByteTracker:
             # 1b. Unmatched tracks that have a look against the high-score boxes still free,
             # by look alone, near where the track could be (:meth:`_reidentify`).
             t1b, d1b = self._reidentify(
-                confirmed[rest_tracks], boxes, high[rest_high], embeddings, pts
+                confirmed[rest_tracks], high[rest_high], overlaps, embeddings, pts
             )
             t1 = np.concatenate([t1, rest_tracks[t1b]])
             d1 = np.concatenate([d1, rest_high[d1b]])
@@ -423,8 +423,8 @@ class ByteTracker:
     def _reidentify(
         self,
         rows: np.ndarray,
-        boxes: np.ndarray,
         dets: np.ndarray,
+        overlaps: _Overlaps,
         embeddings: np.ndarray,
         pts: float,
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -445,7 +445,8 @@ class ByteTracker:
             distance = cosine_distance(looks, embeddings[dets])
         if len(rows) == 0 or len(dets) == 0 or not (distance <= ALIKE).any():
             return _EMPTY, _EMPTY
-        centres = kalman.xyxy_to_cxcywh(boxes[dets])[:, :2]
+        boxes = overlaps.boxes[dets]
+        centres = kalman.xyxy_to_cxcywh(boxes)[:, :2]
         seen, predicted = self._seen[rows, :2], self._mean[rows, :2]
         path = predicted - seen
         length2 = np.maximum((path**2).sum(axis=1), 1e-9)
@@ -454,11 +455,10 @@ class ByteTracker:
         off_path = np.sqrt(((centres[None] - nearest) ** 2).sum(axis=2))
         size = np.maximum(self._seen[rows, 2], self._seen[rows, 3])
         reach = size * (REACH + (pts - self._last_pts[rows]))
-        predicted_boxes = kalman.cxcywh_to_xyxy(self._mean[rows, :4])
         allowed = (
             (distance <= ALIKE)
             & (off_path <= reach[:, None])
-            & (_shape_iou(predicted_boxes, boxes[dets]) >= self.config.match_iou)
+            & (_shape_iou(overlaps.predicted[rows], boxes) >= self.config.match_iou)
         )
         matched_rows, matched_dets, _, _ = _associate(np.where(allowed, distance, np.inf))
         return matched_rows, matched_dets
