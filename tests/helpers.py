@@ -203,6 +203,11 @@ def frames_by_stream(path: Path) -> dict[str, list[int]]:
     return found
 
 
+HANG = 120.0
+"""Seconds a test waits for a thread, worker or process before it calls it a hang: far beyond
+what any takes on a loaded machine, so only a real hang fails."""
+
+
 def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
     """``condition()``'s first true value, asked every 50 ms; fails naming ``what`` after
     ``timeout`` seconds (every wait of a test is bounded; the default only catches a hang,

@@ -13,15 +13,12 @@ import av
 import numpy as np
 import pytest
 import torch
-from helpers import wait_for
+from helpers import HANG, wait_for
 
 from vstream.clips import ClipIndex, ClipRecorder, PacketRing, Retention
 
 FPS = 25
 GOP = 10  # frames: a keyframe every 0.4 s
-HANG = 120.0
-"""Seconds a wait for the recorder's worker may take before the test calls it a hang (a
-clip is written in well under a second on a quiet machine, in several on a loaded one)."""
 
 
 def encode(path: Path, frames: int = 125, *, fmt: str | None = None, gop: int = GOP) -> Path:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import RtspServer, free_port, tiny_detector, wait_for, write_video
+from helpers import HANG, RtspServer, free_port, tiny_detector, wait_for, write_video
 from onnx_models import brightness_model
 from pydantic import BaseModel
 
@@ -51,11 +51,6 @@ def run_process(*args: str | Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-HANG = 120.0
-"""Seconds a test waits for an event before it calls it a hang: far beyond what any of them
-takes on a loaded machine, so only a real hang fails."""
 
 
 def wait_for_lines(path: Path, count: int) -> None:

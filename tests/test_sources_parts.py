@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from helpers import wait_for
+from helpers import HANG, wait_for
 from pydantic import ValidationError
 
 from vstream.engine.queue import FrameQueue
@@ -16,9 +16,6 @@ from vstream.sources import FreshnessPolicy, LiveSource, ReconnectPolicy, Source
 from vstream.sources.backoff import Backoff
 from vstream.sources.live import ffmpeg_input
 from vstream.uri import stream_name
-
-HANG = 30.0
-"""A bound that only catches a hang."""
 
 
 def test_latest_drops_the_oldest_and_counts_it() -> None:
