@@ -10,7 +10,8 @@ Three measurements, each on its own local Ray instance (127.0.0.1 only):
   a model or a video (``SyntheticWorker``, ``--detections`` boxes each), as
   fast as the driver takes them, into a JSON Lines sink on /dev/null;
   records per second through Ray and driver CPU per record; ``--track``
-  adds tracking, which runs on the driver.
+  adds tracking, which runs on the workers, as on real ones: each record
+  tracked there, each stream's tracker sent with its last record of a write.
 - ``fault``: 4 streams paced at 25 fps on 2 workers; one worker's process
   is killed mid-run; the time from the kill to the driver noticing it, and
   to the first record of each moved stream from its new worker; then that
@@ -40,9 +41,12 @@ from typing import Any
 import numpy as np
 
 from vstream import assets
+from vstream.analytics import snapshot
+from vstream.analytics.stream import StreamAnalytics
 from vstream.cluster.relay import Relay
 from vstream.cluster.worker import WorkerInfo, WorkerReport
 from vstream.config import parse_data
+from vstream.engine.outputs import analyze
 from vstream.results import Detections, FrameResult
 
 
@@ -176,7 +180,8 @@ class SyntheticWorker:
     """A worker without a model or a video: records as fast as the driver takes them.
 
     It answers the driver exactly as :class:`~vstream.cluster.worker.ClusterWorker`
-    does (same relay, same reports), so the driver's side is measured alone.
+    does (same relay, same reports, each stream tracked here when the pipeline
+    tracks), so the driver's side is measured alone.
     """
 
     detections = 5
@@ -185,28 +190,37 @@ class SyntheticWorker:
         self.relay: Relay | None = None
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
+        self.tracking: dict[str, Any] = {}
+        self.analytics: dict[str, Any] = {}
 
     def open(self, pipelines: list[Any], buffered_records: int) -> WorkerInfo:
-        self.relay = Relay(buffered_records)
+        self.relay = Relay(buffered_records, snapshot=self._analytics_of)
+        self.tracking = {p.name: p.analytics for p in pipelines if p.analytics.enabled}
         return WorkerInfo(
             pid=os.getpid(),
             host=socket.gethostname(),
             node_ip="127.0.0.1",
             device="synthetic",
             throughput=1000.0,
-            class_names={p.name: {0: "a"} for p in pipelines},
         )
+
+    def _analytics_of(self, stream: str) -> bytes | None:
+        analytics = self.analytics.get(stream)
+        return None if analytics is None else snapshot.dumps(analytics)
 
     def pid(self) -> int:
         return os.getpid()
 
-    def add(self, pipeline: str, source: Any, resume: Any) -> None:
+    def add(self, pipeline: str, source: Any, resume: Any, analytics: Any = None) -> None:
+        if pipeline in self.tracking:
+            self.analytics[source.id] = StreamAnalytics(self.tracking[pipeline], {0: "a"})
         thread = threading.Thread(target=self._make, args=(source.id,), daemon=True)
         self.threads.append(thread)
         thread.start()
 
     def _make(self, stream: str) -> None:
         assert self.relay is not None
+        analytics = self.analytics.get(stream)
         shift = np.arange(self.detections, dtype=np.float32)[:, None]
         boxes = Detections(
             np.array([10.0, 20.0, 50.0, 80.0], np.float32) + shift * [1, 0, 1, 0],
@@ -219,6 +233,8 @@ class SyntheticWorker:
             batch = [
                 FrameResult(stream, index + i, (index + i) / 25, 640, 360, boxes) for i in range(4)
             ]
+            if analytics is not None:
+                batch = [analyze(analytics, result) for result in batch]
             self.relay.write(batch)
             index += 4
 
@@ -228,7 +244,7 @@ class SyntheticWorker:
     def take(self, limit: int, wait: float) -> WorkerReport:
         assert self.relay is not None
         taken = self.relay.take(limit, wait)
-        return WorkerReport(taken.records, None, taken.ended)
+        return WorkerReport(taken.records, None, taken.ended, taken.states)
 
     def stop_taking_frames(self) -> None:
         self.stop.set()
@@ -327,7 +343,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--detections", type=int, default=5)
-    parser.add_argument("--track", action="store_true", help="driver: tracking on the driver")
+    parser.add_argument("--track", action="store_true", help="driver: the workers track")
     args = parser.parse_args()
     rows = {"throughput": throughput, "driver": driver, "fault": fault}[args.what](args)
     for row in rows:

@@ -314,10 +314,14 @@ def test_workers_that_cannot_be_placed_fail_the_start_in_one_line(
 
 
 def engine_config(
-    tmp_path: Path, sources: list[dict], sink: dict | None = None, **cluster: Any
+    tmp_path: Path,
+    sources: list[dict],
+    sink: dict | None = None,
+    analytics: dict | None = None,
+    **cluster: Any,
 ) -> Any:
     """One pipeline of the demo model, ``sources``, a JSON Lines sink (with the options of
-    ``sink``); the cluster options given.
+    ``sink``), ``analytics`` if given; the cluster options given.
 
     No CPU is reserved for the workers: the daemon's workers may hold the
     module instance's CPUs, and these tests need places, not cores.
@@ -331,6 +335,7 @@ def engine_config(
                 "runtime": {"device": "cpu", "batch_size": 4},
                 "sources": sources,
                 "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl"), **(sink or {})}],
+                **({"analytics": analytics} if analytics else {}),
             }
         ],
     }
@@ -427,11 +432,19 @@ class StuckWorker(ClusterWorker):
 def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
     local_ray: RayConnection, tmp_path: Path
 ) -> None:
+    """Moved at frame 30, its tracks and counts go on where they were: the records are a
+    single process's, frame by frame (the workers track, and the driver hands the tracker,
+    lines and zones on with the stream)."""
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     source = {"id": "s", "uri": str(VIDEO), "end_seconds": 4.0}
-    config = engine_config(tmp_path, [source], stall_timeout_seconds=5)
+    analytics = {
+        "tracking": {},
+        "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}],
+        "zones": [{"name": "left", "points": [[0, 0], [320, 0], [320, 360], [0, 360]]}],
+    }
+    config = engine_config(tmp_path, [source], analytics=analytics, stall_timeout_seconds=5)
     engine = ClusterEngine(config, base_dir=tmp_path, worker_class=StuckWorker)
     try:
         engine.start()
@@ -452,6 +465,18 @@ def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
     assert "vstream_cluster_worker_failures_total 0.0" in metrics
     assert 'reason="duplicate"' not in metrics
     assert not engine.failures()
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert any(r["events"] for r in records[30:]), "a crossing after the move, to compare"
+    pipeline = {
+        "name": "p",
+        "model": {"path": str(MODEL)},
+        "runtime": {"device": "cpu", "batch_size": 4},
+        "analytics": analytics,
+        "sources": [source],
+        "sinks": [{"type": "jsonl", "path": str(tmp_path / "single.jsonl")}],
+    }
+    single = parse_config(json.dumps({"pipelines": [pipeline]}), base_dir=tmp_path)
+    assert_same_records(records, single_process_records(single, tmp_path))
 
 
 PROCESSES_FILE = """\
@@ -699,13 +724,12 @@ class ReaddWorker:
         from vstream.cluster.worker import WorkerInfo
 
         self.relay = Relay(buffered_records)
-        names = {p.name: {0: "a"} for p in pipelines}
-        return WorkerInfo(os.getpid(), "here", "127.0.0.1", "stand-in", 100.0, names)
+        return WorkerInfo(os.getpid(), "here", "127.0.0.1", "stand-in", 100.0)
 
     def pid(self) -> int:
         return os.getpid()
 
-    def add(self, pipeline: str, source: Any, resume: Any) -> None:
+    def add(self, pipeline: str, source: Any, resume: Any, analytics: Any = None) -> None:
         from vstream.results import FrameResult
 
         records = [FrameResult(source.id, i, i / FPS, 64, 48) for i in range(233)]

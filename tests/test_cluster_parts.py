@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -137,8 +138,9 @@ def record(stream: str, index: int) -> FrameResult:
 
 def test_the_relay_keeps_each_streams_order_and_counts_what_entered() -> None:
     relay = Relay(capacity=8)
-    relay.write([record("a", 0), record("b", 0), record("a", 1)])
-    taken = relay.take(limit=2, wait=0.0)
+    relay.write([record("a", 0), record("b", 0)])
+    relay.write([record("a", 1)])
+    taken = relay.take(limit=1, wait=0.0)  # a write leaves whole
     assert [(r.stream_id, r.frame_index) for r in taken.records] == [("a", 0), ("b", 0)]
     assert taken.received == {"a": 2, "b": 1}
     assert taken.waiting == {"a"} and not taken.ended
@@ -149,8 +151,9 @@ def test_the_relay_keeps_each_streams_order_and_counts_what_entered() -> None:
 
 
 def test_a_full_relay_makes_the_pipeline_wait_until_the_driver_takes() -> None:
-    relay = Relay(capacity=2)
-    writer = threading.Thread(target=relay.write, args=([record("a", i) for i in range(5)],))
+    relay = Relay(capacity=4)
+    relay.write([record("a", 0), record("a", 1)])
+    writer = threading.Thread(target=relay.write, args=([record("a", i) for i in (2, 3, 4)],))
     writer.start()
     writer.join(0.3)
     assert writer.is_alive(), "a write past the capacity must wait"
@@ -159,7 +162,7 @@ def test_a_full_relay_makes_the_pipeline_wait_until_the_driver_takes() -> None:
 
     def drain() -> None:  # a take waits for records as long as it is told: here, for ever
         while len(frames) < 5:
-            frames.extend(r.frame_index for r in relay.take(limit=2, wait=3600).records)
+            frames.extend(r.frame_index for r in relay.take(limit=1, wait=3600).records)
 
     taker = threading.Thread(target=drain, daemon=True)
     taker.start()
@@ -167,6 +170,32 @@ def test_a_full_relay_makes_the_pipeline_wait_until_the_driver_takes() -> None:
     writer.join(60)
     assert not taker.is_alive(), "records waited in the relay while the taker slept"
     assert frames == [0, 1, 2, 3, 4] and relay.stats.dropped == 0
+    relay.write([record("b", i) for i in range(6)])  # larger than the relay: whole, once empty
+    assert relay.buffered == 6
+
+
+def test_the_relay_sends_each_streams_analytics_with_its_last_record_of_a_write() -> None:
+    """What the driver keeps with the frame a stream resumes after: its analytics then."""
+    analysed: Counter[str] = Counter()  # frames each stream's analytics have seen
+
+    def snapshot(stream: str) -> bytes | None:
+        return None if stream == "none" else f"{stream} after {analysed[stream]}".encode()
+
+    relay = Relay(capacity=64, snapshot=snapshot)
+
+    def analyse_and_write(*records: FrameResult) -> None:  # as the postprocessing thread does
+        analysed.update(r.stream_id for r in records)
+        relay.write(records)
+
+    analyse_and_write(record("a", 0), record("b", 0), record("a", 1), record("none", 0))
+    analyse_and_write(record("b", 1))
+    analyse_and_write(record("a", 2))
+    first = relay.take(limit=2, wait=0.0)
+    assert len(first.records) == 4  # the whole first write
+    assert first.states == {"a": b"a after 2", "b": b"b after 1"}
+    second = relay.take(limit=100, wait=0.0)
+    assert [r.stream_id for r in second.records] == ["b", "a"]
+    assert second.states == {"a": b"a after 3", "b": b"b after 2"}
 
 
 # -- resuming sources -----------------------------------------------------------------------

@@ -172,7 +172,8 @@ class Collector:
         """A pull's records, each once and in order, onto the delivery queue (under the lock).
 
         Each record accepted moves its stream's resume point: from here on, a
-        move of the stream starts after it, and the delivery thread writes it.
+        move of the stream starts after it, with the analytics the worker sent
+        with it, and the delivery thread writes it.
         Streams that read but got none of their records are checked for a stall.
         """
         now, wall = time.monotonic(), time.time()
@@ -180,6 +181,7 @@ class Collector:
         self.received += len(report.records)
         accepted: list[tuple[ClusterStream, FrameResult]] = []
         got: Counter[str] = Counter()
+        last = {r.stream_id: r.frame_index for r in report.records}
         for result in report.records:
             # Named by the worker id: a removed or moved stream's records, and an earlier
             # incarnation's of a stream added again with the same id, find no stream.
@@ -200,6 +202,17 @@ class Collector:
             stream.delivered(result, wall)
             got[stream.id] += 1
             accepted.append((stream, result))
+        for worker_id, state in report.states.items():
+            # A state goes with its stream's last record of the report: kept where that
+            # record was accepted, i.e. is where the stream now resumes.
+            stream = self.roster.placed.get(worker_id)
+            if (
+                stream is not None
+                and self.slots.runs_on(stream, slot)
+                and stream.resume is not None
+                and stream.resume.index == last[worker_id]
+            ):
+                stream.analytics_state = state
         if report.ended:
             slot.ended = True
         if accepted or report.streams:

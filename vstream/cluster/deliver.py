@@ -1,9 +1,9 @@
-"""The delivery thread: accepted records through tracking, lines and zones, and to the sinks.
+"""The delivery thread: accepted records to the sinks, and their events to the metrics.
 
-It writes outside the engine's lock, from a bounded queue, so a sink that
-blocks holds back only the pulls (at most :data:`DELIVERY_DEPTH` batches of
-a worker wait), never loss detection, placement or the API. Only this thread
-touches a stream's analytics, in the order its records were accepted.
+The records come tracked and counted by their workers. This thread writes
+them outside the engine's lock, from a bounded queue, so a sink that blocks
+holds back only the pulls (at most :data:`DELIVERY_DEPTH` batches of a
+worker wait), never loss detection, placement or the API.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from typing import Any
 
 from vstream.cluster.roster import Roster
 from vstream.cluster.slots import WorkerSlot
-from vstream.cluster.stream import ClusterStream, analytics_for
+from vstream.cluster.stream import ClusterStream
 from vstream.config.pipelines import PipelineConfig, VstreamConfig
 from vstream.config.sinks import FRAME_SINK_TYPES
-from vstream.engine.outputs import analyze
 from vstream.metrics import Metrics
 from vstream.results import FrameResult
 
@@ -116,7 +115,7 @@ class Deliverer:
                 self.roster.fatal(exc)
 
     def _deliver(self, delivery: Delivery) -> None:
-        """Records through tracking, lines and zones and to the sinks; then the streams' states.
+        """Records to the metrics and the sinks; then the streams' states.
 
         The lock is taken only for the states, so that a sink that blocks
         here holds back nothing but the pulls.
@@ -124,7 +123,9 @@ class Deliverer:
         slot = delivery.slot
         batches: dict[str, list[FrameResult]] = defaultdict(list)
         for stream, result in delivery.records:
-            batches[stream.pipeline].append(self._analyzed(stream, slot, result))
+            if self.pipelines[stream.pipeline].analytics.enabled:
+                self.metrics.observe_analytics(stream.pipeline, stream.id, result)
+            batches[stream.pipeline].append(result)
         for pipeline, results in batches.items():
             for sink in self.sinks[pipeline]:
                 sink.write(results)
@@ -138,20 +139,3 @@ class Deliverer:
             self.written += 1
             self._written_cond.notify_all()
             self.roster.place_waiting()
-
-    def _analyzed(self, stream: ClusterStream, slot: WorkerSlot, result: FrameResult) -> Any:
-        pipeline = self.pipelines[stream.pipeline]
-        if not pipeline.analytics.enabled:
-            return result
-        if stream.analytics is None and slot.info is not None:
-            names = slot.info.class_names[stream.pipeline]
-            stream.analytics = analytics_for(
-                pipeline.analytics,
-                names,
-                pipeline.postprocess.conf,
-                slot.info.keypoint_names.get(stream.pipeline, ()),
-                stream.id,
-            )
-        result = analyze(stream.analytics, result)
-        self.metrics.observe_analytics(stream.pipeline, stream.id, result)
-        return result

@@ -6,7 +6,8 @@ streams, states, metrics, summary, failures), so ``vstream run``, ``vstream
 serve`` and the API run on a cluster unchanged. It wires these together:
 
 - **Workers** (:mod:`vstream.cluster.worker`): one Ray actor each, with the
-  pipelines' detectors on its device, in a slot that a replacement takes
+  pipelines' detectors on its device and its streams' trackers, lines and
+  zones, in a slot that a replacement takes
   over (:mod:`vstream.cluster.slots`); the driver places streams on them by
   capacity (:mod:`vstream.cluster.placement`, :mod:`vstream.cluster.roster`).
 - **Records** come back by pull (:mod:`vstream.cluster.collect`): one
@@ -14,11 +15,13 @@ serve`` and the API run on a cluster unchanged. It wires these together:
   is in the sinks; workers hold at most ``cluster.max_buffered_records``
   each, so memory is bounded everywhere and a slow sink slows the workers
   down (files) or makes live streams drop by their policy (counted).
-- **Sinks, tracking and counting run here** (:mod:`vstream.cluster.deliver`),
-  on each stream's records in order: the driver is the one place that knows
-  which records were delivered, so it is where a stream resumes from after a
-  worker is lost (:mod:`vstream.cluster.stream`); each sink keeps one
-  connection; workers stay stateless and replaceable.
+- **Sinks run here** (:mod:`vstream.cluster.deliver`), on each stream's
+  records in order: the driver is the one place that knows which records
+  were delivered, so it is where a stream resumes from after a worker is
+  lost, with the tracks and counts as they stood after its last delivered
+  record, which the worker sent with it (:mod:`vstream.cluster.stream`);
+  each sink keeps one connection; workers stay replaceable. Tracking runs
+  on the workers, beside their detectors, so it grows with them.
 - **Faults**: a worker whose process dies (killed, out of memory, node
   lost) is detected by its pending call failing; its streams move to the
   workers with room at once (files after their last delivered frame, live
@@ -39,8 +42,8 @@ Two threads. The *control* thread (:class:`~vstream.cluster.collect.Collector`)
 talks to the workers: it waits on their calls, notices losses and stalls,
 places and moves streams, and accepts each record for delivery (the stream's
 resume point moves to it there, so a move never repeats nor skips a record).
-The *delivery* thread (:class:`~vstream.cluster.deliver.Deliverer`) runs
-tracking, lines and zones and writes to the sinks, outside the engine lock,
+The *delivery* thread (:class:`~vstream.cluster.deliver.Deliverer`) writes
+the records to the sinks, outside the engine lock,
 from a bounded queue: a sink that blocks holds back the pulls (at most
 :data:`DELIVERY_DEPTH` batches of a worker wait), never loss detection,
 placement or the API. API calls add and remove streams under the same lock.
@@ -137,7 +140,14 @@ class ClusterEngine(EngineBase):
                 self.cluster, config.pipelines, self._connection.resources().get("GPU", 0.0)
             )
             specs = [
-                WorkerPipeline(p.name, p.model, p.detector_postprocess(), p.runtime)
+                WorkerPipeline(
+                    p.name,
+                    p.model,
+                    p.detector_postprocess(),
+                    p.runtime,
+                    p.analytics,
+                    p.postprocess.conf,
+                )
                 for p in config.pipelines
             ]
             self._slots.open(actor_class, specs, gpus)

@@ -9,14 +9,19 @@ counted): memory stays bounded on both sides, and nothing is lost silently.
 
 Records of one stream enter in the order the pipeline delivers them, which
 is the stream's frame order, and leave in that order.
+
+A pipeline's write is one batch, and leaves whole: with it go, for each
+stream in it, its analytics as they stood after its last record there
+(:mod:`vstream.analytics.snapshot`), so that whatever the driver has
+delivered, it holds the tracks and counts that go with it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from vstream.results import FrameResult
 from vstream.sinks.buffered import SinkStats
@@ -33,6 +38,21 @@ class Taken:
     """Streams with records still in the relay after this take."""
     ended: bool
     """The relay is closed and empty: the worker's pipelines have finished."""
+    states: dict[str, bytes] = field(default_factory=dict)
+    """Per stream among the records: its analytics right after its last record here."""
+
+
+Snapshot = Callable[[str], bytes | None]
+"""A stream's analytics as they stand now, as bytes (None: the stream has none)."""
+
+
+@dataclass
+class _Entry:
+    record: FrameResult
+    write: int
+    """Which write brought it: a take never splits one."""
+    state: bytes | None = None
+    """On a stream's last record of its write: the stream's analytics after it."""
 
 
 class Relay:
@@ -42,13 +62,17 @@ class Relay:
     label = "the relay to the driver"
     error = None
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, snapshot: Snapshot | None = None) -> None:
+        """``capacity``: records held at most (a write larger than that waits for an empty
+        relay); ``snapshot``: each stream's analytics, read when its records are written."""
         if capacity < 1:
             raise ValueError(f"relay capacity must be at least 1, got {capacity}")
         self.capacity = capacity
         self.stats = SinkStats()
+        self._snapshot = snapshot
+        self._writes = 0
         self._cond = threading.Condition()
-        self._records: deque[FrameResult] = deque()
+        self._records: deque[_Entry] = deque()
         self._received: Counter[str] = Counter()
         self._queued: Counter[str] = Counter()
         self._closed = False
@@ -58,35 +82,53 @@ class Relay:
         return len(self._records)
 
     def write(self, results: Sequence[FrameResult]) -> None:
-        """Queue ``results`` in order, waiting while the relay is full (backpressure)."""
+        """Queue ``results`` in order, as one write, waiting until they fit (backpressure).
+
+        Called by a pipeline's postprocessing thread right after it analysed
+        these records, so each stream's analytics are read as they stand after
+        its last one.
+        """
+        last = {result.stream_id: i for i, result in enumerate(results)}
+        states = {}
+        if self._snapshot is not None:
+            states = {last[stream]: self._snapshot(stream) for stream in last}
         with self._cond:
-            for result in results:
-                self.stats.produced += 1
-                while len(self._records) >= self.capacity and not self._closed:
-                    self._cond.notify_all()  # a taker waiting for records must see these first
-                    self._cond.wait()
-                if self._closed:  # the pipeline outlived its finish: nobody takes these
-                    self.stats.dropped += 1
-                    continue
-                self._records.append(result)
+            self.stats.produced += len(results)
+            while (
+                self._records
+                and len(self._records) + len(results) > self.capacity
+                and not self._closed
+            ):
+                self._cond.notify_all()  # a taker waiting for records must see these first
+                self._cond.wait()
+            if self._closed:  # the pipeline outlived its finish: nobody takes these
+                self.stats.dropped += len(results)
+                return
+            self._writes += 1
+            for i, result in enumerate(results):
+                self._records.append(_Entry(result, self._writes, states.get(i)))
                 self._received[result.stream_id] += 1
                 self._queued[result.stream_id] += 1
-                self.stats.delivered += 1
+            self.stats.delivered += len(results)
             self._cond.notify_all()
 
     def take(self, limit: int, wait: float) -> Taken:
-        """Up to ``limit`` records, oldest first; waits up to ``wait`` seconds for the first."""
+        """About ``limit`` records, oldest first, and whole writes (the last one taken is
+        finished); waits up to ``wait`` seconds for the first."""
         with self._cond:
             self._cond.wait_for(lambda: self._records or self._closed, wait)
-            count = min(limit, len(self._records))
-            records = [self._records.popleft() for _ in range(count)]
-            self._queued.subtract(r.stream_id for r in records)
+            taken: list[_Entry] = []
+            queue = self._records
+            while queue and (len(taken) < limit or (taken and queue[0].write == taken[-1].write)):
+                taken.append(queue.popleft())
+            self._queued.subtract(e.record.stream_id for e in taken)
             self._cond.notify_all()
             return Taken(
-                records=records,
+                records=[e.record for e in taken],
                 received=dict(self._received),
                 waiting=frozenset(stream for stream, n in self._queued.items() if n > 0),
                 ended=self._closed and not self._records,
+                states={e.record.stream_id: e.state for e in taken if e.state is not None},
             )
 
     def start_flush(self) -> None:

@@ -78,7 +78,9 @@ class Roster:
             source = stream.config.model_copy(
                 update={"id": worker_id, "decoder": placement.decoder}
             )
-            ref = slot.actor.add.remote(stream.pipeline, source, stream.resume)
+            ref = slot.actor.add.remote(
+                stream.pipeline, source, stream.resume, stream.analytics_state
+            )
             slot.adding[ref] = stream.id
             slot.streams.add(stream.id)
             load = loads[slot.slot]

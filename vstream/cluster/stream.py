@@ -5,17 +5,19 @@ record handed to the sinks moves the stream's :class:`ResumePoint` to its
 frame. When the stream's worker is lost, the stream is opened again on
 another worker after that frame, so a file gives every frame once (same
 indices, same time stamps) and a live stream continues after a gap, which
-is counted. Tracking, lines and zones run here too, on the records in
-order, so tracks and counts carry on across a move as if nothing happened.
+is counted. With that frame it keeps the stream's analytics (tracker, lines,
+zones) as they stood after it, which the worker sent with the record, and
+hands them to the next worker: tracks and counts carry on across a move as
+if nothing happened.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vstream.config.analytics import AnalyticsConfig
+from vstream.analytics import snapshot
 from vstream.config.sources import SourceConfig
 from vstream.engine.reader import StreamCounters
 from vstream.engine.status import StreamStatus
@@ -23,6 +25,9 @@ from vstream.errors import VstreamError
 from vstream.results import FrameResult
 from vstream.sources.base import ResumePoint, SourceState
 from vstream.uri import is_live, redact
+
+if TYPE_CHECKING:
+    from vstream.analytics.stream import StreamAnalytics
 
 log = logging.getLogger("vstream.cluster")
 
@@ -58,8 +63,9 @@ class ClusterStream:
         self.config = config
         self.counters = StreamCounters()
         """Records delivered to the driver's sinks (frames processed), detections, rate."""
-        self.analytics: Any = None
-        """The stream's tracker, lines and zones (a StreamAnalytics), made at its first record."""
+        self.analytics_state: bytes | None = None
+        """Its tracker, lines and zones as they stood after the last frame delivered
+        (:mod:`vstream.analytics.snapshot`); None: none, or nothing delivered yet."""
         self.slot: int | None = None
         """The worker it runs on; None while it waits for one."""
         self.nvdec = False
@@ -120,6 +126,11 @@ class ClusterStream:
     def frame_age_seconds(self) -> float | None:
         """Capture to record on the worker, latest frame (the hop to the driver not included)."""
         return self._status.get("frame_age_seconds")
+
+    @property
+    def analytics(self) -> StreamAnalytics | None:
+        """Its analytics as of the last frame delivered (line counts and zones for the API)."""
+        return None if self.analytics_state is None else snapshot.loads(self.analytics_state)
 
     @property
     def error_text(self) -> str | None:
@@ -254,23 +265,3 @@ class ClusterStream:
             stalls=self.stalls,
             gap_seconds=round(self.gap_seconds, 3),
         )
-
-
-def analytics_for(
-    config: AnalyticsConfig,
-    class_names: dict[int, str],
-    conf: float,
-    keypoint_names: tuple[str, ...] = (),
-    stream: str = "",
-) -> Any:
-    """A stream's tracker, lines and zones, or None when the pipeline has none; ``conf`` is
-    the pipeline's ``postprocess.conf`` (the records' threshold, which the tracker follows);
-    ``keypoint_names``: a pose model's, for ``anchor_keypoints``; ``stream`` names the stream
-    in warnings."""
-    if not config.enabled:
-        return None
-    from vstream.analytics.stream import StreamAnalytics
-
-    return StreamAnalytics(
-        config, class_names, conf=conf, keypoint_names=keypoint_names, stream=stream
-    )

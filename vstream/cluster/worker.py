@@ -2,11 +2,14 @@
 
 Each worker runs the same :class:`~vstream.engine.pipeline.Pipeline` code as
 a single process (readers, intake, overlapped stages, one detector per
-pipeline on the worker's device), with one difference: its only sink is a
+pipeline on the worker's device, and each stream's tracker, lines and
+zones), with one difference: its only sink is a
 :class:`~vstream.cluster.relay.Relay`, from which the driver pulls records.
-Frames never leave the worker; records (box metadata), counters and states
-do. A worker keeps no state the driver needs to recover it: when it is lost,
-the driver opens its streams elsewhere after the last record it delivered.
+Frames never leave the worker; records (box metadata, tracks, events),
+counters, states and each stream's analytics as bytes do. A worker keeps no
+state the driver needs to recover it: when it is lost, the driver opens its
+streams elsewhere after the last record it delivered, with the analytics
+that go with that record.
 
 The class is plain Python: the driver makes it an actor with ``ray.remote``,
 so that importing this module needs no Ray. Every method is called through
@@ -23,7 +26,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from vstream.analytics import snapshot
 from vstream.cluster.relay import Relay
+from vstream.config.analytics import AnalyticsConfig
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.config.sources import SourceConfig
 from vstream.errors import VstreamError
@@ -41,12 +46,17 @@ _THROUGHPUT_SECONDS = 0.3
 
 @dataclass(frozen=True)
 class WorkerPipeline:
-    """What a worker needs of a pipeline: its name and model; never its sinks or their secrets."""
+    """What a worker needs of a pipeline: its name, model and analytics; never its sinks or
+    their secrets."""
 
     name: str
     model: ModelConfig
     postprocess: PostprocessOptions
+    """The detector's: with tracking, its ``conf`` is the tracker's candidates' (lower)."""
     runtime: RuntimeOptions
+    analytics: AnalyticsConfig
+    conf: float
+    """The records' score threshold, the pipeline's ``postprocess.conf``."""
 
 
 @dataclass(frozen=True)
@@ -59,10 +69,6 @@ class WorkerInfo:
     device: str
     throughput: float
     """Frames per second its model ran at, on a blank batch, when it started."""
-    class_names: dict[str, dict[int, str]]
-    """Per pipeline: the model's class names (the driver's tracking labels events with them)."""
-    keypoint_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Per pipeline: a pose model's keypoint names (``anchor_keypoints`` name them)."""
 
     @property
     def gpu(self) -> bool:
@@ -78,6 +84,8 @@ class WorkerReport:
     """Per stream placed here: its description, ``done`` and ``error_kind``; None between."""
     ended: bool
     """The worker has finished (after :meth:`ClusterWorker.finish`) and nothing is left."""
+    states: dict[str, bytes] = field(default_factory=dict)
+    """Per stream among the records: its analytics right after its last record here."""
 
 
 class ClusterWorker:
@@ -104,16 +112,19 @@ class ClusterWorker:
         from vstream.detector import Detector
         from vstream.engine.pipeline import Pipeline
 
-        self.relay = Relay(buffered_records)
+        self.relay = Relay(buffered_records, snapshot=self._analytics_of)
         throughput = []
-        names = {}
-        keypoints = {}
         for spec in pipelines:
             detector = Detector.from_config(spec.model, spec.postprocess, spec.runtime)
             throughput.append(_throughput(detector))
-            names[spec.name] = dict(detector.class_names)
-            keypoints[spec.name] = detector.keypoint_names
-            pipeline = Pipeline(spec.name, detector, runtime=spec.runtime, sinks=[self.relay])
+            pipeline = Pipeline(
+                spec.name,
+                detector,
+                runtime=spec.runtime,
+                sinks=[self.relay],
+                analytics=spec.analytics,
+                conf=spec.conf,
+            )
             self.pipelines[spec.name] = pipeline
             pipeline.start()
         device = str(next(iter(self.pipelines.values())).detector.device)
@@ -123,16 +134,30 @@ class ClusterWorker:
             node_ip=_node_ip(),
             device=device,
             throughput=sum(throughput) / len(throughput),
-            class_names=names,
-            keypoint_names=keypoints,
         )
 
     def pid(self) -> int:
         return os.getpid()
 
-    def add(self, pipeline: str, source: SourceConfig, resume: ResumePoint | None) -> None:
-        """Start reading ``source`` in ``pipeline``, after ``resume`` when it moved here."""
-        self.pipelines[pipeline].add_stream(source, resume)
+    def add(
+        self,
+        pipeline: str,
+        source: SourceConfig,
+        resume: ResumePoint | None,
+        analytics: bytes | None = None,
+    ) -> None:
+        """Start reading ``source`` in ``pipeline``; when it moved here, after ``resume`` and
+        with its ``analytics`` as they stood after that frame."""
+        restored = snapshot.loads(analytics) if analytics is not None else None
+        self.pipelines[pipeline].add_stream(source, resume, restored)
+
+    def _analytics_of(self, stream_id: str) -> bytes | None:
+        """A stream's analytics as bytes (the relay asks when it takes the stream's records)."""
+        for pipeline in self.pipelines.values():
+            reader = pipeline.streams.get(stream_id)
+            if reader is not None:
+                return None if reader.analytics is None else snapshot.dumps(reader.analytics)
+        return None
 
     def remove(self, stream_id: str) -> dict[str, Any] | None:
         """Stop a stream at once (queued frames discarded, counted); its final description."""
@@ -153,7 +178,7 @@ class ClusterWorker:
             self._status_at = now
             self._running = {r.id: r.running for r in readers}
             statuses = {r.id: _status(r, taken.received, taken.waiting) for r in readers}
-        return WorkerReport(taken.records, statuses, taken.ended)
+        return WorkerReport(taken.records, statuses, taken.ended, taken.states)
 
     def stop_taking_frames(self) -> None:
         """First step of a graceful stop: every reader stops; queued frames are still processed."""

@@ -170,11 +170,17 @@ class Pipeline:
     def start(self) -> None:
         self.stages.start()
 
-    def add_stream(self, config: SourceConfig, resume: ResumePoint | None = None) -> StreamReader:
+    def add_stream(
+        self,
+        config: SourceConfig,
+        resume: ResumePoint | None = None,
+        analytics: StreamAnalytics | None = None,
+    ) -> StreamReader:
         """Start reading ``config``'s source; the caller checks that its id is free.
 
-        ``resume`` starts after a frame already delivered (a stream moved
-        from a lost cluster worker).
+        ``resume`` starts after a frame already delivered, and ``analytics``
+        carries on the stream's tracks and counts as they stood after it (a
+        stream moved from a lost cluster worker).
         """
         return self._add(
             StreamReader(
@@ -187,7 +193,8 @@ class Pipeline:
                 on_end=self._reader_ended,
                 packet_tap=self.outputs.packet_tap(config.id) if self.outputs else None,
                 resume=resume,
-            )
+            ),
+            analytics,
         )
 
     def add_frames(self, stream_id: str, frames: Iterable[Frame]) -> StreamReader:
@@ -204,8 +211,11 @@ class Pipeline:
             )
         )
 
-    def _add(self, reader: StreamReader) -> StreamReader:
-        if self.analytics is not None or reader.cadence is not None:
+    def _add(self, reader: StreamReader, analytics: StreamAnalytics | None = None) -> StreamReader:
+        if analytics is not None:
+            analytics.stream = reader.id
+            reader.analytics = analytics
+        elif self.analytics is not None or reader.cadence is not None:
             # A stream that skips frames needs a tracker to fill them in, asked for or not.
             reader.analytics = StreamAnalytics(
                 self.analytics or AnalyticsConfig(tracking=TrackingConfig()),

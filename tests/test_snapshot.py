@@ -1,0 +1,56 @@
+"""A stream's analytics as bytes and back (what a cluster worker sends with each record).
+
+Real records (the demo detector on the bundled sample), tracked and counted
+without a break and with the analytics dumped and loaded again between two
+frames: the records must be the same, track ids, counts and events included.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import vstream
+from vstream.analytics import snapshot
+from vstream.analytics.stream import StreamAnalytics
+from vstream.config.analytics import AnalyticsConfig
+from vstream.engine.outputs import analyze
+from vstream.results import FrameResult
+
+CONFIG = AnalyticsConfig.model_validate(
+    {
+        "tracking": {},
+        "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}],
+        "zones": [{"name": "left", "points": [[0, 0], [320, 0], [320, 360], [0, 360]]}],
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def detected() -> list[FrameResult]:
+    return list(vstream.detect(vstream.assets.SAMPLE_VIDEO, conf=0.1))
+
+
+def fresh() -> StreamAnalytics:
+    return StreamAnalytics(CONFIG, {0: "person"}, conf=0.25, stream="cam")
+
+
+def test_analytics_loaded_mid_stream_give_the_same_records_as_a_run_without_a_break(
+    detected: list[FrameResult],
+) -> None:
+    whole = fresh()
+    expected = [analyze(whole, result).to_record() for result in detected]
+    assert any(r.get("events") for r in expected), "the clip must cross the line to test counts"
+    for cut in (1, 37, len(detected) // 2, len(detected) - 5):
+        before = fresh()
+        records = [analyze(before, result).to_record() for result in detected[:cut]]
+        after = snapshot.loads(snapshot.dumps(before))
+        assert after is not before
+        records += [analyze(after, result).to_record() for result in detected[cut:]]
+        assert records == expected, f"cut after frame {cut}"
+
+
+def test_only_a_stream_s_analytics_are_loaded() -> None:
+    with pytest.raises(TypeError, match="not a stream's analytics: dict"):
+        snapshot.loads(pickle.dumps({"tracks": []}))
