@@ -479,6 +479,35 @@ def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
     assert_same_records(records, single_process_records(single, tmp_path))
 
 
+def test_a_stream_with_a_detection_cadence_gives_a_single_process_s_records(
+    local_ray: RayConnection, tmp_path: Path
+) -> None:
+    """``detect_every: 3`` on a worker: the frames between detections are the worker's
+    tracker's predictions, as in one process (the frames never leave the worker)."""
+    source = {"id": "s", "uri": str(VIDEO), "end_seconds": 3.0, "detect_every": 3}
+    analytics = {"tracking": {}, "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}]}
+    config = engine_config(tmp_path, [source], analytics=analytics)
+    engine = ClusterEngine(config, base_dir=tmp_path)
+    try:
+        engine.start()
+        wait_for_records(tmp_path / "out.jsonl", {"s": list(range(3 * FPS))})
+    finally:
+        engine.stop()
+    assert not engine.failures()
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert any(d.get("predicted") for r in records for d in r["detections"])
+    pipeline = {
+        "name": "p",
+        "model": {"path": str(MODEL)},
+        "runtime": {"device": "cpu", "batch_size": 4},
+        "analytics": analytics,
+        "sources": [source],
+        "sinks": [{"type": "jsonl", "path": str(tmp_path / "single.jsonl")}],
+    }
+    single = parse_config(json.dumps({"pipelines": [pipeline]}), base_dir=tmp_path)
+    assert_same_records(records, single_process_records(single, tmp_path))
+
+
 PROCESSES_FILE = """\
 # Four cameras' recordings over two worker processes of this machine
 # (pip install 'vstream[ray]'): one Python process tops out near 450 frames/s.

@@ -313,12 +313,8 @@ def test_without_ray_a_config_that_needs_it_fails_with_one_clear_line(
             f"    secondary: [{{name: colour, path: {assets.COLOUR_MODEL}}}]\n",
             "pipeline p has secondary models; with cluster",
         ),
-        (
-            f"    sources: [{{id: cam, uri: {assets.SAMPLE_VIDEO}, detect_every: 3}}]\n",
-            "source cam of pipeline p sets a detection cadence; with cluster",
-        ),
     ],
-    ids=["cascade", "cadence"],
+    ids=["cascade"],
 )
 def test_what_cluster_mode_does_not_run_is_refused_not_ignored(extra: str, message: str) -> None:
     with pytest.raises(ConfigError) as raised:

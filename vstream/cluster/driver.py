@@ -71,7 +71,7 @@ from vstream.engine.errors import PipelineNotFound, StreamNotFound
 from vstream.engine.interface import EngineBase
 from vstream.engine.pipeline import sink_samples
 from vstream.engine.status import StreamStatus, stream_sample
-from vstream.errors import LimitExceeded, VstreamError
+from vstream.errors import LimitExceeded
 from vstream.metrics import ClusterSample, LimitSample, Metrics, SinkSample, StreamSample
 from vstream.sources.base import SourceState
 
@@ -231,11 +231,6 @@ class ClusterEngine(EngineBase):
         """Place ``source`` of ``pipeline`` on a worker with room, as :meth:`Engine.add_stream`."""
         if pipeline not in self.pipelines:
             raise PipelineNotFound(f"no pipeline {pipeline!r}")
-        if source.cadence_on:
-            raise VstreamError(
-                f"stream {source.id}: a detection cadence (detect_every, detect_fps, motion) "
-                "is not run in cluster mode yet"
-            )
         with self._lock:
             self._admit(pipeline, source)
             live = sum(s.state in ("starting", "ready") for s in self._slots)

@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vstream.analytics import snapshot
+from vstream.analytics.shapes import keypoint_indices
 from vstream.cluster.relay import Relay
 from vstream.config.analytics import AnalyticsConfig
 from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.config.sources import SourceConfig
-from vstream.errors import VstreamError
+from vstream.errors import ModelError, VstreamError
 from vstream.results import FrameResult
 from vstream.sources.base import ResumePoint
 
@@ -116,6 +117,10 @@ class ClusterWorker:
         throughput = []
         for spec in pipelines:
             detector = Detector.from_config(spec.model, spec.postprocess, spec.runtime)
+            try:
+                keypoint_indices(spec.analytics.anchor_keypoints, detector.keypoint_names)
+            except ValueError as exc:
+                raise ModelError(f"pipeline {spec.name}: {exc}") from None
             throughput.append(_throughput(detector))
             pipeline = Pipeline(
                 spec.name,

@@ -400,7 +400,7 @@ class VstreamConfig(StrictModel):
         """What in this config worker processes cannot run, and why; None: they run all of it.
 
         The same for ``cluster:`` and ``processes``: the workers keep the frames
-        and send records only, and the driver tracks apart from the frames.
+        and send records only.
         """
         for pipeline in self.pipelines:
             frames = [s.type for s in pipeline.sinks if s.type in FRAME_SINK_TYPES]
@@ -412,15 +412,8 @@ class VstreamConfig(StrictModel):
             if pipeline.secondary:
                 return (
                     f"pipeline {pipeline.name} has secondary models",
-                    "a cascade reads crops of frames that stay on the workers after the driver's "
-                    "tracker has run, which worker processes do not do yet",
-                )
-            paced = [s.id for s in pipeline.sources if s.cadence_on]
-            if paced:
-                return (
-                    f"source {paced[0]} of pipeline {pipeline.name} sets a detection cadence",
-                    "the tracker that fills the skipped frames runs on the driver, apart from "
-                    "the frames, which worker processes do not do yet",
+                    "worker processes do not run secondary models yet (a moved stream would "
+                    "lose its objects' readings)",
                 )
             device = pipeline.runtime.device
             if device.startswith("cuda:") and device != "cuda:0":
