@@ -35,6 +35,7 @@ from vstream.config.sources import SourceConfig
 from vstream.errors import ModelError, VstreamError
 
 MODEL = assets.DEMO_MODEL
+COLOUR_MODEL = assets.COLOUR_MODEL
 VIDEO = assets.SAMPLE_VIDEO
 FPS = 25
 
@@ -114,6 +115,7 @@ def assert_same_records(cluster: list[dict], single: list[dict]) -> None:
         assert len(ours["detections"]) == len(theirs["detections"]), key(ours)
         for a, b in zip(ours["detections"], theirs["detections"], strict=True):
             assert (a["class_id"], a.get("track_id")) == (b["class_id"], b.get("track_id"))
+            assert a.get("attributes") == b.get("attributes"), key(ours)
             assert a["bbox"] == pytest.approx(b["bbox"], abs=1e-2)
             assert a["score"] == pytest.approx(b["score"], abs=1e-3)
 
@@ -317,11 +319,11 @@ def engine_config(
     tmp_path: Path,
     sources: list[dict],
     sink: dict | None = None,
-    analytics: dict | None = None,
+    extra: dict | None = None,
     **cluster: Any,
 ) -> Any:
     """One pipeline of the demo model, ``sources``, a JSON Lines sink (with the options of
-    ``sink``), ``analytics`` if given; the cluster options given.
+    ``sink``) and the ``extra`` pipeline keys; the cluster options given.
 
     No CPU is reserved for the workers: the daemon's workers may hold the
     module instance's CPUs, and these tests need places, not cores.
@@ -335,7 +337,7 @@ def engine_config(
                 "runtime": {"device": "cpu", "batch_size": 4},
                 "sources": sources,
                 "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl"), **(sink or {})}],
-                **({"analytics": analytics} if analytics else {}),
+                **(extra or {}),
             }
         ],
     }
@@ -432,9 +434,10 @@ class StuckWorker(ClusterWorker):
 def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
     local_ray: RayConnection, tmp_path: Path
 ) -> None:
-    """Moved at frame 30, its tracks and counts go on where they were: the records are a
-    single process's, frame by frame (the workers track, and the driver hands the tracker,
-    lines and zones on with the stream)."""
+    """Moved at frame 30, its tracks, counts and readings go on where they were: the records
+    are a single process's, frame by frame (the workers track and read colours, and the
+    driver hands the tracker, lines, zones and the colour readings on with the stream; the
+    readings are kept 10 s, so those after the move are the ones read before it)."""
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -444,7 +447,9 @@ def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
         "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}],
         "zones": [{"name": "left", "points": [[0, 0], [320, 0], [320, 360], [0, 360]]}],
     }
-    config = engine_config(tmp_path, [source], analytics=analytics, stall_timeout_seconds=5)
+    secondary = [{"name": "colour", "path": str(COLOUR_MODEL), "reinfer_seconds": 10}]
+    extra = {"analytics": analytics, "secondary": secondary}
+    config = engine_config(tmp_path, [source], extra=extra, stall_timeout_seconds=5)
     engine = ClusterEngine(config, base_dir=tmp_path, worker_class=StuckWorker)
     try:
         engine.start()
@@ -467,11 +472,14 @@ def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
     assert not engine.failures()
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert any(r["events"] for r in records[30:]), "a crossing after the move, to compare"
+    assert any(
+        not d["attributes"]["colour"]["fresh"] for r in records[30:] for d in r["detections"]
+    ), "readings kept across the move, to compare"
     pipeline = {
         "name": "p",
         "model": {"path": str(MODEL)},
         "runtime": {"device": "cpu", "batch_size": 4},
-        "analytics": analytics,
+        **extra,
         "sources": [source],
         "sinks": [{"type": "jsonl", "path": str(tmp_path / "single.jsonl")}],
     }
@@ -486,7 +494,7 @@ def test_a_stream_with_a_detection_cadence_gives_a_single_process_s_records(
     tracker's predictions, as in one process (the frames never leave the worker)."""
     source = {"id": "s", "uri": str(VIDEO), "end_seconds": 3.0, "detect_every": 3}
     analytics = {"tracking": {}, "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}]}
-    config = engine_config(tmp_path, [source], analytics=analytics)
+    config = engine_config(tmp_path, [source], extra={"analytics": analytics})
     engine = ClusterEngine(config, base_dir=tmp_path)
     try:
         engine.start()
@@ -758,7 +766,7 @@ class ReaddWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def add(self, pipeline: str, source: Any, resume: Any, analytics: Any = None) -> None:
+    def add(self, pipeline: str, source: Any, resume: Any, state: Any = None) -> None:
         from vstream.results import FrameResult
 
         records = [FrameResult(source.id, i, i / FPS, 64, 48) for i in range(233)]

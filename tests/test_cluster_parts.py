@@ -306,22 +306,6 @@ def test_without_ray_a_config_that_needs_it_fails_with_one_clear_line(
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (
-            f"    secondary: [{{name: colour, path: {assets.COLOUR_MODEL}}}]\n",
-            "pipeline p has secondary models; with cluster",
-        ),
-    ],
-    ids=["cascade"],
-)
-def test_what_cluster_mode_does_not_run_is_refused_not_ignored(extra: str, message: str) -> None:
-    with pytest.raises(ConfigError) as raised:
-        parse_config(config_text("{engine: ray}") + extra, source="p.yaml")
-    assert message in str(raised.value)
-
-
 # --- the stall watchdog ----------------------------------------------------------------------
 
 

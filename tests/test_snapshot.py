@@ -45,12 +45,12 @@ def test_analytics_loaded_mid_stream_give_the_same_records_as_a_run_without_a_br
     for cut in (1, 37, len(detected) // 2, len(detected) - 5):
         before = fresh()
         records = [analyze(before, result).to_record() for result in detected[:cut]]
-        after = snapshot.loads(snapshot.dumps(before))
+        after = snapshot.loads(snapshot.dumps(before)).analytics
         assert after is not before
         records += [analyze(after, result).to_record() for result in detected[cut:]]
         assert records == expected, f"cut after frame {cut}"
 
 
-def test_only_a_stream_s_analytics_are_loaded() -> None:
-    with pytest.raises(TypeError, match="not a stream's analytics: dict"):
+def test_only_a_stream_s_state_is_loaded() -> None:
+    with pytest.raises(TypeError, match="not a stream's state: dict"):
         snapshot.loads(pickle.dumps({"tracks": []}))

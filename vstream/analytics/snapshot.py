@@ -1,12 +1,14 @@
 """A stream's analytics as bytes, and back: how tracks and counts follow a moved stream.
 
-A cluster worker tracks its streams and counts their crossings itself; when
-the worker is lost, the stream goes on elsewhere after the last record the
-driver delivered. The driver keeps, with that record, the stream's
-:class:`~vstream.analytics.stream.StreamAnalytics` as it stood right after it
-(tracker, lines, zones, shapes and masks), and the next worker starts from
-it: a file's records after the move are those of a run that never moved
-(same track ids, same counts, same events).
+A cluster worker tracks its streams, counts their crossings and reads their
+objects with its secondary models itself; when the worker is lost, the
+stream goes on elsewhere after the last record the driver delivered. The
+driver keeps, with that record, the stream's state as it stood right after
+it (:class:`Carried`: the tracker, lines, zones, shapes and masks of its
+:class:`~vstream.analytics.stream.StreamAnalytics`, and each secondary
+model's last reading of each track), and the next worker starts from it: a
+file's records after the move are those of a run that never moved (same
+track ids, counts, events and readings).
 
 Pickle, with one addition: read-only mappings (``MappingProxyType``, the
 empty attributes every track starts with) go as plain dicts and come back
@@ -20,10 +22,20 @@ import copyreg
 import io
 import pickle
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from vstream.analytics.stream import StreamAnalytics
+    from vstream.cascade.attributes import AttributeCache
+
+
+class Carried(NamedTuple):
+    """What a stream carries to its next worker."""
+
+    analytics: StreamAnalytics
+    readings: dict[int, AttributeCache]
+    """Per secondary model (its position in the pipeline's ``secondary``), each track's last
+    reading; empty without secondary models."""
 
 
 def _read_only(items: dict[Any, Any]) -> MappingProxyType[Any, Any]:
@@ -34,20 +46,25 @@ _DISPATCH = copyreg.dispatch_table.copy()
 _DISPATCH[MappingProxyType] = lambda mapping: (_read_only, (dict(mapping),))
 
 
-def dumps(analytics: StreamAnalytics) -> bytes:
-    """``analytics`` as it stands now, as bytes (a few kB for tens of tracks)."""
+def dumps(analytics: StreamAnalytics, readings: dict[int, AttributeCache] | None = None) -> bytes:
+    """A stream's state as it stands now, as bytes (a few kB for tens of tracks)."""
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
     pickler.dispatch_table = _DISPATCH
-    pickler.dump(analytics)
+    pickler.dump((analytics, readings or {}))
     return buffer.getvalue()
 
 
-def loads(data: bytes) -> StreamAnalytics:
-    """The analytics :func:`dumps` wrote, ready to take the stream's next frame."""
+def loads(data: bytes) -> Carried:
+    """The state :func:`dumps` wrote, ready to take the stream's next frame."""
     from vstream.analytics.stream import StreamAnalytics
 
-    analytics = pickle.loads(data)
-    if not isinstance(analytics, StreamAnalytics):
-        raise TypeError(f"not a stream's analytics: {type(analytics).__name__}")
-    return analytics
+    loaded = pickle.loads(data)
+    if not (
+        isinstance(loaded, tuple)
+        and len(loaded) == 2
+        and isinstance(loaded[0], StreamAnalytics)
+        and isinstance(loaded[1], dict)
+    ):
+        raise TypeError(f"not a stream's state: {type(loaded).__name__}")
+    return Carried(*loaded)

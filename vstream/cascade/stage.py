@@ -252,6 +252,18 @@ class Cascade:
         with self._lock:
             add_to(self._totals[model.name], tally)
 
+    def readings(self, stream_id: str) -> dict[int, AttributeCache]:
+        """The stream's last reading of each track, per model position (a moved stream
+        carries them to its next worker: :mod:`vstream.analytics.snapshot`)."""
+        with self._lock:
+            return {i: c for (stream, i), c in self._caches.items() if stream == stream_id}
+
+    def carry_on(self, stream_id: str, readings: dict[int, AttributeCache]) -> None:
+        """Start ``stream_id`` from the :meth:`readings` it had elsewhere."""
+        with self._lock:
+            for index, cache in readings.items():
+                self._caches[(stream_id, index)] = cache
+
     def remove_stream(self, stream_id: str) -> None:
         """Forget the stream's readings and figures (it was removed)."""
         with self._lock:

@@ -64,7 +64,7 @@ from vstream.cluster.deliver import DELIVERY_DEPTH, Deliverer, Delivery, build_s
 from vstream.cluster.roster import Roster
 from vstream.cluster.slots import WORKER_CONCURRENCY, WorkerSlot, WorkerSlots, gpus_per_worker
 from vstream.cluster.stream import ClusterStream
-from vstream.cluster.worker import ClusterWorker, WorkerPipeline
+from vstream.cluster.worker import ClusterWorker, worker_config
 from vstream.config.pipelines import VstreamConfig
 from vstream.config.sources import SourceConfig
 from vstream.engine.errors import PipelineNotFound, StreamNotFound
@@ -139,17 +139,7 @@ class ClusterEngine(EngineBase):
             gpus = gpus_per_worker(
                 self.cluster, config.pipelines, self._connection.resources().get("GPU", 0.0)
             )
-            specs = [
-                WorkerPipeline(
-                    p.name,
-                    p.model,
-                    p.detector_postprocess(),
-                    p.runtime,
-                    p.analytics,
-                    p.postprocess.conf,
-                )
-                for p in config.pipelines
-            ]
+            specs = [worker_config(p) for p in config.pipelines]
             self._slots.open(actor_class, specs, gpus)
         except BaseException:
             self._release(timeout=5.0)

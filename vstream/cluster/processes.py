@@ -12,8 +12,8 @@ cluster engine's, unchanged; nothing else is written.
 ``auto`` picks N with :func:`vstream.cores.auto_processes` from the sources'
 frame rates, and means 1 where more processes could not help or not run:
 without Ray, without a GPU the pipelines may use (quietly: that is most
-machines), and for a config the workers do not run (frame sinks, cascades; with
-one info line, since it was worth asking).
+machines), and for a config the workers do not run (frame sinks; with one info line,
+since it was worth asking).
 """
 
 from __future__ import annotations

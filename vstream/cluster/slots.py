@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vstream.cluster.connect import RayConnection
-from vstream.cluster.worker import WorkerInfo, WorkerPipeline
+from vstream.cluster.worker import WorkerInfo
 from vstream.config.cluster import ClusterConfig
 from vstream.config.pipelines import PipelineConfig
 from vstream.errors import VstreamError, describe, first_line
@@ -122,7 +122,7 @@ class WorkerSlots:
         self._torch_threads = torch_threads
         self._slots: list[WorkerSlot] = []
         self._actor_class: Any = None
-        self._specs: list[WorkerPipeline] = []
+        self._specs: list[PipelineConfig] = []
         self._gpus = 0.0
 
     def __iter__(self) -> Iterator[WorkerSlot]:
@@ -134,7 +134,7 @@ class WorkerSlots:
     def __getitem__(self, slot: int) -> WorkerSlot:
         return self._slots[slot]
 
-    def open(self, actor_class: Any, specs: list[WorkerPipeline], gpus: float) -> None:
+    def open(self, actor_class: Any, specs: list[PipelineConfig], gpus: float) -> None:
         """Start ``cluster.workers`` workers and wait until they have loaded their models."""
         self._actor_class, self._specs, self._gpus = actor_class, specs, gpus
         self._slots = [self._spawn(slot) for slot in range(self.cluster.workers)]

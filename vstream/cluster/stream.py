@@ -130,7 +130,9 @@ class ClusterStream:
     @property
     def analytics(self) -> StreamAnalytics | None:
         """Its analytics as of the last frame delivered (line counts and zones for the API)."""
-        return None if self.analytics_state is None else snapshot.loads(self.analytics_state)
+        if self.analytics_state is None:
+            return None
+        return snapshot.loads(self.analytics_state).analytics
 
     @property
     def error_text(self) -> str | None:

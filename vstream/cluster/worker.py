@@ -27,12 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vstream.analytics import snapshot
-from vstream.analytics.shapes import keypoint_indices
 from vstream.cluster.relay import Relay
-from vstream.config.analytics import AnalyticsConfig
-from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
+from vstream.config.pipelines import PipelineConfig
 from vstream.config.sources import SourceConfig
-from vstream.errors import ModelError, VstreamError
+from vstream.errors import VstreamError
 from vstream.results import FrameResult
 from vstream.sources.base import ResumePoint
 
@@ -45,19 +43,10 @@ _THROUGHPUT_SECONDS = 0.3
 """About how long a worker times its model at start, for its throughput estimate."""
 
 
-@dataclass(frozen=True)
-class WorkerPipeline:
-    """What a worker needs of a pipeline: its name, model and analytics; never its sinks or
-    their secrets."""
-
-    name: str
-    model: ModelConfig
-    postprocess: PostprocessOptions
-    """The detector's: with tracking, its ``conf`` is the tracker's candidates' (lower)."""
-    runtime: RuntimeOptions
-    analytics: AnalyticsConfig
-    conf: float
-    """The records' score threshold, the pipeline's ``postprocess.conf``."""
+def worker_config(pipeline: PipelineConfig) -> PipelineConfig:
+    """A pipeline as its workers get it: everything but its sinks (which run on the driver,
+    and whose secrets stay there) and its sources (placed one by one)."""
+    return pipeline.model_copy(update={"sinks": [], "sources": []})
 
 
 @dataclass(frozen=True)
@@ -103,34 +92,21 @@ class ClusterWorker:
         self._status_at = 0.0
         self._running: dict[str, bool] = {}
 
-    def open(self, pipelines: list[WorkerPipeline], buffered_records: int) -> WorkerInfo:
-        """Load every pipeline's model on this worker's device and start its stages.
+    def open(self, pipelines: list[PipelineConfig], buffered_records: int) -> WorkerInfo:
+        """Load every pipeline (:func:`worker_config`) on this worker's device and start it.
 
         A model that cannot be loaded raises here, and the driver fails the
         run with it, once: a worker that cannot load its model would fail
         again anywhere.
         """
-        from vstream.detector import Detector
         from vstream.engine.pipeline import Pipeline
 
-        self.relay = Relay(buffered_records, snapshot=self._analytics_of)
+        self.relay = Relay(buffered_records, snapshot=self._state_of)
         throughput = []
-        for spec in pipelines:
-            detector = Detector.from_config(spec.model, spec.postprocess, spec.runtime)
-            try:
-                keypoint_indices(spec.analytics.anchor_keypoints, detector.keypoint_names)
-            except ValueError as exc:
-                raise ModelError(f"pipeline {spec.name}: {exc}") from None
-            throughput.append(_throughput(detector))
-            pipeline = Pipeline(
-                spec.name,
-                detector,
-                runtime=spec.runtime,
-                sinks=[self.relay],
-                analytics=spec.analytics,
-                conf=spec.conf,
-            )
-            self.pipelines[spec.name] = pipeline
+        for config in pipelines:
+            pipeline = Pipeline.from_config(config, sinks=[self.relay])
+            throughput.append(_throughput(pipeline.detector))
+            self.pipelines[config.name] = pipeline
             pipeline.start()
         device = str(next(iter(self.pipelines.values())).detector.device)
         return WorkerInfo(
@@ -149,19 +125,22 @@ class ClusterWorker:
         pipeline: str,
         source: SourceConfig,
         resume: ResumePoint | None,
-        analytics: bytes | None = None,
+        state: bytes | None = None,
     ) -> None:
         """Start reading ``source`` in ``pipeline``; when it moved here, after ``resume`` and
-        with its ``analytics`` as they stood after that frame."""
-        restored = snapshot.loads(analytics) if analytics is not None else None
-        self.pipelines[pipeline].add_stream(source, resume, restored)
+        from its ``state`` (:mod:`vstream.analytics.snapshot`) as it stood after that frame."""
+        carried = snapshot.loads(state) if state is not None else None
+        self.pipelines[pipeline].add_stream(source, resume, carried)
 
-    def _analytics_of(self, stream_id: str) -> bytes | None:
-        """A stream's analytics as bytes (the relay asks when it takes the stream's records)."""
+    def _state_of(self, stream_id: str) -> bytes | None:
+        """A stream's tracks, counts and readings as bytes; None where it has no tracker (the
+        relay asks as it writes the stream's records)."""
         for pipeline in self.pipelines.values():
             reader = pipeline.streams.get(stream_id)
-            if reader is not None:
-                return None if reader.analytics is None else snapshot.dumps(reader.analytics)
+            if reader is not None and reader.analytics is not None:
+                cascade = pipeline.cascade
+                readings = cascade.readings(stream_id) if cascade is not None else None
+                return snapshot.dumps(reader.analytics, readings)
         return None
 
     def remove(self, stream_id: str) -> dict[str, Any] | None:

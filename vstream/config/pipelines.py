@@ -409,12 +409,6 @@ class VstreamConfig(StrictModel):
                     f"pipeline {pipeline.name} has a {frames[0]} sink, which needs the frames",
                     "the frames stay on the workers and only records reach the driver's sinks",
                 )
-            if pipeline.secondary:
-                return (
-                    f"pipeline {pipeline.name} has secondary models",
-                    "worker processes do not run secondary models yet (a moved stream would "
-                    "lose its objects' readings)",
-                )
             device = pipeline.runtime.device
             if device.startswith("cuda:") and device != "cuda:0":
                 return (

@@ -48,6 +48,7 @@ from vstream.sources.base import ResumePoint, SourceState
 if TYPE_CHECKING:
     import numpy as np
 
+    from vstream.analytics.snapshot import Carried
     from vstream.cascade.stage import Cascade
     from vstream.detector import Detector
 
@@ -129,11 +130,13 @@ class Pipeline:
         metrics: Metrics | None = None,
         *,
         collect: bool = False,
+        sinks: Sequence[BufferedSink] = (),
     ) -> Pipeline:
         """The pipeline of a config: its detector loaded and its sinks connected.
 
         ``collect``: the first sink is a :class:`ResultQueue` its caller iterates
         (:func:`vstream.detect`), and the pipeline finishes once its streams end.
+        ``sinks``: made by the caller, after the config's own (a cluster worker's relay).
         """
         from vstream.detector import Detector
         from vstream.sinks.factory import build_sink
@@ -144,21 +147,21 @@ class Pipeline:
         except ValueError as exc:
             raise ModelError(f"pipeline {config.name}: {exc}") from None
         cascade = _cascade(config.secondary, detector, config.analytics)
-        sinks: list[BufferedSink] = [results_for(detector)] if collect else []  # type: ignore[list-item]
+        built: list[BufferedSink] = [results_for(detector)] if collect else []  # type: ignore[list-item]
         try:
             for sink in config.sinks:
                 if sink.type not in FRAME_SINK_TYPES:
-                    sinks.append(build_sink(sink, config.name))
+                    built.append(build_sink(sink, config.name))
             outputs = FrameOutputs(config, detector.device, detector.class_names)
         except BaseException:
-            for sink in sinks:
+            for sink in built:
                 sink.close()
             raise
         return cls(
             config.name,
             detector,
             runtime=config.runtime,
-            sinks=sinks,
+            sinks=[*built, *sinks],
             metrics=metrics,
             finish_when_idle=collect,
             analytics=config.analytics,
@@ -174,13 +177,13 @@ class Pipeline:
         self,
         config: SourceConfig,
         resume: ResumePoint | None = None,
-        analytics: StreamAnalytics | None = None,
+        carried: Carried | None = None,
     ) -> StreamReader:
         """Start reading ``config``'s source; the caller checks that its id is free.
 
-        ``resume`` starts after a frame already delivered, and ``analytics``
-        carries on the stream's tracks and counts as they stood after it (a
-        stream moved from a lost cluster worker).
+        ``resume`` starts after a frame already delivered, and ``carried``
+        goes on from the stream's tracks, counts and readings as they stood
+        after it (a stream moved from a lost cluster worker).
         """
         return self._add(
             StreamReader(
@@ -194,7 +197,7 @@ class Pipeline:
                 packet_tap=self.outputs.packet_tap(config.id) if self.outputs else None,
                 resume=resume,
             ),
-            analytics,
+            carried,
         )
 
     def add_frames(self, stream_id: str, frames: Iterable[Frame]) -> StreamReader:
@@ -211,10 +214,10 @@ class Pipeline:
             )
         )
 
-    def _add(self, reader: StreamReader, analytics: StreamAnalytics | None = None) -> StreamReader:
-        if analytics is not None:
-            analytics.stream = reader.id
-            reader.analytics = analytics
+    def _add(self, reader: StreamReader, carried: Carried | None = None) -> StreamReader:
+        if carried is not None:
+            carried.analytics.stream = reader.id
+            reader.analytics = carried.analytics
         elif self.analytics is not None or reader.cadence is not None:
             # A stream that skips frames needs a tracker to fill them in, asked for or not.
             reader.analytics = StreamAnalytics(
@@ -238,6 +241,8 @@ class Pipeline:
             self._reading += 1
         if self.cascade is not None:
             reader.attributes = self.cascade.counts(reader.id)
+            if carried is not None:
+                self.cascade.carry_on(reader.id, carried.readings)
         reader.start()
         return reader
 
