@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -195,6 +196,25 @@ def test_vstream_run_with_cluster_gives_a_single_process_s_records_and_stops_on_
     )
     file_records = [r for r in records if r["stream"] == "file"]
     assert_same_records(file_records, single_process_records(single, tmp_path))
+
+
+def test_the_shipped_cluster_config_runs_as_a_user_runs_it(tmp_path: Path) -> None:
+    """``vstream run configs/cluster.yaml``, unchanged: its own local Ray instance with two
+    workers, four bundled streams, every frame once and in order."""
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "cluster.yaml"
+    shutil.copy(shipped, tmp_path / "cluster.yaml")
+    done = subprocess.run(
+        [sys.executable, "-m", "vstream", "run", "cluster.yaml"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "on 2 Ray workers" in done.stderr
+    got = frames_by_stream(tmp_path / "out" / "cluster-detections.jsonl")
+    assert got == {f"cam{i}": list(range(200)) for i in range(1, 5)}
 
 
 @pytest.fixture(scope="module")
