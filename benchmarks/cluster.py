@@ -41,11 +41,11 @@ from typing import Any
 import numpy as np
 
 from vstream import assets
-from vstream.analytics import snapshot
 from vstream.analytics.stream import StreamAnalytics
 from vstream.cluster.relay import Relay
 from vstream.cluster.worker import WorkerInfo, WorkerReport
 from vstream.config import parse_data
+from vstream.engine import carry
 from vstream.engine.outputs import analyze
 from vstream.results import Detections, FrameResult
 
@@ -194,7 +194,7 @@ class SyntheticWorker:
         self.analytics: dict[str, Any] = {}
 
     def open(self, pipelines: list[Any], buffered_records: int) -> WorkerInfo:
-        self.relay = Relay(buffered_records, snapshot=self._analytics_of)
+        self.relay = Relay(buffered_records, state_of=self._analytics_of)
         self.tracking = {p.name: p.analytics for p in pipelines if p.analytics.enabled}
         return WorkerInfo(
             pid=os.getpid(),
@@ -206,7 +206,7 @@ class SyntheticWorker:
 
     def _analytics_of(self, stream: str) -> bytes | None:
         analytics = self.analytics.get(stream)
-        return None if analytics is None else snapshot.dumps(analytics)
+        return None if analytics is None else carry.dumps(analytics)
 
     def pid(self) -> int:
         return os.getpid()

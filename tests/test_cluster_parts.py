@@ -181,7 +181,7 @@ def test_the_relay_sends_each_streams_analytics_with_its_last_record_of_a_write(
     def snapshot(stream: str) -> bytes | None:
         return None if stream == "none" else f"{stream} after {analysed[stream]}".encode()
 
-    relay = Relay(capacity=64, snapshot=snapshot)
+    relay = Relay(capacity=64, state_of=snapshot)
 
     def analyse_and_write(*records: FrameResult) -> None:  # as the postprocessing thread does
         analysed.update(r.stream_id for r in records)

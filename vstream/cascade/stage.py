@@ -254,7 +254,7 @@ class Cascade:
 
     def readings(self, stream_id: str) -> dict[int, AttributeCache]:
         """The stream's last reading of each track, per model position (a moved stream
-        carries them to its next worker: :mod:`vstream.analytics.snapshot`)."""
+        carries them to its next worker: :mod:`vstream.engine.carry`)."""
         with self._lock:
             return {i: c for (stream, i), c in self._caches.items() if stream == stream_id}
 

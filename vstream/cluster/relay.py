@@ -12,7 +12,7 @@ is the stream's frame order, and leave in that order.
 
 A pipeline's write is one batch, and leaves whole: with it go, for each
 stream in it, its analytics as they stood after its last record there
-(:mod:`vstream.analytics.snapshot`), so that whatever the driver has
+(:mod:`vstream.engine.carry`), so that whatever the driver has
 delivered, it holds the tracks and counts that go with it.
 """
 
@@ -42,8 +42,8 @@ class Taken:
     """Per stream among the records: its analytics right after its last record here."""
 
 
-Snapshot = Callable[[str], bytes | None]
-"""A stream's analytics as they stand now, as bytes (None: the stream has none)."""
+StateOf = Callable[[str], bytes | None]
+"""A stream's state (:mod:`vstream.engine.carry`) as it stands now; None: it has none."""
 
 
 @dataclass
@@ -62,14 +62,14 @@ class Relay:
     label = "the relay to the driver"
     error = None
 
-    def __init__(self, capacity: int, snapshot: Snapshot | None = None) -> None:
+    def __init__(self, capacity: int, state_of: StateOf | None = None) -> None:
         """``capacity``: records held at most (a write larger than that waits for an empty
-        relay); ``snapshot``: each stream's analytics, read when its records are written."""
+        relay); ``state_of``: each stream's state, read when its records are written."""
         if capacity < 1:
             raise ValueError(f"relay capacity must be at least 1, got {capacity}")
         self.capacity = capacity
         self.stats = SinkStats()
-        self._snapshot = snapshot
+        self._state_of = state_of
         self._writes = 0
         self._cond = threading.Condition()
         self._records: deque[_Entry] = deque()
@@ -90,8 +90,8 @@ class Relay:
         """
         last = {result.stream_id: i for i, result in enumerate(results)}
         states = {}
-        if self._snapshot is not None:
-            states = {last[stream]: self._snapshot(stream) for stream in last}
+        if self._state_of is not None:
+            states = {last[stream]: self._state_of(stream) for stream in last}
         with self._cond:
             self.stats.produced += len(results)
             while (

@@ -17,8 +17,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from vstream.analytics import snapshot
 from vstream.config.sources import SourceConfig
+from vstream.engine import carry
 from vstream.engine.reader import StreamCounters
 from vstream.engine.status import StreamStatus
 from vstream.errors import VstreamError
@@ -65,7 +65,7 @@ class ClusterStream:
         """Records delivered to the driver's sinks (frames processed), detections, rate."""
         self.analytics_state: bytes | None = None
         """Its tracker, lines and zones as they stood after the last frame delivered
-        (:mod:`vstream.analytics.snapshot`); None: none, or nothing delivered yet."""
+        (:mod:`vstream.engine.carry`); None: none, or nothing delivered yet."""
         self.slot: int | None = None
         """The worker it runs on; None while it waits for one."""
         self.nvdec = False
@@ -132,7 +132,7 @@ class ClusterStream:
         """Its analytics as of the last frame delivered (line counts and zones for the API)."""
         if self.analytics_state is None:
             return None
-        return snapshot.loads(self.analytics_state).analytics
+        return carry.loads(self.analytics_state).analytics
 
     @property
     def error_text(self) -> str | None:

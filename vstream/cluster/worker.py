@@ -26,10 +26,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vstream.analytics import snapshot
 from vstream.cluster.relay import Relay
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.sources import SourceConfig
+from vstream.engine import carry
 from vstream.errors import VstreamError
 from vstream.results import FrameResult
 from vstream.sources.base import ResumePoint
@@ -101,7 +101,7 @@ class ClusterWorker:
         """
         from vstream.engine.pipeline import Pipeline
 
-        self.relay = Relay(buffered_records, snapshot=self._state_of)
+        self.relay = Relay(buffered_records, state_of=self._state_of)
         throughput = []
         for config in pipelines:
             pipeline = Pipeline.from_config(config, sinks=[self.relay])
@@ -128,8 +128,8 @@ class ClusterWorker:
         state: bytes | None = None,
     ) -> None:
         """Start reading ``source`` in ``pipeline``; when it moved here, after ``resume`` and
-        from its ``state`` (:mod:`vstream.analytics.snapshot`) as it stood after that frame."""
-        carried = snapshot.loads(state) if state is not None else None
+        from its ``state`` (:mod:`vstream.engine.carry`) as it stood after that frame."""
+        carried = carry.loads(state) if state is not None else None
         self.pipelines[pipeline].add_stream(source, resume, carried)
 
     def _state_of(self, stream_id: str) -> bytes | None:
@@ -140,7 +140,7 @@ class ClusterWorker:
             if reader is not None and reader.analytics is not None:
                 cascade = pipeline.cascade
                 readings = cascade.readings(stream_id) if cascade is not None else None
-                return snapshot.dumps(reader.analytics, readings)
+                return carry.dumps(reader.analytics, readings)
         return None
 
     def remove(self, stream_id: str) -> dict[str, Any] | None:

@@ -7,7 +7,9 @@
 - :mod:`~vstream.engine.interface`: the interface every engine offers (:class:`StreamEngine`),
   and what the two engines share;
 - :mod:`~vstream.engine.engine`: every pipeline of a config, started and stopped together;
-- :mod:`~vstream.engine.signals`: SIGTERM and SIGINT, graceful, then cut short.
+- :mod:`~vstream.engine.signals`: SIGTERM and SIGINT, graceful, then cut short;
+- :mod:`~vstream.engine.carry`: a stream's tracks, counts and readings as bytes, for the
+  cluster worker that takes the stream on.
 """
 
 from vstream.lazy import lazy_exports

@@ -48,9 +48,9 @@ from vstream.sources.base import ResumePoint, SourceState
 if TYPE_CHECKING:
     import numpy as np
 
-    from vstream.analytics.snapshot import Carried
     from vstream.cascade.stage import Cascade
     from vstream.detector import Detector
+    from vstream.engine.carry import Carried
 
 log = logging.getLogger("vstream.engine")
 

@@ -1,4 +1,4 @@
-"""A stream's analytics as bytes, and back: how tracks and counts follow a moved stream.
+"""A stream's state as bytes, and back: how tracks, counts and readings follow a moved stream.
 
 A cluster worker tracks its streams, counts their crossings and reads their
 objects with its secondary models itself; when the worker is lost, the

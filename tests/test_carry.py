@@ -12,9 +12,9 @@ import pickle
 import pytest
 
 import vstream
-from vstream.analytics import snapshot
 from vstream.analytics.stream import StreamAnalytics
 from vstream.config.analytics import AnalyticsConfig
+from vstream.engine import carry
 from vstream.engine.outputs import analyze
 from vstream.results import FrameResult
 
@@ -45,7 +45,7 @@ def test_analytics_loaded_mid_stream_give_the_same_records_as_a_run_without_a_br
     for cut in (1, 37, len(detected) // 2, len(detected) - 5):
         before = fresh()
         records = [analyze(before, result).to_record() for result in detected[:cut]]
-        after = snapshot.loads(snapshot.dumps(before)).analytics
+        after = carry.loads(carry.dumps(before)).analytics
         assert after is not before
         records += [analyze(after, result).to_record() for result in detected[cut:]]
         assert records == expected, f"cut after frame {cut}"
@@ -53,4 +53,4 @@ def test_analytics_loaded_mid_stream_give_the_same_records_as_a_run_without_a_br
 
 def test_only_a_stream_s_state_is_loaded() -> None:
     with pytest.raises(TypeError, match="not a stream's state: dict"):
-        snapshot.loads(pickle.dumps({"tracks": []}))
+        carry.loads(pickle.dumps({"tracks": []}))

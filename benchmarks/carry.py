@@ -3,11 +3,11 @@
 A stream's tracker, lines and zones (:class:`~vstream.analytics.stream.StreamAnalytics`,
 one counting line) fed 300 frames of N boxes moving at constant speeds; per
 frame, this thread's CPU time for the analysis and for
-:func:`vstream.analytics.snapshot.dumps`, and the bytes (a worker dumps once
+:func:`vstream.engine.carry.dumps`, and the bytes (a worker dumps once
 per stream per batch; the driver loads only to show counts, and the next
 worker once per move).
 
-    .venv/bin/python benchmarks/snapshot.py [--objects 5 20 50]
+    .venv/bin/python benchmarks/carry.py [--objects 5 20 50]
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 
-from vstream.analytics import snapshot
 from vstream.analytics.stream import StreamAnalytics
 from vstream.config.analytics import AnalyticsConfig
+from vstream.engine import carry
 from vstream.engine.outputs import analyze
 from vstream.results import Detections, FrameResult
 
@@ -46,12 +46,12 @@ def measure(objects: int) -> dict[str, float]:
         analyze(analytics, result)
         analysis.append(time.thread_time() - began)
         began = time.thread_time()
-        data = snapshot.dumps(analytics)
+        data = carry.dumps(analytics)
         dumps.append(time.thread_time() - began)
         size = len(data)
     began = time.thread_time()
     for _ in range(50):
-        snapshot.loads(data)
+        carry.loads(data)
     loads = (time.thread_time() - began) / 50
     return {
         "objects": objects,
