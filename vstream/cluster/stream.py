@@ -41,6 +41,39 @@ _SUMMED = (
 )
 """Counters a worker reports that add up over the workers a stream ran on."""
 
+_CADENCE_SUMMED = ("frames_detected", "frames_predicted", "frames_motion_skipped", "frames_adapted")
+"""A cadence's counters (:meth:`vstream.engine.cadence.Cadence.counts`), added up the same way."""
+
+
+class _Reported:
+    """Figures a worker reported, added up over the workers a stream ran on, shown as the
+    stream's own (``state()``, as :func:`vstream.engine.status.cadence_state` and
+    :func:`~vstream.engine.status.attributes_state` read them)."""
+
+    def __init__(self, figures: dict[str, Any]) -> None:
+        self._figures = figures
+
+    def state(self) -> dict[str, Any]:
+        return self._figures
+
+
+def _added(earlier: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """Two workers' secondary-model figures (``{model: ModelCounts.to_json()}``) added up."""
+    total = {}
+    for model in {*earlier, *now}:
+        a, b = earlier.get(model, {}), now.get(model, {})
+        labels = dict(a.get("labels", {}))
+        for label, n in b.get("labels", {}).items():
+            labels[label] = labels.get(label, 0) + n
+        total[model] = {
+            "fresh": a.get("fresh", 0) + b.get("fresh", 0),
+            "cached": a.get("cached", 0) + b.get("cached", 0),
+            "runs": a.get("runs", 0) + b.get("runs", 0),
+            "seconds": round(a.get("seconds", 0.0) + b.get("seconds", 0.0), 4),
+            "labels": dict(sorted(labels.items(), key=lambda item: (-item[1], item[0]))),
+        }
+    return total
+
 
 class RemoteStreamError(VstreamError):
     """A stream failed on its worker because of its input (a bad file, a camera out of retries)."""
@@ -92,7 +125,8 @@ class ClusterStream:
         """What its worker had done for it at the last pull: frames handed to the pipeline,
         and frames read towards its resume point before the first of those."""
         self._moved_at: float | None = None
-        self._earlier = dict.fromkeys(_SUMMED, 0)
+        self._earlier = dict.fromkeys(_SUMMED + _CADENCE_SUMMED, 0)
+        self._earlier_attributes: dict[str, Any] = {}
         self._status: dict[str, Any] = {}
 
     @property
@@ -126,6 +160,28 @@ class ClusterStream:
     def frame_age_seconds(self) -> float | None:
         """Capture to record on the worker, latest frame (the hop to the driver not included)."""
         return self._status.get("frame_age_seconds")
+
+    @property
+    def cadence(self) -> _Reported | None:
+        """Frames detected, predicted and skipped on its workers, where its cadence skips
+        frames; None otherwise."""
+        if not self.config.cadence_on:
+            return None
+        counts = {key: self.total(key) for key in _CADENCE_SUMMED}
+        seen = counts["frames_detected"] + counts["frames_predicted"]
+        return _Reported(
+            counts
+            | {
+                "detection_rate": round(counts["frames_detected"] / seen, 4) if seen else None,
+                "detect_every_now": self._status.get("detect_every_now"),
+            }
+        )
+
+    @property
+    def attributes(self) -> _Reported | None:
+        """Its secondary models' figures on its workers; None before any (or without)."""
+        figures = _added(self._earlier_attributes, self._status.get("attributes", {}))
+        return _Reported(figures) if figures else None
 
     @property
     def analytics(self) -> StreamAnalytics | None:
@@ -193,8 +249,11 @@ class ClusterStream:
 
     def lost_worker(self) -> None:
         """It left its worker (lost, or stuck): keep what it counted there, wait for another."""
-        for key in _SUMMED:
+        for key in _SUMMED + _CADENCE_SUMMED:
             self._earlier[key] += int(self._status.get(key, 0))
+        self._earlier_attributes = _added(
+            self._earlier_attributes, self._status.get("attributes", {})
+        )
         self._status = {}
         self.slot, self.nvdec, self.worker_id = None, False, None
         self.moves += 1
