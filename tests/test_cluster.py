@@ -200,7 +200,7 @@ def test_vstream_run_with_cluster_gives_a_single_process_s_records_and_stops_on_
 
 def test_the_shipped_cluster_config_runs_as_a_user_runs_it(tmp_path: Path) -> None:
     """``vstream run configs/cluster.yaml``, unchanged: its own local Ray instance with two
-    workers, four bundled streams, every frame once and in order."""
+    workers, four bundled streams tracked and counted there, every frame once and in order."""
     shipped = Path(__file__).resolve().parents[1] / "configs" / "cluster.yaml"
     shutil.copy(shipped, tmp_path / "cluster.yaml")
     done = subprocess.run(
@@ -213,8 +213,11 @@ def test_the_shipped_cluster_config_runs_as_a_user_runs_it(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr
     assert "on 2 Ray workers" in done.stderr
-    got = frames_by_stream(tmp_path / "out" / "cluster-detections.jsonl")
-    assert got == {f"cam{i}": list(range(200)) for i in range(1, 5)}
+    out = tmp_path / "out" / "cluster-detections.jsonl"
+    assert frames_by_stream(out) == {f"cam{i}": list(range(200)) for i in range(1, 5)}
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all("gate" in r["lines"] for r in records)  # tracked and counted on the workers
+    assert any(d.get("track_id") for r in records for d in r["detections"])
 
 
 @pytest.fixture(scope="module")
