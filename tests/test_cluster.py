@@ -502,6 +502,8 @@ def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
     colour = described.to_json()["attributes"]["colour"]
     assert colour["fresh"] >= sum(r["fresh"] for r in readings)
     assert colour["fresh"] + colour["cached"] >= len(readings)
+    fresh = 'vstream_secondary_readings_total{model="colour",pipeline="p",reading="fresh"}'
+    assert f"{fresh} {float(colour['fresh'])}" in metrics
     pipeline = {
         "name": "p",
         "model": {"path": str(MODEL)},

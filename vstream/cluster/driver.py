@@ -63,7 +63,7 @@ from vstream.cluster.connect import RayConnection
 from vstream.cluster.deliver import DELIVERY_DEPTH, Deliverer, Delivery, build_sinks
 from vstream.cluster.roster import Roster
 from vstream.cluster.slots import WORKER_CONCURRENCY, WorkerSlot, WorkerSlots, gpus_per_worker
-from vstream.cluster.stream import ClusterStream
+from vstream.cluster.stream import ClusterStream, PipelineFigures
 from vstream.cluster.worker import ClusterWorker, worker_config
 from vstream.config.pipelines import VstreamConfig
 from vstream.config.sources import SourceConfig
@@ -146,6 +146,13 @@ class ClusterEngine(EngineBase):
             raise
         self.metrics.watch(self._samples)
         self.metrics.watch_cluster(self._cluster_sample)
+        self._figures = [
+            PipelineFigures(p.name, self._roster.streams, self._lock)
+            for p in config.pipelines
+            if p.secondary
+        ]
+        for figures in self._figures:
+            self.metrics.watch_cascade(figures.pipeline, figures)
 
     @property
     def failure(self) -> BaseException | None:
@@ -241,6 +248,8 @@ class ClusterEngine(EngineBase):
             stream = self._roster.streams.pop(stream_id, None)
             if stream is None:
                 raise StreamNotFound(f"no stream {stream_id!r}")
+            for figures in self._figures:
+                figures.removed(stream)
             stream.removed = True
             accepted = self._deliverer.accepted
             self._roster.placed.pop(stream.worker_id or "", None)

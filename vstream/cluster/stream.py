@@ -57,7 +57,7 @@ class _Reported:
         return self._figures
 
 
-def _added(earlier: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+def added(earlier: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
     """Two workers' secondary-model figures (``{model: ModelCounts.to_json()}``) added up."""
     total = {}
     for model in {*earlier, *now}:
@@ -180,7 +180,7 @@ class ClusterStream:
     @property
     def attributes(self) -> _Reported | None:
         """Its secondary models' figures on its workers; None before any (or without)."""
-        figures = _added(self._earlier_attributes, self._status.get("attributes", {}))
+        figures = added(self._earlier_attributes, self._status.get("attributes", {}))
         return _Reported(figures) if figures else None
 
     @property
@@ -251,7 +251,7 @@ class ClusterStream:
         """It left its worker (lost, or stuck): keep what it counted there, wait for another."""
         for key in _SUMMED + _CADENCE_SUMMED:
             self._earlier[key] += int(self._status.get(key, 0))
-        self._earlier_attributes = _added(
+        self._earlier_attributes = added(
             self._earlier_attributes, self._status.get("attributes", {})
         )
         self._status = {}
@@ -326,3 +326,49 @@ class ClusterStream:
             stalls=self.stalls,
             gap_seconds=round(self.gap_seconds, 3),
         )
+
+
+class PipelineFigures:
+    """A cluster pipeline's secondary-model figures for the metrics
+    (:class:`vstream.metrics.CascadeFigures`), from its streams' workers' reports.
+
+    The figures of removed streams stay in the totals (the metrics are counters), as
+    last reported before the removal (what a worker read after it, at most one status
+    interval, is not counted).
+    """
+
+    def __init__(self, pipeline: str, streams: dict[str, ClusterStream], lock: Any) -> None:
+        self.pipeline = pipeline
+        self._streams = streams
+        self._lock = lock
+        self._removed: dict[str, Any] = {}
+
+    def removed(self, stream: ClusterStream) -> None:
+        """``stream`` was removed (under the lock): keep its figures in the totals."""
+        if stream.pipeline == self.pipeline and stream.attributes is not None:
+            self._removed = added(self._removed, stream.attributes.state())
+
+    def _by_stream(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            streams = [s for s in self._streams.values() if s.pipeline == self.pipeline]
+            return {s.id: s.attributes.state() for s in streams if s.attributes is not None}
+
+    def totals(self) -> dict[str, Any]:
+        total = self._removed
+        for figures in self._by_stream().values():
+            total = added(total, figures)
+        return {model: _model_counts(figures) for model, figures in total.items()}
+
+    def stream_counts(self) -> dict[str, dict[str, Any]]:
+        return {
+            stream: {model: _model_counts(f) for model, f in models.items()}
+            for stream, models in self._by_stream().items()
+        }
+
+
+def _model_counts(figures: dict[str, Any]) -> Any:
+    from vstream.cascade.counts import ModelCounts
+
+    return ModelCounts(
+        figures["fresh"], figures["cached"], figures["runs"], figures["seconds"], figures["labels"]
+    )
