@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
 
 import vstream
@@ -54,3 +55,27 @@ def test_analytics_loaded_mid_stream_give_the_same_records_as_a_run_without_a_br
 def test_only_a_stream_s_state_is_loaded() -> None:
     with pytest.raises(TypeError, match="not a stream's state: dict"):
         carry.loads(pickle.dumps({"tracks": []}))
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(6.0).reshape(2, 3),
+        np.asfortranarray(np.arange(6).reshape(2, 3)),
+        np.zeros((0, 8)),
+        np.array(3.5),
+        np.arange(4, dtype=">i4"),
+        np.array(["disc", "square"]),
+        np.array([{"colour": "red"}, None], dtype=object),
+    ],
+    ids=["floats", "fortran", "empty", "scalar", "big-endian", "strings", "objects"],
+)
+def test_arrays_come_back_equal_and_writeable(array: np.ndarray) -> None:
+    """The state's arrays travel as raw bytes (objects as numpy pickles them): each comes
+    back with its dtype, shape and values, and the tracker may write to it."""
+    state = fresh()
+    state.tracker._mean = array  # any array of the state travels the same way
+    back = carry.loads(carry.dumps(state)).analytics.tracker._mean
+    assert back.dtype == array.dtype and back.shape == array.shape
+    assert back.tolist() == array.tolist()
+    assert back.flags.writeable

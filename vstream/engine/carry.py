@@ -24,6 +24,8 @@ import pickle
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
+
 if TYPE_CHECKING:
     from vstream.analytics.stream import StreamAnalytics
     from vstream.cascade.attributes import AttributeCache
@@ -42,8 +44,20 @@ def _read_only(items: dict[Any, Any]) -> MappingProxyType[Any, Any]:
     return MappingProxyType(items)
 
 
+def _array(data: bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()  # writeable, owning
+
+
 _DISPATCH = copyreg.dispatch_table.copy()
 _DISPATCH[MappingProxyType] = lambda mapping: (_read_only, (dict(mapping),))
+# A tracker is columns of small arrays: as raw bytes (but arrays of Python objects) they
+# pickle faster than by numpy's own reduction, which pickles a dtype object per array
+# (benchmarks/carry.py: about a fifth off the whole state).
+_DISPATCH[np.ndarray] = lambda array: (
+    array.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    if array.dtype.hasobject
+    else (_array, (np.ascontiguousarray(array).tobytes(), array.dtype.str, array.shape))
+)
 
 
 def dumps(analytics: StreamAnalytics, readings: dict[int, AttributeCache] | None = None) -> bytes:
