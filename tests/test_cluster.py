@@ -482,6 +482,8 @@ def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
             "s on a worker",
         )
         wait_for_records(tmp_path / "out.jsonl", {"s": list(range(4 * FPS))})
+        # Its figures are its worker's last report, which comes with or after its last record.
+        wait_for(engine.files_done, 60, "the stream's last state")
         described = engine.stream("s")
         metrics = engine.metrics.render().decode()
     finally:

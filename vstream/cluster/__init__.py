@@ -1,14 +1,14 @@
 """Streams placed on a Ray cluster: a driver, its workers, and what moves between them.
 
 - :mod:`~vstream.cluster.connect`: Ray started locally on 127.0.0.1, or a cluster joined;
-- :mod:`~vstream.cluster.worker`: a Ray actor running the pipelines' detectors;
+- :mod:`~vstream.cluster.worker`: a Ray actor running the pipelines (detectors, trackers);
 - :mod:`~vstream.cluster.relay`: the bounded queue of records a worker keeps for the driver;
 - :mod:`~vstream.cluster.placement`: which worker takes a stream, by capacity;
 - :mod:`~vstream.cluster.stream`: a stream as the driver keeps it (delivered, resume point);
 - :mod:`~vstream.cluster.slots`: the driver's worker slots: start, wait, kill, replace;
 - :mod:`~vstream.cluster.roster`: which stream is on which worker; moves off lost or stuck ones;
 - :mod:`~vstream.cluster.collect`: the driver's control thread: the calls, records accepted;
-- :mod:`~vstream.cluster.deliver`: the driver's delivery thread: analytics and sinks;
+- :mod:`~vstream.cluster.deliver`: the driver's delivery thread: records to the sinks;
 - :mod:`~vstream.cluster.driver`: :class:`ClusterEngine`, the engine interface over all that;
 - :mod:`~vstream.cluster.processes`: ``processes: N``, the local cluster that shares a GPU.
 
