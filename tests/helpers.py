@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -31,16 +32,24 @@ class CliResult:
 
 
 def run_cli(
-    *args: str | Path, timeout: float = 300, limits: Mapping[int, int] | None = None
+    *args: str | Path,
+    timeout: float = 300,
+    limits: Mapping[int, int] | None = None,
+    cwd: Path | None = None,
 ) -> CliResult:
     """Run ``python -m vstream`` as a user would, bounded in time (and by ``limits``,
-    see :func:`rlimited`)."""
+    see :func:`rlimited`); in ``cwd`` if given, this checkout's package still first."""
+    env = None
+    if cwd is not None:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     done = subprocess.run(
         [sys.executable, "-m", "vstream", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,
         preexec_fn=rlimited(limits),
+        cwd=cwd,
+        env=env,
     )
     return CliResult(done.returncode, done.stdout, done.stderr)
 

@@ -4,13 +4,11 @@ new user meets first: ``--version``, flags' help without a config, the outputs l
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 
 from vstream import assets
 from vstream.config import ConfigError, parse_config
@@ -37,14 +35,7 @@ def test_the_shipped_configs_work_copied_to_an_empty_folder(
         assert "../" not in config.read_text(), config.name
         assert main(["validate", str(config)]) == 0, capsys.readouterr().err
 
-    done = subprocess.run(
-        [sys.executable, "-m", "vstream", "run", "configs/file.yaml"],
-        cwd=elsewhere,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_cli("run", "configs/file.yaml", cwd=elsewhere)
     assert done.returncode == 0, done.stderr
     records = elsewhere / "configs" / "out" / "detections.jsonl"
     assert [json.loads(line)["frame"] for line in records.read_text().splitlines()] == list(

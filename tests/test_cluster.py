@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import frames_by_stream, wait_for
+from helpers import frames_by_stream, run_cli, wait_for
 
 from vstream import assets
 from vstream.cluster.connect import RayConnection
@@ -203,14 +203,7 @@ def test_the_shipped_cluster_config_runs_as_a_user_runs_it(tmp_path: Path) -> No
     workers, four bundled streams tracked and counted there, every frame once and in order."""
     shipped = Path(__file__).resolve().parents[1] / "configs" / "cluster.yaml"
     shutil.copy(shipped, tmp_path / "cluster.yaml")
-    done = subprocess.run(
-        [sys.executable, "-m", "vstream", "run", "cluster.yaml"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_cli("run", "cluster.yaml", cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "on 2 Ray workers" in done.stderr
     out = tmp_path / "out" / "cluster-detections.jsonl"
