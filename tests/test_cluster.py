@@ -233,12 +233,21 @@ def local_ray() -> Iterator[RayConnection]:
         )
 
 
+DAEMON_PIPELINE = {
+    "name": "p",
+    "model": {"path": str(MODEL)},
+    "runtime": {"device": "cpu", "batch_size": 4},
+    "analytics": {
+        "tracking": {},
+        "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}],
+    },
+}
+
+
 def daemon_config(tmp_path: Path) -> Any:
     """Two workers, no streams yet; one replacement at most, a stream moved once at most."""
     pipeline = {
-        "name": "p",
-        "model": {"path": str(MODEL)},
-        "runtime": {"device": "cpu", "batch_size": 4},
+        **DAEMON_PIPELINE,
         "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")}],
     }
     cluster = {"engine": "ray", "workers": 2, "max_worker_restarts": 1, "max_stream_moves": 1}
@@ -696,9 +705,10 @@ def test_streams_are_added_and_removed_through_the_api_while_running(daemon: Dae
 
 
 def test_a_killed_worker_s_streams_finish_on_the_other_without_loss_or_duplicates(
-    daemon: Daemon,
+    daemon: Daemon, tmp_path: Path
 ) -> None:
-    """A worker dies: files go on after their last delivered frame, a live stream after a gap."""
+    """A worker dies: files go on after their last delivered frame, with their tracks and
+    counts, a live stream after a gap."""
     engine, client = daemon.engine, daemon.client
     live = {"id": "live", "uri": str(VIDEO), "loop": True, "realtime": True}
     assert client.post("/streams", json=live).status_code == 201
@@ -745,6 +755,28 @@ def test_a_killed_worker_s_streams_finish_on_the_other_without_loss_or_duplicate
     assert 'vstream_cluster_workers{state="ready"} 2.0' in metrics
     assert 'reason="duplicate"' not in metrics
     assert not engine.failures()
+    # The moved files' tracks and counts went on from their state at the last delivered
+    # frame: each file's records are a single process's (the four files are one video).
+    single = parse_config(
+        json.dumps(
+            {
+                "pipelines": [
+                    {
+                        **DAEMON_PIPELINE,
+                        "sources": [{"id": "k", "uri": str(VIDEO), "end_seconds": 4.0}],
+                        "sinks": [{"type": "jsonl", "path": str(tmp_path / "single.jsonl")}],
+                    }
+                ]
+            }
+        ),
+        base_dir=tmp_path,
+    )
+    expected = single_process_records(single, tmp_path)
+    records = [json.loads(line) for line in daemon.records.read_text().splitlines()]
+    assert set(moved) & set(files), f"no file on the victim {victim}"
+    for stream in set(moved) & set(files):
+        ours = [r | {"stream": "k"} for r in records if r["stream"] == stream]
+        assert_same_records(ours, expected)
 
 
 def test_losses_past_the_bounds_fail_once_and_loudly(daemon: Daemon) -> None:
