@@ -11,9 +11,9 @@ Records of one stream enter in the order the pipeline delivers them, which
 is the stream's frame order, and leave in that order.
 
 A pipeline's write is one batch, and leaves whole: with it go, for each
-stream in it, its analytics as they stood after its last record there
-(:mod:`vstream.engine.carry`), so that whatever the driver has
-delivered, it holds the tracks and counts that go with it.
+stream in it, its tracks, counts and readings as they stood after its last
+record there (:mod:`vstream.engine.carry`), so that whatever the driver has
+delivered, it holds the state that goes with it.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Taken:
     ended: bool
     """The relay is closed and empty: the worker's pipelines have finished."""
     states: dict[str, bytes] = field(default_factory=dict)
-    """Per stream among the records: its analytics right after its last record here."""
+    """Per stream among the records: its state right after its last record here."""
 
 
 StateOf = Callable[[str], bytes | None]
@@ -52,7 +52,7 @@ class _Entry:
     write: int
     """Which write brought it: a take never splits one."""
     state: bytes | None = None
-    """On a stream's last record of its write: the stream's analytics after it."""
+    """On a stream's last record of its write: the stream's state after it."""
 
 
 class Relay:
@@ -85,8 +85,8 @@ class Relay:
         """Queue ``results`` in order, as one write, waiting until they fit (backpressure).
 
         Called by a pipeline's postprocessing thread right after it analysed
-        these records, so each stream's analytics are read as they stand after
-        its last one.
+        these records, so each stream's state is read as it stands after its
+        last one.
         """
         last = {result.stream_id: i for i, result in enumerate(results)}
         states = {}

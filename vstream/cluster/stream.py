@@ -5,10 +5,10 @@ record handed to the sinks moves the stream's :class:`ResumePoint` to its
 frame. When the stream's worker is lost, the stream is opened again on
 another worker after that frame, so a file gives every frame once (same
 indices, same time stamps) and a live stream continues after a gap, which
-is counted. With that frame it keeps the stream's analytics (tracker, lines,
-zones) as they stood after it, which the worker sent with the record, and
-hands them to the next worker: tracks and counts carry on across a move as
-if nothing happened.
+is counted. With that frame it keeps the stream's state (tracker, lines,
+zones, secondary readings) as it stood after it, which the worker sent with
+the record, and hands it to the next worker: tracks, counts and readings
+carry on across a move as if nothing happened.
 """
 
 from __future__ import annotations
@@ -97,8 +97,8 @@ class ClusterStream:
         self.counters = StreamCounters()
         """Records delivered to the driver's sinks (frames processed), detections, rate."""
         self.analytics_state: bytes | None = None
-        """Its tracker, lines and zones as they stood after the last frame delivered
-        (:mod:`vstream.engine.carry`); None: none, or nothing delivered yet."""
+        """Its tracker, lines, zones and readings as they stood after the last frame
+        delivered (:mod:`vstream.engine.carry`); None: none, or nothing delivered yet."""
         self.slot: int | None = None
         """The worker it runs on; None while it waits for one."""
         self.nvdec = False

@@ -2,14 +2,14 @@
 
 Each worker runs the same :class:`~vstream.engine.pipeline.Pipeline` code as
 a single process (readers, intake, overlapped stages, one detector per
-pipeline on the worker's device, and each stream's tracker, lines and
-zones), with one difference: its only sink is a
+pipeline on the worker's device, each stream's tracker, lines and zones,
+the secondary models), with one difference: its only sink is a
 :class:`~vstream.cluster.relay.Relay`, from which the driver pulls records.
-Frames never leave the worker; records (box metadata, tracks, events),
-counters, states and each stream's analytics as bytes do. A worker keeps no
-state the driver needs to recover it: when it is lost, the driver opens its
-streams elsewhere after the last record it delivered, with the analytics
-that go with that record.
+Frames never leave the worker; records (boxes, tracks, events, readings),
+counters, states and each stream's tracks, counts and readings as bytes
+(:mod:`vstream.engine.carry`) do. A worker keeps no state the driver needs
+to recover it: when it is lost, the driver opens its streams elsewhere after
+the last record it delivered, from the state that goes with that record.
 
 The class is plain Python: the driver makes it an actor with ``ray.remote``,
 so that importing this module needs no Ray. Every method is called through
@@ -75,7 +75,8 @@ class WorkerReport:
     ended: bool
     """The worker has finished (after :meth:`ClusterWorker.finish`) and nothing is left."""
     states: dict[str, bytes] = field(default_factory=dict)
-    """Per stream among the records: its analytics right after its last record here."""
+    """Per stream among the records: its state (:mod:`vstream.engine.carry`) right after its
+    last record here."""
 
 
 class ClusterWorker:
