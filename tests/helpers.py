@@ -341,3 +341,14 @@ def as_tensor_frame(frame: Frame, pixel_format: PixelFormat) -> Frame:
     picture = frame.picture.frame  # type: ignore[union-attr]
     data = torch.from_numpy(picture.to_ndarray(format=pixel_format.value))
     return Frame(data, pixel_format, frame.width, frame.height, colour=frame.colour)
+
+
+def api_client(url: str, **options: Any) -> Any:
+    """An HTTP client for a daemon that lives through a whole module: a new connection per
+    request. The server closes a connection idle for ``idle_timeout_seconds`` (5 s); a
+    client that reuses one at that moment gets "Server disconnected without sending a
+    response" (seen once, on a loaded machine), and httpx retries no POST."""
+    import httpx
+
+    no_reuse = httpx.Limits(max_keepalive_connections=0)
+    return httpx.Client(base_url=url, limits=no_reuse, **options)

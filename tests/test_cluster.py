@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import frames_by_stream, run_cli, wait_for
+from helpers import api_client, frames_by_stream, run_cli, wait_for
 
 from vstream import assets
 from vstream.cluster.connect import RayConnection
@@ -631,7 +631,7 @@ def daemon(local_ray: RayConnection, tmp_path_factory: pytest.TempPathFactory) -
     server.start()
     engine.start()
     try:
-        with httpx.Client(base_url=server.url, timeout=30) as client:
+        with api_client(server.url, timeout=30) as client:
             yield Daemon(engine, client, tmp_path / "out.jsonl")
     finally:
         engine.stop()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from helpers import tiny_detector, wait_for, write_video
+from helpers import api_client, tiny_detector, wait_for, write_video
 from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class Daemon:
         )
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = self._wait_for_url()
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=20)
+        self.http = api_client(self.url, headers=headers, timeout=20)
 
     def _wait_for_url(self) -> str:
         deadline = time.monotonic() + START_TIMEOUT
