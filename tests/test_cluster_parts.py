@@ -345,3 +345,49 @@ def test_a_stream_stalls_only_while_its_worker_neither_delivers_nor_takes_its_fr
     stream.placed(1, False, 2)  # moved: a new reader, counting from 0 again
     reported(stream, decoded=2)
     assert stream.pulled(1.0, 0) == 0.0
+
+
+def test_a_moved_stream_s_cadence_and_readings_add_up_over_its_workers() -> None:
+    """Each worker counts from 0 for its own reader; the stream shows, and the pipeline's
+    metrics count, what every worker it ran on counted, removed streams included."""
+    import threading
+
+    from vstream.cluster.stream import ClusterStream, PipelineFigures
+    from vstream.config.sources import SourceConfig
+
+    def on_worker(detected: int, predicted: int, fresh: int, labels: dict[str, int]) -> dict:
+        colour = {"fresh": fresh, "cached": 2, "runs": 1, "seconds": 0.5, "labels": labels}
+        return {
+            "state": "streaming",
+            "frames_detected": detected,
+            "frames_predicted": predicted,
+            "frames_motion_skipped": 0,
+            "frames_adapted": 0,
+            "detect_every_now": 3,
+            "attributes": {"colour": colour},
+        }
+
+    config = SourceConfig(id="s", uri=str(assets.SAMPLE_VIDEO), detect_every=3)
+    stream = ClusterStream("p", config)
+    streams = {"s": stream}
+    figures = PipelineFigures("p", streams, threading.Lock())
+    stream.placed(0, False, 1)
+    stream.report(on_worker(10, 20, 4, {"red": 3, "blue": 1}))
+    stream.lost_worker()
+    stream.placed(1, False, 2)
+    stream.report(on_worker(5, 10, 2, {"red": 2}))
+    shown = stream.status().to_json()
+    assert (shown["frames_detected"], shown["frames_predicted"]) == (15, 30)
+    assert shown["detection_rate"] == pytest.approx(1 / 3, abs=1e-4)
+    assert shown["attributes"]["colour"] == {
+        "fresh": 6,
+        "cached": 4,
+        "runs": 2,
+        "seconds": 1.0,
+        "labels": {"red": 5, "blue": 1},
+    }
+    assert figures.totals()["colour"].fresh == 6
+    del streams["s"]
+    figures.removed(stream)
+    assert figures.stream_counts() == {}
+    assert figures.totals()["colour"].labels == {"red": 5, "blue": 1}  # counters never fall

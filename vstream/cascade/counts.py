@@ -40,6 +40,12 @@ class ModelCounts:
     def copy(self) -> ModelCounts:
         return ModelCounts(self.fresh, self.cached, self.runs, self.seconds, dict(self.labels))
 
+    @classmethod
+    def from_json(cls, figures: dict[str, Any]) -> ModelCounts:
+        """The counts :meth:`to_json` showed (a cluster worker's report of a stream)."""
+        keys = ("fresh", "cached", "runs", "seconds")
+        return cls(*(figures[k] for k in keys), dict(figures["labels"]))
+
     def to_json(self) -> dict[str, Any]:
         """As ``GET /streams/{id}`` shows it; labels most seen first."""
         return {

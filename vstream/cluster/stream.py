@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from vstream.config.sources import SourceConfig
 from vstream.engine import carry
+from vstream.engine.cadence import COUNTED, cadence_figures
 from vstream.engine.reader import StreamCounters
 from vstream.engine.status import StreamStatus
 from vstream.errors import VstreamError
@@ -28,6 +29,7 @@ from vstream.uri import is_live, redact
 
 if TYPE_CHECKING:
     from vstream.analytics.stream import StreamAnalytics
+    from vstream.cascade.counts import ModelCounts
 
 log = logging.getLogger("vstream.cluster")
 
@@ -40,9 +42,6 @@ _SUMMED = (
     "corrupt_packets",
 )
 """Counters a worker reports that add up over the workers a stream ran on."""
-
-_CADENCE_SUMMED = ("frames_detected", "frames_predicted", "frames_motion_skipped", "frames_adapted")
-"""A cadence's counters (:meth:`vstream.engine.cadence.Cadence.counts`), added up the same way."""
 
 
 class _Reported:
@@ -57,21 +56,21 @@ class _Reported:
         return self._figures
 
 
-def added(earlier: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
-    """Two workers' secondary-model figures (``{model: ModelCounts.to_json()}``) added up."""
-    total = {}
-    for model in {*earlier, *now}:
-        a, b = earlier.get(model, {}), now.get(model, {})
-        labels = dict(a.get("labels", {}))
-        for label, n in b.get("labels", {}).items():
-            labels[label] = labels.get(label, 0) + n
-        total[model] = {
-            "fresh": a.get("fresh", 0) + b.get("fresh", 0),
-            "cached": a.get("cached", 0) + b.get("cached", 0),
-            "runs": a.get("runs", 0) + b.get("runs", 0),
-            "seconds": round(a.get("seconds", 0.0) + b.get("seconds", 0.0), 4),
-            "labels": dict(sorted(labels.items(), key=lambda item: (-item[1], item[0]))),
-        }
+def _model_counts(reported: dict[str, Any]) -> dict[str, ModelCounts]:
+    """A worker's report's secondary-model figures (``attributes``), as counts."""
+    from vstream.cascade.counts import ModelCounts  # here: the cascade's package loads torch
+
+    return {m: ModelCounts.from_json(f) for m, f in reported.get("attributes", {}).items()}
+
+
+def _summed(*parts: dict[str, ModelCounts]) -> dict[str, ModelCounts]:
+    """Per model, the counts of ``parts`` added up (none changed)."""
+    from vstream.cascade.counts import ModelCounts, add_to
+
+    total: dict[str, ModelCounts] = {}
+    for part in parts:
+        for model, counts in part.items():
+            add_to(total.setdefault(model, ModelCounts()), counts)
     return total
 
 
@@ -125,8 +124,8 @@ class ClusterStream:
         """What its worker had done for it at the last pull: frames handed to the pipeline,
         and frames read towards its resume point before the first of those."""
         self._moved_at: float | None = None
-        self._earlier = dict.fromkeys(_SUMMED + _CADENCE_SUMMED, 0)
-        self._earlier_attributes: dict[str, Any] = {}
+        self._earlier = dict.fromkeys(_SUMMED + COUNTED, 0)
+        self._earlier_models: dict[str, ModelCounts] = {}
         self._status: dict[str, Any] = {}
 
     @property
@@ -167,21 +166,18 @@ class ClusterStream:
         frames; None otherwise."""
         if not self.config.cadence_on:
             return None
-        counts = {key: self.total(key) for key in _CADENCE_SUMMED}
-        seen = counts["frames_detected"] + counts["frames_predicted"]
-        return _Reported(
-            counts
-            | {
-                "detection_rate": round(counts["frames_detected"] / seen, 4) if seen else None,
-                "detect_every_now": self._status.get("detect_every_now"),
-            }
-        )
+        counts = {key: self.total(key) for key in COUNTED}
+        return _Reported(cadence_figures(counts, self._status.get("detect_every_now")))
+
+    def model_counts(self) -> dict[str, ModelCounts]:
+        """Its secondary models' counts on every worker it ran on, added up."""
+        return _summed(self._earlier_models, _model_counts(self._status))
 
     @property
     def attributes(self) -> _Reported | None:
         """Its secondary models' figures on its workers; None before any (or without)."""
-        figures = added(self._earlier_attributes, self._status.get("attributes", {}))
-        return _Reported(figures) if figures else None
+        counts = self.model_counts()
+        return _Reported({m: c.to_json() for m, c in counts.items()}) if counts else None
 
     @property
     def analytics(self) -> StreamAnalytics | None:
@@ -249,11 +245,9 @@ class ClusterStream:
 
     def lost_worker(self) -> None:
         """It left its worker (lost, or stuck): keep what it counted there, wait for another."""
-        for key in _SUMMED + _CADENCE_SUMMED:
+        for key in _SUMMED + COUNTED:
             self._earlier[key] += int(self._status.get(key, 0))
-        self._earlier_attributes = added(
-            self._earlier_attributes, self._status.get("attributes", {})
-        )
+        self._earlier_models = self.model_counts()
         self._status = {}
         self.slot, self.nvdec, self.worker_id = None, False, None
         self.moves += 1
@@ -341,34 +335,17 @@ class PipelineFigures:
         self.pipeline = pipeline
         self._streams = streams
         self._lock = lock
-        self._removed: dict[str, Any] = {}
+        self._removed: dict[str, ModelCounts] = {}
 
     def removed(self, stream: ClusterStream) -> None:
         """``stream`` was removed (under the lock): keep its figures in the totals."""
-        if stream.pipeline == self.pipeline and stream.attributes is not None:
-            self._removed = added(self._removed, stream.attributes.state())
+        if stream.pipeline == self.pipeline:
+            self._removed = _summed(self._removed, stream.model_counts())
 
-    def _by_stream(self) -> dict[str, dict[str, Any]]:
+    def stream_counts(self) -> dict[str, dict[str, ModelCounts]]:
         with self._lock:
             streams = [s for s in self._streams.values() if s.pipeline == self.pipeline]
-            return {s.id: s.attributes.state() for s in streams if s.attributes is not None}
+            return {s.id: counts for s in streams if (counts := s.model_counts())}
 
-    def totals(self) -> dict[str, Any]:
-        total = self._removed
-        for figures in self._by_stream().values():
-            total = added(total, figures)
-        return {model: _model_counts(figures) for model, figures in total.items()}
-
-    def stream_counts(self) -> dict[str, dict[str, Any]]:
-        return {
-            stream: {model: _model_counts(f) for model, f in models.items()}
-            for stream, models in self._by_stream().items()
-        }
-
-
-def _model_counts(figures: dict[str, Any]) -> Any:
-    from vstream.cascade.counts import ModelCounts
-
-    return ModelCounts(
-        figures["fresh"], figures["cached"], figures["runs"], figures["seconds"], figures["labels"]
-    )
+    def totals(self) -> dict[str, ModelCounts]:
+        return _summed(self._removed, *self.stream_counts().values())

@@ -54,6 +54,9 @@ ADAPT_STEP_SECONDS = 0.5
 CALM_SECONDS = 2.0
 """Stream time without a new drop after which the detection rate steps back up."""
 
+COUNTED = ("frames_detected", "frames_predicted", "frames_motion_skipped", "frames_adapted")
+"""What :meth:`Cadence.counts` counts (a cluster adds them up over a stream's workers)."""
+
 _PTS_TOLERANCE = 1e-4
 """Seconds a frame may come early on the ``detect_fps`` grid (pts are rounded by containers)."""
 
@@ -174,30 +177,35 @@ class Cadence:
             self._changed_at = pts
 
     def counts(self) -> dict[str, int]:
-        """Frames detected, predicted and motion-skipped so far."""
+        """Frames detected, predicted and motion-skipped so far (:data:`COUNTED`)."""
         with self._lock:
-            return {
-                "frames_detected": self.frames_detected,
-                "frames_predicted": self.frames_predicted,
-                "frames_motion_skipped": self.frames_motion_skipped,
-                "frames_adapted": self.frames_adapted,
-            }
+            return {name: getattr(self, name) for name in COUNTED}
 
     @property
     def detection_rate(self) -> float | None:
         """The fraction of frames detected so far; None before the first frame."""
-        with self._lock:
-            total = self.frames_detected + self.frames_predicted
-            return self.frames_detected / total if total else None
+        return detection_rate(self.counts())
 
     def state(self) -> dict[str, int | float | None]:
         """The counts and the detection rate, as the stream status and metrics show them."""
-        rate = self.detection_rate
-        return {
-            **self.counts(),
-            "detection_rate": round(rate, 4) if rate is not None else None,
-            "detect_every_now": self.every,
-        }
+        return cadence_figures(self.counts(), self.every)
+
+
+def detection_rate(counts: dict[str, int]) -> float | None:
+    """The fraction of ``counts``' frames detected; None before the first frame."""
+    total = counts["frames_detected"] + counts["frames_predicted"]
+    return counts["frames_detected"] / total if total else None
+
+
+def cadence_figures(counts: dict[str, int], every: int | None) -> dict[str, int | float | None]:
+    """``counts`` (:data:`COUNTED`), the detection rate and the ``detect_every`` in use, as
+    the stream status and metrics show them."""
+    rate = detection_rate(counts)
+    return {
+        **counts,
+        "detection_rate": round(rate, 4) if rate is not None else None,
+        "detect_every_now": every,
+    }
 
 
 def next_tick(tick: float, pts: float, interval: float) -> float:
