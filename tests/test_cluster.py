@@ -90,9 +90,23 @@ LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F"}
 """127.0.0.1 as /proc/net/tcp and tcp6 write it."""
 
 
-def single_process_records(config: Any, tmp_path: Path) -> list[dict[str, Any]]:
+PIPELINE = {
+    "name": "p",
+    "model": {"path": str(MODEL)},
+    "runtime": {"device": "cpu", "batch_size": 4},
+}
+"""The demo detector on the CPU, as every pipeline here runs it (sources and sinks apart)."""
+
+COUNTING = {"tracking": {}, "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}]}
+"""Analytics that track and count a line the sample's objects cross."""
+
+
+def single_process_records(pipeline: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
+    """The records of ``pipeline`` (with its sources) run in one process, as a reference."""
     from vstream.engine import Engine
 
+    sink = {"type": "jsonl", "path": str(tmp_path / "single.jsonl")}
+    config = parse_config(json.dumps({"pipelines": [{**pipeline, "sinks": [sink]}]}))
     with Engine(config, base_dir=tmp_path) as engine:
         wait_for(engine.files_done, 120, "the single-process run")
     return [json.loads(line) for line in (tmp_path / "single.jsonl").read_text().splitlines()]
@@ -131,13 +145,8 @@ def test_vstream_run_with_cluster_gives_a_single_process_s_records_and_stops_on_
     what is in flight is delivered, the summary is printed, exit status 0.
     """
     pipeline = {
-        "name": "p",
-        "model": {"path": str(MODEL)},
-        "runtime": {"device": "cpu", "batch_size": 4},
-        "analytics": {
-            "tracking": {},
-            "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}],
-        },
+        **PIPELINE,
+        "analytics": COUNTING,
         "sources": [{"id": "file", "uri": str(VIDEO), "end_seconds": 2.0}],
     }
     endless = {"id": "endless", "uri": str(VIDEO), "loop": True, "realtime": True}
@@ -188,14 +197,8 @@ def test_vstream_run_with_cluster_gives_a_single_process_s_records_and_stops_on_
     records = [json.loads(line) for line in out.read_text().splitlines()]
     endless_frames = [r["frame"] for r in records if r["stream"] == "endless"]
     assert endless_frames == list(range(len(endless_frames)))  # nothing lost in the stop
-    single = parse_config(
-        json.dumps(
-            {"pipelines": [{**pipeline, "sinks": [{"type": "jsonl", "path": "single.jsonl"}]}]}
-        ),
-        base_dir=tmp_path,
-    )
     file_records = [r for r in records if r["stream"] == "file"]
-    assert_same_records(file_records, single_process_records(single, tmp_path))
+    assert_same_records(file_records, single_process_records(pipeline, tmp_path))
 
 
 def test_the_shipped_cluster_config_runs_as_a_user_runs_it(tmp_path: Path) -> None:
@@ -233,21 +236,11 @@ def local_ray() -> Iterator[RayConnection]:
         )
 
 
-DAEMON_PIPELINE = {
-    "name": "p",
-    "model": {"path": str(MODEL)},
-    "runtime": {"device": "cpu", "batch_size": 4},
-    "analytics": {
-        "tracking": {},
-        "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}],
-    },
-}
-
-
 def daemon_config(tmp_path: Path) -> Any:
     """Two workers, no streams yet; one replacement at most, a stream moved once at most."""
     pipeline = {
-        **DAEMON_PIPELINE,
+        **PIPELINE,
+        "analytics": COUNTING,
         "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl")}],
     }
     cluster = {"engine": "ray", "workers": 2, "max_worker_restarts": 1, "max_stream_moves": 1}
@@ -357,9 +350,7 @@ def engine_config(
         "cluster": {"engine": "ray", "workers": 2, "cpus_per_worker": 0, **cluster},
         "pipelines": [
             {
-                "name": "p",
-                "model": {"path": str(MODEL)},
-                "runtime": {"device": "cpu", "batch_size": 4},
+                **PIPELINE,
                 "sources": sources,
                 "sinks": [{"type": "jsonl", "path": str(tmp_path / "out.jsonl"), **(sink or {})}],
                 **(extra or {}),
@@ -468,8 +459,7 @@ def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     source = {"id": "s", "uri": str(VIDEO), "end_seconds": 4.0}
     analytics = {
-        "tracking": {},
-        "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}],
+        **COUNTING,
         "zones": [{"name": "left", "points": [[0, 0], [320, 0], [320, 360], [0, 360]]}],
     }
     secondary = [{"name": "colour", "path": str(COLOUR_MODEL), "reinfer_seconds": 10}]
@@ -508,16 +498,8 @@ def test_a_stream_whose_worker_hangs_is_moved_after_its_last_delivered_frame(
     assert colour["fresh"] + colour["cached"] >= len(readings)
     fresh = 'vstream_secondary_readings_total{model="colour",pipeline="p",reading="fresh"}'
     assert f"{fresh} {float(colour['fresh'])}" in metrics
-    pipeline = {
-        "name": "p",
-        "model": {"path": str(MODEL)},
-        "runtime": {"device": "cpu", "batch_size": 4},
-        **extra,
-        "sources": [source],
-        "sinks": [{"type": "jsonl", "path": str(tmp_path / "single.jsonl")}],
-    }
-    single = parse_config(json.dumps({"pipelines": [pipeline]}), base_dir=tmp_path)
-    assert_same_records(records, single_process_records(single, tmp_path))
+    single = single_process_records({**PIPELINE, **extra, "sources": [source]}, tmp_path)
+    assert_same_records(records, single)
 
 
 def test_a_stream_with_a_detection_cadence_gives_a_single_process_s_records(
@@ -526,8 +508,7 @@ def test_a_stream_with_a_detection_cadence_gives_a_single_process_s_records(
     """``detect_every: 3`` on a worker: the frames between detections are the worker's
     tracker's predictions, as in one process (the frames never leave the worker)."""
     source = {"id": "s", "uri": str(VIDEO), "end_seconds": 3.0, "detect_every": 3}
-    analytics = {"tracking": {}, "lines": [{"name": "gate", "start": [320, 360], "end": [320, 0]}]}
-    config = engine_config(tmp_path, [source], extra={"analytics": analytics})
+    config = engine_config(tmp_path, [source], extra={"analytics": COUNTING})
     engine = ClusterEngine(config, base_dir=tmp_path)
     try:
         engine.start()
@@ -541,16 +522,10 @@ def test_a_stream_with_a_detection_cadence_gives_a_single_process_s_records(
     assert described["detection_rate"] == pytest.approx(1 / 3, abs=1e-4)
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert any(d.get("predicted") for r in records for d in r["detections"])
-    pipeline = {
-        "name": "p",
-        "model": {"path": str(MODEL)},
-        "runtime": {"device": "cpu", "batch_size": 4},
-        "analytics": analytics,
-        "sources": [source],
-        "sinks": [{"type": "jsonl", "path": str(tmp_path / "single.jsonl")}],
-    }
-    single = parse_config(json.dumps({"pipelines": [pipeline]}), base_dir=tmp_path)
-    assert_same_records(records, single_process_records(single, tmp_path))
+    single = single_process_records(
+        {**PIPELINE, "analytics": COUNTING, "sources": [source]}, tmp_path
+    )
+    assert_same_records(records, single)
 
 
 PROCESSES_FILE = """\
@@ -757,21 +732,10 @@ def test_a_killed_worker_s_streams_finish_on_the_other_without_loss_or_duplicate
     assert not engine.failures()
     # The moved files' tracks and counts went on from their state at the last delivered
     # frame: every file's records are a single process's (the four files are one video).
-    single = parse_config(
-        json.dumps(
-            {
-                "pipelines": [
-                    {
-                        **DAEMON_PIPELINE,
-                        "sources": [{"id": "k", "uri": str(VIDEO), "end_seconds": 4.0}],
-                        "sinks": [{"type": "jsonl", "path": str(tmp_path / "single.jsonl")}],
-                    }
-                ]
-            }
-        ),
-        base_dir=tmp_path,
+    file = {"id": "k", "uri": str(VIDEO), "end_seconds": 4.0}
+    expected = single_process_records(
+        {**PIPELINE, "analytics": COUNTING, "sources": [file]}, tmp_path
     )
-    expected = single_process_records(single, tmp_path)
     records = [json.loads(line) for line in daemon.records.read_text().splitlines()]
     for stream in files:  # moved or not (the victim holds files unless placement, by the
         # workers' timed throughput, put them all on the other: the stall test moves one)
