@@ -16,7 +16,12 @@ what the device machine lacks and calls this):
 - ``--processes P``: the same S streams split over P processes on the GPU
   (started together; aggregate frames/s over the union of their runs);
 - ``--probe``: whether NVDEC decoding waits for GPU work the process queued
-  on other streams (it does: see BENCHMARKS.md).
+  on other streams (it does: see BENCHMARKS.md);
+- ``--shapes``: host milliseconds per model run as the batch size changes, in one
+  ONNX Runtime session and in a session per bucket; ``--one-session`` runs the
+  table with one session for every bucket (as before), to compare;
+- ``$PYSPY`` (a py-spy binary): native stacks of the probe's busy cases and of the
+  one-stream live run, where a thread waits inside a library.
 
     python benchmarks/gpu_scale.py --source 1080p.mp4 --model demo.onnx --imgsz 320 \
         [--streams 1 8 16 32 64] [--frames 150] [--live-seconds 8] [--json out.json]
@@ -247,6 +252,8 @@ def live(
     ages.clear()
     ages.stages.clear()
     cpu = time.process_time()
+    if streams == 1:
+        _dump_native_stacks_soon("one live stream", seconds / 2)
     time.sleep(seconds)
     cpu = time.process_time() - cpu
     ordered = sorted(ages)
@@ -291,6 +298,22 @@ def nvdec_alone(source: Path, sessions: int, frames: int) -> dict:
     return {"sessions": sessions, "fps": round(sum(counts) / seconds, 1)}
 
 
+def _dump_native_stacks_soon(title: str, seconds: float) -> None:
+    """With ``$PYSPY`` (a py-spy binary), print this process's native stacks ``seconds`` from
+    now: where a thread waits inside a library (PyNvVideoCodec, ONNX Runtime, CUDA)."""
+    pyspy = os.environ.get("PYSPY")
+    if not pyspy:
+        return
+
+    def dump() -> None:
+        time.sleep(seconds)
+        command = [pyspy, "dump", "--native", "--pid", str(os.getpid())]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        print(f"--- native stacks: {title}\n{done.stdout}{done.stderr}", flush=True)
+
+    threading.Thread(target=dump, daemon=True).start()
+
+
 def decoding_probe(source: Path, frames: int = 60) -> list[dict]:
     """Whether NVDEC decoding waits for GPU work the process queued elsewhere.
 
@@ -319,6 +342,7 @@ def decoding_probe(source: Path, frames: int = 60) -> list[dict]:
             if busy != "none":
                 with torch.cuda.stream(readers if busy == "readers' stream" else elsewhere):
                     torch.cuda._sleep(2_000_000_000)  # about a second of one SM's time
+                _dump_native_stacks_soon(f"probe, busy on the {busy}", 0.3)
             started = time.perf_counter()
             count = 0
             for _ in pictures:
@@ -411,6 +435,57 @@ def model_alone(model: Path, imgsz: int, runs: int = 200) -> dict:
     return {"batch": batch, "fps": round(runs * batch / seconds, 1)}
 
 
+def shape_changes(model: Path, imgsz: int, runs: int = 60) -> list[dict]:
+    """Host milliseconds per model run (queued and waited for) as the batch size changes.
+
+    The sizes follow a live pipeline's part-filled batches (1, 2, 1, 4, ...). Run in
+    one session for every bucket (as before) and in a session per bucket (as shipped,
+    :func:`vstream.inference.buckets.session_per_bucket`), then at a constant size:
+    whether a change of input shape costs the CUDA provider a rebuild of its plans.
+    """
+    import torch
+
+    from vstream.detector import split_options
+    from vstream.inference import session as session_module
+
+    pattern = [1, 2, 1, 4, 2, 1, 8, 1, 2, 4]
+    rows = []
+    for label, own, sizes in (
+        ("one session, sizes changing", False, pattern),
+        ("a session per bucket, sizes changing", True, pattern),
+        ("one session, size 1 only", False, [1]),
+    ):
+        shipped = session_module.session_per_bucket
+        session_module.session_per_bucket = lambda device, providers, own=own: own
+        try:
+            config, _, runtime = split_options(
+                model, {"device": DEVICE, "imgsz": imgsz, "batch_size": 8, "in_flight": 1}
+            )
+            engine = session_module.ModelSession(config, runtime)
+        finally:
+            session_module.session_per_bucket = shipped
+        buffer = engine.buffers[0]
+        times = []
+        for i in range(runs):
+            bucket = buffer.bucket_for(sizes[i % len(sizes)])
+            started = time.perf_counter()
+            engine.run(bucket)
+            if engine.cuda_stream is not None:
+                engine.cuda_stream.synchronize()
+            times.append(time.perf_counter() - started)
+        del engine
+        torch.cuda.empty_cache() if DEVICE == "cuda" else None
+        ms = sorted(1000 * t for t in times[len(sizes) :])  # past the first pass
+        rows.append(
+            {
+                "runs": label,
+                "median_ms": round(statistics.median(ms), 2),
+                "p90_ms": round(ms[int(0.9 * (len(ms) - 1))], 2),
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, required=True)
@@ -429,20 +504,37 @@ def main() -> None:
         help="print where the threads spend their time in the file runs of these stream counts",
     )
     parser.add_argument("--skip-live", action="store_true")
+    parser.add_argument("--skip-files", action="store_true")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--model-runs", type=int, default=200)
     parser.add_argument("--nvdec-frames", type=int, default=150)
     parser.add_argument("--probe", action="store_true", help="the decoding probe, then exit")
+    parser.add_argument(
+        "--shapes", action="store_true", help="run times as the batch size changes, then exit"
+    )
+    parser.add_argument(
+        "--one-session",
+        action="store_true",
+        help="every bucket in one ONNX Runtime session (before session_per_bucket), to compare",
+    )
     parser.add_argument("--processes", type=int, default=1, help="split the streams over these")
     parser.add_argument("--child", choices=["files", "live"], help=argparse.SUPPRESS)
     parser.add_argument("--go", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
+    if args.one_session:
+        from vstream.inference import session as session_module
+
+        session_module.session_per_bucket = lambda device, providers: False
     if args.probe:
         for row in decoding_probe(args.source):
             print("probe", json.dumps(row), flush=True)
+        return
+    if args.shapes:
+        for row in shape_changes(args.model, args.imgsz):
+            print("shapes", json.dumps(row), flush=True)
         return
     if args.child:  # one share of a run across processes (across_processes)
         streams = args.streams[0]
@@ -457,7 +549,12 @@ def main() -> None:
             )  # fmt: skip
         args.json.write_text(json.dumps(row))
         return
-    out: dict[str, Any] = {"model": args.model.name, "imgsz": args.imgsz, "tracking": args.tracking}
+    out: dict[str, Any] = {
+        "model": args.model.name,
+        "imgsz": args.imgsz,
+        "tracking": args.tracking,
+        "sessions": "one" if args.one_session else "per bucket",
+    }
 
     def say(key: str, row: dict) -> None:
         out.setdefault(key, []).append(row)
@@ -470,7 +567,7 @@ def main() -> None:
         for sessions in sorted({1, 8, max(args.streams)}):
             say("nvdec_alone", nvdec_alone(args.source, sessions, args.nvdec_frames))
     out["processes"] = args.processes
-    for streams in args.streams:
+    for streams in [] if args.skip_files else args.streams:
         if args.processes > 1:
             run = across_processes(args, streams, live_run=False)
         else:
@@ -490,7 +587,7 @@ def main() -> None:
             say("live", row)
     print(
         f"\n{args.model.name} at {args.imgsz}{', tracking' if args.tracking else ''}, "
-        f"{args.processes} process(es)"
+        f"{args.processes} process(es), sessions: {out['sessions']}"
     )
     print(
         "| streams | files: frames/s | CPU ms/frame | frames/batch | waits/batch "
@@ -498,11 +595,12 @@ def main() -> None:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     lives = {r["streams"]: r for r in out.get("live", [])}
-    for r in out.get("throughput", []):
+    files = {r["streams"]: r for r in out.get("throughput", [])}
+    for r in files.values() or [{"streams": n} for n in lives]:
         lv = lives.get(r["streams"], {})
         print(
-            f"| {r['streams']} | {r.get('fps')} | {r.get('cpu_ms_per_frame')} "
-            f"| {r.get('frames_per_batch')} | {r.get('host_waits_per_batch')} "
+            f"| {r['streams']} | {r.get('fps', '-')} | {r.get('cpu_ms_per_frame', '-')} "
+            f"| {r.get('frames_per_batch', '-')} | {r.get('host_waits_per_batch', '-')} "
             f"| {lv.get('fps', '-')} | {lv.get('age_p50_ms', '-')} "
             f"| {lv.get('age_p95_ms', '-')} | {lv.get('dropped', '-')} |"
         )

@@ -16,7 +16,7 @@ from vstream import Detector, Frame, ModelError, PixelFormat
 from vstream.engine import detect_iter
 from vstream.inference import ProviderChoice
 from vstream.inference import session as engine_module
-from vstream.inference.buckets import bucket_sizes
+from vstream.inference.buckets import bucket_sizes, session_per_bucket
 from vstream.inference.providers import cuda_graphs_enabled
 
 
@@ -38,23 +38,37 @@ def test_a_partly_filled_batch_uses_the_next_bucket_up(tmp_path: Path) -> None:
 
 
 class BindingRecorder:
-    """Stands in for ``run_with_iobinding`` on a real session: records which binding ran."""
+    """Stands in for the buckets' ONNX Runtime sessions: records each run's binding, the
+    ``gpu_graph_id`` it carried and the batch sizes each real session ran, then runs the
+    binding in its bucket's real session."""
 
-    def __init__(self, session: Any) -> None:
-        self.session = session
+    def __init__(self, model: Any) -> None:
+        buckets = [b for buffer in model.buffers for b in buffer.buckets]
         self.ran: list[Any] = []
+        self.graph_ids: list[tuple[int, str | None]] = []
+        self.sizes_run: dict[int, set[int]] = {}
+        """``id(session)``: the batch sizes that real session ran."""
+        self._real = {id(b.binding): (b.session, b.size) for b in buckets}
+        for bucket in buckets:
+            bucket.session = self
 
     def run_with_iobinding(self, binding: Any, run_options: Any = None) -> None:
+        try:
+            graph_id = run_options.get_run_config_entry("gpu_graph_id")
+        except RuntimeError:  # ONNX Runtime's answer for an entry that was never set
+            graph_id = None
         self.ran.append(binding)
-        self.session.run_with_iobinding(binding, run_options)
+        self.graph_ids.append((id(binding), graph_id))
+        session, size = self._real[id(binding)]
+        self.sizes_run.setdefault(id(session), set()).add(size)
+        session.run_with_iobinding(binding, run_options)
 
 
 def test_each_bucket_reads_its_view_of_one_input_and_keeps_its_addresses(tmp_path: Path) -> None:
     engine = model_session(
         scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=4, imgsz=32, in_flight=2
     )
-    recorder = BindingRecorder(engine.session)
-    engine.session = recorder
+    recorder = BindingRecorder(engine)
     first, second = engine.buffers
     assert first.input.data_ptr() != second.input.data_ptr(), "each buffer owns its input"
     addresses = {}
@@ -80,10 +94,51 @@ def test_each_bucket_reads_its_view_of_one_input_and_keeps_its_addresses(tmp_pat
                 assert (bucket.input.data_ptr(), produced) == addresses[id(bucket)]
 
 
+def test_on_cuda_each_bucket_runs_in_a_session_of_its_own_unless_tensorrt_runs_it() -> None:
+    for device in (torch.device("cuda"), torch.device("cuda:0"), torch.device("cuda", 1)):
+        assert session_per_bucket(device, [])
+        assert session_per_bucket(device, ["cuda", "cpu"])
+        assert not session_per_bucket(device, ["tensorrt", "cuda", "cpu"])
+    assert not session_per_bucket(torch.device("cpu"), [])
+    assert not session_per_bucket(torch.device("cpu"), ["cpu"])
+
+
+@pytest.fixture
+def session_per_bucket_on(monkeypatch) -> None:
+    """Take the CUDA branch of the sessions on the CPU: real sessions, one per bucket."""
+    monkeypatch.setattr(engine_module, "session_per_bucket", lambda device, providers: True)
+
+
+def test_a_session_per_bucket_sees_one_batch_size_and_computes_the_same(
+    tmp_path: Path, session_per_bucket_on
+) -> None:
+    engine = model_session(
+        scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=8, imgsz=32, in_flight=2
+    )
+    first, second = engine.buffers
+    sessions = [b.session for b in first.buckets]
+    assert len({id(s) for s in sessions}) == 4, "buckets 1, 2, 4 and 8: a session each"
+    assert [b.session for b in second.buckets] == sessions, "the buffers share them"
+    assert first.largest.session is engine.session
+    recorder = BindingRecorder(engine)
+    for round_, frames in enumerate((1, 2, 1, 4, 3, 8, 1, 5, 2)):  # sizes as a live stream's
+        buffer = engine.buffers[round_ % 2]
+        buffer.input.copy_(torch.arange(8.0).view(8, 1, 1, 1).expand(8, 3, 32, 32) + round_)
+        bucket = buffer.bucket_for(frames)
+        (out,) = engine.run(bucket)
+        expected = 2 * (torch.arange(float(bucket.size)) + round_)
+        assert out[:, 0, 0, 0].tolist() == expected.tolist()
+    assert sorted(recorder.sizes_run.values(), key=min) == [{1}, {2}, {4}, {8}]
+
+
+def test_one_session_runs_every_bucket_on_the_cpu(tmp_path: Path) -> None:
+    engine = model_session(scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=8, imgsz=32)
+    assert {id(b.session) for b in engine.buffers[0].buckets} == {id(engine.session)}
+
+
 def test_detector_runs_three_frames_in_the_bucket_of_four(tmp_path: Path) -> None:
     detector = Detector(brightness_model(tmp_path / "b.onnx"), device="cpu", batch_size=8)
-    recorder = BindingRecorder(detector.model.session)
-    detector.model.session = recorder
+    recorder = BindingRecorder(detector.model)
     frames = [
         Frame(
             torch.full((48, 64, 3), 80 * i, dtype=torch.uint8), PixelFormat.RGB24, 64, 48, index=i
@@ -101,8 +156,7 @@ def test_fixed_batch_model_has_one_bucket_and_runs_frame_by_frame(tmp_path: Path
     raw = np.zeros((1, 6, 10), np.float32)
     detector = Detector(constant_output_model(tmp_path / "m.onnx", raw), device="cpu")
     assert detector.model.bucket_sizes == (1,)
-    recorder = BindingRecorder(detector.model.session)
-    detector.model.session = recorder
+    recorder = BindingRecorder(detector.model)
     frames = [
         Frame(torch.zeros((32, 32, 3), dtype=torch.uint8), PixelFormat.RGB24, 32, 32, index=i)
         for i in range(5)
@@ -110,22 +164,6 @@ def test_fixed_batch_model_has_one_bucket_and_runs_frame_by_frame(tmp_path: Path
     results = list(detect_iter(detector, [frames]))
     assert [r.frame_index for r in results] == list(range(5))
     assert len(recorder.ran) == 5, "one run per frame"
-
-
-class RunOptionsSpy:
-    """Stands in for the ONNX Runtime session: records the ``gpu_graph_id`` each run carries."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-        self.graph_ids: list[tuple[int, str | None]] = []
-
-    def run_with_iobinding(self, binding: Any, run_options: Any = None) -> None:
-        try:
-            graph_id = run_options.get_run_config_entry("gpu_graph_id")
-        except RuntimeError:  # ONNX Runtime's answer for an entry that was never set
-            graph_id = None
-        self.graph_ids.append((id(binding), graph_id))
-        self.session.run_with_iobinding(binding, run_options)
 
 
 @pytest.fixture
@@ -139,8 +177,7 @@ def test_each_bucket_of_each_buffer_replays_its_own_cuda_graph(tmp_path: Path, g
         scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=4, imgsz=32, in_flight=2
     )
     assert engine.cuda_graphs
-    spy = RunOptionsSpy(engine.session)
-    engine.session = spy
+    spy = BindingRecorder(engine)
     buckets = [b for buffer in engine.buffers for b in buffer.buckets]
     for _ in range(3):
         for bucket in buckets:
@@ -156,8 +193,7 @@ def test_each_bucket_of_each_buffer_replays_its_own_cuda_graph(tmp_path: Path, g
 
 def test_without_cuda_graphs_runs_carry_no_graph_id(tmp_path: Path) -> None:
     engine = model_session(scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=2, imgsz=32)
-    spy = RunOptionsSpy(engine.session)
-    engine.session = spy
+    spy = BindingRecorder(engine)
     for bucket in engine.buffers[0].buckets:
         engine.run(bucket)
     assert [graph_id for _, graph_id in spy.graph_ids] == [None, None]

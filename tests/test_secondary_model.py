@@ -23,6 +23,7 @@ from helpers import as_tensor_frame
 from secondary_models import flatten_model, linear_model
 
 from vstream.assets import ASSETS_DIR
+from vstream.cascade import model as cascade_model
 from vstream.cascade.crops import crop_frame, crop_rgb, whole_pixel_boxes
 from vstream.cascade.model import SecondaryModel
 from vstream.config.secondary import SecondaryConfig
@@ -348,6 +349,24 @@ def test_buffers_are_bound_once_and_never_reallocated(tmp_path: Path) -> None:
         (bound,) = bucket.binding.get_outputs()
         assert bound.data_ptr() == outputs  # ORT writes into our buffer, every bucket
         assert bucket.input.data_ptr() == inputs
+
+
+def test_a_session_per_bucket_reads_what_one_session_reads(tmp_path: Path, monkeypatch) -> None:
+    """The CUDA branch (a session per bucket), taken on the CPU with real sessions."""
+    path = linear_model(tmp_path / "c.onnx", RNG.normal(size=(3, 4)) * 5, imgsz=(16, 16))
+    boxes = np.tile(BOXES, (3, 1)) + RNG.uniform(-3, 3, (15, 4)).astype(np.float32)
+    boxes = np.clip(boxes, 0, [160, 120, 160, 120]).astype(np.float32)
+    one = SecondaryModel(config(path, max_batch=4))
+    monkeypatch.setattr(cascade_model, "session_per_bucket", lambda device, providers: True)
+    own = SecondaryModel(config(path, max_batch=4))
+    assert len({id(b.session) for b in own.buckets}) == 3
+    assert own.buckets[-1].session is own.session
+    assert {id(b.session) for b in one.buckets} == {id(one.session)}
+    for count in (1, 3, 2, 15):
+        np.testing.assert_array_equal(
+            own.run(rgb_frame(), boxes[:count]).probabilities,
+            one.run(rgb_frame(), boxes[:count]).probabilities,
+        )
 
 
 def test_chunks_give_what_one_batch_gives(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from vstream.config.secondary import SecondaryConfig
 from vstream.devices import same_device
 from vstream.errors import ModelError, first_line
 from vstream.frame import Frame
-from vstream.inference.buckets import Bucket, bucket_sizes
+from vstream.inference.buckets import Bucket, bucket_sizes, session_per_bucket
 from vstream.inference.providers import resolve_device, session_providers
 from vstream.inference.secondary_spec import SecondarySpec, read_secondary_spec
 from vstream.inference.wheels import load_onnxruntime
@@ -113,14 +113,8 @@ class SecondaryModel:
         options.log_severity_level = 3
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         handle = self.cuda_stream.cuda_stream if self.cuda_stream is not None else None
-        try:
-            self.session = ort.InferenceSession(
-                str(path),
-                sess_options=options,
-                providers=session_providers(self.device, None, available, stream=handle),
-            )
-        except Exception as exc:  # ONNX Runtime raises several unrelated types
-            raise ModelError(f"cannot load secondary model {path}: {first_line(exc)}") from exc
+        self.session = self._open(ort, path, options, handle)
+        """The session of the largest bucket (each bucket's own: :attr:`Bucket.session`)."""
         self.spec: SecondarySpec = read_secondary_spec(self.session, config)
         capacity = self.spec.batch  # within max_io_mib: checked before this allocation
         height, width = self.spec.input_size
@@ -134,8 +128,16 @@ class SecondaryModel:
             device=self.device,
         )
         """``(max_batch, values)``: every run writes here, bound once."""
+        sizes = bucket_sizes(capacity, self.spec.fixed_batch)
+        own = session_per_bucket(self.device, ["cuda"])
         self.buckets = tuple(
-            self._bucket(size) for size in bucket_sizes(capacity, self.spec.fixed_batch)
+            self._bucket(
+                size,
+                self.session
+                if size == sizes[-1] or not own
+                else self._open(ort, path, options, handle),
+            )
+            for size in sizes
         )
         self._scale, self._bias = self._normalisation()
         self._staging = HostStaging(pinned=self.device.type == "cuda")
@@ -156,9 +158,22 @@ class SecondaryModel:
     def max_batch(self) -> int:
         return self.input.shape[0]
 
-    def _bucket(self, size: int) -> Bucket:
+    def _open(self, ort: Any, path: Path, options: Any, stream: int | None) -> Any:
+        available = ort.get_available_providers()
+        try:
+            return ort.InferenceSession(
+                str(path),
+                sess_options=options,
+                providers=session_providers(self.device, None, available, stream=stream),
+            )
+        except Exception as exc:  # ONNX Runtime raises several unrelated types
+            raise ModelError(f"cannot load secondary model {path}: {first_line(exc)}") from exc
+
+    def _bucket(self, size: int, session: Any) -> Bucket:
+        """``size`` crops bound in ``session`` (one per bucket on CUDA: see
+        :func:`~vstream.inference.buckets.session_per_bucket`)."""
         ort = load_onnxruntime()
-        binding = self.session.io_binding()
+        binding = session.io_binding()
         index = self.device.index or 0
         for bind, name, tensor, dtype in (
             (binding.bind_input, self.spec.input.name, self.input[:size], self.spec.input),
@@ -176,7 +191,9 @@ class SecondaryModel:
         if self.device.type == "cuda":
             # Queued on the pipeline's stream; what reads the output is queued behind it.
             run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
-        return Bucket(size, self.input[:size], [self.output[:size]], binding, run_options, None)
+        return Bucket(
+            size, self.input[:size], [self.output[:size]], binding, run_options, None, session
+        )
 
     def _normalisation(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-channel ``scale`` and ``bias`` taking 0..255 crops to the model's input values.
@@ -244,7 +261,7 @@ class SecondaryModel:
         crops.mul_(self._scale).add_(self._bias)
         self.input[:count].copy_(crops)
         try:
-            self.session.run_with_iobinding(bucket.binding, bucket.run_options)
+            bucket.session.run_with_iobinding(bucket.binding, bucket.run_options)
         except Exception as exc:
             raise ModelError(f"secondary model {self.name}: {first_line(exc)}") from exc
         values = self.output[:count].float()

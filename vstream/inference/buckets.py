@@ -10,10 +10,14 @@ The buckets of a :class:`BatchBuffer` are views of one input allocation (the
 first ``k`` slots of an NCHW tensor are contiguous), so a frame can be
 letterboxed into its slot before anyone knows how full its batch will get, and
 whichever bucket then runs reads it where it is.
+
+On CUDA each bucket runs in an ONNX Runtime session of its own
+(:func:`session_per_bucket`), so a session only ever sees one input shape.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +39,24 @@ def bucket_sizes(max_batch: int, fixed_batch: int | None) -> tuple[int, ...]:
     return (*sizes, max_batch)
 
 
+def session_per_bucket(device: torch.device, providers: Sequence[str]) -> bool:
+    """Whether each bucket gets an ONNX Runtime session of its own: on CUDA, unless TensorRT
+    runs the model (``providers``: the short names asked for, in order).
+
+    The CUDA provider keeps, for each convolution, the cuDNN plan of the last
+    input shape it ran, and builds a new one whenever the shape changes: a new
+    cuDNN frontend graph, validated, its heuristics queried and its plans built
+    (``Conv::UpdateState`` and ``CreateCudnnFeExecutionPlan`` in ONNX Runtime's
+    ``cuda/nn/conv.cc``). Batches of a live pipeline change size from run to run
+    (1, 2, 1, 4 frames...), so one session shared by the buckets would rebuild
+    every convolution's plan on most runs; a session per bucket builds each once.
+    The price is a copy of the weights and an arena per bucket on the device.
+    TensorRT builds one engine whose profiles cover every bucket, and the CPU
+    provider keeps no per-shape plan, so both keep one session.
+    """
+    return device.type == "cuda" and (not providers or providers[0] != "tensorrt")
+
+
 @dataclass(eq=False)
 class Bucket:
     """One batch shape of one buffer: its input view, its outputs and its IO binding."""
@@ -50,6 +72,9 @@ class Bucket:
     """The ``onnxruntime.RunOptions`` of every run of this bucket (its CUDA graph id)."""
     graph_id: int | None
     """The ``gpu_graph_id`` this bucket's runs carry when CUDA graphs are on, else None."""
+    session: Any
+    """The ``onnxruntime.InferenceSession`` that runs it (on CUDA its own: see
+    :func:`session_per_bucket`)."""
 
 
 @dataclass(eq=False)

@@ -6,7 +6,7 @@ so a run reads the preprocessed frames where preprocessing wrote them and
 writes detections where postprocessing reads them: nothing is copied, and
 the addresses never change between runs (what CUDA graphs require). Each
 batch size the engine runs (its buckets, see :mod:`vstream.inference.buckets`)
-has its own binding.
+has its own binding and, on CUDA, its own session.
 
 The stream model (CUDA)
 -----------------------
@@ -101,7 +101,7 @@ import torch
 
 from vstream.config.model import ModelConfig, RuntimeOptions, provider_chain, tensorrt_cache
 from vstream.errors import ModelError, first_line
-from vstream.inference.buckets import BatchBuffer, Bucket, bucket_sizes
+from vstream.inference.buckets import BatchBuffer, Bucket, bucket_sizes, session_per_bucket
 from vstream.inference.model import (
     ModelSpec,
     batch_size,
@@ -204,7 +204,6 @@ class ModelSession:
         available = ort.get_available_providers()
         self.device = resolve_device(runtime.device, available)
         providers = self._providers(ort, path, model, runtime, available)
-        tensorrt = self.device.type == "cuda" and any(c.name == "tensorrt" for c in providers or ())
         self.cuda_graphs = cuda_graphs_enabled(self.device, providers)
         """Whether every bucket runs as its own CUDA graph (``gpu_graph_id``)."""
         self.cuda_stream = self._pipeline_stream(providers)
@@ -215,27 +214,16 @@ class ModelSession:
         if not model.spin_wait:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         stream = self.cuda_stream.cuda_stream if self.cuda_stream is not None else None
-        try:
-            self.session = ort.InferenceSession(
-                str(path),
-                sess_options=options,
-                providers=session_providers(self.device, providers, available, stream=stream),
-                # ORT's Python retries a session that fails to start on its fallback providers
-                # with none of the options given (no device_id, no user_compute_stream), and
-                # says so on stdout only: a session vstream did not ask for. Refused instead.
-                enable_fallback=0,
-            )
-        except Exception as exc:  # ONNX Runtime raises several unrelated types
-            # ORT refuses graphs at load ("This session cannot use the CUDA Graph feature as
-            # requested by the user as ..."): control flow, nodes left on the CPU.
-            if self.cuda_graphs and ("cuda graph" in str(exc).lower() or "capture" in str(exc)):
-                raise ModelError(self._no_graphs(path, exc)) from exc
-            # Without its libraries, ORT's TensorRT provider fails the session: "Please install
-            # TensorRT libraries ...", which does not say which one.
-            missing = provider_load_error(ort, "tensorrt") if tensorrt else None
-            if missing is not None:
-                raise ModelError(self._no_tensorrt_libraries(path, missing)) from exc
-            raise ModelError(f"cannot load model {path}: {first_line(exc)}") from exc
+        arguments = {
+            "sess_options": options,
+            "providers": session_providers(self.device, providers, available, stream=stream),
+            # ORT's Python retries a session that fails to start on its fallback providers
+            # with none of the options given (no device_id, no user_compute_stream), and
+            # says so on stdout only: a session vstream did not ask for. Refused instead.
+            "enable_fallback": 0,
+        }
+        self.session = self._open(ort, path, providers, arguments)
+        """The session of the largest bucket (each bucket's own: :attr:`Bucket.session`)."""
         if self.device.type == "cuda":
             self._check_gpu_provider(ort, path, providers)
         self.spec = read_model_spec(self.session, path)
@@ -252,6 +240,13 @@ class ModelSession:
             )
         self._size_inputs: list[torch.Tensor] = []
         """The bound ``orig_target_sizes`` tensors: ORT holds only their addresses."""
+        own = session_per_bucket(self.device, [c.name for c in providers or ()])
+        self._sessions = {
+            size: self._open(ort, path, providers, arguments) if own else self.session
+            for size in sizes[:-1]
+        } | {sizes[-1]: self.session}
+        """The session of each batch size: one for all, or on CUDA one each (see
+        :func:`~vstream.inference.buckets.session_per_bucket`)."""
         self.buffers = tuple(
             self._buffer(i, sizes, (height, width)) for i in range(runtime.in_flight)
         )
@@ -265,15 +260,36 @@ class ModelSession:
         elif self.device.type == "cuda":
             self._warm_buckets()
 
+    def _open(
+        self, ort: Any, path: Path, providers: list[ProviderChoice] | None, arguments: dict
+    ) -> Any:
+        """An ``InferenceSession`` of the model at ``path``; a failure is one line."""
+        try:
+            return ort.InferenceSession(str(path), **arguments)
+        except Exception as exc:  # ONNX Runtime raises several unrelated types
+            # ORT refuses graphs at load ("This session cannot use the CUDA Graph feature as
+            # requested by the user as ..."): control flow, nodes left on the CPU.
+            if self.cuda_graphs and ("cuda graph" in str(exc).lower() or "capture" in str(exc)):
+                raise ModelError(self._no_graphs(path, exc)) from exc
+            # Without its libraries, ORT's TensorRT provider fails the session: "Please install
+            # TensorRT libraries ...", which does not say which one.
+            tensorrt = self.device.type == "cuda" and any(
+                c.name == "tensorrt" for c in providers or ()
+            )
+            missing = provider_load_error(ort, "tensorrt") if tensorrt else None
+            if missing is not None:
+                raise ModelError(self._no_tensorrt_libraries(path, missing)) from exc
+            raise ModelError(f"cannot load model {path}: {first_line(exc)}") from exc
+
     def _warm_buckets(self) -> None:
         """Run every bucket once now, so that no batch size meets its first run live.
 
-        ONNX Runtime's CUDA provider searches cuDNN's algorithms for each new
-        input shape at its first run: met live, a part-filled batch of a new
-        size would stall the pipeline while a live stream's queue fills. The
-        search's results are kept per shape, so one buffer's buckets warm them
-        all. (On an H200, one file stream of the demo detector: 148 frames/s
-        without, 166 with.)
+        ONNX Runtime's CUDA provider searches cuDNN's algorithms and builds each
+        convolution's plan at a session's first run of a shape: met live, a
+        part-filled batch of a new size would stall the pipeline while a live
+        stream's queue fills. Buffers share their buckets' sessions, so one
+        buffer's buckets warm them all. (On an H200, one file stream of the demo
+        detector: 148 frames/s without, 166 with.)
         """
         stream = self.cuda_stream
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
@@ -441,7 +457,7 @@ class ModelSession:
         return self._model_thread.call(function, *args)
 
     def _run_bound(self, bucket: Bucket, run_options: Any) -> None:
-        self.session.run_with_iobinding(bucket.binding, run_options)
+        bucket.session.run_with_iobinding(bucket.binding, run_options)
 
     # -- buffers -------------------------------------------------------------------------------
 
@@ -524,7 +540,8 @@ class ModelSession:
         largest: list[torch.Tensor | None] | None,
     ) -> Bucket:
         ort = load_onnxruntime()
-        binding = self.session.io_binding()
+        session = self._sessions[size]
+        binding = session.io_binding()
         view = full_input[:size]
         self._bind(binding.bind_input, self.spec.input.name, view, self.spec.input.numpy_dtype)
         for spec, sizes in zip(self.spec.size_inputs, size_inputs, strict=True):
@@ -550,7 +567,7 @@ class ModelSession:
             run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
         if graph_id is not None:
             run_options.add_run_config_entry("gpu_graph_id", str(graph_id))
-        return Bucket(size, view, outputs, binding, run_options, graph_id)
+        return Bucket(size, view, outputs, binding, run_options, graph_id, session)
 
     def _bind(self, bind: Any, name: str, tensor: torch.Tensor, dtype: Any) -> None:
         bind(

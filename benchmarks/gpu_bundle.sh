@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# What benchmarks/gpu_scale.sh needs on a GPU machine without a package registry, packed here
+# into parts small enough to travel one per call (the device tool carries 64 MiB a call,
+# the working tree included):
+#
+#   benchmarks/gpu_bundle.sh WHEELS MEDIA [PART_MIB]
+#
+# WHEELS: cp312 manylinux wheels of onnxruntime-gpu, pynvvideocodec, av, py-spy and the
+#         pure-Python dependencies the machine lacks (pydantic, fastapi, ...);
+# MEDIA:  1080p30.mp4 and yolov8n.onnx (BENCHMARKS.md says how each is made).
+#
+# The wheels are unpacked (a folder on PYTHONPATH needs no pip there), PyNvVideoCodec's
+# sources, samples and CUDA 12 build are left out, and the whole is one tar.xz (about a
+# fifth smaller than the wheels' zip), split into .gpu1/bundle.part.aa, .gpu2/...ab, ...
+# Each .gpuN folder must be ignored by git (.git/info/exclude) and carried by one call.
+set -euo pipefail
+WHEELS=${1:?wheels folder}
+MEDIA=${2:?media folder}
+PART_MIB=${3:-50}
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/site" "$stage/media"
+for wheel in "$WHEELS"/*.whl; do
+    case $(basename "$wheel") in
+    pynvvideocodec-*)
+        unzip -q -o "$wheel" 'PyNvVideoCodec/*' 'pynvvideocodec.*' \
+            -x 'PyNvVideoCodec/PyNvVideoCodec_121*' -d "$stage/site"
+        ;;
+    *) unzip -q -o "$wheel" -d "$stage/site" ;;
+    esac
+done
+cp "$MEDIA/1080p30.mp4" "$MEDIA/yolov8n.onnx" "$stage/media/"
+tar -C "$stage" -cf - site media | xz -T0 -6 >"$stage/bundle.tar.xz"
+rm -rf .gpu[0-9]*
+split -b "${PART_MIB}M" "$stage/bundle.tar.xz" "$stage/bundle.part."
+n=1
+for part in "$stage"/bundle.part.*; do
+    mkdir -p ".gpu$n"
+    mv "$part" ".gpu$n/"
+    grep -qx "/.gpu$n/" .git/info/exclude || echo "/.gpu$n/" >>.git/info/exclude
+    n=$((n + 1))
+done
+ls -l .gpu*/bundle.part.*
