@@ -30,6 +30,12 @@ an event, and the decoding stream waits for the caller's stream before each
 ``Decode``, so a ring buffer is never written while a read of its last frame
 is still queued there.
 
+The price of one stream: NVDEC's decode of a picture waits for the work
+queued on the decoder's stream (``NvDecoder::HandlePictureDecode`` ends in
+``cuEventSynchronize``, seen in a native stack on an H100), so a reader's
+``Decode`` waits for the model's batches queued before it. Work on other
+streams does not hold it (BENCHMARKS.md, "Live streams on one H100").
+
 **Reuse.** Creating an NVDEC session costs tens of milliseconds and a
 reconnecting camera or a looping file would pay it on every pass. When a
 pass ends the decoder is flushed and parked in a :class:`DecoderCache`; the
