@@ -170,6 +170,26 @@ def test_bound_device_pointers_and_preallocated_device_outputs(tmp_path: Path, o
                 assert torch.allclose(out, torch.full_like(out, 2 * round_ / 10)), "read our input"
 
 
+def test_each_bucket_runs_in_a_cuda_session_of_its_own_on_the_pipelines_stream(
+    tmp_path: Path, ort_cuda
+) -> None:
+    engine = model_session(
+        scale_model(tmp_path / "s.onnx"), device="cuda", batch_size=8, imgsz=64, in_flight=2
+    )
+    first, second = engine.buffers
+    sessions = [b.session for b in first.buckets]
+    assert len({id(s) for s in sessions}) == len(sessions) == 4
+    assert [b.session for b in second.buckets] == sessions
+    for session in sessions:
+        assert session.get_providers()[0] == "CUDAExecutionProvider"
+        options = session.get_provider_options()["CUDAExecutionProvider"]
+        assert int(options["user_compute_stream"], 0) == engine.cuda_stream.cuda_stream
+    for round_, frames in enumerate((1, 2, 1, 4, 3, 8, 1)):
+        first.input.fill_(round_)
+        (out,) = engine.run(first.bucket_for(frames))
+        assert (out.cpu() == 2 * round_).all()
+
+
 def test_to_host_copies_into_pinned_memory_and_waits_only_on_its_event() -> None:
     staging = HostStaging(pinned=True)
     before_bytes, _ = transfers.snapshot()
