@@ -18,6 +18,8 @@
 #         probe:  does NVDEC decoding wait for GPU work queued on other streams (with the
 #                 native stacks of the waiting thread, by py-spy).
 #         $OUT (default /tmp/gpu_scale) receives one text file per step.
+# Python runs with -X faulthandler: these processes have ended in a segmentation fault after
+# their output, at interpreter exit (BENCHMARKS.md), and the dump says in which thread.
 set -uo pipefail
 STEPS=${*:-unpack shapes ab demo procs probe tests yolo}
 OUT=${OUT:-/tmp/gpu_scale}
@@ -27,7 +29,7 @@ mkdir -p "$OUT" "$VS"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$VS/site:$PWD" PYSPY="$VS/site/py_spy-0.4.3.data/scripts/py-spy"
 # scale [TIMEOUT_S] ARGS...: benchmarks/gpu_scale.py on the 1080p video, its warnings left out.
 scale() {
-    timeout "$1" python3 benchmarks/gpu_scale.py --device "${DEVICE:-cuda}" \
+    timeout "$1" python3 -X faulthandler benchmarks/gpu_scale.py --device "${DEVICE:-cuda}" \
         --source "$MEDIA/1080p30.mp4" "${@:2}" 2>&1 | grep -v WARNING
 }
 DEMO=(--model vstream/assets/demo.onnx --imgsz 320 --tracking --live-seconds 6)
@@ -74,7 +76,7 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
         grep "^probe" "$OUT/probe.txt"
         ;;
     tests)
-        timeout 150 python3 -m pytest -q -o addopts=-ra -m gpu tests/test_gpu.py \
+        timeout 150 python3 -X faulthandler -m pytest -q -o addopts=-ra -m gpu tests/test_gpu.py \
             -p no:cacheprovider >"$OUT/gpu_tests.txt" 2>&1
         tail -15 "$OUT/gpu_tests.txt"
         ;;
