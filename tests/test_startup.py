@@ -90,3 +90,22 @@ def test_the_python_api_stays_lazy() -> None:
         timeout=120,
     )
     assert done.stdout.split() == ["False", "True"], done.stderr
+
+
+def test_a_tracking_stream_loads_its_matcher_when_set_up_not_at_its_first_match() -> None:
+    """scipy.optimize takes a second or more to import: loaded as a tracking stream is set up,
+    it is not met by the first frames of a live stream; streams without tracking never load it."""
+    probe = (
+        "import json, sys\n"
+        "from vstream.analytics import StreamAnalytics\n"
+        "from vstream.config.analytics import AnalyticsConfig\n"
+        "StreamAnalytics(AnalyticsConfig())\n"
+        "before = 'scipy.optimize' in sys.modules\n"
+        "StreamAnalytics(AnalyticsConfig(tracking={}))\n"
+        "print(json.dumps([before, 'scipy.optimize' in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [False, True]

@@ -73,6 +73,8 @@ class StreamAnalytics:
         """Each track's last keypoints and oriented box, carried through predicted frames."""
         self.conf = conf
         self.tracker: Tracker = tracker or ByteTracker(config.effective_tracking, conf=conf)
+        if config.enabled and tracker is None:
+            ByteTracker.load_matcher()
         names = class_names if isinstance(class_names, Mapping) else dict(enumerate(class_names))
         self._names: dict[int, str] = {int(k): str(v) for k, v in names.items()}
         band, wait = config.dead_band_pixels, config.min_seconds_on_side

@@ -143,9 +143,7 @@ def _associate(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     n_tracks, n_dets = cost.shape
     if n_tracks == 0 or n_dets == 0:
         return _EMPTY, _EMPTY, np.arange(n_tracks), np.arange(n_dets)
-    # Imported here, at the first match: scipy.optimize takes half a second to import,
-    # and a pipeline without tracking (which still builds its analytics) never needs it.
-    from scipy.optimize import linear_sum_assignment
+    from scipy.optimize import linear_sum_assignment  # see ByteTracker.load_matcher
 
     rows, cols = linear_sum_assignment(np.where(np.isfinite(cost), cost, 1e6))
     good = np.isfinite(cost[rows, cols])
@@ -221,6 +219,19 @@ class ByteTracker:
         self._bank = AppearanceBank()
         self._next_id = 1
         self.reset()
+
+    @staticmethod
+    def load_matcher() -> None:
+        """Import the assignment solver now rather than at the first match.
+
+        ``scipy.optimize`` takes a second or more to import (1.2-1.3 s on the
+        2-core box): met at a stream's first match, it holds up the first
+        frames' delivery while a live stream drops them. Streams that track
+        call this as they are set up (:class:`~vstream.analytics.StreamAnalytics`);
+        it is not imported with this module, since a pipeline without tracking
+        still builds its analytics and never matches.
+        """
+        import scipy.optimize  # noqa: F401
 
     def reset(self) -> None:
         """Forget every track; the next confirmed track still gets a new id."""
