@@ -77,10 +77,13 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Pairwise IoU of ``(N, 4)`` and ``(M, 4)`` ``x1, y1, x2, y2`` boxes: ``(N, M)``."""
     a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
     b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
-    width = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
-    height = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
-    intersection = np.maximum(width, 0.0) * np.maximum(height, 0.0)
-    area_a = np.maximum(a[:, 2] - a[:, 0], 0.0) * np.maximum(a[:, 3] - a[:, 1], 0.0)
-    area_b = np.maximum(b[:, 2] - b[:, 0], 0.0) * np.maximum(b[:, 3] - b[:, 1], 0.0)
-    union = area_a[:, None] + area_b[None, :] - intersection
+    # Width and height of every overlap at once: (N, M, 2).
+    overlap = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    overlap -= np.maximum(a[:, None, :2], b[None, :, :2])
+    np.maximum(overlap, 0.0, out=overlap)
+    intersection = overlap[..., 0] * overlap[..., 1]
+    size_a = np.maximum(a[:, 2:] - a[:, :2], 0.0)
+    size_b = np.maximum(b[:, 2:] - b[:, :2], 0.0)
+    union = (size_a[:, 0] * size_a[:, 1])[:, None] + (size_b[:, 0] * size_b[:, 1])[None, :]
+    union -= intersection
     return np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0)

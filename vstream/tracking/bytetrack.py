@@ -86,6 +86,7 @@ the IoU tracker.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -198,8 +199,18 @@ def _duplicates(
     if len(index) < 2:
         return _EMPTY
     index = index[np.argsort(-scores[index], kind="stable")]
-    iou = np.triu(iou_matrix(boxes[index], boxes[index]), k=1)
+    iou = iou_matrix(boxes[index], boxes[index])
+    iou[_lower_triangle(len(index))] = 0.0  # a box is checked against higher scores only
     return index[iou.max(axis=0) >= min_iou]
+
+
+@functools.lru_cache(maxsize=64)
+def _lower_triangle(n: int) -> np.ndarray:
+    """``(n, n)`` bool, the diagonal and below: what ``np.triu(x, k=1)`` zeroes, made once a
+    size (a frame's handful of detections would otherwise pay for ``triu`` every frame)."""
+    mask = np.tri(n, dtype=bool)
+    mask.flags.writeable = False
+    return mask
 
 
 class ByteTracker:
@@ -508,7 +519,7 @@ class ByteTracker:
         (:func:`_shape_iou`); the cost is the distance as a fraction of the gate.
         """
         predicted, boxes = overlaps.predicted[rows], overlaps.boxes[dets]
-        iou = overlaps.iou[np.ix_(rows, dets)]
+        iou = overlaps.iou[rows][:, dets]
         cost = np.where(iou >= min_iou, 1.0 - iou, np.inf)
         young = self._hits[rows] == 1
         if young.any() and len(boxes):

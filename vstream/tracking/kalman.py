@@ -52,29 +52,25 @@ MIN_SCALE = 1.0
 
 def xyxy_to_cxcywh(boxes: np.ndarray) -> np.ndarray:
     """``(N, 4)`` corner boxes to centre-size boxes."""
-    out = np.empty_like(boxes, dtype=np.float64)
-    out[:, 0] = (boxes[:, 0] + boxes[:, 2]) * 0.5
-    out[:, 1] = (boxes[:, 1] + boxes[:, 3]) * 0.5
-    out[:, 2] = boxes[:, 2] - boxes[:, 0]
-    out[:, 3] = boxes[:, 3] - boxes[:, 1]
-    return out
+    corners = np.asarray(boxes, dtype=np.float64)
+    low, high = corners[:, :2], corners[:, 2:4]
+    return np.concatenate([(low + high) * 0.5, high - low], axis=1)
 
 
 def cxcywh_to_xyxy(boxes: np.ndarray) -> np.ndarray:
     """``(N, 4)`` centre-size boxes to corner boxes; negative sizes are clamped to 0."""
-    half_w = np.maximum(boxes[:, 2], 0.0) * 0.5
-    half_h = np.maximum(boxes[:, 3], 0.0) * 0.5
-    return np.stack(
-        [boxes[:, 0] - half_w, boxes[:, 1] - half_h, boxes[:, 0] + half_w, boxes[:, 1] + half_h],
-        axis=1,
-    )
+    centre = boxes[:, :2]
+    half = np.maximum(boxes[:, 2:4], 0.0) * 0.5
+    return np.concatenate([centre - half, centre + half], axis=1)
 
 
 def _scales(sizes: np.ndarray) -> np.ndarray:
     """Per-coordinate noise scale ``(w, h, w, h)`` for ``(N, >=4)`` centre-size rows."""
-    w = np.maximum(sizes[:, 2], MIN_SCALE)
-    h = np.maximum(sizes[:, 3], MIN_SCALE)
-    return np.stack([w, h, w, h], axis=1)
+    return np.maximum(sizes[:, _WHWH], MIN_SCALE)
+
+
+_WHWH = [2, 3, 2, 3]
+"""The columns :func:`_scales` reads: width and height, once for the centre, once for the size."""
 
 
 PP, PV, VV = 0, 1, 2
