@@ -12,7 +12,11 @@
 # The wheels are unpacked (a folder on PYTHONPATH needs no pip there), PyNvVideoCodec's
 # sources, samples and CUDA 12 build are left out, and the whole is one tar.xz (about a
 # fifth smaller than the wheels' zip), split into .gpu1/bundle.part.aa, .gpu2/...ab, ...
-# Each .gpuN folder must be ignored by git (.git/info/exclude) and carried by one call.
+# Each .gpuN folder is ignored by git (.git/info/exclude) and carried by one call. A carried
+# folder is gone from the checkout there at the next call, so each call copies its part out:
+#   call N:    cp .gpuN/* /tmp/parts/          (carry: [".gpuN"]; mkdir -p /tmp/parts first)
+#   last call: BUNDLE="/tmp/parts/bundle.part.*" benchmarks/gpu_scale.sh unpack ...
+# The calls follow each other while the machine is warm (it goes back after 30 s idle).
 set -euo pipefail
 WHEELS=${1:?wheels folder}
 MEDIA=${2:?media folder}

@@ -6,7 +6,8 @@
 #
 #   benchmarks/gpu_scale.sh [STEP ...]
 #
-# BUNDLE: the bundle's parts, in order (default: .gpu*/bundle.part.*), joined and unpacked
+# BUNDLE: the bundle's parts, in order (default: .gpu*/bundle.part.*; see gpu_bundle.sh for
+#         how they travel, one a call, to /tmp/parts), joined and unpacked
 #         into $VS (default /tmp/vstream-gpu): site/ (packages) and media/ (1080p30.mp4,
 #         yolov8n.onnx).
 # STEP:   unpack, shapes, ab, demo, procs, probe, tests, yolo (default: all, in that order).
