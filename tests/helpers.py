@@ -331,6 +331,18 @@ def model_session(path: Path | str, **options: object):
     return ModelSession(model, runtime)
 
 
+def bucket_sessions(engine, buckets: int) -> list:
+    """The ONNX Runtime sessions of ``engine``'s buckets, checked to be one per bucket (and
+    ``buckets`` of them), shared by every buffer, the largest being ``engine.session``."""
+    first, *others = engine.buffers
+    sessions = [b.session for b in first.buckets]
+    assert len({id(s) for s in sessions}) == len(sessions) == buckets, "a session per bucket"
+    for buffer in others:
+        assert [b.session for b in buffer.buckets] == sessions, "the buffers share them"
+    assert first.largest.session is engine.session
+    return sessions
+
+
 def as_tensor_frame(frame: Frame, pixel_format: PixelFormat) -> Frame:
     """A CPU-decoded frame's picture as a tensor frame laid out as ``pixel_format`` says: NV12
     as NVDEC hands it, I420, or RGB as FFmpeg converts it (its own full-size picture)."""

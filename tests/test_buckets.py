@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
-from helpers import model_session
+from helpers import bucket_sessions, model_session
 from onnx_models import brightness_model, constant_output_model, nonzero_model, scale_model
 
 from vstream import Detector, Frame, ModelError, PixelFormat
@@ -115,11 +115,7 @@ def test_a_session_per_bucket_sees_one_batch_size_and_computes_the_same(
     engine = model_session(
         scale_model(tmp_path / "s.onnx"), device="cpu", batch_size=8, imgsz=32, in_flight=2
     )
-    first, second = engine.buffers
-    sessions = [b.session for b in first.buckets]
-    assert len({id(s) for s in sessions}) == 4, "buckets 1, 2, 4 and 8: a session each"
-    assert [b.session for b in second.buckets] == sessions, "the buffers share them"
-    assert first.largest.session is engine.session
+    bucket_sessions(engine, 4)  # buckets 1, 2, 4 and 8
     recorder = BindingRecorder(engine)
     for round_, frames in enumerate((1, 2, 1, 4, 3, 8, 1, 5, 2)):  # sizes as a live stream's
         buffer = engine.buffers[round_ % 2]

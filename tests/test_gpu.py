@@ -19,7 +19,7 @@ import av
 import numpy as np
 import pytest
 import torch
-from helpers import model_session, run_cli, write_10bit, write_video
+from helpers import bucket_sessions, model_session, run_cli, write_10bit, write_video
 from onnx_models import scale_model
 
 from vstream.assets import DEMO_MODEL, SAMPLE_VIDEO
@@ -176,11 +176,8 @@ def test_each_bucket_runs_in_a_cuda_session_of_its_own_on_the_pipelines_stream(
     engine = model_session(
         scale_model(tmp_path / "s.onnx"), device="cuda", batch_size=8, imgsz=64, in_flight=2
     )
-    first, second = engine.buffers
-    sessions = [b.session for b in first.buckets]
-    assert len({id(s) for s in sessions}) == len(sessions) == 4
-    assert [b.session for b in second.buckets] == sessions
-    for session in sessions:
+    first = engine.buffers[0]
+    for session in bucket_sessions(engine, 4):
         assert session.get_providers()[0] == "CUDAExecutionProvider"
         options = session.get_provider_options()["CUDAExecutionProvider"]
         assert int(options["user_compute_stream"], 0) == engine.cuda_stream.cuda_stream
