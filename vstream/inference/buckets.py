@@ -49,7 +49,9 @@ def session_per_bucket(device: torch.device, providers: Sequence[str]) -> bool:
     (``Conv::UpdateState`` and ``CreateCudnnFeExecutionPlan`` in ONNX Runtime's
     ``cuda/nn/conv.cc``). Batches of a live pipeline change size from run to run
     (1, 2, 1, 4 frames...), so one session shared by the buckets would rebuild
-    every convolution's plan on most runs; a session per bucket builds each once.
+    every convolution's plan on most runs; a session per bucket builds each once
+    (on an H100, the demo detector: 468 ms a run shared, 1.4 ms each its own;
+    one live camera 7 frames/s, then 30: BENCHMARKS.md, "Live streams on one H100").
     The price is a copy of the weights and an arena per bucket on the device.
     TensorRT builds one engine whose profiles cover every bucket, and the CPU
     provider keeps no per-shape plan, so both keep one session.
