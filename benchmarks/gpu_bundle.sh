@@ -5,8 +5,15 @@
 #
 #   benchmarks/gpu_bundle.sh WHEELS MEDIA [PART_MIB]
 #
-# WHEELS: cp312 manylinux wheels of onnxruntime-gpu, pynvvideocodec, av, py-spy and the
-#         pure-Python dependencies the machine lacks (pydantic, fastapi, ...);
+# WHEELS: cp312 manylinux wheels of what the machine lacks (its image has torch, numpy, the
+#         CPU onnxruntime and many common packages: device/KINDS.md). Used on 2026-11-26:
+#         onnxruntime-gpu 1.31.1, pynvvideocodec 2.2.4, av 19.0.2, py-spy 0.4.3, pydantic 2.14.4
+#         with pydantic-core, annotated-types and typing-inspection, fastapi, starlette,
+#         uvicorn, redis, paho-mqtt; for the `ray` step also ray 2.60.0, jsonschema,
+#         jsonschema-specifications, referencing and rpds-py. Each fetched with
+#           python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#             --implementation cp --platform manylinux_2_28_x86_64 \
+#             --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d WHEELS NAME==V
 # MEDIA:  1080p30.mp4 and yolov8n.onnx (BENCHMARKS.md says how each is made).
 #
 # The wheels are unpacked (a folder on PYTHONPATH needs no pip there), PyNvVideoCodec's

@@ -15,6 +15,8 @@ what the device machine lacks and calls this):
   model launch, postprocess with its one wait, delivery: tracking and sinks);
 - ``--processes P``: the same S streams split over P processes on the GPU
   (started together; aggregate frames/s over the union of their runs);
+- ``--ray-processes N``: the same S streams through ``processes: N`` (Ray workers
+  sharing the GPU, the driver writing every record), as a user runs them;
 - ``--probe``: whether NVDEC decoding waits for GPU work the process queued
   on other streams (it does: see BENCHMARKS.md);
 - ``--shapes``: host milliseconds per model run as the batch size changes, in one
@@ -51,7 +53,14 @@ DEVICE = "cuda"
 
 
 def _config(
-    model: Path, imgsz: int, source: Path, streams: int, *, live: bool, tracking: bool
+    model: Path,
+    imgsz: int,
+    source: Path,
+    streams: int,
+    *,
+    live: bool,
+    tracking: bool,
+    processes: int = 1,
 ) -> Any:
     source_options: dict[str, Any] = {"decoder": "nvdec" if DEVICE == "cuda" else "auto"}
     if live:
@@ -67,7 +76,7 @@ def _config(
     }
     if tracking:
         pipeline["analytics"] = {"tracking": {}}
-    return parse_data({"pipelines": [pipeline]})
+    return parse_data({"processes": processes, "pipelines": [pipeline]})
 
 
 class Ages(list):
@@ -414,6 +423,65 @@ def across_processes(args: argparse.Namespace, streams: int, live_run: bool) -> 
     }
 
 
+def through_ray(args: argparse.Namespace, streams: int, live_run: bool) -> dict:
+    """``streams`` streams through ``processes: N`` (Ray workers sharing the GPU, the driver
+    writing the records), as a user runs them: frames/s from the streams' delivered counts,
+    sampled every 0.1 s (timed from the first frame delivered, the workers' start left out);
+    live, the frames dropped and the streams' ages as their workers report them (capture to
+    record on the worker, the latest frame of each stream, sampled)."""
+    from vstream.cluster import open_engine
+
+    config = _config(
+        args.model, args.imgsz, args.source, streams, live=live_run, tracking=args.tracking,
+        processes=args.ray_processes,
+    )  # fmt: skip
+    engine = open_engine(config)
+    engine.start()
+
+    def delivered() -> int:
+        return sum(r.counters.frames_processed for r in engine.readers())
+
+    try:
+        deadline = time.monotonic() + 300
+        while delivered() == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        first = time.monotonic()
+        frames0, dropped0 = delivered(), sum(r.frames_dropped for r in engine.readers())
+        if live_run:
+            time.sleep(2.0)  # past the first batches: the steady state only
+            frames0, dropped0 = delivered(), sum(r.frames_dropped for r in engine.readers())
+            first = time.monotonic()
+        ages: list[float] = []
+        while True:
+            time.sleep(0.1)
+            if live_run:
+                ages += [a for r in engine.readers() if (a := r.frame_age_seconds) is not None]
+                if time.monotonic() - first >= args.live_seconds:
+                    break
+            elif engine.files_done() or time.monotonic() - first > 300:
+                break
+        seconds = time.monotonic() - first
+        frames = delivered() - frames0
+        dropped = sum(r.frames_dropped for r in engine.readers()) - dropped0
+    finally:
+        engine.stop(timeout=60)
+    row: dict[str, Any] = {
+        "streams": streams,
+        "processes": args.ray_processes,
+        "engine": "ray",
+        "frames": frames,
+        "fps": round(frames / seconds, 1),
+    }
+    if live_run:
+        ages.sort()
+        row |= {
+            "age_p50_ms": round(1000 * statistics.median(ages), 1) if ages else None,
+            "age_p95_ms": round(1000 * ages[int(0.95 * (len(ages) - 1))], 1) if ages else None,
+            "dropped": dropped,
+        }
+    return row
+
+
 def model_alone(model: Path, imgsz: int, runs: int = 200) -> dict:
     """Frames/s of the model alone at the pipeline's default batch, bound buffers (IO binding)."""
     import torch
@@ -519,6 +587,12 @@ def main() -> None:
         help="every bucket in one ONNX Runtime session (before session_per_bucket), to compare",
     )
     parser.add_argument("--processes", type=int, default=1, help="split the streams over these")
+    parser.add_argument(
+        "--ray-processes",
+        type=int,
+        default=1,
+        help="run the streams through processes: N (Ray workers, the driver writing records)",
+    )
     parser.add_argument("--child", choices=["files", "live"], help=argparse.SUPPRESS)
     parser.add_argument("--go", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -566,9 +640,11 @@ def main() -> None:
         say("model_alone", model_alone(args.model, args.imgsz, args.model_runs))
         for sessions in sorted({1, 8, max(args.streams)}):
             say("nvdec_alone", nvdec_alone(args.source, sessions, args.nvdec_frames))
-    out["processes"] = args.processes
+    out["processes"] = args.ray_processes if args.ray_processes > 1 else args.processes
     for streams in [] if args.skip_files else args.streams:
-        if args.processes > 1:
+        if args.ray_processes > 1:
+            run = through_ray(args, streams, live_run=False)
+        elif args.processes > 1:
             run = across_processes(args, streams, live_run=False)
         else:
             sample = streams in args.sample
@@ -578,7 +654,9 @@ def main() -> None:
         say("throughput", run)
     if not args.skip_live:
         for streams in args.streams:
-            if args.processes > 1:
+            if args.ray_processes > 1:
+                row = through_ray(args, streams, live_run=True)
+            elif args.processes > 1:
                 row = across_processes(args, streams, live_run=True)
             else:
                 row = live(
@@ -587,7 +665,8 @@ def main() -> None:
             say("live", row)
     print(
         f"\n{args.model.name} at {args.imgsz}{', tracking' if args.tracking else ''}, "
-        f"{args.processes} process(es), sessions: {out['sessions']}"
+        f"{out['processes']} process(es){' through Ray' if args.ray_processes > 1 else ''}, "
+        f"sessions: {out['sessions']}"
     )
     print(
         "| streams | files: frames/s | CPU ms/frame | frames/batch | waits/batch "

@@ -10,12 +10,15 @@
 #         how they travel, one a call, to /tmp/parts), joined and unpacked
 #         into $VS (default /tmp/vstream-gpu): site/ (packages) and media/ (1080p30.mp4,
 #         yolov8n.onnx).
-# STEP:   unpack, shapes, ab, demo, procs, probe, tests, yolo (default: all, in that order).
+# STEP:   unpack, shapes, ab, demo, procs, probe, tests, yolo (default: all, in that order),
+#         and ray (not in the default: the bundle must hold ray and its dependencies).
 #         shapes: host ms per model run as the batch size changes (one session, a session
 #                 per bucket);
 #         ab:     1 and 8 live streams with one session for every bucket, then as shipped;
 #         demo:   limits, then 1-64 streams from files and live (the table);
 #         procs:  the demo's and YOLOv8n's streams over 4 processes;
+#         ray:    64 demo streams through processes: 6 (Ray workers, the driver writing the
+#                 records), from files and live, as a user runs them;
 #         probe:  does NVDEC decoding wait for GPU work queued on other streams (with the
 #                 native stacks of the waiting thread, by py-spy).
 #         $OUT (default /tmp/gpu_scale) receives one text file per step.
@@ -71,6 +74,10 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
         scale 90 --model "$MEDIA/yolov8n.onnx" --imgsz 640 --skip-live --skip-limits \
             --streams 64 --processes 4 >>"$OUT/procs.txt"
         grep -E "^\|" "$OUT/procs.txt"
+        ;;
+    ray)
+        scale 300 "${DEMO[@]}" --skip-limits --streams 64 --ray-processes 6 >"$OUT/ray.txt"
+        grep -E "^\||^throughput|^live" "$OUT/ray.txt"
         ;;
     probe)
         scale 90 --model vstream/assets/demo.onnx --probe >"$OUT/probe.txt"
