@@ -33,7 +33,12 @@ from vstream.config.secondary import SecondaryConfig
 from vstream.devices import same_device
 from vstream.errors import ModelError, first_line
 from vstream.frame import Frame
-from vstream.inference.buckets import Bucket, bucket_sizes, session_per_bucket
+from vstream.inference.buckets import (
+    Bucket,
+    bucket_sizes,
+    session_per_bucket,
+    sessions_by_size,
+)
 from vstream.inference.providers import resolve_device, session_providers
 from vstream.inference.secondary_spec import SecondarySpec, read_secondary_spec
 from vstream.inference.wheels import load_onnxruntime
@@ -113,7 +118,8 @@ class SecondaryModel:
         options.log_severity_level = 3
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         handle = self.cuda_stream.cuda_stream if self.cuda_stream is not None else None
-        self.session = self._open(ort, path, options, handle)
+        providers = session_providers(self.device, None, available, stream=handle)
+        self.session = self._open(ort, path, options, providers)
         """The session of the largest bucket (each bucket's own: :attr:`Bucket.session`)."""
         self.spec: SecondarySpec = read_secondary_spec(self.session, config)
         capacity = self.spec.batch  # within max_io_mib: checked before this allocation
@@ -128,17 +134,13 @@ class SecondaryModel:
             device=self.device,
         )
         """``(max_batch, values)``: every run writes here, bound once."""
-        sizes = bucket_sizes(capacity, self.spec.fixed_batch)
-        own = session_per_bucket(self.device, ["cuda"])
-        self.buckets = tuple(
-            self._bucket(
-                size,
-                self.session
-                if size == sizes[-1] or not own
-                else self._open(ort, path, options, handle),
-            )
-            for size in sizes
+        sessions = sessions_by_size(
+            bucket_sizes(capacity, self.spec.fixed_batch),
+            self.session,
+            lambda: self._open(ort, path, options, providers),
+            session_per_bucket(self.device, ["cuda"]),
         )
+        self.buckets = tuple(self._bucket(size, session) for size, session in sessions.items())
         self._scale, self._bias = self._normalisation()
         self._staging = HostStaging(pinned=self.device.type == "cuda")
         self._resampler = Resampler()
@@ -158,14 +160,9 @@ class SecondaryModel:
     def max_batch(self) -> int:
         return self.input.shape[0]
 
-    def _open(self, ort: Any, path: Path, options: Any, stream: int | None) -> Any:
-        available = ort.get_available_providers()
+    def _open(self, ort: Any, path: Path, options: Any, providers: list) -> Any:
         try:
-            return ort.InferenceSession(
-                str(path),
-                sess_options=options,
-                providers=session_providers(self.device, None, available, stream=stream),
-            )
+            return ort.InferenceSession(str(path), sess_options=options, providers=providers)
         except Exception as exc:  # ONNX Runtime raises several unrelated types
             raise ModelError(f"cannot load secondary model {path}: {first_line(exc)}") from exc
 

@@ -17,7 +17,7 @@ On CUDA each bucket runs in an ONNX Runtime session of its own
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,15 @@ def session_per_bucket(device: torch.device, providers: Sequence[str]) -> bool:
     provider keeps no per-shape plan, so both keep one session.
     """
     return device.type == "cuda" and (not providers or providers[0] != "tensorrt")
+
+
+def sessions_by_size(
+    sizes: Sequence[int], largest: Any, open_another: Callable[[], Any], own: bool
+) -> dict[int, Any]:
+    """The session each bucket size runs in: ``largest`` for the largest size, and for every
+    other size a session of its own (``open_another()``) where ``own``
+    (:func:`session_per_bucket`), else ``largest`` too."""
+    return {size: open_another() if own and size != sizes[-1] else largest for size in sizes}
 
 
 @dataclass(eq=False)

@@ -101,7 +101,13 @@ import torch
 
 from vstream.config.model import ModelConfig, RuntimeOptions, provider_chain, tensorrt_cache
 from vstream.errors import ModelError, first_line
-from vstream.inference.buckets import BatchBuffer, Bucket, bucket_sizes, session_per_bucket
+from vstream.inference.buckets import (
+    BatchBuffer,
+    Bucket,
+    bucket_sizes,
+    session_per_bucket,
+    sessions_by_size,
+)
 from vstream.inference.model import (
     ModelSpec,
     batch_size,
@@ -240,11 +246,12 @@ class ModelSession:
             )
         self._size_inputs: list[torch.Tensor] = []
         """The bound ``orig_target_sizes`` tensors: ORT holds only their addresses."""
-        own = session_per_bucket(self.device, [c.name for c in providers or ()])
-        self._sessions = {
-            size: self._open(ort, path, providers, arguments) if own else self.session
-            for size in sizes[:-1]
-        } | {sizes[-1]: self.session}
+        self._sessions = sessions_by_size(
+            sizes,
+            self.session,
+            lambda: self._open(ort, path, providers, arguments),
+            session_per_bucket(self.device, [c.name for c in providers or ()]),
+        )
         """The session of each batch size: one for all, or on CUDA one each (see
         :func:`~vstream.inference.buckets.session_per_bucket`)."""
         self.buffers = tuple(
