@@ -239,6 +239,16 @@ def throughput(
     }
 
 
+def _age_figures(ages: list[float]) -> dict[str, float | None]:
+    """Median and 95th percentile in ms of ``ages`` (seconds, sorted)."""
+    if not ages:
+        return {"age_p50_ms": None, "age_p95_ms": None}
+    return {
+        "age_p50_ms": round(1000 * statistics.median(ages), 1),
+        "age_p95_ms": round(1000 * ages[int(0.95 * (len(ages) - 1))], 1),
+    }
+
+
 def live(
     model: Path,
     imgsz: int,
@@ -275,8 +285,7 @@ def live(
         "streams": streams,
         "records": len(ordered),
         "fps": round(len(ordered) / seconds, 1),
-        "age_p50_ms": round(1000 * statistics.median(ordered), 1) if ordered else None,
-        "age_p95_ms": round(1000 * ordered[int(0.95 * (len(ordered) - 1))], 1) if ordered else None,
+        **_age_figures(ordered),
         "dropped": dropped,
         "cpu_ms_per_frame": round(1000 * cpu / max(1, len(ordered)), 3),
     }
@@ -405,8 +414,7 @@ def across_processes(args: argparse.Namespace, streams: int, live_run: bool) -> 
             "streams": streams,
             "processes": len(children),
             "fps": round(sum(r["fps"] for r in runs), 1),
-            "age_p50_ms": round(1000 * statistics.median(ages), 1) if ages else None,
-            "age_p95_ms": round(1000 * ages[int(0.95 * (len(ages) - 1))], 1) if ages else None,
+            **_age_figures(ages),
             "dropped": sum(r["dropped"] for r in runs),
         }
     frames = sum(r["frames"] for r in runs)
@@ -445,12 +453,10 @@ def through_ray(args: argparse.Namespace, streams: int, live_run: bool) -> dict:
         deadline = time.monotonic() + 300
         while delivered() == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
-        first = time.monotonic()
-        frames0, dropped0 = delivered(), sum(r.frames_dropped for r in engine.readers())
         if live_run:
             time.sleep(2.0)  # past the first batches: the steady state only
-            frames0, dropped0 = delivered(), sum(r.frames_dropped for r in engine.readers())
-            first = time.monotonic()
+        first = time.monotonic()
+        frames0, dropped0 = delivered(), sum(r.frames_dropped for r in engine.readers())
         ages: list[float] = []
         while True:
             time.sleep(0.1)
@@ -473,12 +479,7 @@ def through_ray(args: argparse.Namespace, streams: int, live_run: bool) -> dict:
         "fps": round(frames / seconds, 1),
     }
     if live_run:
-        ages.sort()
-        row |= {
-            "age_p50_ms": round(1000 * statistics.median(ages), 1) if ages else None,
-            "age_p95_ms": round(1000 * ages[int(0.95 * (len(ages) - 1))], 1) if ages else None,
-            "dropped": dropped,
-        }
+        row |= {**_age_figures(sorted(ages)), "dropped": dropped}
     return row
 
 
