@@ -20,7 +20,13 @@
 #         ray:    64 demo streams through processes: 6 (Ray workers, the driver writing the
 #                 records), from files and live, as a user runs them;
 #         probe:  does NVDEC decoding wait for GPU work queued on other streams (with the
-#                 native stacks of the waiting thread, by py-spy).
+#                 native stacks of the waiting thread, by py-spy);
+#         exit:   which part ends a process in SIGSEGV at exit (benchmarks/exit_probe.py),
+#                 the first one that does run again under cuda-gdb for its native stacks;
+#         profile: 32 file streams in one process, sampled by py-spy for 10 s: stacks of
+#                 the thread holding the GIL (gil32.txt) and of every busy thread (cpu32.txt);
+#         mps:    YOLOv8n's 50 live streams over 6 processes, without and then with CUDA MPS
+#                 (when nvidia-cuda-mps-control is there; the daemon is stopped after).
 #         $OUT (default /tmp/gpu_scale) receives one text file per step.
 # Python runs with -X faulthandler: these processes have ended in a segmentation fault after
 # their output, at interpreter exit (BENCHMARKS.md), and the dump says in which thread.
@@ -91,6 +97,61 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
     yolo)
         scale 150 --model "$MEDIA/yolov8n.onnx" --imgsz 640 --skip-live >"$OUT/yolo640.txt"
         grep -E "^\||alone" "$OUT/yolo640.txt"
+        ;;
+    exit)
+        parts=("torch" "ort" "torch ort" "nvdec" "pipeline")
+        first=""
+        for p in "${parts[@]}"; do
+            # shellcheck disable=SC2086
+            timeout 90 python3 -X faulthandler benchmarks/exit_probe.py \
+                --source "$MEDIA/1080p30.mp4" $p >"$OUT/exit_probe.txt.tmp" 2>&1
+            rc=$?
+            { echo "-- parts: $p  exit code: $rc"; grep -v WARNING "$OUT/exit_probe.txt.tmp" | tail -25; } \
+                | tee -a "$OUT/exit_probe.txt" | grep -- "^-- parts"
+            [ $rc -ne 0 ] && [ -z "$first" ] && first=$p
+        done
+        timeout 90 python3 -X faulthandler -m vstream doctor >"$OUT/exit_doctor.txt" 2>&1
+        echo "-- vstream doctor  exit code: $?" | tee -a "$OUT/exit_probe.txt"
+        if [ -n "$first" ] && command -v cuda-gdb >/dev/null; then
+            # shellcheck disable=SC2086
+            timeout 180 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex bt \
+                -ex "info threads" -ex "thread apply all bt 12" --args \
+                python3 benchmarks/exit_probe.py --source "$MEDIA/1080p30.mp4" $first \
+                >"$OUT/exit_gdb.txt" 2>&1
+            grep -A25 "SIGSEGV" "$OUT/exit_gdb.txt" | head -40
+        fi
+        ;;
+    profile)
+        python3 -X faulthandler benchmarks/gpu_scale.py --device cuda --skip-limits --skip-live \
+            --source "$MEDIA/1080p30.mp4" "${DEMO[@]}" --streams 32 >"$OUT/profile_run.txt" 2>&1 &
+        pid=$!
+        sleep 15
+        "$PYSPY" record --pid $pid --nonblocking --gil --threads -r 100 -d 10 -f raw \
+            -o "$OUT/gil32.txt" >/dev/null 2>&1 &
+        "$PYSPY" record --pid $pid --nonblocking --threads -r 100 -d 10 -f raw \
+            -o "$OUT/cpu32.txt" >/dev/null 2>&1
+        wait
+        grep -E "^\||stages" "$OUT/profile_run.txt"
+        ls -la "$OUT"/gil32.txt "$OUT"/cpu32.txt
+        ;;
+    mps)
+        YOLO=(--model "$MEDIA/yolov8n.onnx" --imgsz 640 --live-seconds 6 --skip-limits
+            --skip-files --streams 50 --processes 6)
+        scale 150 "${YOLO[@]}" >"$OUT/mps.txt"
+        if command -v nvidia-cuda-mps-control >/dev/null; then
+            export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+            mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+            if nvidia-cuda-mps-control -d; then
+                echo "== with MPS" >>"$OUT/mps.txt"
+                scale 150 "${YOLO[@]}" >>"$OUT/mps.txt"
+                echo quit | nvidia-cuda-mps-control
+                tail -5 "$CUDA_MPS_LOG_DIRECTORY"/control.log >>"$OUT/mps.txt"
+            fi
+            unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+        else
+            echo "no nvidia-cuda-mps-control on this machine" | tee -a "$OUT/mps.txt"
+        fi
+        grep -E "^\||MPS" "$OUT/mps.txt"
         ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
     esac

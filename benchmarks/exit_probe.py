@@ -1,0 +1,108 @@
+"""Which part of the GPU path makes a process end in a segmentation fault at exit.
+
+GPU processes of this project (``vstream doctor``, ``pytest -m gpu``, the benchmark's
+tables) have printed all their output and then died with SIGSEGV at interpreter exit
+(BENCHMARKS.md). This loads one part, or several, uses it briefly and returns normally,
+so that the exit code of each combination says which one it is:
+
+    python -X faulthandler benchmarks/exit_probe.py --source 1080p.mp4 torch ort nvdec
+
+Parts: ``torch`` (a CUDA tensor and a stream), ``ort`` (an ONNX Runtime session on the
+CUDA provider, run once on a torch tensor through IO binding), ``nvdec`` (a PyNvVideoCodec
+decoder through vstream's file source, 30 frames), ``pipeline`` (one stream through the
+engine, started and stopped as the API does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEMO = Path(__file__).resolve().parents[1] / "vstream" / "assets" / "demo.onnx"
+
+
+def use_torch() -> None:
+    import torch
+
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        x = torch.ones(1024, device="cuda") * 2
+    stream.synchronize()
+    print("torch", float(x.sum()))
+
+
+def use_ort() -> None:
+    import onnxruntime as ort
+    import torch
+
+    session = ort.InferenceSession(str(DEMO), providers=["CUDAExecutionProvider"])
+    spec = session.get_inputs()[0]
+    shape = [1 if not isinstance(d, int) else d for d in spec.shape]
+    shape[0] = 1
+    x = torch.zeros(shape, device="cuda", dtype=torch.float32)
+    binding = session.io_binding()
+    binding.bind_input(spec.name, "cuda", 0, "float32", list(x.shape), x.data_ptr())
+    for out in session.get_outputs():
+        binding.bind_output(out.name, "cuda")
+    session.run_with_iobinding(binding)
+    print("ort", session.get_providers()[0], [o.shape() for o in binding.get_outputs()])
+
+
+def use_nvdec(source: Path) -> None:
+    from vstream.config.sources import SourceOptions
+    from vstream.sources.file import VideoFileSource
+
+    options = SourceOptions(decoder="nvdec")
+    with VideoFileSource(source, stream_id="0", device="cuda", options=options) as video:
+        for n, _ in enumerate(video, 1):
+            if n >= 30:
+                break
+    print("nvdec", n, "frames")
+
+
+def use_pipeline(source: Path) -> None:
+    from vstream.config import parse_data
+    from vstream.engine import Engine
+
+    config = parse_data(
+        {
+            "pipelines": [
+                {
+                    "name": "exit",
+                    "model": {"path": str(DEMO), "imgsz": 320},
+                    "runtime": {"device": "cuda"},
+                    "sources": [{"id": "cam0", "uri": str(source), "decoder": "nvdec"}],
+                    "sinks": [{"type": "jsonl", "path": "/dev/null"}],
+                }
+            ]
+        }
+    )
+    import threading
+
+    engine = Engine(config)
+    engine.start()
+    engine.wait(threading.Event(), until_files_done=True)
+    engine.stop(timeout=60)
+    print("pipeline done")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--source", type=Path, required=True)
+    parser.add_argument("parts", nargs="+", choices=["torch", "ort", "nvdec", "pipeline"])
+    args = parser.parse_args()
+    for part in args.parts:
+        if part == "torch":
+            use_torch()
+        elif part == "ort":
+            use_ort()
+        elif part == "nvdec":
+            use_nvdec(args.source)
+        else:
+            use_pipeline(args.source)
+    print("returning from main", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()
