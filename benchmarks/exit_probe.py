@@ -10,7 +10,10 @@ so that the exit code of each combination says which one it is:
 Parts: ``torch`` (a CUDA tensor and a stream), ``ort`` (an ONNX Runtime session on the
 CUDA provider, run once on a torch tensor through IO binding), ``nvdec`` (a PyNvVideoCodec
 decoder through vstream's file source, 30 frames), ``pipeline`` (one stream through the
-engine, started and stopped as the API does).
+engine, started and stopped as the API does), ``decoder_caps`` and ``encoder_caps``
+(PyNvVideoCodec's capability queries, as the doctor's environment report asks them; the
+encoder's raises on a GPU without NVENC, such as the H100), ``graphs`` (the doctor's
+detector with ONNX Runtime's CUDA graphs, run until they replay).
 """
 
 from __future__ import annotations
@@ -87,10 +90,39 @@ def use_pipeline(source: Path) -> None:
     print("pipeline done")
 
 
+def use_caps(kind: str) -> None:
+    from vstream.decoders.nvdec import load_pynvvideocodec
+    from vstream.inference.providers import current_context_kept
+
+    nvc = load_pynvvideocodec()
+    for codec in ("h264", "hevc", "av1"):
+        try:
+            with current_context_kept():
+                if kind == "decoder":
+                    answer = nvc.GetDecoderCaps(
+                        gpuid=0, codec=getattr(nvc.cudaVideoCodec, codec.upper())
+                    )
+                else:
+                    answer = nvc.GetEncoderCaps(gpuid=0, codec=codec)
+            print(kind, codec, "answered", bool(answer))
+        except Exception as exc:  # what the doctor does with it
+            print(kind, codec, "raised", type(exc).__name__, str(exc)[:80])
+
+
+def use_graphs() -> None:
+    from vstream.doctor.graphs import graphs_match_eager
+
+    print("graphs", graphs_match_eager(DEMO))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--source", type=Path, required=True)
-    parser.add_argument("parts", nargs="+", choices=["torch", "ort", "nvdec", "pipeline"])
+    parser.add_argument(
+        "parts",
+        nargs="+",
+        choices=["torch", "ort", "nvdec", "pipeline", "decoder_caps", "encoder_caps", "graphs"],
+    )
     args = parser.parse_args()
     for part in args.parts:
         if part == "torch":
@@ -99,6 +131,10 @@ def main() -> None:
             use_ort()
         elif part == "nvdec":
             use_nvdec(args.source)
+        elif part.endswith("_caps"):
+            use_caps(part.removesuffix("_caps"))
+        elif part == "graphs":
+            use_graphs()
         else:
             use_pipeline(args.source)
     print("returning from main", file=sys.stderr, flush=True)

@@ -443,6 +443,9 @@ def through_ray(args: argparse.Namespace, streams: int, live_run: bool) -> dict:
         args.model, args.imgsz, args.source, streams, live=live_run, tracking=args.tracking,
         processes=args.ray_processes,
     )  # fmt: skip
+    from vstream.cluster.processes import auto_count
+
+    processes = auto_count(config) if args.ray_processes == "auto" else args.ray_processes
     engine = open_engine(config)
     engine.start()
 
@@ -473,8 +476,8 @@ def through_ray(args: argparse.Namespace, streams: int, live_run: bool) -> dict:
         engine.stop(timeout=60)
     row: dict[str, Any] = {
         "streams": streams,
-        "processes": args.ray_processes,
-        "engine": "ray",
+        "processes": processes,
+        "engine": "ray" if processes > 1 else "one process",
         "frames": frames,
         "fps": round(frames / seconds, 1),
     }
@@ -590,9 +593,10 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=1, help="split the streams over these")
     parser.add_argument(
         "--ray-processes",
-        type=int,
+        type=lambda text: text if text == "auto" else int(text),
         default=1,
-        help="run the streams through processes: N (Ray workers, the driver writing records)",
+        help="run the streams through processes: N or auto (Ray workers, the driver writing "
+        "records)",
     )
     parser.add_argument("--child", choices=["files", "live"], help=argparse.SUPPRESS)
     parser.add_argument("--go", type=Path, help=argparse.SUPPRESS)
@@ -641,9 +645,10 @@ def main() -> None:
         say("model_alone", model_alone(args.model, args.imgsz, args.model_runs))
         for sessions in sorted({1, 8, max(args.streams)}):
             say("nvdec_alone", nvdec_alone(args.source, sessions, args.nvdec_frames))
-    out["processes"] = args.ray_processes if args.ray_processes > 1 else args.processes
+    by_ray = args.ray_processes != 1
+    out["processes"] = args.ray_processes if by_ray else args.processes
     for streams in [] if args.skip_files else args.streams:
-        if args.ray_processes > 1:
+        if by_ray:
             run = through_ray(args, streams, live_run=False)
         elif args.processes > 1:
             run = across_processes(args, streams, live_run=False)
@@ -655,7 +660,7 @@ def main() -> None:
         say("throughput", run)
     if not args.skip_live:
         for streams in args.streams:
-            if args.ray_processes > 1:
+            if by_ray:
                 row = through_ray(args, streams, live_run=True)
             elif args.processes > 1:
                 row = across_processes(args, streams, live_run=True)
@@ -666,7 +671,7 @@ def main() -> None:
             say("live", row)
     print(
         f"\n{args.model.name} at {args.imgsz}{', tracking' if args.tracking else ''}, "
-        f"{out['processes']} process(es){' through Ray' if args.ray_processes > 1 else ''}, "
+        f"{out['processes']} process(es){' through Ray' if by_ray else ''}, "
         f"sessions: {out['sessions']}"
     )
     print(

@@ -19,6 +19,8 @@
 #         procs:  the demo's and YOLOv8n's streams over 4 processes;
 #         ray:    64 demo streams through processes: 6 (Ray workers, the driver writing the
 #                 records), from files and live, as a user runs them;
+#         rayauto: 1-64 demo streams from files through processes: auto (issue 29's goal 1
+#                 as a user gets it: the processes auto picks are in the JSON rows);
 #         probe:  does NVDEC decoding wait for GPU work queued on other streams (with the
 #                 native stacks of the waiting thread, by py-spy);
 #         exit:   which part ends a process in SIGSEGV at exit (benchmarks/exit_probe.py),
@@ -85,6 +87,10 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
         scale 300 "${DEMO[@]}" --skip-limits --streams 64 --ray-processes 6 >"$OUT/ray.txt"
         grep -E "^\||^throughput|^live" "$OUT/ray.txt"
         ;;
+    rayauto)
+        scale 330 "${DEMO[@]}" --skip-limits --skip-live --ray-processes auto >"$OUT/rayauto.txt"
+        grep -E "^\||^throughput" "$OUT/rayauto.txt"
+        ;;
     probe)
         scale 90 --model vstream/assets/demo.onnx --probe >"$OUT/probe.txt"
         grep "^probe" "$OUT/probe.txt"
@@ -99,7 +105,8 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
         grep -E "^\||alone" "$OUT/yolo640.txt"
         ;;
     exit)
-        parts=("torch" "ort" "torch ort" "nvdec" "pipeline")
+        # EXIT_PARTS: the combinations of exit_probe.py's parts to try, one process each.
+        IFS=, read -r -a parts <<<"${EXIT_PARTS:-torch,ort,torch ort,nvdec,pipeline}"
         first=""
         for p in "${parts[@]}"; do
             # shellcheck disable=SC2086
@@ -110,8 +117,12 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
                 | tee -a "$OUT/exit_probe.txt" | grep -- "^-- parts"
             [ $rc -ne 0 ] && [ -z "$first" ] && first=$p
         done
-        timeout 90 python3 -X faulthandler -m vstream doctor >"$OUT/exit_doctor.txt" 2>&1
-        echo "-- vstream doctor  exit code: $?" | tee -a "$OUT/exit_probe.txt"
+        for flags in "--quick" ""; do
+            # shellcheck disable=SC2086
+            timeout 120 python3 -X faulthandler -m vstream doctor $flags \
+                >"$OUT/exit_doctor$flags.txt" 2>&1
+            echo "-- vstream doctor $flags  exit code: $?" | tee -a "$OUT/exit_probe.txt"
+        done
         if [ -n "$first" ] && command -v cuda-gdb >/dev/null; then
             # shellcheck disable=SC2086
             timeout 180 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex bt \
