@@ -23,8 +23,10 @@
 #                 as a user gets it: the processes auto picks are in the JSON rows);
 #         probe:  does NVDEC decoding wait for GPU work queued on other streams (with the
 #                 native stacks of the waiting thread, by py-spy);
-#         exit:   which part ends a process in SIGSEGV at exit (benchmarks/exit_probe.py),
-#                 the first one that does run again under cuda-gdb for its native stacks;
+#         exit:   which part ends a process in SIGSEGV at exit (benchmarks/exit_probe.py;
+#                 EXIT_PARTS: comma-separated combinations), then `vstream doctor` with each
+#                 of DOCTOR_FLAGS (default --quick); the first part that fails runs again
+#                 under cuda-gdb for its native stacks;
 #         profile: 32 file streams in one process, sampled by py-spy for 10 s: stacks of
 #                 the thread holding the GIL (gil32.txt) and of every busy thread (cpu32.txt);
 #         mps:    YOLOv8n's 50 live streams over 6 processes, without and then with CUDA MPS
@@ -117,7 +119,7 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
                 | tee -a "$OUT/exit_probe.txt" | grep -- "^-- parts"
             [ $rc -ne 0 ] && [ -z "$first" ] && first=$p
         done
-        for flags in "--quick" ""; do
+        for flags in ${DOCTOR_FLAGS:---quick}; do
             # shellcheck disable=SC2086
             timeout 120 python3 -X faulthandler -m vstream doctor $flags \
                 >"$OUT/exit_doctor$flags.txt" 2>&1
