@@ -10,6 +10,7 @@ Ray instance.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from vstream import assets
 from vstream.cli import build_parser, main
 from vstream.cluster import processes
+from vstream.cluster.mps import DEFAULT_PIPE_DIRECTORY, control_pipe
 from vstream.cluster.processes import auto_count, frame_rate, resolve
 from vstream.cluster.slots import gpus_per_worker
 from vstream.config import ConfigError, parse_config
@@ -123,10 +125,12 @@ def test_auto_without_ray_is_one_process(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_auto_on_a_gpu_follows_the_cameras_unless_the_workers_cannot_run_the_file(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     """With a GPU (stood in for: this machine has none) and Ray, as on a GPU host."""
     caplog.set_level(logging.INFO, logger="vstream.cluster")
+    os.mkfifo(tmp_path / "control")  # MPS runs: see the next test for the line when not
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
     monkeypatch.setattr(processes, "gpu_count", lambda: 1)
     monkeypatch.setattr(processes, "available_cores", lambda: 16)
     assert auto_count(parse_config(config_text("auto", sources=12))) == 1
@@ -140,6 +144,47 @@ def test_auto_on_a_gpu_follows_the_cameras_unless_the_workers_cannot_run_the_fil
     assert caplog.messages == [
         "processes auto: 1 rather than 6, as pipeline p has a video sink, which needs the frames"
     ]
+
+
+def test_mps_is_found_by_its_control_pipe_where_cuda_looks_for_it(tmp_path: Path) -> None:
+    """CUDA connects to the MPS control daemon through ``control`` in
+    ``$CUDA_MPS_PIPE_DIRECTORY`` (default /tmp/nvidia-mps), a pipe the daemon makes."""
+    environ = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}
+    assert control_pipe(environ) is None  # no daemon
+    (tmp_path / "control").write_text("")
+    assert control_pipe(environ) is None  # not a pipe: not a daemon either
+    (tmp_path / "control").unlink()
+    os.mkfifo(tmp_path / "control")
+    assert control_pipe(environ) == tmp_path / "control"
+    assert control_pipe({}) in (None, DEFAULT_PIPE_DIRECTORY / "control")
+
+
+def test_several_processes_on_a_gpu_without_mps_say_how_to_start_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """Without MPS the processes' kernels take turns on the GPU (measured: YOLOv8n's 50
+    cameras over 6 processes, p95 age 458 ms without, 70 ms with): one info line, not for
+    processes on the CPU, and none once MPS runs."""
+    caplog.set_level(logging.INFO, logger="vstream.cluster")
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
+    monkeypatch.setattr(processes, "gpu_count", lambda: 1)
+    monkeypatch.setattr(processes, "available_cores", lambda: 16)
+    hint = (
+        "processes 6: CUDA MPS is not running, so the processes' kernels take turns on the "
+        "GPU; with a model that keeps it busy, start it (nvidia-cuda-mps-control -d) before "
+        "vstream"
+    )
+    resolve(parse_config(config_text("auto", sources=64)))
+    assert hint in caplog.messages
+    caplog.clear()
+    resolve(parse_config(config_text(6, device="cpu")))
+    assert not any("MPS" in m for m in caplog.messages)
+    resolve(parse_config(config_text(6, device="cuda")))
+    assert hint in caplog.messages
+    caplog.clear()
+    os.mkfifo(tmp_path / "control")
+    resolve(parse_config(config_text(6, device="cuda")))
+    assert not any("MPS" in m for m in caplog.messages)
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 
 from vstream.cluster.connect import ray_installed, ray_missing
+from vstream.cluster.mps import control_pipe
 from vstream.config.cluster import ClusterConfig
 from vstream.config.pipelines import VstreamConfig
 from vstream.config.sources import SourceConfig
@@ -42,6 +43,16 @@ def resolve(config: VstreamConfig) -> VstreamConfig:
         return config
     if not ray_installed():
         raise VstreamError(ray_missing(f"processes {count}"))
+    on_gpu = config.processes == "auto" or any(
+        p.runtime.device.startswith("cuda") for p in config.pipelines
+    )  # auto gives more than one process only where a GPU is
+    if on_gpu and control_pipe() is None:
+        log.info(
+            "processes %d: CUDA MPS is not running, so the processes' kernels take turns on "
+            "the GPU; with a model that keeps it busy, start it (nvidia-cuda-mps-control -d) "
+            "before vstream",
+            count,
+        )
     cluster = ClusterConfig(
         engine="ray", workers=count, cpus_per_worker=max(1, available_cores() // count)
     )

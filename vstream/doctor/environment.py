@@ -1,4 +1,5 @@
-"""What this machine has: driver, CUDA, torch, ONNX Runtime, TensorRT, PyNvVideoCodec, NVDEC, NVENC.
+"""What this machine has: driver, CUDA, torch, ONNX Runtime, TensorRT, PyNvVideoCodec, NVDEC, NVENC
+and CUDA MPS.
 
 Each item is found on its own and a failure to find one is written into the
 report instead of raised: the environment is what a user attaches to an
@@ -35,6 +36,7 @@ def environment() -> dict[str, Any]:
         "tensorrt": _safely(_tensorrt_info),
         "pynvvideocodec": _version("PyNvVideoCodec") or "not installed",
         "codecs": _safely(_codec_support),
+        "cuda_mps": _safely(_mps),
     }
 
 
@@ -155,6 +157,13 @@ def _tensorrt_info() -> dict[str, Any]:
     version = ctypes.CDLL(TENSORRT_LIBRARIES[0]).getInferLibVersion()  # loaded above: by name
     info["version"] = f"{version // 10000}.{version // 100 % 100}.{version % 100}"
     return info
+
+
+def _mps() -> str:
+    from vstream.cluster.mps import control_pipe
+
+    pipe = control_pipe()
+    return f"running (control pipe {pipe})" if pipe else "not running"
 
 
 def _codec_support() -> dict[str, Any]:
