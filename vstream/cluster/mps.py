@@ -6,8 +6,8 @@ time slices. With NVIDIA's Multi-Process Service their kernels run at once.
 It matters when the model fills the GPU's time: measured on an H100, 50 live
 1080p cameras through YOLOv8n at 640 over 6 processes kept a frame age p95 of
 458 ms and dropped 13 frames without MPS, 70 ms and none with it; the demo
-detector's 64 cameras over 6 processes needed no MPS (BENCHMARKS.md, "Live
-streams on one H100"). A process uses MPS when the control daemon
+detector's 64 cameras over 6 processes needed no MPS (BENCHMARKS.md,
+"Processes and CUDA MPS on one H100"). A process uses MPS when the control daemon
 (``nvidia-cuda-mps-control -d``) runs at CUDA's start: the CUDA driver looks
 for the daemon's ``control`` pipe in ``$CUDA_MPS_PIPE_DIRECTORY``, by
 default ``/tmp/nvidia-mps``.
