@@ -86,4 +86,4 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     size_b = np.maximum(b[:, 2:] - b[:, :2], 0.0)
     union = (size_a[:, 0] * size_a[:, 1])[:, None] + (size_b[:, 0] * size_b[:, 1])[None, :]
     union -= intersection
-    return np.divide(intersection, union, out=np.zeros_like(intersection), where=union > 0)
+    return np.divide(intersection, union, out=np.zeros(intersection.shape), where=union > 0)

@@ -153,7 +153,7 @@ def _associate(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     free_rows[rows] = False
     free_cols = np.ones(n_dets, dtype=bool)
     free_cols[cols] = False
-    return rows, cols, np.flatnonzero(free_rows), np.flatnonzero(free_cols)
+    return rows, cols, free_rows.nonzero()[0], free_cols.nonzero()[0]
 
 
 def _shape_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -171,7 +171,7 @@ def _covered(boxes: np.ndarray, scores: np.ndarray, candidates: np.ndarray) -> n
     """``(N,)`` bool: candidates more than :data:`COVERED` of whose box area lies inside the
     box of a higher-scoring candidate."""
     out = np.zeros(len(boxes), dtype=bool)
-    index = np.flatnonzero(candidates)
+    index = candidates.nonzero()[0]
     if len(index) < 2:
         return out
     b = boxes[index]
@@ -195,11 +195,12 @@ def _duplicates(
     the box that overlaps it is itself dropped, which only matters in piles of
     three or more near-identical boxes.
     """
-    index = np.flatnonzero(candidates)
+    index = candidates.nonzero()[0]
     if len(index) < 2:
         return _EMPTY
     index = index[np.argsort(-scores[index], kind="stable")]
-    iou = iou_matrix(boxes[index], boxes[index])
+    ranked = boxes[index]
+    iou = iou_matrix(ranked, ranked)
     iou[_lower_triangle(len(index))] = 0.0  # a box is checked against higher scores only
     return index[iou.max(axis=0) >= min_iou]
 
@@ -345,7 +346,7 @@ class ByteTracker:
         if still:
             self._mean[:, 4:] = 0.0
         self._advance(pts)
-        rows = np.flatnonzero(self._state == TRACKED)
+        rows = (self._state == TRACKED).nonzero()[0]
         return Prediction(
             boxes=kalman.cxcywh_to_xyxy(self._mean[rows, :4]),
             track_ids=self._ids[rows].copy(),
@@ -382,10 +383,10 @@ class ByteTracker:
         valid[_duplicates(boxes, scores, valid, cfg.duplicate_iou)] = False
         if embeddings is not None:
             embeddings = np.where(_covered(boxes, scores, valid)[:, None], 0.0, embeddings)
-        high = np.flatnonzero(valid & (scores >= limits.high))
-        low = np.flatnonzero(valid & (scores < limits.high))
-        confirmed = np.flatnonzero(self._state != TENTATIVE)
-        tentative = np.flatnonzero(self._state == TENTATIVE)
+        high = (valid & (scores >= limits.high)).nonzero()[0]
+        low = (valid & (scores < limits.high)).nonzero()[0]
+        confirmed = (self._state != TENTATIVE).nonzero()[0]
+        tentative = (self._state == TENTATIVE).nonzero()[0]
         overlaps = _Overlaps(kalman.cxcywh_to_xyxy(self._mean[:, :4]), boxes, valid)
 
         # 1. High-score detections against every confirmed track, lost ones included.
@@ -498,7 +499,7 @@ class ByteTracker:
         vectors of the tracks no longer kept."""
         on_track = high[track_ids[high] > 0]
         if len(on_track):
-            others = np.flatnonzero(valid)
+            others = valid.nonzero()[0]
             overlap = iou_matrix(boxes[on_track], boxes[others])
             overlap[on_track[:, None] == others[None, :]] = 0.0
             alone = on_track[~(overlap > 0.0).any(axis=1)]
@@ -519,7 +520,7 @@ class ByteTracker:
         (:func:`_shape_iou`); the cost is the distance as a fraction of the gate.
         """
         predicted, boxes = overlaps.predicted[rows], overlaps.boxes[dets]
-        iou = overlaps.iou[rows][:, dets]
+        iou = overlaps.iou[rows[:, None], dets]
         cost = np.where(iou >= min_iou, 1.0 - iou, np.inf)
         young = self._hits[rows] == 1
         if young.any() and len(boxes):
@@ -545,11 +546,12 @@ class ByteTracker:
     ) -> None:
         """Kalman-correct the matched tracks and record their hits and class votes."""
         mean, cov = self._mean[rows], self._cov[rows]
-        kalman.update(mean, cov, kalman.xyxy_to_cxcywh(boxes))
+        measured = kalman.xyxy_to_cxcywh(boxes)
+        kalman.update(mean, cov, measured)
         self._mean[rows], self._cov[rows] = mean, cov
         self._hits[rows] += 1
         self._last_pts[rows] = pts
-        self._seen[rows] = kalman.xyxy_to_cxcywh(boxes)
+        self._seen[rows] = measured
         self._score[rows] = scores
         self._vote(rows, class_ids, scores)
 

@@ -66,10 +66,10 @@ def cxcywh_to_xyxy(boxes: np.ndarray) -> np.ndarray:
 
 def _scales(sizes: np.ndarray) -> np.ndarray:
     """Per-coordinate noise scale ``(w, h, w, h)`` for ``(N, >=4)`` centre-size rows."""
-    return np.maximum(sizes[:, _WHWH], MIN_SCALE)
+    return np.maximum(sizes.take(_WHWH, axis=1), MIN_SCALE)
 
 
-_WHWH = [2, 3, 2, 3]
+_WHWH = np.array([2, 3, 2, 3])
 """The columns :func:`_scales` reads: width and height, once for the centre, once for the size."""
 
 
