@@ -91,21 +91,19 @@ def use_pipeline(source: Path) -> None:
 
 
 def use_caps(kind: str) -> None:
-    from vstream.decoders.nvdec import load_pynvvideocodec
+    from vstream.decoders.nvdec import CODECS, decoder_caps, load_pynvvideocodec
     from vstream.inference.providers import current_context_kept
 
     nvc = load_pynvvideocodec()
     for codec in ("h264", "hevc", "av1"):
-        try:
+        if kind == "decoder":  # as the doctor asks it: context kept, failures logged
+            print(kind, codec, "answered", decoder_caps(nvc, 0, CODECS[codec]))
+            continue
+        try:  # as the doctor's environment report asks it
             with current_context_kept():
-                if kind == "decoder":
-                    answer = nvc.GetDecoderCaps(
-                        gpuid=0, codec=getattr(nvc.cudaVideoCodec, codec.upper())
-                    )
-                else:
-                    answer = nvc.GetEncoderCaps(gpuid=0, codec=codec)
+                answer = nvc.GetEncoderCaps(gpuid=0, codec=codec)
             print(kind, codec, "answered", bool(answer))
-        except Exception as exc:  # what the doctor does with it
+        except Exception as exc:
             print(kind, codec, "raised", type(exc).__name__, str(exc)[:80])
 
 

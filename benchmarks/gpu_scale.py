@@ -443,9 +443,10 @@ def through_ray(args: argparse.Namespace, streams: int, live_run: bool) -> dict:
         args.model, args.imgsz, args.source, streams, live=live_run, tracking=args.tracking,
         processes=args.ray_processes,
     )  # fmt: skip
-    from vstream.cluster.processes import auto_count
+    from vstream.cluster.processes import resolve
 
-    processes = auto_count(config) if args.ray_processes == "auto" else args.ray_processes
+    config = resolve(config)  # as open_engine does it (once: a resolved config stays as is)
+    processes = config.cluster.workers if config.cluster is not None else 1
     engine = open_engine(config)
     engine.start()
 
