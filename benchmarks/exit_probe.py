@@ -13,7 +13,16 @@ decoder through vstream's file source, 30 frames), ``pipeline`` (one stream thro
 engine, started and stopped as the API does), ``decoder_caps`` and ``encoder_caps``
 (PyNvVideoCodec's capability queries, as the doctor's environment report asks them; the
 encoder's raises on a GPU without NVENC, such as the H100), ``graphs`` (the doctor's
-detector with ONNX Runtime's CUDA graphs, run until they replay).
+detector with ONNX Runtime's CUDA graphs, run until they replay), and ``check:NAME`` (one
+of ``vstream doctor``'s checks, as the doctor runs it, e.g. ``check:copies-gpu``).
+
+The full doctor's crash is in the interpreter's last garbage collection, clearing a weak
+reference (``Py_FinalizeEx`` -> ``_PyWeakref_ClearRef``). ``--collect`` collects garbage
+explicitly before returning, with the parts' objects still reachable or not, so that a
+crash there has a Python frame; ``--gc-debug`` prints the type of every object each later
+collection finds unreachable (``gc.DEBUG_COLLECTABLE``, printed before their weak
+references are cleared): the last ones printed before a crash are the objects it was
+clearing.
 """
 
 from __future__ import annotations
@@ -113,15 +122,39 @@ def use_graphs() -> None:
     print("graphs", graphs_match_eager(DEMO))
 
 
+def use_check(name: str) -> object:
+    """One doctor check on the GPU, as ``vstream doctor --device cuda`` runs it."""
+    from vstream.doctor.runner import Doctor, DoctorOptions
+
+    doctor = Doctor(DoctorOptions(device="cuda"))
+    detail, _ = getattr(doctor, "check_" + name.replace("-", "_"))()
+    print("check", name, detail[:100])
+    return doctor
+
+
+def collect(label: str) -> None:
+    import gc
+
+    print(f"collecting ({label})", file=sys.stderr, flush=True)
+    found = gc.collect()
+    print(f"collected {found} ({label})", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--source", type=Path, required=True)
     parser.add_argument(
         "parts",
         nargs="+",
-        choices=["torch", "ort", "nvdec", "pipeline", "decoder_caps", "encoder_caps", "graphs"],
+        metavar="PART",
+        help="torch, ort, nvdec, pipeline, decoder_caps, encoder_caps, graphs, check:NAME",
+    )
+    parser.add_argument("--collect", action="store_true", help="gc.collect() before returning")
+    parser.add_argument(
+        "--gc-debug", action="store_true", help="gc.DEBUG_COLLECTABLE for the collections after"
     )
     args = parser.parse_args()
+    kept = []
     for part in args.parts:
         if part == "torch":
             use_torch()
@@ -133,8 +166,20 @@ def main() -> None:
             use_caps(part.removesuffix("_caps"))
         elif part == "graphs":
             use_graphs()
-        else:
+        elif part.startswith("check:"):
+            kept.append(use_check(part.removeprefix("check:")))
+        elif part == "pipeline":
             use_pipeline(args.source)
+        else:
+            parser.error(f"unknown part {part!r}")
+    if args.collect:
+        collect("parts' objects reachable")
+        kept.clear()
+        collect("parts' objects dropped")
+    if args.gc_debug:
+        import gc
+
+        gc.set_debug(gc.DEBUG_COLLECTABLE)
     print("returning from main", file=sys.stderr, flush=True)
 
 

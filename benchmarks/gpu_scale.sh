@@ -24,9 +24,11 @@
 #         probe:  does NVDEC decoding wait for GPU work queued on other streams (with the
 #                 native stacks of the waiting thread, by py-spy);
 #         exit:   which part ends a process in SIGSEGV at exit (benchmarks/exit_probe.py;
-#                 EXIT_PARTS: comma-separated combinations), then `vstream doctor` with each
-#                 of DOCTOR_FLAGS (default --quick); the first part that fails runs again
-#                 under cuda-gdb for its native stacks;
+#                 EXIT_PARTS: comma-separated combinations, with exit_probe's flags if
+#                 wanted; EXIT_ENV: variables for them, e.g. PYTHONMALLOC=debug; EXIT_TAIL:
+#                 lines of each one's output kept, default 25), then `vstream doctor` with
+#                 each of DOCTOR_FLAGS (default --quick; empty: none); with EXIT_GDB=1 the
+#                 first part that fails runs again under cuda-gdb for its native stacks;
 #         profile: 32 file streams in one process, sampled by py-spy for 10 s: stacks of
 #                 the thread holding the GIL (gil32.txt) and of every busy thread (cpu32.txt);
 #         mps:    YOLOv8n's 50 live streams over 6 processes, without and then with CUDA MPS
@@ -112,20 +114,21 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
         first=""
         for p in "${parts[@]}"; do
             # shellcheck disable=SC2086
-            timeout 90 python3 -X faulthandler benchmarks/exit_probe.py \
+            timeout 90 env ${EXIT_ENV:-} python3 -X faulthandler benchmarks/exit_probe.py \
                 --source "$MEDIA/1080p30.mp4" $p >"$OUT/exit_probe.txt.tmp" 2>&1
             rc=$?
-            { echo "-- parts: $p  exit code: $rc"; grep -v WARNING "$OUT/exit_probe.txt.tmp" | tail -25; } \
+            { echo "-- parts: $p ${EXIT_ENV:-}  exit code: $rc"
+                grep -v WARNING "$OUT/exit_probe.txt.tmp" | tail -"${EXIT_TAIL:-25}"; } \
                 | tee -a "$OUT/exit_probe.txt" | grep -- "^-- parts"
             [ $rc -ne 0 ] && [ -z "$first" ] && first=$p
         done
-        for flags in ${DOCTOR_FLAGS:---quick}; do
+        for flags in ${DOCTOR_FLAGS---quick}; do
             # shellcheck disable=SC2086
             timeout 120 python3 -X faulthandler -m vstream doctor $flags \
                 >"$OUT/exit_doctor$flags.txt" 2>&1
             echo "-- vstream doctor $flags  exit code: $?" | tee -a "$OUT/exit_probe.txt"
         done
-        if [ -n "$first" ] && command -v cuda-gdb >/dev/null; then
+        if [ -n "$first" ] && [ "${EXIT_GDB:-0}" = 1 ] && command -v cuda-gdb >/dev/null; then
             # shellcheck disable=SC2086
             timeout 180 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex bt \
                 -ex "info threads" -ex "thread apply all bt 12" --args \
