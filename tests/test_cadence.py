@@ -156,7 +156,7 @@ def test_prediction_follows_a_moving_object_and_leaves_the_next_match_unchanged(
             if len(prediction.boxes):
                 predicted_x.append(prediction.boxes[0, 0] - speed * i)
     assert ids.tolist() == ref.tolist() == [1]
-    assert stepped._mean == pytest.approx(every._mean)  # predicting changed nothing
+    assert stepped._tracks.mean == pytest.approx(every._tracks.mean)  # predicting changed nothing
     assert predicted_x, "the confirmed track is predicted between detections"
     assert max(abs(x) for x in predicted_x[-4:]) < 1.0  # a settled velocity lands on the object
 

@@ -74,8 +74,8 @@ def test_arrays_come_back_equal_and_writeable(array: np.ndarray) -> None:
     """The state's arrays travel as raw bytes (objects as numpy pickles them): each comes
     back with its dtype, shape and values, and the tracker may write to it."""
     state = fresh()
-    state.tracker._mean = array  # any array of the state travels the same way
-    back = carry.loads(carry.dumps(state)).analytics.tracker._mean
+    state.tracker._tracks.mean = array  # any array of the state travels the same way
+    back = carry.loads(carry.dumps(state)).analytics.tracker._tracks.mean
     assert back.dtype == array.dtype and back.shape == array.shape
     assert back.tolist() == array.tolist()
     assert back.flags.writeable

@@ -7,7 +7,8 @@ Everything here is numpy and scipy: importing it loads no model stack.
 - :class:`Tracker`: the interface (``update``, ``track_classes``,
   ``live_track_ids``, ``reset``);
 - :class:`ByteTracker`: the ByteTrack-style implementation, configured by
-  :class:`TrackingConfig`;
+  :class:`TrackingConfig`; :func:`update_together` steps several streams' trackers
+  in one pass (:mod:`~vstream.tracking.stacked`), each getting what it would alone;
 - :mod:`~vstream.tracking.appearance`: an embedding's cosine distance blended into the
   IoU cost, and each track's smoothed vector (:class:`AppearanceBank`).
 """
@@ -21,6 +22,7 @@ __all__ = [
     "Tracker",
     "TrackingConfig",
     "iou_matrix",
+    "update_together",
 ]
 
 # Lazy: the tracker needs scipy; its options live in vstream.config.tracking.
@@ -32,6 +34,7 @@ __getattr__, __dir__ = lazy_exports(
         "Tracker": "vstream.tracking.base",
         "iou_matrix": "vstream.tracking.base",
         "ByteTracker": "vstream.tracking.bytetrack",
+        "update_together": "vstream.tracking.bytetrack",
         "TrackingConfig": "vstream.config.tracking",
     },
 )

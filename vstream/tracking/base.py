@@ -80,10 +80,36 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # Width and height of every overlap at once: (N, M, 2).
     overlap = np.minimum(a[:, None, 2:], b[None, :, 2:])
     overlap -= np.maximum(a[:, None, :2], b[None, :, :2])
+    return _ratio(overlap, area(a)[:, None], area(b)[None, :])
+
+
+def iou_pairs(
+    a: np.ndarray, b: np.ndarray, rows: np.ndarray | None = None, cols: np.ndarray | None = None
+) -> np.ndarray:
+    """IoU of the pairs ``(a[rows[k]], b[cols[k]])`` of ``(N, 4)`` and ``(M, 4)`` float64
+    ``x1, y1, x2, y2`` boxes (no ``rows`` and ``cols``: ``a`` and ``b`` row by row): ``(P,)``,
+    the same bits as those entries of :func:`iou_matrix` (the same arithmetic, element by
+    element)."""
+    if rows is None or cols is None:
+        first, second, area_a, area_b = a, b, area(a), area(b)
+    else:
+        first, second, area_a, area_b = a[rows], b[cols], area(a)[rows], area(b)[cols]
+    overlap = np.minimum(first[:, 2:], second[:, 2:])
+    overlap -= np.maximum(first[:, :2], second[:, :2])
+    return _ratio(overlap, area_a, area_b)
+
+
+def area(boxes: np.ndarray) -> np.ndarray:
+    """``(N,)`` areas of ``(N, 4)`` ``x1, y1, x2, y2`` boxes; inverted sides count as 0."""
+    size = np.maximum(boxes[:, 2:] - boxes[:, :2], 0.0)
+    return size[:, 0] * size[:, 1]
+
+
+def _ratio(overlap: np.ndarray, area_a: np.ndarray, area_b: np.ndarray) -> np.ndarray:
+    """Intersection over union from the overlaps' ``(..., 2)`` signed sides and the boxes'
+    areas (broadcast); ``overlap`` is clamped in place. A pair of empty boxes: 0."""
     np.maximum(overlap, 0.0, out=overlap)
     intersection = overlap[..., 0] * overlap[..., 1]
-    size_a = np.maximum(a[:, 2:] - a[:, :2], 0.0)
-    size_b = np.maximum(b[:, 2:] - b[:, :2], 0.0)
-    union = (size_a[:, 0] * size_a[:, 1])[:, None] + (size_b[:, 0] * size_b[:, 1])[None, :]
+    union = area_a + area_b
     union -= intersection
     return np.divide(intersection, union, out=np.zeros(intersection.shape), where=union > 0)

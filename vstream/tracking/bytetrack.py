@@ -82,12 +82,21 @@ each confirmed track keeps a smoothed vector (:class:`AppearanceBank`), and:
 
 Without vectors, or without ``tracking.appearance``, the tracker is exactly
 the IoU tracker.
+
+Many streams at once: :func:`update_together` takes one frame for each of
+several trackers and runs the steps above once over all of them (their tracks
+and detections stacked, :mod:`.stacked`), pairing only a stream's own tracks
+and detections and solving each stream's assignment alone. Each stream gets
+exactly what :meth:`ByteTracker.update` would give it; what changes is the
+count of numpy calls, which is what a handful of objects per frame costs.
+The pipeline steps a batch's streams this way (:mod:`vstream.engine.pipeline`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -95,12 +104,13 @@ from vstream.config.tracking import DEFAULT_CONF, TrackingConfig
 from vstream.results import NO_TRACK
 from vstream.tracking import kalman
 from vstream.tracking.appearance import AppearanceBank, blend_costs, cosine_distance
-from vstream.tracking.base import Prediction, iou_matrix
+from vstream.tracking.base import Prediction, iou_matrix, iou_pairs
+from vstream.tracking.stacked import EMPTY as _EMPTY
+from vstream.tracking.stacked import Blocks, Tracks, hungarian, match
 
 TENTATIVE, TRACKED, LOST = 0, 1, 2
 """Track states: not yet confirmed; confirmed and seen in the last frame; confirmed, unseen."""
 
-_EMPTY = np.zeros(0, dtype=np.int64)
 _PTS_TOLERANCE = 1e-6
 """Seconds by which a span of pts may fall short of a multiple of the frame interval and still
 count as it (pts are rounded to their container's time base)."""
@@ -122,43 +132,32 @@ COVERED = 0.5
 has its vector ignored: its crop mostly shows the other object (the one in front)."""
 
 
-class _Overlaps:
-    """One frame's IoU of every track's predicted box with every valid detection, made once:
-    the three association steps each take their part of it (the tracks move only after all
-    three)."""
+class _Detections:
+    """One stream's frame as :meth:`ByteTracker.update` takes it, checked and converted."""
 
-    __slots__ = ("boxes", "iou", "predicted")
+    __slots__ = ("boxes", "class_ids", "pts", "scores")
 
-    def __init__(self, predicted: np.ndarray, boxes: np.ndarray, valid: np.ndarray) -> None:
-        self.predicted, self.boxes = predicted, boxes
-        self.iou = np.zeros((len(predicted), len(boxes)))
-        self.iou[:, valid] = iou_matrix(predicted, boxes[valid])
-
-
-def _associate(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Hungarian matching on a ``(tracks, detections)`` cost; infinite costs never match.
-
-    Returns matched track indices, matched detection indices, unmatched track
-    indices and unmatched detection indices (all into the cost's rows and columns).
-    """
-    n_tracks, n_dets = cost.shape
-    if n_tracks == 0 or n_dets == 0:
-        return _EMPTY, _EMPTY, np.arange(n_tracks), np.arange(n_dets)
-    from scipy.optimize import linear_sum_assignment  # see ByteTracker.load_matcher
-
-    rows, cols = linear_sum_assignment(np.where(np.isfinite(cost), cost, 1e6))
-    good = np.isfinite(cost[rows, cols])
-    rows, cols = rows[good].astype(np.int64), cols[good].astype(np.int64)
-    free_rows = np.ones(n_tracks, dtype=bool)
-    free_rows[rows] = False
-    free_cols = np.ones(n_dets, dtype=bool)
-    free_cols[cols] = False
-    return rows, cols, free_rows.nonzero()[0], free_cols.nonzero()[0]
+    def __init__(
+        self, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, pts_seconds: float
+    ) -> None:
+        self.boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        self.scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+        self.class_ids = np.asarray(class_ids, dtype=np.int64).reshape(-1)
+        if not len(self.boxes) == len(self.scores) == len(self.class_ids):
+            raise ValueError(
+                f"{len(self.boxes)} boxes, {len(self.scores)} scores and "
+                f"{len(self.class_ids)} class ids: one of each per detection"
+            )
+        if len(self.class_ids) and self.class_ids.min() < 0:
+            raise ValueError("class ids must be non-negative")
+        self.pts = float(pts_seconds)
+        if not math.isfinite(self.pts):
+            raise ValueError(f"pts_seconds must be finite, got {pts_seconds!r}")
 
 
 def _shape_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``(N, M)`` IoU of ``x1, y1, x2, y2`` boxes moved onto the same centre: size alone."""
-    return iou_matrix(_centred(a), _centred(b))
+    """IoU of ``x1, y1, x2, y2`` boxes moved onto the same centre (size alone), pair by pair."""
+    return iou_pairs(_centred(a), _centred(b))
 
 
 def _centred(boxes: np.ndarray) -> np.ndarray:
@@ -185,9 +184,15 @@ def _covered(boxes: np.ndarray, scores: np.ndarray, candidates: np.ndarray) -> n
 
 
 def _duplicates(
-    boxes: np.ndarray, scores: np.ndarray, candidates: np.ndarray, min_iou: float
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    candidates: np.ndarray,
+    stream: np.ndarray,
+    streams: int,
+    min_iou: float,
 ) -> np.ndarray:
-    """Indices of candidate detections overlapping a higher-scoring candidate by ``min_iou``.
+    """Indices of candidate detections overlapping a higher-scoring candidate of their
+    stream by ``min_iou``.
 
     Detectors run NMS per class, so one object can come out twice, as two
     classes; association ignores classes, and the copy would steal the object's
@@ -198,11 +203,19 @@ def _duplicates(
     index = candidates.nonzero()[0]
     if len(index) < 2:
         return _EMPTY
-    index = index[np.argsort(-scores[index], kind="stable")]
-    ranked = boxes[index]
-    iou = iou_matrix(ranked, ranked)
-    iou[_lower_triangle(len(index))] = 0.0  # a box is checked against higher scores only
-    return index[iou.max(axis=0) >= min_iou]
+    if streams == 1:
+        index = index[np.argsort(-scores[index], kind="stable")]
+        ranked = boxes[index]
+        overlap = iou_matrix(ranked, ranked)
+        overlap[_lower_triangle(len(index))] = 0.0  # a box against higher scores only
+        return index[overlap.max(axis=0) >= min_iou]
+    index = index[np.lexsort((-scores[index], stream[index]))]  # by stream, then score
+    ranks = np.arange(len(index))
+    pairs = Blocks(ranks, stream[index], ranks, stream[index], streams)
+    above = pairs.rpos < pairs.cpos  # a box against higher scores of its stream only
+    higher, lower = pairs.rpos[above], pairs.cpos[above]
+    copies = iou_pairs(boxes, boxes, index[higher], index[lower]) >= min_iou
+    return index[np.unique(lower[copies])]
 
 
 @functools.lru_cache(maxsize=64)
@@ -212,6 +225,59 @@ def _lower_triangle(n: int) -> np.ndarray:
     mask = np.tri(n, dtype=bool)
     mask.flags.writeable = False
     return mask
+
+
+class _Frames:
+    """What the association steps of one call share: the stacked tracks and detections."""
+
+    __slots__ = ("boxes", "det_stream", "predicted", "streams", "track_stream", "tracks")
+
+    def __init__(
+        self,
+        tracks: Tracks,
+        track_stream: np.ndarray,
+        boxes: np.ndarray,
+        det_stream: np.ndarray,
+        streams: int,
+    ) -> None:
+        self.tracks, self.track_stream = tracks, track_stream
+        self.boxes, self.det_stream = boxes, det_stream
+        self.streams = streams
+        self.predicted = kalman.cxcywh_to_xyxy(tracks.mean[:, :4])
+
+    def pairs(self, rows: np.ndarray, dets: np.ndarray) -> Blocks:
+        """The same-stream pairs of tracks ``rows`` and detections ``dets``."""
+        return Blocks(rows, self.track_stream[rows], dets, self.det_stream[dets], self.streams)
+
+    def cost(self, pairs: Blocks, min_iou: float) -> np.ndarray:
+        """Matching cost of each pair of track and detection, in [0, 1]; inf: no match.
+
+        ``1 - IoU`` with the predicted box, pairs below ``min_iou`` excluded. A
+        track with a single detection has no velocity yet: its prediction is
+        where it was, and an object moving more than about half its size per
+        frame would never overlap it enough. Its detection may then instead lie
+        within the track's predicted uncertainty (:func:`kalman.centre_distance2`,
+        wide for a new track) with a size IoU alone would accept
+        (:func:`_shape_iou`); the cost is the distance as a fraction of the gate.
+        """
+        if self.streams == 1:  # the whole matrix: broadcast, no pairs gathered
+            overlap = iou_matrix(self.predicted[pairs.rows], self.boxes[pairs.cols]).reshape(-1)
+        else:
+            overlap = iou_pairs(self.predicted, self.boxes, pairs.row, pairs.col)
+        cost = np.where(overlap >= min_iou, 1.0 - overlap, np.inf)
+        young = (self.tracks.hits[pairs.row] == 1).nonzero()[0]
+        if len(young):
+            rows, boxes = pairs.row[young], self.boxes[pairs.col[young]]
+            distance2 = kalman.centre_distance2(
+                self.tracks.mean[rows], self.tracks.cov[rows], kalman.xyxy_to_cxcywh(boxes)
+            )
+            near = (distance2 <= kalman.GATE_CHI2) & (
+                _shape_iou(self.predicted[rows], boxes) >= min_iou
+            )
+            cost[young] = np.minimum(
+                cost[young], np.where(near, distance2 / kalman.GATE_CHI2, np.inf)
+            )
+        return cost
 
 
 class ByteTracker:
@@ -247,16 +313,7 @@ class ByteTracker:
 
     def reset(self) -> None:
         """Forget every track; the next confirmed track still gets a new id."""
-        self._mean = np.zeros((0, 8))
-        self._cov = np.zeros((0, 4, 3))  # per-coordinate blocks (kalman)
-        self._ids = np.zeros(0, dtype=np.int64)  # 0 while tentative
-        self._state = np.zeros(0, dtype=np.int8)
-        self._hits = np.zeros(0, dtype=np.int64)
-        self._first_pts = np.zeros(0)
-        self._last_pts = np.zeros(0)  # when the track last had a detection
-        self._seen = np.zeros((0, 4))  # that detection's box, cx cy w h
-        self._score = np.zeros(0)  # the score of that detection
-        self._votes = np.zeros((0, 0))  # summed detection score per class
+        self._tracks = Tracks.empty()
         self._pts: float | None = None
         self._step = 0.0  # the pts step into the latest frame given: the frame interval
         self._bank = AppearanceBank(self._bank.momentum)
@@ -264,7 +321,7 @@ class ByteTracker:
     @property
     def num_tracks(self) -> int:
         """Tracks held now (tentative, tracked and lost): what memory grows with."""
-        return len(self._ids)
+        return len(self._tracks)
 
     @property
     def num_appearances(self) -> int:
@@ -272,19 +329,21 @@ class ByteTracker:
         return len(self._bank)
 
     def live_track_ids(self) -> frozenset[int]:
-        return frozenset(self._ids[self._ids > 0].tolist())
+        ids = self._tracks.ids
+        return frozenset(ids[ids > 0].tolist())
 
     def track_classes(self, track_ids: np.ndarray) -> np.ndarray:
         track_ids = np.asarray(track_ids, dtype=np.int64).reshape(-1)
         out = np.full(len(track_ids), -1, dtype=np.int64)
-        if len(self._ids) == 0 or self._votes.shape[1] == 0:
+        ids, votes = self._tracks.ids, self._tracks.votes
+        if len(ids) == 0 or votes.shape[1] == 0:
             return out
-        order = np.argsort(self._ids)
-        position = np.searchsorted(self._ids[order], track_ids)
+        order = np.argsort(ids)
+        position = np.searchsorted(ids[order], track_ids)
         position = np.minimum(position, len(order) - 1)
         rows = order[position]
-        known = (self._ids[rows] == track_ids) & (track_ids > 0)
-        out[known] = np.argmax(self._votes[rows[known]], axis=1)
+        known = (ids[rows] == track_ids) & (track_ids > 0)
+        out[known] = np.argmax(votes[rows[known]], axis=1)
         return out
 
     def update(
@@ -301,30 +360,17 @@ class ByteTracker:
         the first stage's cost when :attr:`appearance_weight` is above 0, and are
         ignored otherwise.
         """
-        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-        scores = np.asarray(scores, dtype=np.float64).reshape(-1)
-        class_ids = np.asarray(class_ids, dtype=np.int64).reshape(-1)
-        if not len(boxes) == len(scores) == len(class_ids):
-            raise ValueError(
-                f"{len(boxes)} boxes, {len(scores)} scores and {len(class_ids)} class ids: "
-                "one of each per detection"
-            )
+        frame = _Detections(boxes, scores, class_ids, pts_seconds)
         if embeddings is not None:
             embeddings = np.asarray(embeddings, dtype=np.float32)
-            if embeddings.ndim != 2 or len(embeddings) != len(boxes):
+            if embeddings.ndim != 2 or len(embeddings) != len(frame.boxes):
                 raise ValueError(
-                    f"embeddings of shape {embeddings.shape} for boxes of shape {boxes.shape}: "
-                    "one row per detection, (N, D)"
+                    f"embeddings of shape {embeddings.shape} for boxes of shape "
+                    f"{frame.boxes.shape}: one row per detection, (N, D)"
                 )
             if self.appearance_weight <= 0.0:
                 embeddings = None
-        if len(class_ids) and class_ids.min() < 0:
-            raise ValueError("class ids must be non-negative")
-        pts = float(pts_seconds)
-        if not math.isfinite(pts):
-            raise ValueError(f"pts_seconds must be finite, got {pts_seconds!r}")
-        self._advance(pts)
-        return self._associate_frame(boxes, scores, class_ids, pts, embeddings)
+        return _step([self], [frame], embeddings)[0]
 
     def predict(self, pts_seconds: float, *, still: bool = False) -> Prediction:
         """Where the tracks seen at the last detection are at ``pts_seconds``, without detecting.
@@ -343,111 +389,37 @@ class ByteTracker:
         pts = float(pts_seconds)
         if not math.isfinite(pts):
             raise ValueError(f"pts_seconds must be finite, got {pts_seconds!r}")
+        tracks = self._tracks
         if still:
-            self._mean[:, 4:] = 0.0
-        self._advance(pts)
-        rows = (self._state == TRACKED).nonzero()[0]
+            tracks.mean[:, 4:] = 0.0
+        dt = self._clock(pts)
+        tracks = self._tracks  # a pts that went back forgot them
+        tracks.mean[tracks.state == LOST, 6:] = 0.0  # an unseen object keeps its size
+        kalman.predict(tracks.mean, tracks.cov, dt)
+        rows = (tracks.state == TRACKED).nonzero()[0]
         return Prediction(
-            boxes=kalman.cxcywh_to_xyxy(self._mean[rows, :4]),
-            track_ids=self._ids[rows].copy(),
-            class_ids=self.track_classes(self._ids[rows]),
-            scores=self._score[rows].copy(),
+            boxes=kalman.cxcywh_to_xyxy(tracks.mean[rows, :4]),
+            track_ids=tracks.ids[rows].copy(),
+            class_ids=self.track_classes(tracks.ids[rows]),
+            scores=tracks.score[rows].copy(),
         )
 
-    def _advance(self, pts: float) -> None:
-        """Move every track to ``pts`` (a pts that goes back is a new scene: all forgotten)."""
+    def _clock(self, pts: float) -> float:
+        """Move the stream's clock to ``pts``; the step in seconds (a pts that goes back is a
+        new scene: every track is forgotten, and the step is 0)."""
         if self._pts is not None and pts < self._pts:
             self.reset()
         dt = 0.0 if self._pts is None else pts - self._pts
         if dt > 0.0:
             self._step = dt
         self._pts = pts
-        self._mean[self._state == LOST, 6:] = 0.0  # an unseen object keeps its size
-        kalman.predict(self._mean, self._cov, dt)
-
-    def _associate_frame(
-        self,
-        boxes: np.ndarray,
-        scores: np.ndarray,
-        class_ids: np.ndarray,
-        pts: float,
-        embeddings: np.ndarray | None,
-    ) -> np.ndarray:
-        cfg, limits = self.config, self.thresholds
-        valid = (
-            np.isfinite(boxes).all(axis=1)
-            & (boxes[:, 2] > boxes[:, 0])
-            & (boxes[:, 3] > boxes[:, 1])
-            & (scores >= limits.low)
-        )
-        valid[_duplicates(boxes, scores, valid, cfg.duplicate_iou)] = False
-        if embeddings is not None:
-            embeddings = np.where(_covered(boxes, scores, valid)[:, None], 0.0, embeddings)
-        high = (valid & (scores >= limits.high)).nonzero()[0]
-        low = (valid & (scores < limits.high)).nonzero()[0]
-        confirmed = (self._state != TENTATIVE).nonzero()[0]
-        tentative = (self._state == TENTATIVE).nonzero()[0]
-        overlaps = _Overlaps(kalman.cxcywh_to_xyxy(self._mean[:, :4]), boxes, valid)
-
-        # 1. High-score detections against every confirmed track, lost ones included.
-        cost = self._cost(confirmed, high, overlaps, cfg.match_iou)
-        if embeddings is not None:
-            looks = self._bank.vectors(self._ids[confirmed], embeddings.shape[1])
-            appearance = cosine_distance(looks, embeddings[high])
-            cost = blend_costs(cost, appearance, self.appearance_weight)
-            cost[appearance > UNLIKE] = np.inf  # NaN (no vector) compares False: kept
-        t1, d1, rest_tracks, rest_high = _associate(cost)
-        if embeddings is not None:
-            # 1b. Unmatched tracks that have a look against the high-score boxes still free,
-            # by look alone, near where the track could be (:meth:`_reidentify`).
-            t1b, d1b = self._reidentify(
-                confirmed[rest_tracks], high[rest_high], overlaps, embeddings, pts
-            )
-            t1 = np.concatenate([t1, rest_tracks[t1b]])
-            d1 = np.concatenate([d1, rest_high[d1b]])
-            rest_tracks = np.delete(rest_tracks, t1b)
-            rest_high = np.delete(rest_high, d1b)
-        # 2. Low-score detections against the unmatched tracks seen in the previous frame.
-        recent = confirmed[rest_tracks]
-        recent = recent[self._state[recent] == TRACKED]
-        t2, d2, _, _ = _associate(self._cost(recent, low, overlaps, cfg.low_score_match_iou))
-        # 3. Tentative tracks against the high-score detections still free.
-        free_high = high[rest_high]
-        t3, d3, _, new = _associate(self._cost(tentative, free_high, overlaps, cfg.match_iou))
-
-        rows = np.concatenate([confirmed[t1], recent[t2], tentative[t3]])
-        dets = np.concatenate([high[d1], low[d2], free_high[d3]])
-        self._correct(rows, boxes[dets], scores[dets], class_ids[dets], pts)
-
-        unmatched = np.ones(len(self._ids), dtype=bool)
-        unmatched[rows] = False
-        self._state[unmatched & (self._state == TRACKED)] = LOST
-        self._state[(~unmatched) & (self._state == LOST)] = TRACKED
-        keep = ~(unmatched & (self._state == TENTATIVE))
-        keep &= ~((self._state == LOST) & (pts - self._last_pts > cfg.track_buffer_seconds))
-
-        starters = free_high[new]
-        starters = starters[scores[starters] >= limits.new_track]
-        first_new = len(self._ids)
-        self._start(boxes[starters], scores[starters], class_ids[starters], pts)
-        keep = np.concatenate([keep, np.ones(len(starters), dtype=bool)])
-        rows = np.concatenate([rows, np.arange(first_new, first_new + len(starters))])
-        dets = np.concatenate([dets, starters])
-        self._confirm(rows, pts)
-
-        track_ids = np.full(len(boxes), NO_TRACK, dtype=np.int64)
-        on_confirmed = self._ids[rows] > 0
-        track_ids[dets[on_confirmed]] = self._ids[rows[on_confirmed]]
-        self._keep(keep)
-        if embeddings is not None:
-            self._remember(boxes, valid, high, track_ids, embeddings)
-        return track_ids
+        return dt
 
     def _reidentify(
         self,
         rows: np.ndarray,
         dets: np.ndarray,
-        overlaps: _Overlaps,
+        frames: _Frames,
         embeddings: np.ndarray,
         pts: float,
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -463,28 +435,30 @@ class ByteTracker:
         (the object stopped, or went on). The cost is the cosine distance.
         Returns the matched positions in ``rows`` and in ``dets``.
         """
-        looks = self._bank.vectors(self._ids[rows], embeddings.shape[1])
+        tracks = self._tracks
+        looks = self._bank.vectors(tracks.ids[rows], embeddings.shape[1])
         with np.errstate(invalid="ignore"):
             distance = cosine_distance(looks, embeddings[dets])
         if len(rows) == 0 or len(dets) == 0 or not (distance <= ALIKE).any():
             return _EMPTY, _EMPTY
-        boxes = overlaps.boxes[dets]
+        boxes = frames.boxes[dets]
         centres = kalman.xyxy_to_cxcywh(boxes)[:, :2]
-        seen, predicted = self._seen[rows, :2], self._mean[rows, :2]
+        seen, predicted = tracks.seen[rows, :2], tracks.mean[rows, :2]
         path = predicted - seen
         length2 = np.maximum((path**2).sum(axis=1), 1e-9)
         along = ((centres[None] - seen[:, None]) * path[:, None]).sum(axis=2) / length2[:, None]
         nearest = seen[:, None] + np.clip(along, 0.0, 1.0)[..., None] * path[:, None]
         off_path = np.sqrt(((centres[None] - nearest) ** 2).sum(axis=2))
-        size = np.maximum(self._seen[rows, 2], self._seen[rows, 3])
-        reach = size * (REACH + (pts - self._last_pts[rows]))
+        size = np.maximum(tracks.seen[rows, 2], tracks.seen[rows, 3])
+        reach = size * (REACH + (pts - tracks.last_pts[rows]))
+        pairs = frames.pairs(rows, dets)
+        shapes = _shape_iou(frames.predicted[pairs.row], boxes[pairs.cpos])
         allowed = (
             (distance <= ALIKE)
             & (off_path <= reach[:, None])
-            & (_shape_iou(overlaps.predicted[rows], boxes) >= self.config.match_iou)
+            & (pairs.block(shapes, 0) >= self.config.match_iou)
         )
-        matched_rows, matched_dets, _, _ = _associate(np.where(allowed, distance, np.inf))
-        return matched_rows, matched_dets
+        return hungarian(np.where(allowed, distance, np.inf))
 
     def _remember(
         self,
@@ -506,106 +480,228 @@ class ByteTracker:
             self._bank.update(track_ids[alone], embeddings[alone])
         self._bank.retain(self.live_track_ids())
 
-    def _cost(
-        self, rows: np.ndarray, dets: np.ndarray, overlaps: _Overlaps, min_iou: float
-    ) -> np.ndarray:
-        """Matching cost of tracks ``rows`` and detections ``dets``, in [0, 1]; inf: no match.
 
-        ``1 - IoU`` with the predicted box, pairs below ``min_iou`` excluded. A
-        track with a single detection has no velocity yet: its prediction is
-        where it was, and an object moving more than about half its size per
-        frame would never overlap it enough. Its detection may then instead lie
-        within the track's predicted uncertainty (:func:`kalman.centre_distance2`,
-        wide for a new track) with a size IoU alone would accept
-        (:func:`_shape_iou`); the cost is the distance as a fraction of the gate.
-        """
-        predicted, boxes = overlaps.predicted[rows], overlaps.boxes[dets]
-        iou = overlaps.iou[rows[:, None], dets]
-        cost = np.where(iou >= min_iou, 1.0 - iou, np.inf)
-        young = self._hits[rows] == 1
-        if young.any() and len(boxes):
-            rows_young = rows[young]
-            distance2 = kalman.centre_distance2(
-                self._mean[rows_young], self._cov[rows_young], kalman.xyxy_to_cxcywh(boxes)
-            )
-            near = (distance2 <= kalman.GATE_CHI2) & (
-                _shape_iou(predicted[young], boxes) >= min_iou
-            )
-            cost[young] = np.minimum(
-                cost[young], np.where(near, distance2 / kalman.GATE_CHI2, np.inf)
-            )
-        return cost
+def update_together(
+    trackers: Sequence[ByteTracker],
+    frames: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, float]],
+) -> list[np.ndarray]:
+    """One frame for each of several streams' trackers, stepped in one pass.
 
-    def _correct(
-        self,
-        rows: np.ndarray,
-        boxes: np.ndarray,
-        scores: np.ndarray,
-        class_ids: np.ndarray,
-        pts: float,
-    ) -> None:
-        """Kalman-correct the matched tracks and record their hits and class votes."""
-        mean, cov = self._mean[rows], self._cov[rows]
-        measured = kalman.xyxy_to_cxcywh(boxes)
-        kalman.update(mean, cov, measured)
-        self._mean[rows], self._cov[rows] = mean, cov
-        self._hits[rows] += 1
-        self._last_pts[rows] = pts
-        self._seen[rows] = measured
-        self._score[rows] = scores
-        self._vote(rows, class_ids, scores)
+    ``frames``: ``(boxes, scores, class_ids, pts_seconds)`` per tracker, as
+    :meth:`ByteTracker.update` takes them. Returns each frame's track ids: the same,
+    and the same tracks left behind, bit for bit, as updating each tracker alone,
+    for a fraction of the numpy calls (:mod:`.stacked`). The trackers must be
+    distinct and share their settings (one pipeline's streams); appearance vectors
+    are not taken (a tracker that uses them is updated alone). Nothing is changed
+    when a frame is refused (``ValueError``).
+    """
+    trackers = list(trackers)
+    if len(frames) != len(trackers):
+        raise ValueError(f"{len(frames)} frames for {len(trackers)} trackers: one each")
+    if len({id(tracker) for tracker in trackers}) != len(trackers):
+        raise ValueError("a tracker is given twice: one frame per stream a step")
+    if not trackers:
+        return []
+    first = trackers[0]
+    if any(t.config != first.config or t.thresholds != first.thresholds for t in trackers):
+        raise ValueError("trackers stepped together must share their settings")
+    checked = [_Detections(*frame) for frame in frames]
+    return _step(trackers, checked, None)
 
-    def _vote(self, rows: np.ndarray, class_ids: np.ndarray, scores: np.ndarray) -> None:
-        if len(class_ids) and class_ids.max() >= self._votes.shape[1]:
-            grown = np.zeros((len(self._votes), int(class_ids.max()) + 1))
-            grown[:, : self._votes.shape[1]] = self._votes
-            self._votes = grown
-        np.add.at(self._votes, (rows, class_ids), scores)
 
-    def _start(
-        self, boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, pts: float
-    ) -> None:
-        """Append tentative tracks for unmatched confident detections."""
-        n = len(boxes)
-        if n == 0:
-            return
-        mean, cov = kalman.initiate(kalman.xyxy_to_cxcywh(boxes))
-        first = len(self._ids)
-        self._mean = np.concatenate([self._mean, mean])
-        self._cov = np.concatenate([self._cov, cov])
-        self._ids = np.concatenate([self._ids, np.zeros(n, dtype=np.int64)])
-        self._state = np.concatenate([self._state, np.full(n, TENTATIVE, dtype=np.int8)])
-        self._hits = np.concatenate([self._hits, np.ones(n, dtype=np.int64)])
-        self._first_pts = np.concatenate([self._first_pts, np.full(n, pts)])
-        self._last_pts = np.concatenate([self._last_pts, np.full(n, pts)])
-        self._seen = np.concatenate([self._seen, kalman.xyxy_to_cxcywh(boxes)])
-        self._score = np.concatenate([self._score, scores])
-        self._votes = np.concatenate([self._votes, np.zeros((n, self._votes.shape[1]))])
-        self._vote(np.arange(first, first + n), class_ids, scores)
+def _step(
+    trackers: list[ByteTracker], frames: list[_Detections], embeddings: np.ndarray | None
+) -> list[np.ndarray]:
+    """ByteTrack's frame (see the module docstring) for each tracker at once; embeddings
+    only with a single tracker."""
+    first = trackers[0]
+    cfg, limits = first.config, first.thresholds
+    n = len(trackers)
+    dts = np.array(
+        [tracker._clock(frame.pts) for tracker, frame in zip(trackers, frames, strict=True)]
+    )
+    pts = np.array([frame.pts for frame in frames])
+    frame_steps = np.array([tracker._step for tracker in trackers])
+    if n == 1:
+        tracks, frame = first._tracks, frames[0]
+        boxes, scores, class_ids = frame.boxes, frame.scores, frame.class_ids
+    else:
+        tracks = Tracks.concatenate([tracker._tracks for tracker in trackers])
+        boxes = np.concatenate([frame.boxes for frame in frames])
+        scores = np.concatenate([frame.scores for frame in frames])
+        class_ids = np.concatenate([frame.class_ids for frame in frames])
+    det_counts = [len(frame.boxes) for frame in frames]
+    track_stream = np.repeat(np.arange(n), [len(tracker._tracks) for tracker in trackers])
+    det_stream = np.repeat(np.arange(n), det_counts)
 
-    def _confirm(self, rows: np.ndarray, pts: float) -> None:
-        """Give ids, in row order, to the matched tentative tracks that have earned them:
-        ``confirm_hits`` detections, or two spanning as long as ``confirm_hits`` frames in a
-        row would (a detection cadence: see the module docstring)."""
-        cfg = self.config
-        hits, lasted = self._hits[rows], pts - self._first_pts[rows]
-        spans = (hits >= 2) & (lasted >= (cfg.confirm_hits - 1) * self._step - _PTS_TOLERANCE)
-        ready = rows[
-            (self._state[rows] == TENTATIVE)
-            & ((hits >= cfg.confirm_hits) | spans)
-            & (lasted >= cfg.confirm_seconds)
-        ]
-        ready = np.sort(ready)
-        self._state[ready] = TRACKED
-        self._ids[ready] = np.arange(self._next_id, self._next_id + len(ready))
-        self._next_id += len(ready)
+    tracks.mean[tracks.state == LOST, 6:] = 0.0  # an unseen object keeps its size
+    kalman.predict(tracks.mean, tracks.cov, dts[track_stream])
+    valid = (
+        np.isfinite(boxes).all(axis=1)
+        & (boxes[:, 2] > boxes[:, 0])
+        & (boxes[:, 3] > boxes[:, 1])
+        & (scores >= limits.low)
+    )
+    valid[_duplicates(boxes, scores, valid, det_stream, n, cfg.duplicate_iou)] = False
+    if embeddings is not None:
+        embeddings = np.where(_covered(boxes, scores, valid)[:, None], 0.0, embeddings)
+    high = (valid & (scores >= limits.high)).nonzero()[0]
+    low = (valid & (scores < limits.high)).nonzero()[0]
+    confirmed = (tracks.state != TENTATIVE).nonzero()[0]
+    tentative = (tracks.state == TENTATIVE).nonzero()[0]
+    frames_ = _Frames(tracks, track_stream, boxes, det_stream, n)
 
-    def _keep(self, keep: np.ndarray) -> None:
-        if keep.all():
-            return
-        self._mean, self._cov = self._mean[keep], self._cov[keep]
-        self._ids, self._state, self._hits = self._ids[keep], self._state[keep], self._hits[keep]
-        self._first_pts, self._last_pts = self._first_pts[keep], self._last_pts[keep]
-        self._seen = self._seen[keep]
-        self._score = self._score[keep]
-        self._votes = self._votes[keep]
+    # 1. High-score detections against every confirmed track, lost ones included.
+    pairs = frames_.pairs(confirmed, high)
+    cost = frames_.cost(pairs, cfg.match_iou)
+    if embeddings is not None:  # one stream: the pairs are the whole matrix, row-major
+        looks = first._bank.vectors(tracks.ids[confirmed], embeddings.shape[1])
+        appearance = cosine_distance(looks, embeddings[high])
+        blended = blend_costs(pairs.block(cost, 0), appearance, first.appearance_weight)
+        blended[appearance > UNLIKE] = np.inf  # NaN (no vector) compares False: kept
+        cost = blended.reshape(-1)
+    t1, d1, rest_tracks, rest_high = match(pairs, cost)
+    if embeddings is not None:
+        # 1b. Unmatched tracks that have a look against the high-score boxes still free,
+        # by look alone, near where the track could be (:meth:`_reidentify`).
+        t1b, d1b = first._reidentify(
+            confirmed[rest_tracks], high[rest_high], frames_, embeddings, frames[0].pts
+        )
+        t1 = np.concatenate([t1, rest_tracks[t1b]])
+        d1 = np.concatenate([d1, rest_high[d1b]])
+        rest_tracks = np.delete(rest_tracks, t1b)
+        rest_high = np.delete(rest_high, d1b)
+    # 2. Low-score detections against the unmatched tracks seen in the previous frame.
+    recent = confirmed[rest_tracks]
+    recent = recent[tracks.state[recent] == TRACKED]
+    pairs = frames_.pairs(recent, low)
+    t2, d2, _, _ = match(pairs, frames_.cost(pairs, cfg.low_score_match_iou))
+    # 3. Tentative tracks against the high-score detections still free.
+    free_high = high[rest_high]
+    pairs = frames_.pairs(tentative, free_high)
+    t3, d3, _, new = match(pairs, frames_.cost(pairs, cfg.match_iou))
+
+    rows = np.concatenate([confirmed[t1], recent[t2], tentative[t3]])
+    dets = np.concatenate([high[d1], low[d2], free_high[d3]])
+    _correct(tracks, rows, boxes[dets], scores[dets], class_ids[dets], pts[track_stream[rows]])
+
+    unmatched = np.ones(len(tracks), dtype=bool)
+    unmatched[rows] = False
+    tracks.state[unmatched & (tracks.state == TRACKED)] = LOST
+    tracks.state[(~unmatched) & (tracks.state == LOST)] = TRACKED
+    keep = ~(unmatched & (tracks.state == TENTATIVE))
+    stale = pts[track_stream] - tracks.last_pts > cfg.track_buffer_seconds
+    keep &= ~((tracks.state == LOST) & stale)
+
+    starters = free_high[new]
+    starters = starters[scores[starters] >= limits.new_track]
+    new_rows = np.arange(len(tracks), len(tracks) + len(starters))
+    if len(starters):
+        born = _started(
+            boxes[starters], scores[starters], class_ids[starters], pts[det_stream[starters]]
+        )
+        keep = np.concatenate([keep, np.ones(len(starters), dtype=bool)])
+        tracks = Tracks.concatenate([tracks, born])
+        track_stream = np.concatenate([track_stream, det_stream[starters]])
+    if n > 1 and len(starters):  # a stream's new tracks go after its own, as alone
+        order = np.argsort(track_stream, kind="stable")
+        moved = np.empty_like(order)
+        moved[order] = np.arange(len(order))
+        tracks, track_stream, keep = tracks.take(order), track_stream[order], keep[order]
+        rows, new_rows = moved[rows], moved[new_rows]
+    rows = np.concatenate([rows, new_rows])
+    dets = np.concatenate([dets, starters])
+    given = _confirm(tracks, rows, track_stream, pts, frame_steps, cfg, trackers)
+
+    track_ids = np.full(len(boxes), NO_TRACK, dtype=np.int64)
+    on_confirmed = tracks.ids[rows] > 0
+    track_ids[dets[on_confirmed]] = tracks.ids[rows[on_confirmed]]
+    if not keep.all():
+        tracks, track_stream = tracks.take(keep), track_stream[keep]
+    if n == 1:
+        first._tracks = tracks
+        first._next_id += int(given[0])
+    else:
+        kept = np.bincount(track_stream, minlength=n)
+        for tracker, part, count in zip(trackers, tracks.split(kept), given.tolist(), strict=True):
+            tracker._tracks = part
+            tracker._next_id += count
+    if embeddings is not None:
+        first._remember(boxes, valid, high, track_ids, embeddings)
+    return np.split(track_ids, np.cumsum(det_counts)[:-1]) if n > 1 else [track_ids]
+
+
+def _correct(
+    tracks: Tracks,
+    rows: np.ndarray,
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    class_ids: np.ndarray,
+    pts: np.ndarray,
+) -> None:
+    """Kalman-correct the matched tracks and record their hits, times and class votes."""
+    mean, cov = tracks.mean[rows], tracks.cov[rows]
+    measured = kalman.xyxy_to_cxcywh(boxes)
+    kalman.update(mean, cov, measured)
+    tracks.mean[rows], tracks.cov[rows] = mean, cov
+    tracks.hits[rows] += 1
+    tracks.last_pts[rows] = pts
+    tracks.seen[rows] = measured
+    tracks.score[rows] = scores
+    tracks.vote(rows, class_ids, scores)
+
+
+def _started(
+    boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, pts: np.ndarray
+) -> Tracks:
+    """Tentative tracks for unmatched confident detections (``pts``: each one's frame's)."""
+    n = len(boxes)
+    measured = kalman.xyxy_to_cxcywh(boxes)
+    mean, cov = kalman.initiate(measured)
+    born = Tracks(
+        mean=mean,
+        cov=cov,
+        ids=np.zeros(n, dtype=np.int64),
+        state=np.full(n, TENTATIVE, dtype=np.int8),
+        hits=np.ones(n, dtype=np.int64),
+        first_pts=pts.copy(),
+        last_pts=pts.copy(),
+        seen=measured,
+        score=scores.copy(),
+        votes=np.zeros((n, 0)),
+    )
+    born.vote(np.arange(n), class_ids, scores)
+    return born
+
+
+def _confirm(
+    tracks: Tracks,
+    rows: np.ndarray,
+    track_stream: np.ndarray,
+    pts: np.ndarray,
+    frame_steps: np.ndarray,
+    cfg: TrackingConfig,
+    trackers: list[ByteTracker],
+) -> np.ndarray:
+    """Give ids, in row order per stream from its tracker's next id, to the matched
+    tentative tracks that have earned them: ``confirm_hits`` detections, or two spanning as
+    long as ``confirm_hits`` frames in a row would (a detection cadence: see the module
+    docstring). ``pts`` and ``frame_steps``: per stream. Returns the ids given per stream."""
+    stream = track_stream[rows]
+    hits, lasted = tracks.hits[rows], pts[stream] - tracks.first_pts[rows]
+    spans = (hits >= 2) & (lasted >= (cfg.confirm_hits - 1) * frame_steps[stream] - _PTS_TOLERANCE)
+    ready = rows[
+        (tracks.state[rows] == TENTATIVE)
+        & ((hits >= cfg.confirm_hits) | spans)
+        & (lasted >= cfg.confirm_seconds)
+    ]
+    if len(ready) == 0:
+        return np.zeros(len(trackers), dtype=np.int64)
+    ready = np.sort(ready)
+    tracks.state[ready] = TRACKED
+    owner = track_stream[ready]
+    given = np.bincount(owner, minlength=len(trackers))
+    rank = np.arange(len(ready)) - (np.cumsum(given) - given)[owner]
+    next_ids = np.array([tracker._next_id for tracker in trackers], dtype=np.int64)
+    tracks.ids[ready] = next_ids[owner] + rank
+    return given

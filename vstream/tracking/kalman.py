@@ -90,27 +90,42 @@ def initiate(measurements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, cov
 
 
-def predict(mean: np.ndarray, cov: np.ndarray, dt: float) -> None:
-    """Advance every track by ``dt`` seconds, in place."""
-    if dt <= 0.0 or len(mean) == 0:
-        return
-    mean[:, :4] += dt * mean[:, 4:]
+def predict(mean: np.ndarray, cov: np.ndarray, dt: float | np.ndarray) -> None:
+    """Advance every track by ``dt`` seconds, in place: one ``dt`` for all, or an ``(N,)``
+    array of one per track (several streams' tracks stacked); a track whose ``dt`` is not
+    positive stays as it is."""
+    step = np.asarray(dt, dtype=np.float64)
+    if step.ndim == 0:
+        if step <= 0.0 or len(mean) == 0:
+            return
+    else:
+        moving = step > 0.0
+        if not moving.all():
+            rows = moving.nonzero()[0]
+            some_mean, some_cov = mean[rows], cov[rows]
+            predict(some_mean, some_cov, step[rows])
+            mean[rows], cov[rows] = some_mean, some_cov
+            return
+        step = step[:, None]
+    mean[:, :4] += step * mean[:, 4:]
     pp, pv, vv = cov[:, :, PP], cov[:, :, PV], cov[:, :, VV]
     # F P F^T for F = [[1, dt], [0, 1]], plus continuous white-noise acceleration:
-    # q * [[dt^3/3, dt^2/2], [dt^2/2, dt]] per coordinate.
+    # q * [[dt^3/3, dt^2/2], [dt^2/2, dt]] per coordinate. Powers as products: the same
+    # bits for a scalar and an array (numpy's pow may be vectorised differently from C's).
     q = (ACCELERATION_STD * _scales(mean)) ** 2
-    pp += 2.0 * dt * pv + dt * dt * vv + q * (dt**3 / 3.0)
-    pv += dt * vv + q * (dt**2 / 2.0)
-    vv += q * dt
+    pp += 2.0 * step * pv + step * step * vv + q * (step * step * step / 3.0)
+    pv += step * vv + q * (step * step / 2.0)
+    vv += q * step
 
 
 def centre_distance2(mean: np.ndarray, cov: np.ndarray, measurements: np.ndarray) -> np.ndarray:
-    """``(N, M)`` squared Mahalanobis distances of ``(M, 4)`` centre-size measurements' centres
-    from ``N`` tracks' predicted centres, under each track's uncertainty plus box noise."""
+    """``(P,)`` squared Mahalanobis distances of ``P`` centre-size measurements' centres from
+    ``P`` tracks' predicted centres (row by row), under each track's uncertainty plus box
+    noise."""
     scale = _scales(mean)[:, :2]
     variance = cov[:, :2, PP] + (MEASUREMENT_STD * scale) ** 2
-    offset = measurements[None, :, :2] - mean[:, None, :2]
-    return (offset**2 / variance[:, None, :]).sum(axis=2)
+    offset = measurements[:, :2] - mean[:, :2]
+    return (offset**2 / variance).sum(axis=1)
 
 
 def update(mean: np.ndarray, cov: np.ndarray, measurements: np.ndarray) -> None:
