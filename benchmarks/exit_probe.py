@@ -22,7 +22,8 @@ explicitly before returning, with the parts' objects still reachable or not, so 
 crash there has a Python frame; ``--gc-debug`` prints the type of every object each later
 collection finds unreachable (``gc.DEBUG_COLLECTABLE``, printed before their weak
 references are cleared): the last ones printed before a crash are the objects it was
-clearing.
+clearing; ``--freeze`` moves every object alive at the end out of the collector's reach
+(``gc.freeze()``), so that the interpreter's last collections never visit them.
 """
 
 from __future__ import annotations
@@ -153,6 +154,7 @@ def main() -> None:
     parser.add_argument(
         "--gc-debug", action="store_true", help="gc.DEBUG_COLLECTABLE for the collections after"
     )
+    parser.add_argument("--freeze", action="store_true", help="gc.freeze() before returning")
     args = parser.parse_args()
     kept = []
     for part in args.parts:
@@ -180,6 +182,10 @@ def main() -> None:
         import gc
 
         gc.set_debug(gc.DEBUG_COLLECTABLE)
+    if args.freeze:
+        import gc
+
+        gc.freeze()
     print("returning from main", file=sys.stderr, flush=True)
 
 

@@ -591,6 +591,12 @@ def main() -> None:
         action="store_true",
         help="every bucket in one ONNX Runtime session (before session_per_bucket), to compare",
     )
+    parser.add_argument(
+        "--track-alone",
+        action="store_true",
+        help="each stream's tracker stepped alone, a frame at a time (as before the pipeline "
+        "stepped a batch's together), to compare",
+    )
     parser.add_argument("--processes", type=int, default=1, help="split the streams over these")
     parser.add_argument(
         "--ray-processes",
@@ -604,6 +610,10 @@ def main() -> None:
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
+    if args.track_alone:
+        from vstream.engine.pipeline import Pipeline
+
+        Pipeline.track_together = False
     if args.one_session:
         from vstream.inference import session as session_module
 
@@ -634,6 +644,7 @@ def main() -> None:
         "imgsz": args.imgsz,
         "tracking": args.tracking,
         "sessions": "one" if args.one_session else "per bucket",
+        "trackers": "alone" if args.track_alone else "together",
     }
 
     def say(key: str, row: dict) -> None:
@@ -673,7 +684,7 @@ def main() -> None:
     print(
         f"\n{args.model.name} at {args.imgsz}{', tracking' if args.tracking else ''}, "
         f"{out['processes']} process(es){' through Ray' if by_ray else ''}, "
-        f"sessions: {out['sessions']}"
+        f"sessions: {out['sessions']}, trackers stepped {out['trackers']}"
     )
     print(
         "| streams | files: frames/s | CPU ms/frame | frames/batch | waits/batch "

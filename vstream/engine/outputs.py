@@ -69,6 +69,7 @@ def analyze(
     embeddings: np.ndarray | None = None,
     read: Read | None = None,
     attributes_of: AttributesOf | None = None,
+    track_ids: np.ndarray | None = None,
 ) -> FrameResult:
     """``result`` after the stream's tracker, the cascade (``read``), lines and zones.
 
@@ -78,16 +79,19 @@ def analyze(
     same comparison as the detector's own threshold), and the cascade reads
     only those. ``embeddings``: the appearance model's vector of every
     detection (:meth:`Cascade.embed`); ``attributes_of``: each track's readings
-    (:meth:`Cascade.attributes_of`), for the lines' and zones' filters.
+    (:meth:`Cascade.attributes_of`), for the lines' and zones' filters; ``track_ids``: the
+    tracker's answer for these detections where it was stepped already (with other streams,
+    :func:`~vstream.tracking.update_together`).
     """
     detections = result.detections
-    track_ids = analytics.track(
-        detections.xyxy,
-        detections.confidence,
-        detections.class_id,
-        result.pts_seconds,
-        embeddings=embeddings,
-    )
+    if track_ids is None:
+        track_ids = analytics.track(
+            detections.xyxy,
+            detections.confidence,
+            detections.class_id,
+            result.pts_seconds,
+            embeddings=embeddings,
+        )
     tracked = detections.with_columns(tracker_id=np.where(track_ids > 0, track_ids, NO_TRACK))
     live = analytics.tracker.live_track_ids()
     analytics.shapes.remember(tracked.tracker_id, tracked.xyxy, tracked.data, live)

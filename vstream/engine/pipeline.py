@@ -44,6 +44,7 @@ from vstream.metrics import Metrics, SinkSample, StreamSample
 from vstream.results import FrameResult
 from vstream.sinks.buffered import BufferedSink, SinkStats
 from vstream.sources.base import ResumePoint, SourceState
+from vstream.tracking.bytetrack import ByteTracker, update_together
 
 if TYPE_CHECKING:
     import numpy as np
@@ -68,6 +69,10 @@ class Pipeline:
     stages finish as soon as every stream has ended; otherwise (``vstream
     run``, ``serve``) the engine decides when to stop.
     """
+
+    track_together = True
+    """Step the trackers of a batch's streams in one pass (:meth:`_track_together`); False:
+    each frame's alone, as the results are the same (benchmarks compare the two)."""
 
     def __init__(
         self,
@@ -310,9 +315,14 @@ class Pipeline:
         return reader.cadence.decide(arrival.frame, dropped)
 
     def _analyze(
-        self, analytics: StreamAnalytics, arrival: Arrival, result: FrameResult
+        self,
+        analytics: StreamAnalytics,
+        arrival: Arrival,
+        result: FrameResult,
+        track_ids: np.ndarray | None,
     ) -> FrameResult:
-        """A stream's tracker, cascade, lines and zones on one frame (postprocessing thread)."""
+        """A stream's tracker, cascade, lines and zones on one frame (postprocessing thread);
+        ``track_ids``: the tracker's answer, where it was stepped with other streams'."""
         cascade = self.cascade
         read = attributes_of = embeddings = None
         if cascade is not None:
@@ -335,8 +345,57 @@ class Pipeline:
                 analytics, result, still=arrival.still, read=read, attributes_of=attributes_of
             )
         return analyze(
-            analytics, result, embeddings=embeddings, read=read, attributes_of=attributes_of
+            analytics,
+            result,
+            embeddings=embeddings,
+            read=read,
+            attributes_of=attributes_of,
+            track_ids=track_ids,
         )
+
+    def _track_together(self, batch: Batch) -> dict[int, np.ndarray]:
+        """Track ids, by position in ``batch``, of the frames whose trackers step together.
+
+        ByteTrack on a handful of boxes costs numpy calls, not arithmetic, so the
+        trackers of a batch's streams are stepped in one pass
+        (:func:`~vstream.tracking.update_together`, the same answer each would get
+        alone). Only the first frame of each stream in the batch (its next one must
+        wait for this one's lines and zones, which read the tracker), only detected
+        frames, and only without a cascade (whose appearance vectors join the
+        matching). A frame the tracker refuses sends them all the usual way, where
+        it fails its own stream alone.
+        """
+        if not self.track_together or self.cascade is not None:
+            return {}
+        positions: list[int] = []
+        trackers: list[ByteTracker] = []
+        frames: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = []
+        seen: set[str] = set()
+        for position, (arrival, result) in enumerate(
+            zip(batch.arrivals, batch.results, strict=True)
+        ):
+            if arrival.stream in seen:
+                continue
+            seen.add(arrival.stream)
+            reader = self._reader(arrival.stream)
+            analytics = None if reader is None else reader.analytics
+            if analytics is None or not arrival.detect:
+                continue
+            if type(analytics.tracker) is not ByteTracker:  # one given through the API
+                continue
+            detections = result.detections
+            positions.append(position)
+            trackers.append(analytics.tracker)
+            frames.append(
+                (detections.xyxy, detections.confidence, detections.class_id, result.pts_seconds)
+            )
+        if len(trackers) < 2:
+            return {}
+        try:
+            answers = update_together(trackers, frames)
+        except ValueError:
+            return {}
+        return dict(zip(positions, answers, strict=True))
 
     def _deliver(self, batch: Batch) -> None:
         """A finished batch, on the postprocessing thread: finish, count, fail, hand on records.
@@ -348,7 +407,10 @@ class Pipeline:
         now = time.time()
         records: list[FrameResult] = []
         failed: dict[str, Exception] = {}
-        for arrival, result in zip(batch.arrivals, batch.results, strict=True):
+        tracked = self._track_together(batch)
+        for position, (arrival, result) in enumerate(
+            zip(batch.arrivals, batch.results, strict=True)
+        ):
             reader = self._reader(arrival.stream)
             if reader is None:
                 records.append(result)
@@ -356,7 +418,7 @@ class Pipeline:
             error = failed.get(arrival.stream)
             if error is None:
                 try:
-                    result = self._finish_record(reader, arrival, result)
+                    result = self._finish_record(reader, arrival, result, tracked.get(position))
                 except Exception as exc:
                     error = failed[arrival.stream] = exc
             if error is not None:
@@ -385,11 +447,16 @@ class Pipeline:
                 sink.write(records)
 
     def _finish_record(
-        self, reader: StreamReader, arrival: Arrival, result: FrameResult
+        self,
+        reader: StreamReader,
+        arrival: Arrival,
+        result: FrameResult,
+        track_ids: np.ndarray | None = None,
     ) -> FrameResult:
-        """The stream's tracker, cascade, lines and zones on one frame, then its pictures."""
+        """The stream's tracker (unless ``track_ids`` is its answer already), cascade, lines
+        and zones on one frame, then its pictures."""
         if reader.analytics is not None:
-            result = self._analyze(reader.analytics, arrival, result)
+            result = self._analyze(reader.analytics, arrival, result, track_ids)
             if self.metrics is not None:
                 self.metrics.observe_analytics(self.name, arrival.stream, result)
         elif self.cascade is not None:
