@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_cli, write_video
+from helpers import HANG, run_cli, write_video
 from onnx_models import constant_output_model
 
 from vstream import assets
 from vstream.evaluation import evaluate
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 GROUND_TRUTH = json.loads(assets.SAMPLE_GROUND_TRUTH.read_text())
 SAMPLE_FRAMES = len(GROUND_TRUTH["frames"])
@@ -196,3 +200,36 @@ def test_an_unknown_bundled_name_is_one_line_listing_the_bundled_files() -> None
     assert result.returncode == 2 and result.stdout == ""
     (line,) = result.stderr.splitlines()
     assert "no bundled file 'vstream://nope.mp4'; there are vstream://demo.onnx" in line
+
+
+def freeze_count_after_a_command(prelude: str) -> int:
+    """``gc.get_freeze_count()`` after ``vstream validate`` in a fresh interpreter that ran
+    ``prelude`` first."""
+    code = (
+        f"{prelude}\n"
+        "import gc\n"
+        "from vstream.cli import main\n"
+        f"assert main(['validate', {str(CONFIGS / 'file.yaml')!r}]) == 0\n"
+        "print(gc.get_freeze_count())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG, check=True
+    )
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_last_collection_is_spared_only_after_cuda_was_used() -> None:
+    """After a command that used CUDA, what is left is frozen out of the interpreter's last
+    collections (they crashed at exit on the GPU machines, BENCHMARKS.md); without CUDA,
+    torch loaded or not, nothing changes."""
+    assert freeze_count_after_a_command("") == 0
+    assert freeze_count_after_a_command("import torch; torch.zeros(1)") == 0
+    # Stands in for torch once CUDA is initialised: torch.cuda.is_initialized() is then True
+    # (the real one cannot initialise CUDA on a machine without a GPU).
+    stand_in = (
+        "import sys, types\n"
+        "torch = types.ModuleType('torch')\n"
+        "torch.cuda = types.SimpleNamespace(is_initialized=lambda: True)\n"
+        "sys.modules['torch'] = torch\n"
+    )
+    assert freeze_count_after_a_command(stand_in) > 0
