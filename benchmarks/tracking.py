@@ -25,10 +25,16 @@ being replaced, with box noise, a few misses and low scores. The time of
 two lines and a zone, is measured per frame (CPU time of this process, so
 other jobs on the machine matter less; wall time is printed too).
 
+``together``: ``--streams`` such scenes (``--objects`` each, give or take two), each
+frame of every stream stepped by its own tracker alone, then by
+:func:`vstream.tracking.update_together` as a pipeline's batch does, alternated
+``--rounds`` times in one process: CPU ms per stream-frame of each, and whether
+their track ids agreed on every frame.
+
 Run from the repository root::
 
-    .venv/bin/python benchmarks/tracking.py [accuracy|ultralytics|cost|all] [--parity] \\
-        [--frames 5000]
+    .venv/bin/python benchmarks/tracking.py [accuracy|ultralytics|cost|together|all] \\
+        [--parity] [--frames 5000] [--objects 50] [--streams 32]
 """
 
 from __future__ import annotations
@@ -230,10 +236,43 @@ def cost(frames: int, objects: int) -> None:
         print(f"{name}: {cpu_ms:.3f} ms/frame CPU, {wall_ms:.3f} ms/frame wall, {objects} objects")
 
 
+def together(frames: int, objects: int, streams: int, rounds: int) -> None:
+    from vstream.tracking import update_together
+
+    scenes = [synthetic_frames(frames, max(1, objects - 2 + k % 5), seed=k) for k in range(streams)]
+    spent: dict[str, list[float]] = {"alone": [], "together": []}
+    agreed = True
+    for _ in range(rounds):
+        alone = [ByteTracker() for _ in scenes]
+        stepped = [ByteTracker() for _ in scenes]
+        cpu = {"alone": 0.0, "together": 0.0}
+        for i in range(frames):
+            batch = [scene[i] for scene in scenes]
+            started = time.process_time()
+            ids = [tracker.update(*frame) for tracker, frame in zip(alone, batch, strict=True)]
+            cpu["alone"] += time.process_time() - started
+            started = time.process_time()
+            ids_together = update_together(stepped, batch)
+            cpu["together"] += time.process_time() - started
+            agreed &= all(np.array_equal(a, b) for a, b in zip(ids, ids_together, strict=True))
+        for mode, seconds in cpu.items():
+            spent[mode].append(1e3 * seconds / (frames * streams))
+    for mode, ms in spent.items():
+        print(
+            f"{streams} streams, about {objects} objects each, trackers stepped {mode}: "
+            f"{min(ms):.3f} ms CPU a stream-frame (best of {rounds}; all: "
+            f"{', '.join(f'{m:.3f}' for m in ms)})"
+        )
+    print(f"track ids the same on every frame: {agreed}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "what", nargs="?", choices=["accuracy", "ultralytics", "cost", "all"], default="all"
+        "what",
+        nargs="?",
+        choices=["accuracy", "ultralytics", "cost", "together", "all"],
+        default="all",
     )
     parser.add_argument(
         "--parity", action="store_true", help="the parity model and tracking clip (tools/parity)"
@@ -251,6 +290,8 @@ def main() -> None:
     parser.add_argument("--output", type=Path, help="also write the tracked records (JSON Lines)")
     parser.add_argument("--frames", type=int, default=5000, help="synthetic frames for cost")
     parser.add_argument("--objects", type=int, default=50)
+    parser.add_argument("--streams", type=int, default=32, help="streams for together")
+    parser.add_argument("--rounds", type=int, default=3, help="alternations for together")
     args = parser.parse_args()
     if args.what in ("accuracy", "ultralytics", "all"):
         from vstream import assets
@@ -269,6 +310,8 @@ def main() -> None:
             ultralytics_tracking(model, video, truth, args.conf)
     if args.what in ("cost", "all"):
         cost(args.frames, args.objects)
+    if args.what in ("together", "all"):
+        together(min(args.frames, 600), args.objects, args.streams, args.rounds)
 
 
 if __name__ == "__main__":
