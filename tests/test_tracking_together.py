@@ -178,7 +178,7 @@ def test_each_stream_s_assignment_is_scipy_s_for_its_block() -> None:
         rows = np.repeat(np.arange(streams), n_rows)
         cols = np.repeat(np.arange(streams), n_cols)
         pairs = stacked.Blocks(np.arange(len(rows)), rows, np.arange(len(cols)), cols, streams)
-        cost = rng.uniform(0, 1, len(pairs.rpos))
+        cost = rng.uniform(0, 1, pairs.size)
         cost[rng.random(len(cost)) < (0.9 if trial % 2 else 0.3)] = np.inf
         got_rows, got_cols, free_rows, free_cols = stacked.match(pairs, cost)
         expected = set()

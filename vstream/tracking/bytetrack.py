@@ -211,9 +211,9 @@ def _duplicates(
         return index[overlap.max(axis=0) >= min_iou]
     index = index[np.lexsort((-scores[index], stream[index]))]  # by stream, then score
     ranks = np.arange(len(index))
-    pairs = Blocks(ranks, stream[index], ranks, stream[index], streams)
-    above = pairs.rpos < pairs.cpos  # a box against higher scores of its stream only
-    higher, lower = pairs.rpos[above], pairs.cpos[above]
+    first, second = Blocks(ranks, stream[index], ranks, stream[index], streams).positions()
+    above = first < second  # a box against higher scores of its stream only
+    higher, lower = first[above], second[above]
     copies = iou_pairs(boxes, boxes, index[higher], index[lower]) >= min_iou
     return index[np.unique(lower[copies])]
 
@@ -260,14 +260,19 @@ class _Frames:
         wide for a new track) with a size IoU alone would accept
         (:func:`_shape_iou`); the cost is the distance as a fraction of the gate.
         """
-        if self.streams == 1:  # the whole matrix: broadcast, no pairs gathered
+        if pairs.size == 0:
+            return np.zeros(0)
+        if pairs.single:  # the whole matrix: broadcast, no pairs gathered
             overlap = iou_matrix(self.predicted[pairs.rows], self.boxes[pairs.cols]).reshape(-1)
         else:
-            overlap = iou_pairs(self.predicted, self.boxes, pairs.row, pairs.col)
+            rpos, cpos = pairs.positions()
+            overlap = iou_pairs(self.predicted, self.boxes, pairs.rows[rpos], pairs.cols[cpos])
         cost = np.where(overlap >= min_iou, 1.0 - overlap, np.inf)
-        young = (self.tracks.hits[pairs.row] == 1).nonzero()[0]
-        if len(young):
-            rows, boxes = pairs.row[young], self.boxes[pairs.col[young]]
+        young_rows = self.tracks.hits[pairs.rows] == 1
+        if young_rows.any():
+            young = pairs.pairs_of_rows(young_rows)
+            rpos, cpos = pairs.positions(young)
+            rows, boxes = pairs.rows[rpos], self.boxes[pairs.cols[cpos]]
             distance2 = kalman.centre_distance2(
                 self.tracks.mean[rows], self.tracks.cov[rows], kalman.xyxy_to_cxcywh(boxes)
             )
@@ -452,7 +457,8 @@ class ByteTracker:
         size = np.maximum(tracks.seen[rows, 2], tracks.seen[rows, 3])
         reach = size * (REACH + (pts - tracks.last_pts[rows]))
         pairs = frames.pairs(rows, dets)
-        shapes = _shape_iou(frames.predicted[pairs.row], boxes[pairs.cpos])
+        rpos, cpos = pairs.positions()
+        shapes = _shape_iou(frames.predicted[rows[rpos]], boxes[cpos])
         allowed = (
             (distance <= ALIKE)
             & (off_path <= reach[:, None])
@@ -531,11 +537,15 @@ def _step(
         scores = np.concatenate([frame.scores for frame in frames])
         class_ids = np.concatenate([frame.class_ids for frame in frames])
     det_counts = [len(frame.boxes) for frame in frames]
-    track_stream = np.repeat(np.arange(n), [len(tracker._tracks) for tracker in trackers])
-    det_stream = np.repeat(np.arange(n), det_counts)
+    if n == 1:
+        track_stream = np.zeros(len(tracks), dtype=np.int64)
+        det_stream = np.zeros(len(boxes), dtype=np.int64)
+    else:
+        track_stream = np.repeat(np.arange(n), [len(tracker._tracks) for tracker in trackers])
+        det_stream = np.repeat(np.arange(n), det_counts)
 
     tracks.mean[tracks.state == LOST, 6:] = 0.0  # an unseen object keeps its size
-    kalman.predict(tracks.mean, tracks.cov, dts[track_stream])
+    kalman.predict(tracks.mean, tracks.cov, dts[0] if n == 1 else dts[track_stream])
     valid = (
         np.isfinite(boxes).all(axis=1)
         & (boxes[:, 2] > boxes[:, 0])

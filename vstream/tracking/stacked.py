@@ -115,22 +115,23 @@ class Blocks:
     ``rows`` and ``cols`` are indices into stacked tracks and detections, ascending by
     stream (``row_stream`` and ``col_stream``: each one's stream, ``0 .. streams-1``). The
     pairs come stream by stream, row-major within each, so a stream's slice of any per-pair
-    array reshapes to its ``(rows, cols)`` block: with one stream, to the whole matrix.
+    array reshapes to its ``(rows, cols)`` block: with one stream, to the whole matrix,
+    and then no per-pair index is built until asked for (one stream is the common case of
+    a tracker stepped alone, where they would be most of the cost).
     """
 
     __slots__ = (
-        "col",
+        "_cpos",
+        "_rpos",
+        "_starts",
+        "_stream",
         "col_starts",
         "cols",
-        "cpos",
         "n_cols",
         "n_rows",
-        "row",
         "row_starts",
         "rows",
-        "rpos",
-        "starts",
-        "stream",
+        "size",
     )
 
     def __init__(
@@ -142,34 +143,61 @@ class Blocks:
         streams: int,
     ) -> None:
         self.rows, self.cols = rows, cols
-        if streams == 1:  # the whole matrix: no bookkeeping per stream needed
+        self._rpos: np.ndarray | None = None
+        self._cpos: np.ndarray | None = None
+        self._stream: np.ndarray | None = None
+        self._starts = np.zeros(1, dtype=np.int64)
+        if streams == 1:
             self.n_rows, self.n_cols = np.array([len(rows)]), np.array([len(cols)])
-            self.rpos = np.repeat(np.arange(len(rows)), len(cols))
-            self.cpos = np.arange(len(self.rpos)) % max(len(cols), 1)
-            self.stream: np.ndarray | None = None  # read by match() only with several streams
-            self.starts = self.row_starts = self.col_starts = np.zeros(1, dtype=np.intp)
-        else:
-            self.n_rows = np.bincount(row_stream, minlength=streams)
-            self.n_cols = np.bincount(col_stream, minlength=streams)
-            sizes = self.n_rows * self.n_cols
-            self.starts = np.cumsum(sizes) - sizes
-            self.row_starts = np.cumsum(self.n_rows) - self.n_rows
-            self.col_starts = np.cumsum(self.n_cols) - self.n_cols
-            stream = np.repeat(np.arange(streams), sizes)
-            offset = np.arange(len(stream)) - self.starts[stream]
-            width = self.n_cols[stream]
-            down = offset // width
-            self.rpos = self.row_starts[stream] + down
-            self.cpos = self.col_starts[stream] + (offset - down * width)
-            self.stream = stream
-            """Per pair: its stream."""
-        self.row, self.col = rows[self.rpos], cols[self.cpos]
-        """Per pair: the track and the detection (indices into the stacks)."""
+            self.row_starts = self.col_starts = self._starts
+            self.size = len(rows) * len(cols)
+            return
+        self.n_rows = np.bincount(row_stream, minlength=streams)
+        self.n_cols = np.bincount(col_stream, minlength=streams)
+        sizes = self.n_rows * self.n_cols
+        starts = self._starts = np.cumsum(sizes) - sizes
+        self.row_starts = np.cumsum(self.n_rows) - self.n_rows
+        self.col_starts = np.cumsum(self.n_cols) - self.n_cols
+        stream = np.repeat(np.arange(streams), sizes)
+        offset = np.arange(len(stream)) - starts[stream]
+        width = self.n_cols[stream]
+        down = offset // width
+        self._rpos = self.row_starts[stream] + down
+        self._cpos = self.col_starts[stream] + (offset - down * width)
+        self._stream = stream
+        self.size = len(stream)
+
+    @property
+    def single(self) -> bool:
+        """One stream: the pairs are the whole ``(rows, cols)`` matrix, row-major."""
+        return self._stream is None
+
+    def positions(self, pairs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The positions in :attr:`rows` and :attr:`cols` of ``pairs`` (indices of pairs;
+        None: all of them)."""
+        if self._rpos is None or self._cpos is None:
+            width = max(len(self.cols), 1)
+            index = np.arange(self.size) if pairs is None else pairs
+            return index // width, index % width
+        if pairs is None:
+            return self._rpos, self._cpos
+        return self._rpos[pairs], self._cpos[pairs]
+
+    def pairs_of_rows(self, chosen: np.ndarray) -> np.ndarray:
+        """Indices of the pairs whose track is chosen (``chosen``: bool, per position in
+        :attr:`rows`)."""
+        if self._rpos is None:
+            return np.repeat(chosen, len(self.cols)).nonzero()[0]
+        return chosen[self._rpos].nonzero()[0]
+
+    def stream_of(self, pairs: np.ndarray) -> np.ndarray:
+        """The stream of each of ``pairs``."""
+        return np.zeros(len(pairs), dtype=np.int64) if self._stream is None else self._stream[pairs]
 
     def block(self, values: np.ndarray, stream: int) -> np.ndarray:
         """``stream``'s ``(rows, cols)`` block of a per-pair array."""
         rows, cols = int(self.n_rows[stream]), int(self.n_cols[stream])
-        start = int(self.starts[stream])
+        start = int(self._starts[stream])
         return values[start : start + rows * cols].reshape(rows, cols)
 
 
@@ -184,18 +212,19 @@ def match(
     takes an infinite cost): it is taken as it is. The others are solved by the Hungarian
     algorithm (:func:`hungarian`), one block each.
     """
+    if blocks.size == 0:
+        return EMPTY, EMPTY, np.arange(len(blocks.rows)), np.arange(len(blocks.cols))
     free_rows = np.ones(len(blocks.rows), dtype=bool)
     free_cols = np.ones(len(blocks.cols), dtype=bool)
-    finite = np.isfinite(cost)
-    rows, cols = blocks.rpos[finite], blocks.cpos[finite]
+    finite = np.isfinite(cost).nonzero()[0]
+    rows, cols = blocks.positions(finite)
     if len(rows):
         shared = (np.bincount(rows, minlength=len(free_rows)) > 1)[rows]
         shared |= (np.bincount(cols, minlength=len(free_cols)) > 1)[cols]
-        if shared.any() and len(blocks.n_rows) == 1:  # one stream: solve its matrix
+        if shared.any() and blocks.single:  # one stream: solve its matrix
             rows, cols = hungarian(blocks.block(cost, 0))
         elif shared.any():
-            assert blocks.stream is not None
-            stream_of = blocks.stream[finite]
+            stream_of = blocks.stream_of(finite)
             contested = np.unique(stream_of[shared])
             plain = ~np.isin(stream_of, contested)
             row_parts, col_parts = [rows[plain]], [cols[plain]]
