@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 from fakes import fake_pynvvideocodec as fake
-from fakes.fake_cuda import FakeGpu
+from fakes.fake_cuda import FakeEvent, FakeGpu
 from helpers import write_10bit, write_video
 
 from vstream import decoders
@@ -145,6 +145,36 @@ def test_decoding_copies_device_to_device_only(tmp_path: Path) -> None:
         pictures = list(decoder.pictures())
     assert len(pictures) == 8 and all(p.data.device == torch.device("cuda", 0) for p in pictures)
     decoder.close()
+
+
+def test_a_decoder_on_a_stream_of_its_own_is_ordered_against_the_reader_s(
+    tmp_path: Path,
+) -> None:
+    """Taken on the legacy default stream, NVDEC decodes on a stream of its own (on stream 0
+    PyNvVideoCodec synchronises after every frame). Then before every ``Decode`` its stream
+    waits for what the reader's stream queued (the ring's buffers are read there), and the
+    reader's stream waits for the copies after each packet that gave pictures; taken on the
+    decoder's stream, nothing needs ordering."""
+    path = write_video(tmp_path / "clip.mp4", frames=6, width=160, height=120)
+    reader = torch.cuda.current_stream()
+    assert reader.cuda_stream == 0
+    decoder = NvdecDecoder(str(path), device=CUDA, cuda_stream=None)
+    pictures = list(decoder.pictures())
+    decoder.close()
+    own = reader.gpu.made[-1]
+    assert fake.sessions[-1].kwargs["cudastream"] == own.cuda_stream != 0
+    assert len(pictures) == 6
+    decodes = len(fake.sessions[-1].packets) + fake.sessions[-1].ends  # Decode calls
+    assert own.waited_for == [reader] * decodes
+    assert 1 <= len(reader.waited_for) <= decodes
+    assert all(isinstance(e, FakeEvent) and e.stream == own for e in reader.waited_for)
+
+    shared = torch.cuda.ExternalStream(STREAM_HANDLE)
+    with torch.cuda.stream(shared):
+        decoder = nvdec(path)
+        assert len(list(decoder.pictures())) == 6
+        decoder.close()
+    assert shared.waited_for == [] and decoder._stream.waited_for == []
 
 
 def test_the_ring_reuses_only_buffers_no_frame_refers_to() -> None:

@@ -554,21 +554,24 @@ class NvdecDecoder:
             data.pts = packet.pts
         return data
 
-    def _on_decoder_stream(self) -> contextlib.AbstractContextManager[Any]:
-        """Queue work on the decoder's stream (a no-op when it is already the current one)."""
-        if torch.cuda.current_stream(self.device) == self._stream:
+    def _on_decoder_stream(self, current: Any = None) -> contextlib.AbstractContextManager[Any]:
+        """Queue work on the decoder's stream (a no-op when it is already the ``current`` one,
+        by default the thread's)."""
+        if current is None:
+            current = torch.cuda.current_stream(self.device)
+        if current == self._stream:
             return contextlib.nullcontext()
         return torch.cuda.stream(self._stream)
 
-    def _wait_for_readers(self) -> None:
-        """Order the next writes into the ring after the reads the taking stream has queued."""
-        current = torch.cuda.current_stream(self.device)
+    def _wait_for_readers(self, current: Any) -> None:
+        """Order the next writes into the ring after the reads the taking stream (``current``)
+        has queued."""
         if current != self._stream:
             self._stream.wait_stream(current)
 
-    def _hand_over(self) -> None:
-        """Order the consumer's stream after the copies when it is not the decoder's stream."""
-        current = torch.cuda.current_stream(self.device)
+    def _hand_over(self, current: Any) -> None:
+        """Order the consumer's stream (``current``) after the copies when it is not the
+        decoder's stream."""
         if current != self._stream:
             copied = torch.cuda.Event()
             copied.record(self._stream)
@@ -599,9 +602,10 @@ class NvdecDecoder:
             session.ring = FrameRing(shape, torch.uint8, self.device, self.ring_depth)
         return session.ring
 
-    def _own(self, decoded: object) -> torch.Tensor:
-        """Copy one decoded surface into a buffer of the ring, before the decoder reuses it."""
-        with self._on_decoder_stream():
+    def _own(self, decoded: object, current: Any) -> torch.Tensor:
+        """Copy one decoded surface into a buffer of the ring, before the decoder reuses it
+        (``current``: the thread's stream)."""
+        with self._on_decoder_stream(current):
             surface = torch.from_dlpack(decoded)
             if not same_device(surface.device, self.device):
                 raise SourceError(
@@ -643,9 +647,11 @@ class NvdecDecoder:
         if session is None:
             raise SourceError(f"{self.demuxer.display_name}: the NVDEC decoder is closed")
         try:
-            self._wait_for_readers()
+            # The thread's stream, asked once a packet (torch builds a new object each time).
+            current = torch.cuda.current_stream(self.device)
+            self._wait_for_readers(current)
             decoded = list(session.decoder.Decode(self._packet_data(packet)))
-            pictures = [self._picture(self._own(d), d.getPTS()) for d in decoded]
+            pictures = [self._picture(self._own(d, current), d.getPTS()) for d in decoded]
         except SourceError:
             self._healthy = False
             raise
@@ -661,7 +667,7 @@ class NvdecDecoder:
                 f"{first_line(exc)}"
             ) from exc
         if pictures:
-            self._hand_over()
+            self._hand_over(current)
         if packet is None:
             self._ended = True
         return pictures
