@@ -227,7 +227,7 @@ def _lower_triangle(n: int) -> np.ndarray:
     return mask
 
 
-class _Frames:
+class _Stacks:
     """What the association steps of one call share: the stacked tracks and detections."""
 
     __slots__ = ("boxes", "det_stream", "predicted", "streams", "track_stream", "tracks")
@@ -424,7 +424,7 @@ class ByteTracker:
         self,
         rows: np.ndarray,
         dets: np.ndarray,
-        frames: _Frames,
+        stack: _Stacks,
         embeddings: np.ndarray,
         pts: float,
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -446,7 +446,7 @@ class ByteTracker:
             distance = cosine_distance(looks, embeddings[dets])
         if len(rows) == 0 or len(dets) == 0 or not (distance <= ALIKE).any():
             return _EMPTY, _EMPTY
-        boxes = frames.boxes[dets]
+        boxes = stack.boxes[dets]
         centres = kalman.xyxy_to_cxcywh(boxes)[:, :2]
         seen, predicted = tracks.seen[rows, :2], tracks.mean[rows, :2]
         path = predicted - seen
@@ -456,9 +456,9 @@ class ByteTracker:
         off_path = np.sqrt(((centres[None] - nearest) ** 2).sum(axis=2))
         size = np.maximum(tracks.seen[rows, 2], tracks.seen[rows, 3])
         reach = size * (REACH + (pts - tracks.last_pts[rows]))
-        pairs = frames.pairs(rows, dets)
+        pairs = stack.pairs(rows, dets)
         rpos, cpos = pairs.positions()
-        shapes = _shape_iou(frames.predicted[rows[rpos]], boxes[cpos])
+        shapes = _shape_iou(stack.predicted[rows[rpos]], boxes[cpos])
         allowed = (
             (distance <= ALIKE)
             & (off_path <= reach[:, None])
@@ -559,11 +559,11 @@ def _step(
     low = (valid & (scores < limits.high)).nonzero()[0]
     confirmed = (tracks.state != TENTATIVE).nonzero()[0]
     tentative = (tracks.state == TENTATIVE).nonzero()[0]
-    frames_ = _Frames(tracks, track_stream, boxes, det_stream, n)
+    stack = _Stacks(tracks, track_stream, boxes, det_stream, n)
 
     # 1. High-score detections against every confirmed track, lost ones included.
-    pairs = frames_.pairs(confirmed, high)
-    cost = frames_.cost(pairs, cfg.match_iou)
+    pairs = stack.pairs(confirmed, high)
+    cost = stack.cost(pairs, cfg.match_iou)
     if embeddings is not None:  # one stream: the pairs are the whole matrix, row-major
         looks = first._bank.vectors(tracks.ids[confirmed], embeddings.shape[1])
         appearance = cosine_distance(looks, embeddings[high])
@@ -575,7 +575,7 @@ def _step(
         # 1b. Unmatched tracks that have a look against the high-score boxes still free,
         # by look alone, near where the track could be (:meth:`_reidentify`).
         t1b, d1b = first._reidentify(
-            confirmed[rest_tracks], high[rest_high], frames_, embeddings, frames[0].pts
+            confirmed[rest_tracks], high[rest_high], stack, embeddings, frames[0].pts
         )
         t1 = np.concatenate([t1, rest_tracks[t1b]])
         d1 = np.concatenate([d1, rest_high[d1b]])
@@ -584,12 +584,12 @@ def _step(
     # 2. Low-score detections against the unmatched tracks seen in the previous frame.
     recent = confirmed[rest_tracks]
     recent = recent[tracks.state[recent] == TRACKED]
-    pairs = frames_.pairs(recent, low)
-    t2, d2, _, _ = match(pairs, frames_.cost(pairs, cfg.low_score_match_iou))
+    pairs = stack.pairs(recent, low)
+    t2, d2, _, _ = match(pairs, stack.cost(pairs, cfg.low_score_match_iou))
     # 3. Tentative tracks against the high-score detections still free.
     free_high = high[rest_high]
-    pairs = frames_.pairs(tentative, free_high)
-    t3, d3, _, new = match(pairs, frames_.cost(pairs, cfg.match_iou))
+    pairs = stack.pairs(tentative, free_high)
+    t3, d3, _, new = match(pairs, stack.cost(pairs, cfg.match_iou))
 
     rows = np.concatenate([confirmed[t1], recent[t2], tentative[t3]])
     dets = np.concatenate([high[d1], low[d2], free_high[d3]])
