@@ -29,3 +29,12 @@ def restore_root_logger() -> Iterator[None]:
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After GPU tests, keep the interpreter's last collections off what is left, as the
+    command line does (:func:`vstream.cli.spare_the_last_collection`: ``pytest -m gpu``
+    ended in a segmentation fault at exit on the GPU machines); without CUDA, nothing."""
+    from vstream.cli import spare_the_last_collection
+
+    spare_the_last_collection()
