@@ -169,6 +169,9 @@ def test_a_decoder_on_a_stream_of_its_own_is_ordered_against_the_reader_s(
     assert 1 <= len(reader.waited_for) <= decodes
     assert all(isinstance(e, FakeEvent) and e.stream == own for e in reader.waited_for)
 
+    # Each frame's capsule was asked for on the decoder's stream, as torch would ask it.
+    assert fake.sessions[-1].streams_asked == [own.cuda_stream] * 6
+
     shared = torch.cuda.ExternalStream(STREAM_HANDLE)
     with torch.cuda.stream(shared):
         decoder = nvdec(path)

@@ -259,8 +259,24 @@ def _factory(real: Any) -> Any:
     return make
 
 
+_CUDA_CAPSULES: dict[int, object] = {}
+"""DLPack capsules made for fake CUDA memory (:func:`cuda_capsule`), until adopted."""
+
+
+def cuda_capsule(capsule: object) -> object:
+    """Mark a DLPack capsule of the fake device's (host) memory as a CUDA one: adopted whole
+    by ``torch.from_dlpack``, it becomes a ``cuda:0`` tensor, as a real capsule whose
+    ``DLDevice`` is ``kDLCUDA`` does."""
+    _CUDA_CAPSULES[id(capsule)] = capsule
+    return capsule
+
+
 def _from_dlpack(real: Any) -> Any:
     def adopt(external: Any) -> torch.Tensor:
+        if not hasattr(external, "__dlpack__"):  # a capsule, adopted as it is
+            cuda = _CUDA_CAPSULES.pop(id(external), None) is external
+            tensor = real(external)
+            return tensor.as_subclass(CudaTensor) if cuda else tensor
         tensor = real(external)  # asks torch.cuda.current_stream for a kDLCUDA producer
         if external.__dlpack_device__()[0] == KDL_CUDA and not isinstance(tensor, CudaTensor):
             return tensor.as_subclass(CudaTensor)

@@ -89,7 +89,7 @@ import numpy as np
 import pytest
 import torch
 
-from fakes.fake_cuda import KDL_CUDA, host
+from fakes.fake_cuda import KDL_CUDA, cuda_capsule, host
 
 FREED = 0xEE
 """What a freed surface holds: a value no test video produces in every byte."""
@@ -164,6 +164,8 @@ class Session:
     """The decoder object was destroyed and its surfaces freed."""
     surfaces: list[torch.Tensor] = field(default_factory=list)
     """Its output buffers, by allocation (for tests that inspect addresses)."""
+    streams_asked: list[int | None] = field(default_factory=list)
+    """The ``stream`` of every ``__dlpack__`` call on its frames, in order."""
 
 
 sessions: list[Session] = []
@@ -198,7 +200,8 @@ class DecodedFrame:
         if stream == 0:
             raise RuntimeError("Invalid value for stream parameter. Passed value of 0")
         self.streams_asked.append(stream)
-        return host(self.tensor).__dlpack__()
+        capsule = host(self.tensor).__dlpack__()
+        return capsule if self._gpuid is None else cuda_capsule(capsule)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (KDL_CUDA, self._gpuid) if self._gpuid is not None else (1, 0)  # 1: kDLCPU
@@ -308,7 +311,9 @@ class Decoder:
             else:
                 array, fmt = frame.to_ndarray(format="nv12"), Pixel_Format.NV12
             self._format = fmt
-            frames.append(DecodedFrame(self._surface(index, array), frame.pts, fmt, self._gpuid))
+            decoded_frame = DecodedFrame(self._surface(index, array), frame.pts, fmt, self._gpuid)
+            decoded_frame.streams_asked = self.session.streams_asked
+            frames.append(decoded_frame)
         self.session.frames += len(frames)
         return frames
 

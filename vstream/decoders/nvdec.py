@@ -602,11 +602,14 @@ class NvdecDecoder:
             session.ring = FrameRing(shape, torch.uint8, self.device, self.ring_depth)
         return session.ring
 
-    def _own(self, decoded: object, current: Any) -> torch.Tensor:
+    def _own(self, decoded: Any, current: Any) -> torch.Tensor:
         """Copy one decoded surface into a buffer of the ring, before the decoder reuses it
         (``current``: the thread's stream)."""
         with self._on_decoder_stream(current):
-            surface = torch.from_dlpack(decoded)
+            # The capsule asked for on the decoder's stream (never 0), as torch.from_dlpack
+            # would ask it, but directly: torch first tries keywords the binding lacks,
+            # and builds and catches a TypeError for every frame.
+            surface = torch.from_dlpack(decoded.__dlpack__(stream=self._stream.cuda_stream))
             if not same_device(surface.device, self.device):
                 raise SourceError(
                     f"NVDEC returned a frame on {surface.device}, expected {self.device}"
