@@ -353,30 +353,24 @@ class Pipeline:
             track_ids=track_ids,
         )
 
-    def _track_together(self, batch: Batch) -> dict[int, np.ndarray]:
-        """Track ids, by position in ``batch``, of the frames whose trackers step together.
+    def _track_together(self, batch: Batch, positions: list[int]) -> dict[int, np.ndarray]:
+        """Track ids of the frames at ``positions`` in ``batch`` (one frame of each stream
+        at most), for those whose trackers step together.
 
         ByteTrack on a handful of boxes costs numpy calls, not arithmetic, so the
         trackers of a batch's streams are stepped in one pass
         (:func:`~vstream.tracking.update_together`, the same answer each would get
-        alone). Only the first frame of each stream in the batch (its next one must
-        wait for this one's lines and zones, which read the tracker), only detected
-        frames, and only without a cascade (whose appearance vectors join the
-        matching). A frame the tracker refuses sends them all the usual way, where
-        it fails its own stream alone.
+        alone). Only detected frames, and only without a cascade (whose appearance
+        vectors join the matching). A frame the tracker refuses sends them all the
+        usual way, where it fails its own stream alone.
         """
         if not self.track_together or self.cascade is not None:
             return {}
-        positions: list[int] = []
+        chosen: list[int] = []
         trackers: list[ByteTracker] = []
         frames: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = []
-        seen: set[str] = set()
-        for position, (arrival, result) in enumerate(
-            zip(batch.arrivals, batch.results, strict=True)
-        ):
-            if arrival.stream in seen:
-                continue
-            seen.add(arrival.stream)
+        for position in positions:
+            arrival, result = batch.arrivals[position], batch.results[position]
             reader = self._reader(arrival.stream)
             analytics = None if reader is None else reader.analytics
             if analytics is None or not arrival.detect:
@@ -384,7 +378,7 @@ class Pipeline:
             if type(analytics.tracker) is not ByteTracker:  # one given through the API
                 continue
             detections = result.detections
-            positions.append(position)
+            chosen.append(position)
             trackers.append(analytics.tracker)
             frames.append(
                 (detections.xyxy, detections.confidence, detections.class_id, result.pts_seconds)
@@ -395,40 +389,58 @@ class Pipeline:
             answers = update_together(trackers, frames)
         except ValueError:
             return {}
-        return dict(zip(positions, answers, strict=True))
+        return dict(zip(chosen, answers, strict=True))
+
+    @staticmethod
+    def _rounds(batch: Batch) -> list[list[int]]:
+        """The batch's positions by round: the first frame of each stream, then each
+        one's second, and so on (a stream's frame is finished, its lines and zones
+        included, before its tracker takes the next)."""
+        rounds: list[list[int]] = []
+        taken: dict[str, int] = {}
+        for position, arrival in enumerate(batch.arrivals):
+            k = taken.get(arrival.stream, 0)
+            taken[arrival.stream] = k + 1
+            if k == len(rounds):
+                rounds.append([])
+            rounds[k].append(position)
+        return rounds
 
     def _deliver(self, batch: Batch) -> None:
         """A finished batch, on the postprocessing thread: finish, count, fail, hand on records.
 
         A frame whose tracker, secondary models or annotation fail (a model that
         breaks at run time, input nobody foresaw) fails its stream alone, as a
-        detector failure does: the pipeline's other streams go on.
+        detector failure does: the pipeline's other streams go on. Frames are
+        finished round by round (:meth:`_rounds`), so that each round's trackers
+        step together; the records keep the batch's order.
         """
         now = time.time()
-        records: list[FrameResult] = []
+        finished: dict[int, FrameResult] = {}
         failed: dict[str, Exception] = {}
-        tracked = self._track_together(batch)
-        for position, (arrival, result) in enumerate(
-            zip(batch.arrivals, batch.results, strict=True)
-        ):
-            reader = self._reader(arrival.stream)
-            if reader is None:
-                records.append(result)
-                continue
-            error = failed.get(arrival.stream)
-            if error is None:
-                try:
-                    result = self._finish_record(reader, arrival, result, tracked.get(position))
-                except Exception as exc:
-                    error = failed[arrival.stream] = exc
-            if error is not None:
-                self.stages.fail_delivered(batch, arrival, error)
-                continue
-            age = max(0.0, now - arrival.captured_at)
-            reader.counters.processed(1, len(result.detections), age)
-            if self.metrics is not None:
-                self.metrics.frame_age.labels(self.name, arrival.stream).observe(age)
-            records.append(result)
+        for positions in self._rounds(batch):
+            tracked = self._track_together(batch, positions)
+            for position in positions:
+                arrival, result = batch.arrivals[position], batch.results[position]
+                reader = self._reader(arrival.stream)
+                if reader is None:
+                    finished[position] = result
+                    continue
+                error = failed.get(arrival.stream)
+                if error is None:
+                    try:
+                        result = self._finish_record(reader, arrival, result, tracked.get(position))
+                    except Exception as exc:
+                        error = failed[arrival.stream] = exc
+                if error is not None:
+                    self.stages.fail_delivered(batch, arrival, error)
+                    continue
+                age = max(0.0, now - arrival.captured_at)
+                reader.counters.processed(1, len(result.detections), age)
+                if self.metrics is not None:
+                    self.metrics.frame_age.labels(self.name, arrival.stream).observe(age)
+                finished[position] = result
+        records = [finished[position] for position in sorted(finished)]
         for arrival, error in batch.failures:
             reader = self._reader(arrival.stream)
             if reader is not None:
