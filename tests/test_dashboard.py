@@ -196,7 +196,11 @@ def test_dashboard_shows_streams_live_previews_and_clips(
         encodes = hub.stats()["cam1"]["encodes"]
         offers = feeder.offers
         assert eventually(lambda: feeder.offers > offers + 10, 10)
-        assert feeder.produced == produced and hub.stats()["cam1"]["encodes"] == encodes
+        assert feeder.produced == produced
+        # Only what was taken as the last viewer left may still be encoded: the frame in the
+        # hub thread's hand and one offered at that moment; none is taken once nobody
+        # watches, while the feeder went on offering more than ten.
+        assert hub.stats()["cam1"]["encodes"] <= encodes + 2
 
 
 def test_dashboard_asks_for_the_token_once(browser: Any, hub: PreviewHub, clips: Any) -> None:
