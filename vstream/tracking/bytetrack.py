@@ -399,8 +399,7 @@ class ByteTracker:
             tracks.mean[:, 4:] = 0.0
         dt = self._clock(pts)
         tracks = self._tracks  # a pts that went back forgot them
-        tracks.mean[tracks.state == LOST, 6:] = 0.0  # an unseen object keeps its size
-        kalman.predict(tracks.mean, tracks.cov, dt)
+        _advance(tracks, dt)
         rows = (tracks.state == TRACKED).nonzero()[0]
         return Prediction(
             boxes=kalman.cxcywh_to_xyxy(tracks.mean[rows, :4]),
@@ -544,8 +543,7 @@ def _step(
         track_stream = np.repeat(np.arange(n), [len(tracker._tracks) for tracker in trackers])
         det_stream = np.repeat(np.arange(n), det_counts)
 
-    tracks.mean[tracks.state == LOST, 6:] = 0.0  # an unseen object keeps its size
-    kalman.predict(tracks.mean, tracks.cov, dts[0] if n == 1 else dts[track_stream])
+    _advance(tracks, dts[0] if n == 1 else dts[track_stream])
     valid = (
         np.isfinite(boxes).all(axis=1)
         & (boxes[:, 2] > boxes[:, 0])
@@ -639,6 +637,12 @@ def _step(
     if embeddings is not None:
         first._remember(boxes, valid, high, track_ids, embeddings)
     return np.split(track_ids, np.cumsum(det_counts)[:-1]) if n > 1 else [track_ids]
+
+
+def _advance(tracks: Tracks, dt: float | np.ndarray) -> None:
+    """Predict ``tracks`` ``dt`` seconds on (one for all, or one per track), in place."""
+    tracks.mean[tracks.state == LOST, 6:] = 0.0  # an unseen object keeps its size
+    kalman.predict(tracks.mean, tracks.cov, dt)
 
 
 def _correct(
