@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 import torch
 
+from vstream.doctor.providers import runtime_wheels
+from vstream.doctor.report import Failed
 from vstream.errors import RuntimeNotInstalledError, VstreamError
 from vstream.inference import ProviderChoice
 from vstream.inference import wheels as runtime
@@ -41,6 +44,51 @@ def test_both_wheels_installed_is_flagged(monkeypatch, caplog) -> None:
     finally:
         runtime.load_onnxruntime.cache_clear()
     assert "both onnxruntime and onnxruntime-gpu are installed" in caplog.text
+
+
+def _distribution(folder: Path, name: str, version: str) -> None:
+    """A distribution's metadata as pip leaves it, which importlib.metadata reads as it is."""
+    info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_both_wheels_in_one_folder_fail_the_doctor(tmp_path, monkeypatch) -> None:
+    _distribution(tmp_path, "onnxruntime", "1.0")
+    _distribution(tmp_path, "onnxruntime-gpu", "1.0")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert runtime.runtime_wheel_folders() == {
+        "onnxruntime": tmp_path.resolve(),
+        "onnxruntime-gpu": tmp_path.resolve(),
+    }
+    assert runtime.shadowed_runtime_wheel() is None
+    with pytest.raises(Failed, match="overwrite each other's files"):
+        runtime_wheels()
+
+
+def test_a_wheel_in_another_folder_is_named_as_shadowed(tmp_path, monkeypatch, caplog) -> None:
+    """The GPU machine's layout: onnxruntime-gpu on PYTHONPATH, the CPU wheel in the
+    system's packages. Here the real CPU wheel is found first and the other is shadowed."""
+    _distribution(tmp_path, "onnxruntime-gpu", "9.0")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    real = Path(str(metadata.distribution("onnxruntime").locate_file(""))).resolve()
+    detail, evidence = runtime_wheels()
+    cpu = metadata.version("onnxruntime")
+    assert detail == (
+        f"onnxruntime {cpu} is imported from {real}; "
+        f"onnxruntime-gpu 9.0 in {tmp_path.resolve()} is shadowed"
+    )
+    assert evidence["folders"] == {
+        "onnxruntime": str(real),
+        "onnxruntime-gpu": str(tmp_path.resolve()),
+    }
+    runtime.load_onnxruntime.cache_clear()
+    try:
+        with caplog.at_level(logging.INFO, logger="vstream"):
+            runtime.load_onnxruntime()
+    finally:
+        runtime.load_onnxruntime.cache_clear()
+    assert "shadowed" in caplog.text and "overwrite" not in caplog.text
 
 
 def test_device_resolution_without_cuda(caplog) -> None:

@@ -8,8 +8,9 @@ outside vstream's own bookkeeping (what ONNX Runtime reports, what torch's
 CUDA allocator holds, what the profiler saw cross); a check that cannot
 gather its evidence says ``skip`` and why, never ``pass``:
 
-``runtime-wheels``  exactly one ONNX Runtime wheel is installed (the CPU and GPU
-                    wheels overwrite each other's files).
+``runtime-wheels``  the CPU and GPU wheels of ONNX Runtime are not installed into one
+                    folder (they overwrite each other's files there); in different
+                    folders, the one imported and the one shadowed are named.
 ``provider-cpu``    ``session.get_providers()`` of a CPU detector: ``CPUExecutionProvider``.
 ``provider-gpu``    ``session.get_providers()`` of a CUDA detector starts with
                     ``CUDAExecutionProvider`` (``TensorrtExecutionProvider`` with

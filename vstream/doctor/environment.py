@@ -114,12 +114,17 @@ def _torch_info() -> dict[str, Any]:
 
 
 def _ort_info() -> dict[str, Any]:
-    from vstream.inference.wheels import installed_runtime_wheels, load_onnxruntime
+    from vstream.inference.wheels import (
+        installed_runtime_wheels,
+        load_onnxruntime,
+        runtime_wheel_folders,
+    )
 
     wheels = installed_runtime_wheels()
     info: dict[str, Any] = {
         "wheels": [f"{k} {v}" for k, v in wheels.items()],
         "cpu_and_gpu_wheels_both_installed": len(wheels) > 1,
+        "folders": {k: str(v) for k, v in runtime_wheel_folders().items()},
     }
     if wheels:
         ort = load_onnxruntime()

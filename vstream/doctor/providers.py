@@ -4,9 +4,9 @@ ONNX Runtime falls back quietly: a CUDA session that cannot load its
 provider runs on the CPU (a TensorRT one, on CUDA), and a GPU provider not handed the pipeline's
 stream computes on a stream of its own, unordered with the letterbox that
 feeds it. These checks read what the session itself reports
-(``get_providers()``, ``get_provider_options()``), and first that only one
-ONNX Runtime wheel is installed, since the CPU and GPU wheels overwrite
-each other's files.
+(``get_providers()``, ``get_provider_options()``), and first that the CPU
+and GPU wheels of ONNX Runtime are not installed into one folder, where they
+overwrite each other's files.
 """
 
 from __future__ import annotations
@@ -17,14 +17,23 @@ from vstream.doctor.report import Failed, Skipped
 
 
 def runtime_wheels() -> tuple[str, dict[str, Any]]:
-    """Exactly one ONNX Runtime wheel is installed."""
-    from vstream.inference.wheels import installed_runtime_wheels
+    """One ONNX Runtime wheel is installed, or two in different folders, the one imported
+    named (a virtual environment's over the system's, say)."""
+    from vstream.inference.wheels import (
+        installed_runtime_wheels,
+        runtime_wheel_folders,
+        shadowed_runtime_wheel,
+    )
 
     wheels = installed_runtime_wheels()
     listed = ", ".join(f"{k} {v}" for k, v in wheels.items())
     if not wheels:
         raise Failed("no ONNX Runtime: pip install 'vstream[cpu]' or 'vstream[gpu]'")
     if len(wheels) > 1:
+        shadowed = shadowed_runtime_wheel()
+        if shadowed is not None:
+            folders = {k: str(v) for k, v in runtime_wheel_folders().items()}
+            return shadowed, {"wheels": wheels, "folders": folders}
         raise Failed(
             f"both wheels are installed ({listed}); they overwrite each other's files: "
             "uninstall both, then install one"

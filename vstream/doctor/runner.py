@@ -30,7 +30,7 @@ from vstream.errors import first_line
 log = logging.getLogger("vstream.doctor")
 
 CHECKS: tuple[tuple[str, str, bool], ...] = (
-    ("runtime-wheels", "exactly one ONNX Runtime wheel", False),
+    ("runtime-wheels", "one ONNX Runtime wheel a folder", False),
     ("provider-cpu", "ORT runs on the CPU provider asked for", False),
     ("provider-gpu", "ORT runs on the GPU provider asked for (CUDA or TensorRT)", True),
     ("nvdec", "NVDEC decodes the probe clip like FFmpeg", True),
