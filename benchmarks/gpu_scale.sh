@@ -104,6 +104,7 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
     tests)
         timeout 150 python3 -X faulthandler -m pytest -q -o addopts=-ra -m gpu tests/test_gpu.py \
             -p no:cacheprovider >"$OUT/gpu_tests.txt" 2>&1
+        echo "pytest exit code: $?" >>"$OUT/gpu_tests.txt"
         tail -15 "$OUT/gpu_tests.txt"
         ;;
     yolo)
