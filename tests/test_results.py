@@ -64,6 +64,36 @@ def test_the_record_is_exactly_the_json_lines_format() -> None:
     assert json.dumps(result.to_record(), separators=(",", ":")) == expected
 
 
+def test_records_round_as_python_rounds_every_number() -> None:
+    """Boxes and scores are rounded a column at a time: the floats must be the ones Python's
+    ``round`` gives each number (the oracle here), float32 or float64, halves included."""
+    rng = np.random.default_rng(7)
+    halves = np.array([0.125, 0.375, 2.5, 1.005, 2.675, 0.00005, 0.00015, 1e-9, -0.125])
+    singles = np.concatenate(
+        [
+            rng.uniform(-10, 4000, 20_000),
+            rng.uniform(0, 1, 20_000),
+            np.round(rng.uniform(0, 4000, 4_000), 3),  # at or next to a third decimal
+            np.round(rng.uniform(0, 1, 4_000), 5),
+            halves,
+            [np.inf, -np.inf, 0.0, -0.0, 3.4e38],
+        ]
+    )
+    rows = len(singles) // 4 + 1  # every number in a box, the last row filled from the start
+    for dtype in (np.float32, np.float64):
+        boxes = np.resize(singles, rows * 4).astype(dtype).reshape(rows, 4)
+        scores = singles[-rows:].astype(dtype)
+        detections = Detections(boxes, scores, np.zeros(rows, np.int64))
+        records = detections.records()
+        assert [r["bbox"] for r in records] == [
+            [round(v, 2) for v in box] for box in boxes.tolist()
+        ]
+        assert [r["score"] for r in records] == [round(v, 4) for v in scores.tolist()]
+    nan = Detections(np.full((1, 4), np.nan, np.float32), np.array([np.nan], np.float32), [0])
+    (record,) = nan.records()
+    assert all(np.isnan(v) for v in [*record["bbox"], record["score"]])
+
+
 def test_a_frame_without_detections_has_an_empty_list() -> None:
     record = FrameResult("cam", 0, 0.0, 64, 48).to_record()
     assert record["detections"] == [] and "events" not in record

@@ -52,6 +52,23 @@ def _floats(values: Any) -> np.ndarray:
     return array if array.dtype.kind == "f" else array.astype(np.float64)
 
 
+def _rounded(values: np.ndarray, digits: int) -> list[Any]:
+    """``values`` (1-D or 2-D) as lists of Python floats, each what ``round(v, digits)`` gives.
+
+    Records round every box and score, and one ``round`` call per number was most of
+    their cost. For float32 and float16 values numpy's rounding (scale by
+    ``10**digits``, round half to even, divide) gives the same floats: such a value
+    times ``10**digits`` (digits up to 12) is exact in float64, so the rounding sees the
+    exact product as Python's does, and the division returns the float nearest the
+    decimal, as Python's does. Other floats are rounded by Python, one by one.
+    """
+    if values.dtype in (np.float32, np.float16) and 0 <= digits <= 12:
+        return np.round(values.astype(np.float64), digits).tolist()
+    if values.ndim == 1:
+        return [round(v, digits) for v in values.tolist()]
+    return [[round(v, digits) for v in row] for row in values.tolist()]
+
+
 def _integers(values: Any, name: str) -> np.ndarray:
     array = np.asarray(values)
     if array.dtype.kind in "iub" or array.size == 0:
@@ -322,8 +339,8 @@ class Detections:
         made = self.data.get(MASKS)
         masks = made.tolist() if made is not None else [None] * len(self)
         for box, score, class_id, label, track_id, flag, attribute, shape, mask in zip(
-            self.xyxy.tolist(),
-            self.confidence.tolist(),
+            _rounded(self.xyxy, 2),
+            _rounded(self.confidence, 4),
             self.class_id.tolist(),
             self.labels,
             self.tracker_id.tolist(),
@@ -334,8 +351,8 @@ class Detections:
             strict=True,
         ):
             record: dict[str, Any] = {
-                "bbox": [round(v, 2) for v in box],
-                "score": round(score, 4),
+                "bbox": box,
+                "score": score,
                 "class_id": class_id,
                 "label": label,
             }
