@@ -18,6 +18,7 @@ from helpers import ManualClock, eventually, wait_for
 
 from vstream.results import Detection, Detections, FrameResult
 from vstream.sinks import BufferedSink, DeliveryError, JsonLinesSink, RetryPolicy
+from vstream.sinks.base import encode_records
 from vstream.sinks.mqtt import MqttTransport
 from vstream.sinks.redis_streams import RedisStreamTransport
 from vstream.sinks.webhook import WebhookTransport
@@ -57,6 +58,27 @@ class FlakyTransport:
     def close(self, timeout: float) -> int:
         self.closed = True
         return 0
+
+
+def test_records_are_encoded_as_the_standard_library_reads_them() -> None:
+    """Every sink sends orjson's bytes; the standard library's json is the oracle: finite
+    records read back equal and, ASCII ones, byte for byte what ``json.dumps`` writes."""
+    records = [result(i, detections=i % 4).to_record() for i in range(6)]
+    records[2]["events"] = [{"type": "line_crossed", "line": "gate", "direction": "in"}]
+    records[3]["zones"] = {"dock": {"count": 2, "by_class": {0: 2}}}  # an int key
+    for record in records:
+        encoded = encode_records(record)
+        assert json.loads(encoded) == json.loads(json.dumps(record))
+        if "zones" not in record:
+            assert encoded.decode() == json.dumps(record, separators=(",", ":"))
+    assert json.loads(encode_records(records)) == json.loads(json.dumps(records))
+    unicode = {"stream": "café-🚗", "detections": []}
+    assert json.loads(encode_records(unicode).decode("utf-8")) == unicode
+    broken = result(1).to_record()
+    broken["detections"][0]["bbox"][0] = float("nan")
+    broken["detections"][0]["score"] = float("inf")
+    read = json.loads(encode_records(broken))  # valid JSON: no NaN, no Infinity
+    assert read["detections"][0]["bbox"][0] is None and read["detections"][0]["score"] is None
 
 
 def test_hurry_cuts_a_long_backoff_short_and_counts_what_is_left() -> None:

@@ -12,10 +12,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from vstream.config.sinks import fill
 
 Record = dict[str, Any]
 """One frame's record, as :meth:`vstream.results.FrameResult.to_record` makes it."""
+
+
+def encode_records(records: Record | Sequence[Record]) -> bytes:
+    """A record (or a list of them) as compact JSON in UTF-8: the bytes every sink sends.
+
+    orjson, not the standard library's encoder: at a thousand frames a second
+    encoding the records held about 7 % of one process's GIL (BENCHMARKS.md,
+    sixth H100 run), and orjson takes about a fifteenth of the time. JSON has no
+    NaN or infinity: such a number (a broken model's box) is written as ``null``.
+    Keys that are not strings are written as strings, as the standard library does.
+    """
+    if not isinstance(records, dict):
+        records = list(records)
+    return orjson.dumps(records, option=orjson.OPT_NON_STR_KEYS)
 
 
 def make_parents(path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import itertools
-import json
 import os
 import sys
 import time
@@ -14,14 +13,15 @@ from typing import Any
 
 from vstream.config.sinks import fill, unfit_output
 from vstream.errors import VstreamError
-from vstream.sinks.base import DeliveryError, Record, make_parents
+from vstream.sinks.base import DeliveryError, Record, encode_records, make_parents
 
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 """Write errors that pass once space is freed: retried, not a failure of the sink."""
 
 
-def encode(record: Record) -> str:
-    return json.dumps(record, separators=(",", ":")) + "\n"
+def encode(record: Record) -> bytes:
+    """One line of the file: the record's JSON and a newline."""
+    return encode_records(record) + b"\n"
 
 
 class JsonLinesSink:
@@ -100,14 +100,14 @@ class JsonLinesSink:
 
     def _write_lines(self, records: Sequence[Record]) -> None:
         if self.path is None:
-            sys.stdout.write("".join(encode(r) for r in records))
+            sys.stdout.write(b"".join(encode(r) for r in records).decode())
             sys.stdout.flush()
             self.records += len(records)
             return
         if self._due_for_rotation():
             self._rotate()
         assert self._fd is not None
-        lines = [encode(r).encode() for r in records]
+        lines = [encode(r) for r in records]
         data = memoryview(b"".join(lines))
         written = 0
         try:

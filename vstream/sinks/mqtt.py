@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -12,7 +11,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from vstream.sinks.base import DeliveryError, Record, stream_key
+from vstream.sinks.base import DeliveryError, Record, encode_records, stream_key
 
 log = logging.getLogger("vstream.sinks")
 
@@ -122,7 +121,7 @@ class MqttTransport:
             raise DeliveryError(f"not connected to {self.address}")
         pending: set[int] = set()
         for record in records:
-            payload = json.dumps(record, separators=(",", ":"))
+            payload = encode_records(record)
             info = self.client.publish(
                 stream_key(self.topic, record, self.pipeline), payload, qos=self.qos
             )

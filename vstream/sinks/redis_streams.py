@@ -13,7 +13,6 @@ reported once. One vstream sink should write each key.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 
@@ -21,7 +20,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from vstream.sinks.base import DeliveryError, Record, stream_key
+from vstream.sinks.base import DeliveryError, Record, encode_records, stream_key
 from vstream.uri import redact
 
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
@@ -84,7 +83,7 @@ class RedisStreamTransport:
             fields = {
                 "stream": str(record.get("stream", "")),
                 "frame": str(record.get("frame", "")),
-                "record": json.dumps(record, separators=(",", ":")),
+                "record": encode_records(record),
             }
             batch.xadd(key, fields, id=entry_id, maxlen=self.maxlen, approximate=self.approximate)
         try:

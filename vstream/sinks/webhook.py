@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import httpx
 
-from vstream.sinks.base import DeliveryError, Record
+from vstream.sinks.base import DeliveryError, Record, encode_records
 from vstream.uri import redact_uri
 
 _RETRYABLE_STATUS = {408, 425, 429}
@@ -25,11 +25,13 @@ class WebhookTransport:
     ) -> None:
         self.url = url
         self.address = f"webhook {redact_uri(url)}"
-        self.client = httpx.Client(timeout=timeout, headers=dict(headers or {}))
+        sent = httpx.Headers({"content-type": "application/json"})
+        sent.update(dict(headers or {}))  # a user's Content-Type wins
+        self.client = httpx.Client(timeout=timeout, headers=sent)
 
     def send(self, records: Sequence[Record]) -> None:
         try:
-            response = self.client.post(self.url, json=list(records))
+            response = self.client.post(self.url, content=encode_records(records))
         except httpx.HTTPError as exc:
             raise DeliveryError(f"{self.address}: {type(exc).__name__}: {exc}") from exc
         status = response.status_code
