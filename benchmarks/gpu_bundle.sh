@@ -9,8 +9,9 @@
 #         CPU onnxruntime and many common packages: device/KINDS.md). Used on 2026-11-26:
 #         onnxruntime-gpu 1.31.1, pynvvideocodec 2.2.4, av 19.0.2, py-spy 0.4.3, pydantic 2.14.4
 #         with pydantic-core, annotated-types and typing-inspection, fastapi, starlette,
-#         uvicorn, redis, paho-mqtt; for the `ray` step also ray 2.60.0, jsonschema,
-#         jsonschema-specifications, referencing and rpds-py. Each fetched with
+#         uvicorn, redis, paho-mqtt, orjson 3.13.0 (since 2026-11-27); for the `ray` step
+#         also ray 2.60.0, jsonschema, jsonschema-specifications, referencing and rpds-py.
+#         Each fetched with
 #           python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #             --implementation cp --platform manylinux_2_28_x86_64 \
 #             --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d WHEELS NAME==V

@@ -32,7 +32,8 @@
 #         profile: 32 file streams in one process, sampled by py-spy for 6 s: stacks of
 #                 the thread holding the GIL (gil32.txt) and of every busy thread (cpu32.txt);
 #         together: 32 and 64 demo streams in one process, from files and live, with each
-#                 stream's tracker stepped alone, then a batch's stepped together (as shipped);
+#                 stream's tracker stepped alone, then a batch's stepped together (as shipped;
+#                 TRACKERS=together: only that);
 #         mps:    YOLOv8n's 50 live streams over 6 processes, without and then with CUDA MPS
 #                 (when nvidia-cuda-mps-control is there; the daemon is stopped after).
 #         $OUT (default /tmp/gpu_scale) receives one text file per step.
@@ -156,7 +157,10 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
         ls -la "$OUT"/gil32.txt "$OUT"/cpu32.txt
         ;;
     together)
-        for mode in --track-alone ""; do
+        # TRACKERS=together: only as shipped (a rerun that compares with an earlier one).
+        modes=(--track-alone "")
+        [ "${TRACKERS:-both}" = together ] && modes=("")
+        for mode in "${modes[@]}"; do
             # shellcheck disable=SC2086
             scale 200 "${DEMO[@]}" --skip-limits --streams 32 64 $mode >>"$OUT/together.txt"
         done
