@@ -126,6 +126,49 @@ def test_selection_keeps_every_column_aligned() -> None:
     assert len(dets[1:]) == 2 and len(dets[dets.confidence > 1]) == 0
 
 
+def test_selections_and_added_columns_are_what_the_constructor_makes() -> None:
+    """Rows and added columns skip the constructor's checks (they cannot fail there): the
+    result must equal the constructor's, read-only, and anything else still be refused."""
+    dets = three()
+    selections = [
+        [True, False, True],
+        np.array([2, 0]),
+        [1],
+        [],
+        slice(1, None),
+        np.array([], np.intp),
+    ]
+    for rows in selections:
+        made = Detections(
+            dets.xyxy[rows],
+            dets.confidence[rows],
+            dets.class_id[rows],
+            dets.tracker_id[rows],
+            class_names=NAMES,
+            data={k: v[rows] for k, v in dets.data.items()},
+        )
+        chosen = dets[rows]
+        assert chosen == made and chosen.records() == made.records()
+        assert not chosen.xyxy.flags.writeable and not chosen.data["embedding"].flags.writeable
+    tracked = dets.with_columns(tracker_id=[5, 6, 7], data={"read": np.arange(3)})
+    assert tracked.tracker_id.tolist() == [5, 6, 7] and set(tracked.data) == {
+        "embedding",
+        "predicted",
+        "read",
+    }
+    assert not tracked.tracker_id.flags.writeable and tracked.xyxy is dets.xyxy
+    with pytest.raises(ValueError, match=r"tracker_id \(2,\)"):
+        dets.with_columns(tracker_id=[1, 2])
+    with pytest.raises(ValueError, match="tracker_id must hold integers"):
+        dets.with_columns(tracker_id=[0.5, 1, 2])
+    with pytest.raises(ValueError, match=r"read \(4,\)"):
+        dets.with_columns(data={"read": np.arange(4)})
+    with pytest.raises(ValueError, match=r"xyxy \(1, 2, 4\)"):
+        dets[np.array([[0, 1]])]
+    with pytest.raises(IndexError):
+        dets[[True, False]]
+
+
 def test_one_detection_and_iteration_give_views() -> None:
     dets = three()
     assert dets[0] == Detection((1.0, 2.0, 3.0, 4.0), pytest.approx(0.9), 0, "person", 3)

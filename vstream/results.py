@@ -21,6 +21,7 @@ box without any change here.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -261,13 +262,25 @@ class Detections:
         """A :class:`Detection` for an int; a :class:`Detections` for a mask, indices or slice."""
         if isinstance(index, (int, np.integer)):
             return self._view(int(index))
-        return Detections(
-            self.xyxy[index],
-            self.confidence[index],
-            self.class_id[index],
-            self.tracker_id[index],
-            class_names=self.class_names,
-            data={k: v[index] for k, v in self.data.items()},
+        rows = index if isinstance(index, slice) else np.asarray(index)
+        if isinstance(rows, np.ndarray) and (rows.ndim != 1 or rows.dtype.kind not in "biu"):
+            if rows.size:  # anything but rows: the constructor names the shapes it made
+                return Detections(
+                    self.xyxy[index],
+                    self.confidence[index],
+                    self.class_id[index],
+                    self.tracker_id[index],
+                    class_names=self.class_names,
+                    data={k: v[index] for k, v in self.data.items()},
+                )
+            rows = rows.astype(np.intp).reshape(0)  # [] is float to numpy: no rows
+        return self._aligned(
+            self.xyxy[rows],
+            self.confidence[rows],
+            self.class_id[rows],
+            self.tracker_id[rows],
+            self.class_names,
+            {k: v[rows] for k, v in self.data.items()},
         )
 
     def with_columns(
@@ -275,14 +288,44 @@ class Detections:
     ) -> Detections:
         """These detections with ``tracker_id`` replaced and ``data`` columns added or replaced
         (what the tracker and the cascade attach); the other columns shared, not copied."""
-        return Detections(
-            self.xyxy,
-            self.confidence,
-            self.class_id,
-            self.tracker_id if tracker_id is None else tracker_id,
-            class_names=self.class_names,
-            data={**self.data, **(data or {})},
+        ids = self.tracker_id if tracker_id is None else _integers(tracker_id, "tracker_id")
+        added = {str(k): np.asarray(v) for k, v in (data or {}).items()}
+        count = len(self)
+        if ids.shape != (count,) or any(v.ndim == 0 or len(v) != count for v in added.values()):
+            return Detections(  # the constructor names the columns that disagree
+                self.xyxy,
+                self.confidence,
+                self.class_id,
+                ids,
+                class_names=self.class_names,
+                data={**self.data, **added},
+            )
+        return self._aligned(
+            self.xyxy, self.confidence, self.class_id, ids, self.class_names, {**self.data, **added}
         )
+
+    @classmethod
+    def _aligned(
+        cls,
+        xyxy: np.ndarray,
+        confidence: np.ndarray,
+        class_id: np.ndarray,
+        tracker_id: np.ndarray,
+        class_names: Mapping[int, str],
+        data: Mapping[str, np.ndarray],
+    ) -> Detections:
+        """Columns known to be aligned and of the right kinds (rows of, or columns checked
+        for, a :class:`Detections`), made without the constructor's checks, which were
+        a third of the cost of delivering a frame's records; read-only as ever."""
+        made = object.__new__(cls)
+        set_ = object.__setattr__
+        set_(made, "xyxy", _frozen(xyxy))
+        set_(made, "confidence", _frozen(confidence))
+        set_(made, "class_id", _frozen(class_id))
+        set_(made, "tracker_id", _frozen(tracker_id))
+        set_(made, "class_names", class_names)
+        set_(made, "data", MappingProxyType({k: _frozen(v) for k, v in data.items()}))
+        return made
 
     def __iter__(self) -> Iterator[Detection]:
         return (self._view(i) for i in range(len(self)))
@@ -325,7 +368,9 @@ class Detections:
     @property
     def labels(self) -> list[str]:
         """Each detection's class name, resolved now (labels are not kept as a column)."""
-        return [label_for(c, self.class_names) for c in self.class_id.tolist()]
+        ids = self.class_id.tolist()
+        names = {c: label_for(c, self.class_names) for c in set(ids)}  # once a class
+        return [names[c] for c in ids]
 
     def records(self) -> list[dict[str, Any]]:
         """The detections as JSON records: ``bbox`` (2 decimals), ``score`` (4), ``class_id``,
@@ -335,7 +380,7 @@ class Detections:
         flags = predicted.tolist() if predicted is not None else [False] * len(self)
         read = self.data.get(ATTRIBUTES)
         attributes = read.tolist() if read is not None else [None] * len(self)
-        shapes = _shape_records(self.data, len(self))
+        shapes = _shape_records(self.data, len(self)) or itertools.repeat(None, len(self))
         made = self.data.get(MASKS)
         masks = made.tolist() if made is not None else [None] * len(self)
         for box, score, class_id, label, track_id, flag, attribute, shape, mask in zip(
@@ -362,7 +407,8 @@ class Detections:
                 record["predicted"] = True
             if attribute:
                 record["attributes"] = attribute
-            record.update(shape)
+            if shape is not None:
+                record.update(shape)
             if mask is not None:
                 record.update(mask.record())
             records.append(record)
@@ -382,10 +428,13 @@ class Detections:
         )
 
 
-def _shape_records(data: Mapping[str, np.ndarray], count: int) -> list[dict[str, Any]]:
+def _shape_records(data: Mapping[str, np.ndarray], count: int) -> list[dict[str, Any]] | None:
     """Per detection, what a pose or OBB model added, as records write it: ``keypoints``
     (``[[x, y, score], ...]``, pixels to 2 decimals, scores to 4), ``obb`` (``[cx, cy, w, h,
-    angle]``, the angle in radians to 4 decimals) and its four ``corners``."""
+    angle]``, the angle in radians to 4 decimals) and its four ``corners``; None where the
+    model added neither."""
+    if KEYPOINTS not in data and OBB not in data:
+        return None
     shapes: list[dict[str, Any]] = [{} for _ in range(count)]
     keypoints = data.get(KEYPOINTS)
     if keypoints is not None:

@@ -118,7 +118,8 @@ def recorded(
     and counts of the lines and zones, which see every confirmed track of ``tracked``."""
     tracked = analytics.masks.carry(tracked)
     rows = kept_rows(tracked, analytics.conf)
-    kept = dataclasses.replace(result, detections=tracked[rows])
+    every = len(rows) == len(tracked)  # then the same rows: shared, being read-only
+    kept = dataclasses.replace(result, detections=tracked if every else tracked[rows])
     if read is not None:
         kept = read(kept, rows)
     update = analytics.observe(
