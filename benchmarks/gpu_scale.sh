@@ -33,7 +33,7 @@
 #                 the thread holding the GIL (gil32.txt) and of every busy thread (cpu32.txt);
 #         together: 32 and 64 demo streams in one process, from files and live, with each
 #                 stream's tracker stepped alone, then a batch's stepped together (as shipped;
-#                 TRACKERS=together: only that);
+#                 TRACKERS=together: only that); with BASE, another checkout first;
 #         mps:    YOLOv8n's 50 live streams over 6 processes, without and then with CUDA MPS
 #                 (when nvidia-cuda-mps-control is there; the daemon is stopped after).
 #         $OUT (default /tmp/gpu_scale) receives one text file per step.
@@ -157,14 +157,22 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
         ls -la "$OUT"/gil32.txt "$OUT"/cpu32.txt
         ;;
     together)
-        # TRACKERS=together: only as shipped (a rerun that compares with an earlier one).
+        # TRACKERS=together: only as shipped. BASE: another checkout's root (carried in the
+        # tree, e.g. a git worktree of an earlier commit in an ignored folder), measured
+        # first in the same call: runs on different days of the lent machines differ by
+        # more than most changes (BENCHMARKS.md, sixth run), so a change is compared here.
         modes=(--track-alone "")
         [ "${TRACKERS:-both}" = together ] && modes=("")
-        for mode in "${modes[@]}"; do
-            # shellcheck disable=SC2086
-            scale 200 "${DEMO[@]}" --skip-limits --streams 32 64 $mode >>"$OUT/together.txt"
+        for tree in ${BASE:+"$BASE"} "$PWD"; do
+            echo "-- vstream from $tree ($(git -C "$tree" rev-parse --short HEAD 2>/dev/null))" \
+                >>"$OUT/together.txt"
+            for mode in "${modes[@]}"; do
+                # shellcheck disable=SC2086
+                PYTHONPATH="$VS/site:$tree" scale 200 "${DEMO[@]}" --skip-limits --streams 32 64 \
+                    $mode >>"$OUT/together.txt"
+            done
         done
-        grep -E "^\||trackers stepped" "$OUT/together.txt"
+        grep -E "^\||^-- vstream|trackers stepped" "$OUT/together.txt"
         ;;
     mps)
         YOLO=(--model "$MEDIA/yolov8n.onnx" --imgsz 640 --live-seconds 6 --skip-limits
