@@ -34,16 +34,21 @@ def test_missing_runtime_says_what_to_install(monkeypatch) -> None:
         runtime.load_onnxruntime.cache_clear()
 
 
-def test_both_wheels_installed_is_flagged(monkeypatch, caplog) -> None:
-    both = {"onnxruntime": "1.0", "onnxruntime-gpu": "1.0"}
-    monkeypatch.setattr(runtime, "installed_runtime_wheels", lambda: both)
+def _loading_logs(caplog: pytest.LogCaptureFixture) -> str:
+    """What loading ONNX Runtime afresh logs (the loader caches its module)."""
     runtime.load_onnxruntime.cache_clear()
     try:
-        with caplog.at_level(logging.WARNING, logger="vstream"):
+        with caplog.at_level(logging.INFO, logger="vstream"):
             runtime.load_onnxruntime()
     finally:
         runtime.load_onnxruntime.cache_clear()
-    assert "both onnxruntime and onnxruntime-gpu are installed" in caplog.text
+    return caplog.text
+
+
+def test_both_wheels_installed_is_flagged(monkeypatch, caplog) -> None:
+    both = {"onnxruntime": "1.0", "onnxruntime-gpu": "1.0"}
+    monkeypatch.setattr(runtime, "installed_runtime_wheels", lambda: both)
+    assert "both onnxruntime and onnxruntime-gpu are installed" in _loading_logs(caplog)
 
 
 def _distribution(folder: Path, name: str, version: str) -> None:
@@ -82,13 +87,8 @@ def test_a_wheel_in_another_folder_is_named_as_shadowed(tmp_path, monkeypatch, c
         "onnxruntime": str(real),
         "onnxruntime-gpu": str(tmp_path.resolve()),
     }
-    runtime.load_onnxruntime.cache_clear()
-    try:
-        with caplog.at_level(logging.INFO, logger="vstream"):
-            runtime.load_onnxruntime()
-    finally:
-        runtime.load_onnxruntime.cache_clear()
-    assert "shadowed" in caplog.text and "overwrite" not in caplog.text
+    logged = _loading_logs(caplog)
+    assert "shadowed" in logged and "overwrite" not in logged
 
 
 def test_device_resolution_without_cuda(caplog) -> None:
