@@ -408,7 +408,8 @@ class _Receiver(BaseHTTPRequestHandler):
         status, delay = server.plan.pop(0) if server.plan else (200, 0.0)  # type: ignore[attr-defined]
         time.sleep(delay)
         if status == 200:
-            server.bodies.append((self.headers.get("Authorization"), json.loads(body)))  # type: ignore[attr-defined]
+            seen = (self.headers.get("Authorization"), self.headers.get("Content-Type"))
+            server.bodies.append((seen, json.loads(body)))  # type: ignore[attr-defined]
         self.send_response(status)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -450,7 +451,7 @@ def test_webhook_posts_batches_and_retries_server_errors_and_timeouts(
         list(range(10)),
         list(range(10, 15)),
     ]
-    assert {auth for auth, _ in bodies} == {"Bearer abc"}
+    assert {seen for seen, _ in bodies} == {("Bearer abc", "application/json")}
     assert bodies[1][1][0] == result(10).to_record()
 
 
