@@ -29,7 +29,8 @@
 #                 lines of each one's output kept, default 25), then `vstream doctor` with
 #                 each of DOCTOR_FLAGS (default --quick; empty: none); with EXIT_GDB=1 the
 #                 first part that fails runs again under cuda-gdb for its native stacks;
-#         profile: 32 file streams in one process, sampled by py-spy for 6 s: stacks of
+#         profile: 32 file streams in one process, sampled by py-spy for 6 s from the first
+#                 batch delivered: stacks of
 #                 the thread holding the GIL (gil32.txt) and of every busy thread (cpu32.txt);
 #         together: 32 and 64 demo streams in one process, from files and live, with each
 #                 stream's tracker stepped alone, then a batch's stepped together (as shipped;
@@ -142,12 +143,18 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
         fi
         ;;
     profile)
-        python3 -X faulthandler benchmarks/gpu_scale.py --device cuda --skip-limits --skip-live \
+        rm -f /tmp/gpu_scale.delivering
+        GPU_SCALE_DELIVERING=/tmp/gpu_scale.delivering python3 -X faulthandler \
+            benchmarks/gpu_scale.py --device cuda --skip-limits --skip-live \
             --source "$MEDIA/1080p30.mp4" "${DEMO[@]}" --streams 32 >"$OUT/profile_run.txt" 2>&1 &
         pid=$!
-        # The sessions are made in about 6 s and the run lasts about 10 (sixth run): sampling
-        # later or longer catches the decoders' release and the interpreter's exit.
-        sleep 8
+        # From the first batch delivered, for 6 s of a run of about 10: a fixed delay caught
+        # a fresh machine's start-up, a longer one the decoders' release and the exit.
+        for _ in $(seq 600); do
+            [ -e /tmp/gpu_scale.delivering ] && break
+            sleep 0.1
+        done
+        sleep 1
         "$PYSPY" record --pid $pid --nonblocking --gil --threads -r 100 -d 6 -f raw \
             -o "$OUT/gil32.txt" >/dev/null 2>&1 &
         "$PYSPY" record --pid $pid --nonblocking --threads -r 100 -d 6 -f raw \
