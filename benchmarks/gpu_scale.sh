@@ -30,8 +30,8 @@
 #                 each of DOCTOR_FLAGS (default --quick; empty: none); with EXIT_GDB=1 the
 #                 first part that fails runs again under cuda-gdb for its native stacks;
 #         profile: 32 file streams in one process, sampled by py-spy for 6 s from the first
-#                 batch delivered: stacks of
-#                 the thread holding the GIL (gil32.txt) and of every busy thread (cpu32.txt);
+#                 batch delivered: stacks of the thread holding the GIL (gil32.txt) and of
+#                 every busy thread (cpu32.txt);
 #         together: 32 and 64 demo streams in one process, from files and live, with each
 #                 stream's tracker stepped alone, then a batch's stepped together (as shipped;
 #                 TRACKERS=together: only that); with BASE, another checkout first;
