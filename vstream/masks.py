@@ -181,17 +181,18 @@ class TrackMasks:
     def carry(self, detections: Detections) -> Detections:
         """``detections`` with masks: a detected frame's are remembered, a predicted frame's
         (all rows :data:`~vstream.results.PREDICTED`) get the remembered ones, moved."""
-        centres = (detections.xyxy[:, :2] + detections.xyxy[:, 2:4]) / 2
-        tracks = detections.tracker_id.tolist()
         if PREDICTED not in detections.data:
             masks = detections.data.get(MASKS)
+            if masks is None:  # a model without masks: nothing to remember
+                self._last = {}
+                return detections
             self._last = {
-                t: (mask, float(cx), float(cy))
+                t: (mask, cx, cy)
                 for t, mask, (cx, cy) in zip(
-                    tracks,
-                    masks.tolist() if masks is not None else [],
-                    centres.tolist(),
-                    strict=False,
+                    detections.tracker_id.tolist(),
+                    masks.tolist(),
+                    _centres(detections),
+                    strict=True,
                 )
                 if t != NO_TRACK and mask is not None
             }
@@ -199,11 +200,17 @@ class TrackMasks:
         if not self._last:
             return detections
         column = np.empty(len(detections), dtype=object)
-        for row, (t, (cx, cy)) in enumerate(zip(tracks, centres.tolist(), strict=True)):
+        tracks = detections.tracker_id.tolist()
+        for row, (t, (cx, cy)) in enumerate(zip(tracks, _centres(detections), strict=True)):
             if t in self._last:
                 mask, last_x, last_y = self._last[t]
                 column[row] = mask.moved(round(cx - last_x), round(cy - last_y))
         return detections.with_columns(data={MASKS: column})
+
+
+def _centres(detections: Detections) -> list[list[float]]:
+    """Each box's centre, ``[cx, cy]`` in pixels."""
+    return ((detections.xyxy[:, :2] + detections.xyxy[:, 2:4]) / 2).tolist()
 
 
 def mask_overlap(mask: Mask, polygon: Any) -> float:

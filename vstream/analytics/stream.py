@@ -191,12 +191,14 @@ class StreamAnalytics:
             self._placed_on = frame_size
             self._warn_outside(*frame_size)
         track_ids = np.asarray(track_ids, dtype=np.int64)
-        confirmed = track_ids > 0
-        ids = track_ids[confirmed]
-        boxes = np.asarray(boxes).reshape(-1, 4)[confirmed]
-        placed = [m for m, c in zip(masks, confirmed.tolist(), strict=True) if c] if masks else None
         events: list[Event] = []
         if self.lines or self.zones:
+            confirmed = track_ids > 0
+            ids = track_ids[confirmed]
+            boxes = np.asarray(boxes).reshape(-1, 4)[confirmed]
+            placed = (
+                [m for m, c in zip(masks, confirmed.tolist(), strict=True) if c] if masks else None
+            )
             pts = float(pts_seconds)
             points = anchor_points(boxes, self.config.anchor)
             if self.anchor_keypoints and keypoints is not None:
