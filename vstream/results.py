@@ -351,12 +351,13 @@ class Detections:
     __hash__ = None  # type: ignore[assignment]  # equal by value, and arrays are not hashable
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled (across Ray) with only the names of the classes present; read-only again."""
+        """Pickled (across Ray) with only the names of the classes present; read-only again,
+        its columns aligned as they were when pickled."""
         names = {
             c: self.class_names[c] for c in set(self.class_id.tolist()) if c in self.class_names
         }
         return (
-            _rebuild,
+            Detections._aligned,
             (self.xyxy, self.confidence, self.class_id, self.tracker_id, names, dict(self.data)),
         )
 
@@ -467,18 +468,6 @@ def rotated_corners(rotated: np.ndarray) -> np.ndarray:
         + signs[None, :, 0:1] * along_w[:, None, :]
         + signs[None, :, 1:2] * along_h[:, None, :]
     )
-
-
-def _rebuild(
-    xyxy: np.ndarray,
-    confidence: np.ndarray,
-    class_id: np.ndarray,
-    tracker_id: np.ndarray,
-    class_names: Mapping[int, str],
-    data: Mapping[str, np.ndarray],
-) -> Detections:
-    """A pickled :class:`Detections` made again (its keywords do not pickle by position)."""
-    return Detections(xyxy, confidence, class_id, tracker_id, class_names=class_names, data=data)
 
 
 @dataclass(frozen=True)
