@@ -178,6 +178,31 @@ def test_polygon_geometry() -> None:
 @pytest.mark.parametrize(
     "points",
     [
+        [(0, 0), (4, 0), (4, 8), (6, 8), (6, 0), (10, 0), (10, 10), (0, 10)],  # concave U
+        [(100, 50), (900, 80), (700, 600), (420, 300), (150, 640)],  # concave, slanted edges
+        [(0, 0), (1920, 0), (1920, 1080), (0, 1080)],  # the whole frame
+    ],
+)
+def test_inside_and_border_distance_are_opencvs_point_polygon_test(points) -> None:
+    """OpenCV's ``pointPolygonTest`` as the oracle: its sign says inside, its magnitude is
+    the distance to the nearest edge (computed in float32 there, so compared to 1e-3)."""
+    cv2 = pytest.importorskip("cv2")
+    rng = np.random.default_rng(7)
+    contour = np.array(points, np.float32).reshape(-1, 1, 2)
+    low, high = contour.min(axis=(0, 1)) - 20, contour.max(axis=(0, 1)) + 20
+    samples = np.concatenate([rng.uniform(low, high, (3000, 2)), np.array(points, float)])
+    signed = np.array([cv2.pointPolygonTest(contour, (x, y), True) for x, y in samples.tolist()])
+    polygon = Polygon(points)
+    np.testing.assert_allclose(polygon.border_distance(samples), np.abs(signed), atol=1e-3)
+    away = np.abs(signed) > 1e-2  # on the border the two may round to either side
+    assert polygon.contains(samples)[away].tolist() == (signed[away] > 0).tolist()
+    assert polygon.contains(np.empty((0, 2))).shape == (0,)
+    assert polygon.border_distance(np.empty((0, 2))).shape == (0,)
+
+
+@pytest.mark.parametrize(
+    "points",
+    [
         [(0, 0), (10, 10), (10, 0), (0, 10)],  # equal lobes: signed areas cancel
         [(0, 0), (20, 20), (20, 0), (0, 10)],  # unequal lobes: one outweighs the other
         [(0, 10), (20, 0), (20, 20), (0, 0)],  # the same, drawn the other way round

@@ -29,11 +29,9 @@ ANCHOR_FRACTIONS: dict[Anchor, tuple[float, float]] = {
 
 def anchor_points(boxes: np.ndarray, anchor: Anchor) -> np.ndarray:
     """``(N, 2)`` anchor points of ``(N, 4)`` ``x1, y1, x2, y2`` boxes."""
-    fx, fy = ANCHOR_FRACTIONS[anchor]
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    x = boxes[:, 0] + fx * (boxes[:, 2] - boxes[:, 0])
-    y = boxes[:, 1] + fy * (boxes[:, 3] - boxes[:, 1])
-    return np.stack([x, y], axis=1)
+    corner = boxes[:, :2]
+    return corner + ANCHOR_FRACTIONS[anchor] * (boxes[:, 2:] - corner)
 
 
 class Segment:
@@ -108,19 +106,25 @@ class Polygon:
 
     def __init__(self, points: list[tuple[float, float]]) -> None:
         self.points = np.asarray(points, dtype=np.float64).reshape(-1, 2)
-        self._next = np.roll(self.points, -1, axis=0)
+        # What every test below reuses, computed once: a zone is tested every frame of
+        # every stream, with a handful of points, where numpy's cost is its calls.
+        start, end = self.points[None], np.roll(self.points, -1, axis=0)[None]
+        self._start, self._edge = start, end - start
+        self._length2 = np.maximum((self._edge * self._edge).sum(axis=2), 1e-12)
+        self._ax, self._ay = start[..., 0], start[..., 1]
+        self._by = end[..., 1]
+        # A horizontal edge (rise 0) never straddles a ray, so its rise is set to 1 and
+        # the division below never divides by zero; it changes no edge that counts.
+        self._run, rise = self._edge[..., 0], self._edge[..., 1]
+        self._rise = np.where(rise == 0.0, 1.0, rise)
 
     def contains(self, points: np.ndarray) -> np.ndarray:
         """``(N,)`` bool: whether each point is inside (a ray to the right crosses an odd count)."""
         p = np.asarray(points, dtype=np.float64).reshape(-1, 2)
-        x, y = p[:, None, 0], p[:, None, 1]
-        ax, ay = self.points[None, :, 0], self.points[None, :, 1]
-        bx, by = self._next[None, :, 0], self._next[None, :, 1]
-        straddles = (ay > y) != (by > y)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            crossing_x = ax + (y - ay) * (bx - ax) / (by - ay)
-        crosses = straddles & (x < crossing_x)
-        return (np.count_nonzero(crosses, axis=1) % 2) == 1
+        x, y = p[:, 0:1], p[:, 1:2]
+        straddles = (self._ay > y) != (self._by > y)
+        crossing_x = self._ax + (y - self._ay) * self._run / self._rise
+        return np.logical_xor.reduce(straddles & (x < crossing_x), axis=1)
 
     def share_in_frame(self, width: float, height: float) -> float:
         """The share of the polygon's area inside the frame ``[0, width] x [0, height]``.
@@ -140,12 +144,11 @@ class Polygon:
     def border_distance(self, points: np.ndarray) -> np.ndarray:
         """``(N,)`` distance in pixels from each point to the nearest edge."""
         p = np.asarray(points, dtype=np.float64).reshape(-1, 2)[:, None, :]
-        a, b = self.points[None], self._next[None]
-        edge = b - a
-        length2 = np.maximum((edge * edge).sum(axis=2), 1e-12)
-        t = np.clip(((p - a) * edge).sum(axis=2) / length2, 0.0, 1.0)
+        a, edge = self._start, self._edge
+        t = ((p - a) * edge).sum(axis=2) / self._length2
+        t = np.minimum(np.maximum(t, 0.0), 1.0)  # np.clip's own overhead is most of its cost
         nearest = a + t[..., None] * edge
-        return np.sqrt(((p - nearest) ** 2).sum(axis=2)).min(axis=1)
+        return np.sqrt(((p - nearest) ** 2).sum(axis=2).min(axis=1))
 
 
 def rotated_iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
