@@ -199,7 +199,8 @@ def test_class_flicker_keeps_one_track_reporting_the_majority() -> None:
         frame.class_ids[:] = 2 if i % 3 == 0 else 5  # 5 two times in three
     tracker, ids = track(frames)
     assert {int(i[0]) for i in ids[3:]} == {1}
-    assert tracker.track_classes(np.array([1, 99, -1])).tolist() == [5, -1, -1]
+    assert tracker.track_classes(np.array([1, 99, -1, 0])).tolist() == [5, -1, -1, -1]
+    assert tracker.track_classes(np.array([], dtype=np.int64)).dtype == np.int64
 
 
 def test_ids_are_never_reused() -> None:

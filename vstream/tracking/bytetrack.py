@@ -339,17 +339,14 @@ class ByteTracker:
 
     def track_classes(self, track_ids: np.ndarray) -> np.ndarray:
         track_ids = np.asarray(track_ids, dtype=np.int64).reshape(-1)
-        out = np.full(len(track_ids), -1, dtype=np.int64)
         ids, votes = self._tracks.ids, self._tracks.votes
         if len(ids) == 0 or votes.shape[1] == 0:
-            return out
-        order = np.argsort(ids)
-        position = np.searchsorted(ids[order], track_ids)
-        position = np.minimum(position, len(order) - 1)
-        rows = order[position]
-        known = (ids[rows] == track_ids) & (track_ids > 0)
-        out[known] = np.argmax(votes[rows[known]], axis=1)
-        return out
+            return np.full(len(track_ids), -1, dtype=np.int64)
+        # A dict over a handful of tracks: a frame's lookup costs a few numpy calls, not ten.
+        # Tentative tracks share the id 0, which is never looked up.
+        best = dict(zip(ids.tolist(), votes.argmax(axis=1).tolist(), strict=True))
+        best.pop(0, None)
+        return np.array([best.get(t, -1) for t in track_ids.tolist()], dtype=np.int64)
 
     def update(
         self,
