@@ -2,9 +2,10 @@
 
 On a GPU one process's limit is its GIL, and the postprocessing thread that
 delivers a batch holds it for about half the time (BENCHMARKS.md, the H100
-profiles): each frame's tracker (a batch's stepped together, as the pipeline
-does), its lines and zones (:func:`vstream.engine.outputs.analyze`), its record
-(:meth:`FrameResult.to_record`) and that record's JSON (the sinks' encoder).
+profiles): each frame's tracker, its lines and zones
+(:func:`vstream.engine.outputs.analyze`), its record (:meth:`FrameResult.to_record`)
+and that record's JSON (the sinks' encoder); a batch's trackers stepped together,
+and its tracks placed against the lines and zones together, as the pipeline does.
 None of it touches the GPU, so it is measured here: ``--streams`` synthetic
 1080p scenes of about ``--objects`` moving boxes each (scores 0.3-0.9), every
 frame delivered in that order, CPU time of this process per frame.
@@ -36,6 +37,12 @@ except ImportError:  # a commit before the sinks' one encoder (to compare with i
 
     def encode_records(record: dict) -> bytes:  # type: ignore[misc]
         return json.dumps(record, separators=(",", ":")).encode()
+
+
+try:
+    from vstream.analytics.placing import place
+except ImportError:  # a commit before lines and zones placed streams together
+    place = None  # type: ignore[assignment]
 
 
 NAMES = {0: "person", 1: "car"}
@@ -71,9 +78,15 @@ def deliver(streams: int, frames: list[list[Detections]], config: AnalyticsConfi
     for index, row in enumerate(frames):
         pts = index / 30
         ids = update_together(trackers, [(d.xyxy, d.confidence, d.class_id, pts) for d in row])
+        placed: list = [None] * streams
+        if place is not None and (config.lines or config.zones):
+            placed = place(analytics[0], [(i, d.xyxy, None) for i, d in zip(ids, row, strict=True)])
         for s, detections in enumerate(row):
             result = FrameResult(f"cam{s}", index, pts, 1920, 1080, detections)
-            result = analyze(analytics[s], result, track_ids=ids[s])
+            if place is None:
+                result = analyze(analytics[s], result, track_ids=ids[s])
+            else:
+                result = analyze(analytics[s], result, track_ids=ids[s], placement=placed[s])
             size += len(encode_records(result.to_record()))
     assert size > 0
     return time.process_time() - started

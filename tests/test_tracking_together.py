@@ -196,7 +196,7 @@ def test_each_stream_s_assignment_is_scipy_s_for_its_block() -> None:
 
 
 def run_tracked(tmp_path: Path, name: str, streams: int, batch: int) -> dict[str, list[dict]]:
-    """``streams`` streams with tracking and a counting line through the engine, ``batch``
+    """``streams`` streams with tracking, a counting line and a zone through the engine, ``batch``
     frames a batch, on the tempered demo model (real-looking scores, 0.25-0.9): records by
     stream."""
     parity = assets.SAMPLE_VIDEO.parent / "parity"
@@ -217,6 +217,9 @@ def run_tracked(tmp_path: Path, name: str, streams: int, batch: int) -> dict[str
                     "analytics": {
                         "tracking": {},
                         "lines": [{"name": "gate", "start": [0, 200], "end": [460, 200]}],
+                        "zones": [
+                            {"name": "left", "points": [[0, 0], [230, 0], [230, 480], [0, 480]]}
+                        ],
                     },
                     "sources": sources,
                     "sinks": [{"type": "jsonl", "path": f"{name}.jsonl"}],
@@ -239,32 +242,42 @@ def run_tracked(tmp_path: Path, name: str, streams: int, batch: int) -> dict[str
 def test_the_engine_s_records_are_the_same_with_trackers_stepped_together(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streams: int, batch: int
 ) -> None:
-    """Every record (track ids, crossings, counts) is the same whether the pipeline steps a
-    batch's trackers together or one frame at a time, with a stream once a batch or several
-    times (then round by round); and it did step them together, most frames."""
+    """Every record (track ids, crossings, zone events, counts) is the same whether the
+    pipeline steps a batch's trackers together and places their tracks against the line and
+    the zone together, or takes one frame at a time, with a stream once a batch or several
+    times (then round by round); and it did step and place them together, most frames."""
     from vstream.engine import pipeline
 
     stepped_together: list[int] = []
-    together = pipeline.update_together
+    placed_together: list[int] = []
+    together, place = pipeline.update_together, pipeline.place
 
     def counting(trackers: list, frames: list) -> list:
         stepped_together.append(len(trackers))
         return together(trackers, frames)
 
+    def counting_places(analytics: object, frames: list) -> list:
+        placed_together.append(len(frames))
+        return place(analytics, frames)
+
     monkeypatch.setattr(pipeline, "update_together", counting)
+    monkeypatch.setattr(pipeline, "place", counting_places)
     stepped = run_tracked(tmp_path, "together", streams, batch)
     monkeypatch.setattr(pipeline.Pipeline, "track_together", False)
-    frames_together = sum(stepped_together)
+    frames_together, frames_placed = sum(stepped_together), sum(placed_together)
     stepped_together.clear()
+    placed_together.clear()
     alone = run_tracked(tmp_path, "alone", streams, batch)
-    assert not stepped_together
+    assert not stepped_together and not placed_together
     assert len(alone) == len(stepped) == streams
     total = sum(len(records) for records in alone.values())
     assert frames_together >= total // 2
+    assert frames_placed == frames_together
     for stream, records in alone.items():
         assert [r["frame"] for r in records] == sorted(r["frame"] for r in records)
         for a, b in zip(records, stepped[stream], strict=True):
             assert a == b, (stream, a["frame"])
     tracked = [d for rs in alone.values() for r in rs for d in r["detections"] if "track_id" in d]
     assert len(tracked) > 100
-    assert any(r.get("events") for rs in alone.values() for r in rs)  # crossings compared too
+    events = {e["type"] for rs in alone.values() for r in rs for e in r.get("events", ())}
+    assert {"line_crossing", "zone_enter"} <= events  # compared too

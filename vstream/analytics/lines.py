@@ -66,7 +66,7 @@ from vstream.config.analytics import LineConfig
 IN_SIDE, OUT_SIDE = 1, -1
 
 
-@dataclass
+@dataclass(slots=True)
 class _TrackState:
     """What one line remembers about one track."""
 
@@ -123,20 +123,26 @@ class LineCounter:
             IN_SIDE: min(self.dead_band, reach_in / 2),
         }
 
+    def place(self, points: np.ndarray) -> np.ndarray:
+        """``(N,)`` pixels from the line to each of ``(N, 2)`` points, positive on the ``in``
+        side: what :meth:`observe` steps the tracks by (:mod:`~vstream.analytics.placing`)."""
+        return self.segment.signed_distance(points)
+
     def observe(
         self,
         track_ids: np.ndarray,
         points: np.ndarray,
+        distances: np.ndarray,
         class_ids: np.ndarray,
         pts: float,
         label_of: Callable[[int], str],
         attributes_of: AttributesOf | None = None,
     ) -> list[Event]:
-        """Place this frame's anchors of confirmed tracks; return the crossings this settles.
+        """Step this frame's confirmed tracks by their anchor ``points`` and ``distances``
+        (:meth:`place`); return the crossings this settles.
 
         ``attributes_of`` gives a track's secondary readings so far (a cascade), which the
         line's ``attributes`` filter and its events use."""
-        distances = self.segment.signed_distance(points)
         events = []
         for track_id, (x, y), distance, class_id in zip(
             track_ids.tolist(), points.tolist(), distances.tolist(), class_ids.tolist(), strict=True

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vstream.analytics.events import AttributesOf, Direction, Event
-from vstream.analytics.geometry import anchor_points
 from vstream.analytics.lines import LineCounter
-from vstream.analytics.shapes import ShapeMemory, keypoint_indices, keypoint_points
+from vstream.analytics.placing import Placement, place
+from vstream.analytics.shapes import ShapeMemory, keypoint_indices
 from vstream.analytics.zones import ZoneMonitor
 from vstream.config.analytics import AnalyticsConfig
 from vstream.config.tracking import DEFAULT_CONF
@@ -177,6 +177,7 @@ class StreamAnalytics:
         attributes_of: AttributesOf | None = None,
         keypoints: np.ndarray | None = None,
         masks: Sequence[Mask | None] | None = None,
+        placement: Placement | None = None,
     ) -> AnalyticsUpdate:
         """Run a frame's tracked boxes through the lines and zones.
 
@@ -186,6 +187,8 @@ class StreamAnalytics:
         for the lines' and zones' ``attributes`` filters and their events. ``keypoints``
         (``(N, K, D)``, a pose model's) place the objects where ``anchor_keypoints`` says;
         ``masks`` (one per box, or None) are what zones counting by mask place objects by.
+        ``placement``: these boxes placed already, with other streams' frames
+        (:func:`~vstream.analytics.placing.place`).
         """
         if frame_size is not None and frame_size != self._placed_on:
             self._placed_on = frame_size
@@ -193,25 +196,33 @@ class StreamAnalytics:
         track_ids = np.asarray(track_ids, dtype=np.int64)
         events: list[Event] = []
         if self.lines or self.zones:
-            confirmed = track_ids > 0
-            ids = track_ids[confirmed]
-            boxes = np.asarray(boxes).reshape(-1, 4)[confirmed]
+            if placement is None:
+                (placement,) = place(self, [(track_ids, boxes, keypoints)])
+            elif len(placement.confirmed) != len(track_ids):
+                raise ValueError(
+                    f"a placement of {len(placement.confirmed)} boxes for {len(track_ids)}"
+                )
+            ids, points = placement.ids, placement.points
             placed = (
-                [m for m, c in zip(masks, confirmed.tolist(), strict=True) if c] if masks else None
+                [m for m, c in zip(masks, placement.confirmed.tolist(), strict=True) if c]
+                if masks
+                else None
             )
             pts = float(pts_seconds)
-            points = anchor_points(boxes, self.config.anchor)
-            if self.anchor_keypoints and keypoints is not None:
-                chosen = np.asarray(keypoints)[confirmed]
-                points = keypoint_points(points, chosen, self.anchor_keypoints)
             classes = self.tracker.track_classes(ids)
-            for line in self.lines:
+            for line, distances in zip(self.lines, placement.distances, strict=True):
                 if frame_size is not None:
                     line.set_frame_size(*frame_size)
-                events.extend(line.observe(ids, points, classes, pts, self.label, attributes_of))
-            for zone in self.zones:
                 events.extend(
-                    zone.observe(ids, points, classes, pts, self.label, attributes_of, placed)
+                    line.observe(ids, points, distances, classes, pts, self.label, attributes_of)
+                )
+            for zone, inside, clear in zip(
+                self.zones, placement.inside, placement.clear, strict=True
+            ):
+                events.extend(
+                    zone.observe(
+                        ids, inside, clear, classes, pts, self.label, attributes_of, placed
+                    )
                 )
             live = self.tracker.live_track_ids()
             for line in self.lines:

@@ -38,7 +38,7 @@ from vstream.masks import Mask, mask_overlap
 INSIDE, OUTSIDE, UNKNOWN = 1, -1, 0
 
 
-@dataclass
+@dataclass(slots=True)
 class _TrackState:
     """What one zone remembers about one track."""
 
@@ -71,26 +71,33 @@ class ZoneMonitor:
     def num_track_states(self) -> int:
         return len(self._tracks)
 
+    def place(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each of ``(N, 2)`` points is inside, and whether it is clear of the border
+        (farther than the dead band): what :meth:`observe` steps the tracks by
+        (:mod:`~vstream.analytics.placing`)."""
+        return self.polygon.contains(points), self.polygon.border_distance(points) > self.dead_band
+
     def observe(
         self,
         track_ids: np.ndarray,
-        points: np.ndarray,
+        inside: np.ndarray,
+        clear: np.ndarray,
         class_ids: np.ndarray,
         pts: float,
         label_of: Callable[[int], str],
         attributes_of: AttributesOf | None = None,
         masks: Sequence[Mask | None] | None = None,
     ) -> list[Event]:
-        """Place this frame's anchors of confirmed tracks; return entries, exits and loitering.
+        """Step this frame's confirmed tracks by where their anchors are (``inside`` and
+        ``clear``, :meth:`place`); return entries, exits and loitering.
 
         ``attributes_of`` gives a track's secondary readings so far (a cascade), which the
         zone's ``attributes`` filter and its events use. ``masks`` (one per track, or None)
         place the tracks that have one where the zone counts by mask: inside when at least
         ``min_overlap`` of the mask is, with no dead band (the side must still be held
         ``min_seconds``)."""
-        inside = self.polygon.contains(points)
-        clear = self.polygon.border_distance(points) > self.dead_band
         if self.config.count_by == "mask" and masks is not None:
+            inside, clear = inside.copy(), clear.copy()  # the placement's are shared
             for i, mask in enumerate(masks):
                 if mask is not None:
                     inside[i] = mask_overlap(mask, self.polygon) >= self.config.min_overlap

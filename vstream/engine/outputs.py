@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from vstream.analytics.events import AttributesOf
+from vstream.analytics.placing import Placement
 from vstream.analytics.stream import StreamAnalytics
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig, fill
@@ -70,6 +71,7 @@ def analyze(
     read: Read | None = None,
     attributes_of: AttributesOf | None = None,
     track_ids: np.ndarray | None = None,
+    placement: Placement | None = None,
 ) -> FrameResult:
     """``result`` after the stream's tracker, the cascade (``read``), lines and zones.
 
@@ -81,7 +83,8 @@ def analyze(
     detection (:meth:`Cascade.embed`); ``attributes_of``: each track's readings
     (:meth:`Cascade.attributes_of`), for the lines' and zones' filters; ``track_ids``: the
     tracker's answer for these detections where it was stepped already (with other streams,
-    :func:`~vstream.tracking.update_together`).
+    :func:`~vstream.tracking.update_together`); ``placement``: those tracks placed against the
+    lines and zones already (:func:`~vstream.analytics.placing.place`).
     """
     detections = result.detections
     if track_ids is None:
@@ -95,7 +98,9 @@ def analyze(
     tracked = detections.with_columns(tracker_id=np.where(track_ids > 0, track_ids, NO_TRACK))
     live = analytics.tracker.live_track_ids()
     analytics.shapes.remember(tracked.tracker_id, tracked.xyxy, tracked.data, live)
-    return recorded(analytics, result, tracked, read=read, attributes_of=attributes_of)
+    return recorded(
+        analytics, result, tracked, read=read, attributes_of=attributes_of, placement=placement
+    )
 
 
 def kept_rows(detections: Detections, conf: float) -> np.ndarray:
@@ -112,10 +117,12 @@ def recorded(
     *,
     read: Read | None = None,
     attributes_of: AttributesOf | None = None,
+    placement: Placement | None = None,
 ) -> FrameResult:
     """What a frame's record holds after the analytics, detected or predicted: the
     ``tracked`` detections above ``conf``, read by the cascade (``read``), and the events
-    and counts of the lines and zones, which see every confirmed track of ``tracked``."""
+    and counts of the lines and zones, which see every confirmed track of ``tracked``
+    (``placement``: placed already)."""
     tracked = analytics.masks.carry(tracked)
     rows = kept_rows(tracked, analytics.conf)
     every = len(rows) == len(tracked)  # then the same rows: shared, being read-only
@@ -130,6 +137,7 @@ def recorded(
         attributes_of=attributes_of,
         keypoints=tracked.data.get(KEYPOINTS),
         masks=column.tolist() if (column := tracked.data.get(MASKS)) is not None else None,
+        placement=placement,
     )
     return dataclasses.replace(
         kept,

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from vstream.analytics.placing import Placement, place
 from vstream.analytics.shapes import keypoint_indices
 from vstream.analytics.stream import StreamAnalytics
 from vstream.config.analytics import AnalyticsConfig
@@ -41,7 +42,7 @@ from vstream.engine.status import stream_sample
 from vstream.errors import ModelError, describe
 from vstream.frame import Frame
 from vstream.metrics import Metrics, SinkSample, StreamSample
-from vstream.results import FrameResult
+from vstream.results import KEYPOINTS, FrameResult
 from vstream.sinks.buffered import BufferedSink, SinkStats
 from vstream.sources.base import ResumePoint, SourceState
 from vstream.tracking.bytetrack import ByteTracker, update_together
@@ -320,9 +321,11 @@ class Pipeline:
         arrival: Arrival,
         result: FrameResult,
         track_ids: np.ndarray | None,
+        placement: Placement | None = None,
     ) -> FrameResult:
         """A stream's tracker, cascade, lines and zones on one frame (postprocessing thread);
-        ``track_ids``: the tracker's answer, where it was stepped with other streams'."""
+        ``track_ids``: the tracker's answer, where it was stepped with other streams';
+        ``placement``: its tracks placed against the lines and zones, where they were."""
         cascade = self.cascade
         read = attributes_of = embeddings = None
         if cascade is not None:
@@ -351,6 +354,7 @@ class Pipeline:
             read=read,
             attributes_of=attributes_of,
             track_ids=track_ids,
+            placement=placement,
         )
 
     def _track_together(self, batch: Batch, positions: list[int]) -> dict[int, np.ndarray]:
@@ -391,6 +395,33 @@ class Pipeline:
             return {}
         return dict(zip(chosen, answers, strict=True))
 
+    def _place_together(self, batch: Batch, tracked: dict[int, np.ndarray]) -> dict[int, Placement]:
+        """Where the confirmed tracks of the frames at ``tracked``'s positions (stepped
+        together) stand against their lines and zones: placed in one pass for each group of
+        streams that share them (:func:`~vstream.analytics.placing.place`), as the trackers
+        were. A group that cannot be placed so is placed frame by frame, the usual way."""
+        groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+        owners: dict[tuple[int, tuple[int, ...]], StreamAnalytics] = {}
+        for position in tracked:
+            reader = self._reader(batch.arrivals[position].stream)
+            analytics = None if reader is None else reader.analytics
+            if analytics is None or not (analytics.lines or analytics.zones):
+                continue
+            key = (id(analytics.config), analytics.anchor_keypoints)
+            groups.setdefault(key, []).append(position)
+            owners[key] = analytics
+        placed: dict[int, Placement] = {}
+        for key, positions in groups.items():
+            frames = []
+            for position in positions:
+                detections = batch.results[position].detections
+                frames.append((tracked[position], detections.xyxy, detections.data.get(KEYPOINTS)))
+            try:
+                placed.update(zip(positions, place(owners[key], frames), strict=True))
+            except ValueError:
+                continue
+        return placed
+
     @staticmethod
     def _rounds(batch: Batch) -> list[list[int]]:
         """The batch's positions by round: the first frame of each stream, then each
@@ -420,6 +451,7 @@ class Pipeline:
         failed: dict[str, Exception] = {}
         for positions in self._rounds(batch):
             tracked = self._track_together(batch, positions)
+            placed = self._place_together(batch, tracked)
             for position in positions:
                 arrival, result = batch.arrivals[position], batch.results[position]
                 reader = self._reader(arrival.stream)
@@ -429,7 +461,9 @@ class Pipeline:
                 error = failed.get(arrival.stream)
                 if error is None:
                     try:
-                        result = self._finish_record(reader, arrival, result, tracked.get(position))
+                        result = self._finish_record(
+                            reader, arrival, result, tracked.get(position), placed.get(position)
+                        )
                     except Exception as exc:
                         error = failed[arrival.stream] = exc
                 if error is not None:
@@ -464,11 +498,12 @@ class Pipeline:
         arrival: Arrival,
         result: FrameResult,
         track_ids: np.ndarray | None = None,
+        placement: Placement | None = None,
     ) -> FrameResult:
         """The stream's tracker (unless ``track_ids`` is its answer already), cascade, lines
-        and zones on one frame, then its pictures."""
+        and zones (``placement``: its tracks placed already) on one frame, then its pictures."""
         if reader.analytics is not None:
-            result = self._analyze(reader.analytics, arrival, result, track_ids)
+            result = self._analyze(reader.analytics, arrival, result, track_ids, placement)
             if self.metrics is not None:
                 self.metrics.observe_analytics(self.name, arrival.stream, result)
         elif self.cascade is not None:
