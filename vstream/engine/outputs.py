@@ -126,9 +126,10 @@ def recorded(
     tracked = analytics.masks.carry(tracked)
     rows = kept_rows(tracked, analytics.conf)
     every = len(rows) == len(tracked)  # then the same rows: shared, being read-only
-    kept = dataclasses.replace(result, detections=tracked if every else tracked[rows])
-    if read is not None:
-        kept = read(kept, rows)
+    detections, kept = tracked if every else tracked[rows], result
+    if read is not None:  # before the lines and zones, which may count by what it reads
+        kept = read(dataclasses.replace(result, detections=detections), rows)
+        detections = kept.detections
     update = analytics.observe(
         tracked.tracker_id,
         tracked.xyxy,
@@ -141,6 +142,7 @@ def recorded(
     )
     return dataclasses.replace(
         kept,
+        detections=detections,
         events=tuple(event.to_record() for event in update.events),
         line_counts={k: dict(v) for k, v in update.line_counts.items()} or None,
         zone_occupancy=dict(update.zone_occupancy) or None,
