@@ -52,6 +52,14 @@ from vstream.transfer import transfers
 DEVICE = "cuda"
 """Where the pipelines run (``--device``; ``cpu`` only to try the script on a CPU)."""
 
+COUNTING: dict[str, Any] = {}
+"""With ``--counting``: a counting line across the middle of the 1080p picture and a zone over
+its left half, added to the tracking (what a user who counts runs)."""
+COUNTING_PLACES = {
+    "lines": [{"name": "gate", "start": [0, 540], "end": [1920, 540]}],
+    "zones": [{"name": "left", "points": [[0, 0], [960, 0], [960, 1080], [0, 1080]]}],
+}
+
 
 def _config(
     model: Path,
@@ -76,7 +84,7 @@ def _config(
         "sinks": [{"type": "jsonl", "path": "/dev/null"}],
     }
     if tracking:
-        pipeline["analytics"] = {"tracking": {}}
+        pipeline["analytics"] = {"tracking": {}, **COUNTING}
     return parse_data({"processes": processes, "pipelines": [pipeline]})
 
 
@@ -398,7 +406,7 @@ def across_processes(args: argparse.Namespace, streams: int, live_run: bool) -> 
             "--json", str(folder / f"child{i}.json"),
         ]  # fmt: skip
         if args.tracking:
-            command.append("--tracking")
+            command.append("--counting" if args.counting else "--tracking")
         children.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
     deadline = time.monotonic() + 300
     while len(list(folder.glob("go.ready.*"))) < len(children):
@@ -570,6 +578,9 @@ def main() -> None:
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8, 16, 32, 64])
     parser.add_argument("--live-seconds", type=float, default=8.0)
     parser.add_argument("--tracking", action="store_true", help="the ByteTrack tracker on")
+    parser.add_argument(
+        "--counting", action="store_true", help="tracking, a counting line and a zone"
+    )
     parser.add_argument("--skip-limits", action="store_true")
     parser.add_argument(
         "--sample",
@@ -613,6 +624,9 @@ def main() -> None:
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
+    if args.counting:
+        args.tracking = True
+        COUNTING.update(COUNTING_PLACES)
     if args.track_alone:
         from vstream.engine.pipeline import Pipeline
 
@@ -646,6 +660,7 @@ def main() -> None:
         "model": args.model.name,
         "imgsz": args.imgsz,
         "tracking": args.tracking,
+        "counting": args.counting,
         "sessions": "one" if args.one_session else "per bucket",
         "trackers": "alone" if args.track_alone else "together",
     }
@@ -685,7 +700,8 @@ def main() -> None:
                 )
             say("live", row)
     print(
-        f"\n{args.model.name} at {args.imgsz}{', tracking' if args.tracking else ''}, "
+        f"\n{args.model.name} at {args.imgsz}{', tracking' if args.tracking else ''}"
+        f"{', a line and a zone' if args.counting else ''}, "
         f"{out['processes']} process(es){' through Ray' if by_ray else ''}, "
         f"sessions: {out['sessions']}, trackers stepped {out['trackers']}"
     )

@@ -38,6 +38,8 @@
 #         mps:    YOLOv8n's 50 live streams over 6 processes, without and then with CUDA MPS
 #                 (when nvidia-cuda-mps-control is there; the daemon is stopped after).
 #         $OUT (default /tmp/gpu_scale) receives one text file per step.
+# COUNTING=1: the demo's streams count too (a line and a zone on every stream, gpu_scale.py
+#         --counting), in every step that runs the demo.
 # Python runs with -X faulthandler: these processes have ended in a segmentation fault after
 # their output, at interpreter exit (BENCHMARKS.md), and the dump says in which thread.
 set -uo pipefail
@@ -52,7 +54,8 @@ scale() {
     timeout "$1" python3 -X faulthandler benchmarks/gpu_scale.py --device "${DEVICE:-cuda}" \
         --source "$MEDIA/1080p30.mp4" "${@:2}" 2>&1 | grep -v WARNING
 }
-DEMO=(--model vstream/assets/demo.onnx --imgsz 320 --tracking --live-seconds 6)
+DEMO=(--model vstream/assets/demo.onnx --imgsz 320 --tracking --live-seconds 6
+    ${COUNTING:+--counting})
 
 for step in $STEPS; do
     echo "== $step $(date +%T)"
