@@ -16,7 +16,9 @@ from vstream.engine.outputs import analyze
 from vstream.frame import Frame, PixelFormat
 from vstream.results import (
     ATTRIBUTES,
+    KEYPOINTS,
     NO_TRACK,
+    OBB,
     Detection,
     Detections,
     FrameResult,
@@ -230,6 +232,43 @@ def test_split_by_frame_keeps_device_order_and_copies_out_of_the_staging_buffer(
     np.testing.assert_array_equal(second.confidence, np.float32([0.9, 0.7]))
     np.testing.assert_array_equal(second.class_id, [1, 0])
     assert second.labels == ["car", "person"] and len(third) == 0
+
+
+@pytest.mark.parametrize(
+    ("width", "layout"),
+    [(7, {}), (7 + 3 * 3, {"keypoints": (3, 3)}), (7 + 5, {"obb": True})],
+    ids=["boxes", "keypoints", "obb"],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_split_by_frame_gives_what_the_constructor_makes_of_each_frames_rows(
+    width: int, layout: dict, dtype: type
+) -> None:
+    """Each frame's columns are made without the constructor's checks: the constructor,
+    given the same rows, is the oracle (values, dtypes, shapes, read-only), for empty frames,
+    pose and OBB columns, and integer input too."""
+    rng = np.random.default_rng(5)
+    staging = rng.uniform(0, 50, (9, width)).astype(dtype)
+    staging[:, 0] = [3, 0, 0, 2, 3, 0, 2, 2, 0]  # frame 1 has none
+    staging[:, 6] = rng.integers(0, 3, 9)
+    results = split_by_frame(staging, [frame(i) for i in range(4)], NAMES, **layout)
+    for index, result in enumerate(results):
+        rows = staging[staging[:, 0] == index]
+        rows = rows if rows.dtype.kind == "f" else rows.astype(np.float64)
+        data = {}
+        if "keypoints" in layout:
+            data[KEYPOINTS] = rows[:, 7:].reshape(-1, 3, 3)
+        if layout.get("obb"):
+            data[OBB] = rows[:, 7:]
+        expected = Detections(rows[:, 1:5], rows[:, 5], rows[:, 6].astype(np.int64),
+                              class_names=NAMES, data=data)  # fmt: skip
+        got = result.detections
+        assert got == expected and len(got) == len(rows)
+        for name in ("xyxy", "confidence", "class_id", "tracker_id"):
+            a, b = getattr(got, name), getattr(expected, name)
+            assert a.dtype == b.dtype and a.shape == b.shape and not a.flags.writeable, name
+        assert got.data.keys() == expected.data.keys()
+        assert all(got.data[k].dtype == expected.data[k].dtype for k in got.data)
+        assert got.records() == expected.records()
 
 
 def analytics(conf: float) -> StreamAnalytics:

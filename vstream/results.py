@@ -522,7 +522,7 @@ def split_by_frame(
     the device's order), and each frame gets views of its rows.
     """
     extra = keypoints[0] * keypoints[1] if keypoints is not None else 5 if obb else 0
-    rows = np.asarray(detections).reshape(-1, 7 + extra)
+    rows = _floats(detections).reshape(-1, 7 + extra)
     order = np.argsort(rows[:, 0], kind="stable")
     ordered = rows[order]  # a copy, ordered by frame
     xyxy = np.ascontiguousarray(ordered[:, 1:5])
@@ -533,7 +533,9 @@ def split_by_frame(
         columns[KEYPOINTS] = np.ascontiguousarray(ordered[:, 7:]).reshape(-1, *keypoints)
     if obb:
         columns[OBB] = np.ascontiguousarray(ordered[:, 7:])
+    untracked = np.full(len(ordered), NO_TRACK, dtype=np.int64)
     bounds = np.searchsorted(ordered[:, 0], np.arange(len(frames) + 1), side="left").tolist()
+    # Each frame's rows of columns made aligned just above: no constructor's checks per frame.
     return [
         FrameResult(
             f.stream_id,
@@ -541,12 +543,13 @@ def split_by_frame(
             f.pts_seconds,
             f.width,
             f.height,
-            Detections(
+            Detections._aligned(
                 xyxy[start:end],
                 confidence[start:end],
                 class_id[start:end],
-                class_names=class_names,
-                data={name: column[start:end] for name, column in columns.items()},
+                untracked[start:end],
+                class_names,
+                {name: column[start:end] for name, column in columns.items()},
             ),
         )
         for f, start, end in zip(frames, bounds[:-1], bounds[1:], strict=True)
