@@ -444,7 +444,8 @@ class Pipeline:
         breaks at run time, input nobody foresaw) fails its stream alone, as a
         detector failure does: the pipeline's other streams go on. Frames are
         finished round by round (:meth:`_rounds`), so that each round's trackers
-        step together; the records keep the batch's order.
+        step together and its tracks are placed against the lines and zones together;
+        the records keep the batch's order.
         """
         now = time.time()
         finished: dict[int, FrameResult] = {}
