@@ -195,10 +195,13 @@ def test_each_stream_s_assignment_is_scipy_s_for_its_block() -> None:
         assert sorted(free_cols.tolist()) == sorted(set(range(len(cols))) - set(got_cols.tolist()))
 
 
-def run_tracked(tmp_path: Path, name: str, streams: int, batch: int) -> dict[str, list[dict]]:
+def run_tracked(
+    tmp_path: Path, name: str, streams: int, batch: int, cascade: bool = False
+) -> dict[str, list[dict]]:
     """``streams`` streams with tracking, a counting line and a zone through the engine, ``batch``
     frames a batch, on the tempered demo model (real-looking scores, 0.25-0.9): records by
-    stream."""
+    stream. ``cascade``: the demo colour classifier reads the tracked objects, and a second
+    line counts only the warm-coloured ones."""
     parity = assets.SAMPLE_VIDEO.parent / "parity"
     sources = [
         {"id": "early", "uri": str(assets.SAMPLE_VIDEO), "end_seconds": 3},
@@ -206,28 +209,27 @@ def run_tracked(tmp_path: Path, name: str, streams: int, batch: int) -> dict[str
         {"id": "late", "uri": str(assets.SAMPLE_VIDEO), "start_seconds": 3},
         {"id": "portrait", "uri": str(parity / "portrait_480x848.mp4")},
     ][:streams]
-    config = parse_data(
-        {
-            "pipelines": [
-                {
-                    "name": name,
-                    "model": {"path": str(parity / "demo_tempered.onnx")},
-                    "postprocess": {"conf": 0.4},
-                    "runtime": {"device": "cpu", "batch_size": batch},
-                    "analytics": {
-                        "tracking": {},
-                        "lines": [{"name": "gate", "start": [0, 200], "end": [460, 200]}],
-                        "zones": [
-                            {"name": "left", "points": [[0, 0], [230, 0], [230, 480], [0, 480]]}
-                        ],
-                    },
-                    "sources": sources,
-                    "sinks": [{"type": "jsonl", "path": f"{name}.jsonl"}],
-                }
-            ]
+    pipeline = {
+        "name": name,
+        "model": {"path": str(parity / "demo_tempered.onnx")},
+        "postprocess": {"conf": 0.4},
+        "runtime": {"device": "cpu", "batch_size": batch},
+        "analytics": {
+            "tracking": {},
+            "lines": [{"name": "gate", "start": [0, 200], "end": [460, 200]}],
+            "zones": [{"name": "left", "points": [[0, 0], [230, 0], [230, 480], [0, 480]]}],
         },
-        base_dir=tmp_path,
-    )
+        "sources": sources,
+        "sinks": [{"type": "jsonl", "path": f"{name}.jsonl"}],
+    }
+    if cascade:
+        pipeline["secondary"] = [
+            {"name": "colour", "path": "vstream://colour.onnx", "on": {"min_size": 12}}
+        ]
+        warm = {"colour": ["red", "orange", "yellow"]}
+        line = {"name": "warm", "start": [0, 200], "end": [460, 200], "attributes": warm}
+        pipeline["analytics"]["lines"].append(line)  # type: ignore[index]
+    config = parse_data({"pipelines": [pipeline]}, base_dir=tmp_path)
     with Engine(config, base_dir=tmp_path) as engine:
         engine.wait(threading.Event(), until_files_done=True)
     by_stream: dict[str, list[dict]] = {}
@@ -238,14 +240,20 @@ def run_tracked(tmp_path: Path, name: str, streams: int, batch: int) -> dict[str
     return by_stream
 
 
-@pytest.mark.parametrize(("streams", "batch"), [(4, 4), (2, 8)], ids=["4x1", "2x4"])
+@pytest.mark.parametrize(
+    ("streams", "batch", "cascade"),
+    [(4, 4, False), (2, 8, False), (4, 4, True)],
+    ids=["4x1", "2x4", "classifier"],
+)
 def test_the_engine_s_records_are_the_same_with_trackers_stepped_together(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streams: int, batch: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streams: int, batch: int, cascade: bool
 ) -> None:
-    """Every record (track ids, crossings, zone events, counts) is the same whether the
-    pipeline steps a batch's trackers together and places their tracks against the line and
-    the zone together, or takes one frame at a time, with a stream once a batch or several
-    times (then round by round); and it did step and place them together, most frames."""
+    """Every record (track ids, crossings, zone events, counts, a classifier's readings)
+    is the same whether the pipeline steps a batch's trackers together and places their
+    tracks against the lines and the zone together, or takes one frame at a time, with a
+    stream once a batch or several times (then round by round), with a cascade's classifier
+    reading the tracked objects or not; and it did step and place them together, most
+    frames."""
     from vstream.engine import pipeline
 
     stepped_together: list[int] = []
@@ -262,12 +270,12 @@ def test_the_engine_s_records_are_the_same_with_trackers_stepped_together(
 
     monkeypatch.setattr(pipeline, "update_together", counting)
     monkeypatch.setattr(pipeline, "place", counting_places)
-    stepped = run_tracked(tmp_path, "together", streams, batch)
+    stepped = run_tracked(tmp_path, "together", streams, batch, cascade)
     monkeypatch.setattr(pipeline.Pipeline, "track_together", False)
     frames_together, frames_placed = sum(stepped_together), sum(placed_together)
     stepped_together.clear()
     placed_together.clear()
-    alone = run_tracked(tmp_path, "alone", streams, batch)
+    alone = run_tracked(tmp_path, "alone", streams, batch, cascade)
     assert not stepped_together and not placed_together
     assert len(alone) == len(stepped) == streams
     total = sum(len(records) for records in alone.values())
@@ -281,3 +289,8 @@ def test_the_engine_s_records_are_the_same_with_trackers_stepped_together(
     assert len(tracked) > 100
     events = {e["type"] for rs in alone.values() for r in rs for e in r.get("events", ())}
     assert {"line_crossing", "zone_enter"} <= events  # compared too
+    if cascade:
+        read = [
+            d for rs in alone.values() for r in rs for d in r["detections"] if "attributes" in d
+        ]
+        assert len(read) > 50

@@ -364,11 +364,14 @@ class Pipeline:
         ByteTrack on a handful of boxes costs numpy calls, not arithmetic, so the
         trackers of a batch's streams are stepped in one pass
         (:func:`~vstream.tracking.update_together`, the same answer each would get
-        alone). Only detected frames, and only without a cascade (whose appearance
-        vectors join the matching). A frame the tracker refuses sends them all the
-        usual way, where it fails its own stream alone.
+        alone). Only detected frames, and only where the tracker matches without an
+        appearance model (whose vectors, a cascade's, join the matching); a cascade's
+        classifiers read each stream's tracked objects afterwards, as they would alone.
+        A frame the tracker refuses sends them all the usual way, where it fails its own
+        stream alone.
         """
-        if not self.track_together or self.cascade is not None:
+        cascade = self.cascade
+        if not self.track_together or (cascade is not None and cascade.appearance is not None):
             return {}
         chosen: list[int] = []
         trackers: list[ByteTracker] = []
