@@ -106,24 +106,25 @@ class Polygon:
 
     def __init__(self, points: list[tuple[float, float]]) -> None:
         self.points = np.asarray(points, dtype=np.float64).reshape(-1, 2)
-        # What every test below reuses, computed once: a zone is tested every frame of
-        # every stream, with a handful of points, where numpy's cost is its calls.
-        start, end = self.points[None], np.roll(self.points, -1, axis=0)[None]
-        self._start, self._edge = start, end - start
-        self._length2 = np.maximum((self._edge * self._edge).sum(axis=2), 1e-12)
-        self._ax, self._ay = start[..., 0], start[..., 1]
-        self._by = end[..., 1]
-        # A horizontal edge (rise 0) never straddles a ray, so its rise is set to 1 and
-        # the division below never divides by zero; it changes no edge that counts.
-        self._run, rise = self._edge[..., 0], self._edge[..., 1]
-        self._rise = np.where(rise == 0.0, 1.0, rise)
+        # What every test below reuses, computed once, each edge's x and y apart as (1, E)
+        # rows: a zone is tested every frame of every stream with a handful of points, where
+        # numpy's cost is its calls (and a sum over a trailing axis of two costs more than
+        # the one addition it makes).
+        start, end = self.points.T[:, None, :], np.roll(self.points, -1, axis=0).T[:, None, :]
+        self._ax, self._ay = start
+        self._by = end[1]
+        self._ex, self._ey = end - start
+        self._length2 = np.maximum(self._ex * self._ex + self._ey * self._ey, 1e-12)
+        # A horizontal edge (ey 0) never straddles a ray, so its ey is taken as 1 where the
+        # inside test divides by it: no division by zero, and no edge that counts changed.
+        self._ey_divisor = np.where(self._ey == 0.0, 1.0, self._ey)
 
     def contains(self, points: np.ndarray) -> np.ndarray:
         """``(N,)`` bool: whether each point is inside (a ray to the right crosses an odd count)."""
         p = np.asarray(points, dtype=np.float64).reshape(-1, 2)
         x, y = p[:, 0:1], p[:, 1:2]
         straddles = (self._ay > y) != (self._by > y)
-        crossing_x = self._ax + (y - self._ay) * self._run / self._rise
+        crossing_x = self._ax + (y - self._ay) * self._ex / self._ey_divisor
         return np.logical_xor.reduce(straddles & (x < crossing_x), axis=1)
 
     def share_in_frame(self, width: float, height: float) -> float:
@@ -143,12 +144,13 @@ class Polygon:
 
     def border_distance(self, points: np.ndarray) -> np.ndarray:
         """``(N,)`` distance in pixels from each point to the nearest edge."""
-        p = np.asarray(points, dtype=np.float64).reshape(-1, 2)[:, None, :]
-        a, edge = self._start, self._edge
-        t = ((p - a) * edge).sum(axis=2) / self._length2
+        p = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+        x, y = p[:, 0:1], p[:, 1:2]
+        ax, ay, ex, ey = self._ax, self._ay, self._ex, self._ey
+        t = ((x - ax) * ex + (y - ay) * ey) / self._length2
         t = np.minimum(np.maximum(t, 0.0), 1.0)  # np.clip's own overhead is most of its cost
-        nearest = a + t[..., None] * edge
-        return np.sqrt(((p - nearest) ** 2).sum(axis=2).min(axis=1))
+        dx, dy = x - (ax + t * ex), y - (ay + t * ey)
+        return np.sqrt((dx * dx + dy * dy).min(axis=1))
 
 
 def rotated_iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:

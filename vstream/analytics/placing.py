@@ -82,31 +82,25 @@ def place(analytics: Places, frames: Sequence[Tracked]) -> list[Placement]:
     if keyed[0]:
         keypoints = _stacked([np.asarray(f[2]) for f in frames])
         points = keypoint_points(points, keypoints[confirmed], analytics.anchor_keypoints)
-    chosen = ids[confirmed]
-    distances = [line.place(points) for line in analytics.lines]
-    zones = [zone.place(points) for zone in analytics.zones]
-    # Each frame's rows: its boxes' among the stacked boxes, its confirmed ones' among those.
-    ends = list(accumulate(len(i) for i in each_ids))
+    columns = [line.place(points) for line in analytics.lines]
+    for zone in analytics.zones:
+        columns.extend(zone.place(points))
     if len(frames) == 1:
-        kept_ends = [len(chosen)]
+        split = [[column] for column in (confirmed, ids[confirmed], points, *columns)]
     else:
-        kept_ends = np.concatenate([[0], np.cumsum(confirmed)])[ends].tolist()
-    placements = []
-    start = kept = 0
-    for end, kept_end in zip(ends, kept_ends, strict=True):
-        rows = slice(kept, kept_end)
-        placements.append(
-            Placement(
-                confirmed[start:end],
-                chosen[rows],
-                points[rows],
-                tuple(d[rows] for d in distances),
-                tuple(inside[rows] for inside, _ in zones),
-                tuple(clear[rows] for _, clear in zones),
-            )
-        )
-        start, kept = end, kept_end
-    return placements
+        # Each frame's rows: its boxes' among the stacked boxes, its confirmed ones' among
+        # those; one np.split a column, not a slice a column a frame.
+        ends = list(accumulate(len(i) for i in each_ids))[:-1]
+        kept_ends = np.concatenate(([0], np.cumsum(confirmed)))[ends]
+        split = [np.split(confirmed, ends)] + [
+            np.split(column, kept_ends) for column in (ids[confirmed], points, *columns)
+        ]
+    # A frame's row: confirmed, ids, points, each line's distances, each zone's inside and clear.
+    zones = 3 + len(analytics.lines)
+    return [
+        Placement(row[0], row[1], row[2], row[3:zones], row[zones::2], row[zones + 1 :: 2])
+        for row in zip(*split, strict=True)
+    ]
 
 
 def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
