@@ -2,6 +2,8 @@
 
 - :class:`StreamAnalytics`: one per stream; tracker, lines and zones, fed
   frame by frame, returning track ids, events and counts (:class:`AnalyticsUpdate`);
+  :mod:`~vstream.analytics.placing` places several streams' tracks against their
+  shared lines and zones in one pass, as the pipeline does with a batch;
 - :class:`Event`: ``line_crossing``, ``zone_enter``, ``zone_exit``, ``loitering``;
 - :class:`AnalyticsConfig`, :class:`LineConfig`, :class:`ZoneConfig`,
   :class:`TrackingConfig`, :class:`Anchor`, :func:`parse_line_spec` and
