@@ -311,12 +311,17 @@ def test_anchor_keypoints_put_the_ankles_on_the_line() -> None:
 
 def test_shapes_are_kept_only_for_live_tracks() -> None:
     memory = ShapeMemory()
+
+    def unasked() -> set[int]:
+        raise AssertionError("a model without shapes has no need of the live tracks")
+
+    memory.remember(np.array([1, 2]), np.zeros((2, 4)), {}, live=unasked)
     box = np.array([[0.0, 0.0, 10.0, 20.0], [50.0, 50.0, 60.0, 60.0]])
     points = np.array([[[5.0, 20.0, 0.9]], [[55.0, 55.0, 0.9]]], np.float32)
-    memory.remember(np.array([1, 2]), box, {KEYPOINTS: points}, live={1, 2})
+    memory.remember(np.array([1, 2]), box, {KEYPOINTS: points}, live=lambda: {1, 2})
     moved = memory.carry(np.array([1]), np.array([[10.0, 0.0, 30.0, 20.0]]))
     assert moved[KEYPOINTS][0, 0].tolist() == pytest.approx([20.0, 20.0, 0.9])  # x doubled
-    memory.remember(np.array([1]), box[:1], {KEYPOINTS: points[:1]}, live={1})
+    memory.remember(np.array([1]), box[:1], {KEYPOINTS: points[:1]}, live=lambda: {1})
     assert len(memory) == 1, "a forgotten track's shapes go with it"
 
 

@@ -11,7 +11,7 @@ them too, marked predicted with their boxes.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -76,9 +76,11 @@ class ShapeMemory:
         track_ids: np.ndarray,
         boxes: np.ndarray,
         data: Mapping[str, np.ndarray],
-        live: Collection[int],
+        live: Callable[[], Collection[int]],
     ) -> None:
-        """Keep the shapes of a detected frame's confirmed tracks; forget tracks not ``live``."""
+        """Keep the shapes of a detected frame's confirmed tracks; forget tracks not in
+        ``live()`` (the tracker's live ids, asked only where there are shapes to keep or
+        forget: most models have none)."""
         columns = {k: v for k, v in data.items() if k in (KEYPOINTS, OBB)}
         if not columns and not self._last:
             return
@@ -86,7 +88,8 @@ class ShapeMemory:
             if track > 0:
                 shape = {k: v[row].copy() for k, v in columns.items()}
                 self._last[track] = (np.array(boxes[row], dtype=np.float64), shape)
-        for track in [t for t in self._last if t not in live]:
+        kept = live()
+        for track in [t for t in self._last if t not in kept]:
             del self._last[track]
 
     def carry(self, track_ids: np.ndarray, boxes: np.ndarray) -> dict[str, np.ndarray]:

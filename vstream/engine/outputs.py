@@ -96,8 +96,9 @@ def analyze(
             embeddings=embeddings,
         )
     tracked = detections.with_columns(tracker_id=np.where(track_ids > 0, track_ids, NO_TRACK))
-    live = analytics.tracker.live_track_ids()
-    analytics.shapes.remember(tracked.tracker_id, tracked.xyxy, tracked.data, live)
+    analytics.shapes.remember(
+        tracked.tracker_id, tracked.xyxy, tracked.data, analytics.tracker.live_track_ids
+    )
     return recorded(
         analytics, result, tracked, read=read, attributes_of=attributes_of, placement=placement
     )
