@@ -22,6 +22,7 @@ from vstream.results import (
     Detection,
     Detections,
     FrameResult,
+    rotated_corners,
     split_by_frame,
 )
 
@@ -94,6 +95,37 @@ def test_records_round_as_python_rounds_every_number() -> None:
     nan = Detections(np.full((1, 4), np.nan, np.float32), np.array([np.nan], np.float32), [0])
     (record,) = nan.records()
     assert all(np.isnan(v) for v in [*record["bbox"], record["score"]])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_keypoints_and_oriented_boxes_round_as_python_rounds(dtype: type) -> None:
+    """A pose model's keypoints (pixels to 2 decimals, scores to 4) and an OBB model's boxes
+    (the angle to 4) and corners (2) are rounded as boxes are: Python's ``round`` of each
+    number is the oracle, halves included."""
+    rng = np.random.default_rng(11)
+    halves = [0.125, 2.675, 1.005, 0.00015, -0.125, 0.00005]
+    count = 300
+    boxes = np.tile(np.array([[0.0, 0.0, 10.0, 10.0]], dtype), (count, 1))
+    points = rng.uniform(0, 2000, (count, 17, 3))
+    points[..., 2] = rng.uniform(0, 1, (count, 17))
+    points.reshape(-1)[: len(halves)] = halves
+    points.reshape(-1)[-len(halves) :] = halves  # some halves land on the scores
+    rotated = np.column_stack([rng.uniform(0, 2000, (count, 4)), rng.uniform(-1.6, 1.6, count)])
+    rotated.reshape(-1)[: len(halves)] = halves
+    points, rotated = points.astype(dtype), rotated.astype(dtype)
+    both = {KEYPOINTS: points, OBB: rotated}
+    records = Detections(boxes, np.full(count, 0.5), np.zeros(count, np.int64), data=both).records()
+    assert [r["keypoints"] for r in records] == [
+        [[round(x, 2), round(y, 2), round(score, 4)] for x, y, score in kp]
+        for kp in points.tolist()
+    ]
+    assert [r["obb"] for r in records] == [
+        [*(round(v, 2) for v in row[:4]), round(row[4], 4)] for row in rotated.tolist()
+    ]
+    corners = rotated_corners(rotated.astype(np.float64)).tolist()
+    assert [r["corners"] for r in records] == [
+        [[round(x, 2), round(y, 2)] for x, y in box] for box in corners
+    ]
 
 
 def test_a_frame_without_detections_has_an_empty_list() -> None:

@@ -25,7 +25,7 @@ import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 
@@ -53,21 +53,42 @@ def _floats(values: Any) -> np.ndarray:
     return array if array.dtype.kind == "f" else array.astype(np.float64)
 
 
-def _rounded(values: np.ndarray, digits: int) -> list[Any]:
-    """``values`` (1-D or 2-D) as lists of Python floats, each what ``round(v, digits)`` gives.
+def _rounded(values: np.ndarray, digits: int | tuple[int, ...]) -> list[Any]:
+    """``values`` (any shape) as nested lists of Python floats, each what ``round(v, d)``
+    gives; ``digits`` is one ``d`` for all, or one per position along the last axis (a
+    keypoint's x, y to 2 decimals and its score to 4).
 
-    Records round every box and score, and one ``round`` call per number was most of
-    their cost. For float32 and float16 values numpy's rounding (scale by
-    ``10**digits``, round half to even, divide) gives the same floats: such a value
-    times ``10**digits`` (digits up to 12) is exact in float64, so the rounding sees the
-    exact product as Python's does, and the division returns the float nearest the
-    decimal, as Python's does. Other floats are rounded by Python, one by one.
+    Records round every number they hold, and one ``round`` call per number was most of
+    their cost, so numpy rounds (scale by ``10**d``, round half to even, divide: what
+    ``np.round`` does). The division gives the float nearest the decimal, as Python's
+    ``round`` does; only the choice of the integer can differ, where the scaled product
+    is inexact. For float32 and float16 it is exact in float64 (digits up to 12). A float64
+    product is within half a unit in its last place: where that leaves it near a half, or
+    beyond 2**52, or not finite, the number is rounded by Python instead.
     """
-    if values.dtype in (np.float32, np.float16) and 0 <= digits <= 12:
-        return np.round(values.astype(np.float64), digits).tolist()
-    if values.ndim == 1:
-        return [round(v, digits) for v in values.tolist()]
-    return [[round(v, digits) for v in row] for row in values.tolist()]
+    places = (digits,) if isinstance(digits, int) else digits
+    if values.dtype.kind != "f" or min(places) < 0 or max(places) > 12:
+        return _rounded_by_python(values, np.asarray(digits))
+    scale = 10.0**digits if isinstance(digits, int) else 10.0 ** np.asarray(digits)
+    scaled = values.astype(np.float64) * scale
+    out = np.rint(scaled) / scale
+    if values.dtype not in (np.float32, np.float16):
+        size = np.abs(scaled)
+        fraction = np.abs(np.modf(scaled)[0])  # not finite: nan, or 0 with a nan margin
+        doubtful = ~(np.abs(fraction - 0.5) > 4 * np.spacing(size)) | ~(size < 2**52)
+        if doubtful.any():
+            each = np.broadcast_to(np.asarray(digits), values.shape)
+            out[doubtful] = [
+                round(v, d)
+                for v, d in zip(values[doubtful].tolist(), each[doubtful].tolist(), strict=True)
+            ]
+    return out.tolist()
+
+
+def _rounded_by_python(values: np.ndarray, places: np.ndarray) -> list[Any]:
+    each = np.broadcast_to(places, values.shape).ravel().tolist()
+    flat = [round(v, d) for v, d in zip(values.ravel().tolist(), each, strict=True)]
+    return cast(list[Any], np.array(flat, dtype=np.float64).reshape(values.shape).tolist())
 
 
 def _integers(values: Any, name: str) -> np.ndarray:
@@ -439,17 +460,14 @@ def _shape_records(data: Mapping[str, np.ndarray], count: int) -> list[dict[str,
     shapes: list[dict[str, Any]] = [{} for _ in range(count)]
     keypoints = data.get(KEYPOINTS)
     if keypoints is not None:
-        rounded = np.round(keypoints.astype(np.float64), 2)
-        if keypoints.shape[-1] > 2:
-            rounded[..., 2:] = np.round(keypoints[..., 2:].astype(np.float64), 4)
-        for shape, points in zip(shapes, rounded.tolist(), strict=True):
+        digits = (2, 2, *[4] * (keypoints.shape[-1] - 2))  # pixels, then the scores
+        for shape, points in zip(shapes, _rounded(keypoints, digits), strict=True):
             shape[KEYPOINTS] = points
     rotated = data.get(OBB)
     if rotated is not None:
-        values = rotated.astype(np.float64)
-        corners = np.round(rotated_corners(values), 2).tolist()
-        values = np.concatenate([np.round(values[:, :4], 2), np.round(values[:, 4:], 4)], axis=1)
-        for shape, box, points in zip(shapes, values.tolist(), corners, strict=True):
+        corners = _rounded(rotated_corners(rotated.astype(np.float64)), 2)
+        values = _rounded(rotated, (2, 2, 2, 2, 4))  # the angle in radians to 4 decimals
+        for shape, box, points in zip(shapes, values, corners, strict=True):
             shape[OBB] = box
             shape["corners"] = points
     return shapes
