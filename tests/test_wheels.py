@@ -25,7 +25,7 @@ def test_installed_wheel_is_named() -> None:
 
 
 def test_missing_runtime_says_what_to_install(monkeypatch) -> None:
-    monkeypatch.setattr(runtime, "installed_runtime_wheels", lambda: {})
+    monkeypatch.setattr(runtime, "runtime_wheels_found", lambda: [])
     runtime.load_onnxruntime.cache_clear()
     try:
         with pytest.raises(RuntimeNotInstalledError, match=r"pip install 'vstream\[cpu\]'"):
@@ -46,9 +46,13 @@ def _loading_logs(caplog: pytest.LogCaptureFixture) -> str:
 
 
 def test_both_wheels_installed_is_flagged(monkeypatch, caplog) -> None:
-    both = {"onnxruntime": "1.0", "onnxruntime-gpu": "1.0"}
-    monkeypatch.setattr(runtime, "installed_runtime_wheels", lambda: both)
-    assert "both onnxruntime and onnxruntime-gpu are installed" in _loading_logs(caplog)
+    folder = Path("/site-packages")
+    both = [
+        runtime.RuntimeWheel(name, "1.0", folder) for name in ("onnxruntime", "onnxruntime-gpu")
+    ]
+    monkeypatch.setattr(runtime, "runtime_wheels_found", lambda: both)
+    logged = _loading_logs(caplog)
+    assert "both onnxruntime and onnxruntime-gpu are installed (onnxruntime 1.0, " in logged
 
 
 def _distribution(folder: Path, name: str, version: str) -> None:
@@ -62,11 +66,12 @@ def test_both_wheels_in_one_folder_fail_the_doctor(tmp_path, monkeypatch) -> Non
     _distribution(tmp_path, "onnxruntime", "1.0")
     _distribution(tmp_path, "onnxruntime-gpu", "1.0")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert runtime.runtime_wheel_folders() == {
-        "onnxruntime": tmp_path.resolve(),
-        "onnxruntime-gpu": tmp_path.resolve(),
-    }
-    assert runtime.shadowed_runtime_wheel() is None
+    found = runtime.runtime_wheels_found()
+    assert found == [
+        runtime.RuntimeWheel("onnxruntime", "1.0", tmp_path.resolve()),
+        runtime.RuntimeWheel("onnxruntime-gpu", "1.0", tmp_path.resolve()),
+    ]
+    assert runtime.shadowed_runtime_wheel(found) is None
     with pytest.raises(Failed, match="overwrite each other's files"):
         runtime_wheels()
 

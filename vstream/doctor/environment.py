@@ -114,17 +114,13 @@ def _torch_info() -> dict[str, Any]:
 
 
 def _ort_info() -> dict[str, Any]:
-    from vstream.inference.wheels import (
-        installed_runtime_wheels,
-        load_onnxruntime,
-        runtime_wheel_folders,
-    )
+    from vstream.inference.wheels import load_onnxruntime, runtime_wheels_found
 
-    wheels = installed_runtime_wheels()
+    wheels = runtime_wheels_found()
     info: dict[str, Any] = {
-        "wheels": [f"{k} {v}" for k, v in wheels.items()],
+        "wheels": [str(wheel) for wheel in wheels],
         "cpu_and_gpu_wheels_both_installed": len(wheels) > 1,
-        "folders": {k: str(v) for k, v in runtime_wheel_folders().items()},
+        "folders": {wheel.name: str(wheel.folder) for wheel in wheels},
     }
     if wheels:
         ort = load_onnxruntime()

@@ -19,20 +19,17 @@ from vstream.doctor.report import Failed, Skipped
 def runtime_wheels() -> tuple[str, dict[str, Any]]:
     """One ONNX Runtime wheel is installed, or two in different folders, the one imported
     named (a virtual environment's over the system's, say)."""
-    from vstream.inference.wheels import (
-        installed_runtime_wheels,
-        runtime_wheel_folders,
-        shadowed_runtime_wheel,
-    )
+    from vstream.inference.wheels import runtime_wheels_found, shadowed_runtime_wheel
 
-    wheels = installed_runtime_wheels()
-    listed = ", ".join(f"{k} {v}" for k, v in wheels.items())
-    if not wheels:
+    found = runtime_wheels_found()
+    wheels = {wheel.name: wheel.version for wheel in found}
+    listed = ", ".join(map(str, found))
+    if not found:
         raise Failed("no ONNX Runtime: pip install 'vstream[cpu]' or 'vstream[gpu]'")
-    if len(wheels) > 1:
-        shadowed = shadowed_runtime_wheel()
+    if len(found) > 1:
+        shadowed = shadowed_runtime_wheel(found)
         if shadowed is not None:
-            folders = {k: str(v) for k, v in runtime_wheel_folders().items()}
+            folders = {wheel.name: str(wheel.folder) for wheel in found}
             return shadowed, {"wheels": wheels, "folders": folders}
         raise Failed(
             f"both wheels are installed ({listed}); they overwrite each other's files: "

@@ -14,6 +14,7 @@ import functools
 import importlib
 import importlib.util
 import logging
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
@@ -25,69 +26,72 @@ log = logging.getLogger("vstream")
 _WHEELS = ("onnxruntime", "onnxruntime-gpu")
 
 
-def installed_runtime_wheels() -> dict[str, str]:
-    """Map each installed ONNX Runtime distribution to its version."""
-    found = {}
+@dataclass(frozen=True)
+class RuntimeWheel:
+    """One installed ONNX Runtime distribution."""
+
+    name: str
+    version: str
+    folder: Path
+    """The ``sys.path`` entry holding its metadata and its ``onnxruntime`` package."""
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.version}"
+
+
+def runtime_wheels_found() -> list[RuntimeWheel]:
+    """Each installed ONNX Runtime distribution, its metadata read once."""
+    found = []
     for name in _WHEELS:
         try:
-            found[name] = metadata.version(name)
+            distribution = metadata.distribution(name)
         except metadata.PackageNotFoundError:
             continue
+        folder = Path(str(distribution.locate_file(""))).resolve()
+        found.append(RuntimeWheel(name, distribution.version, folder))
     return found
 
 
-def runtime_wheel_folders() -> dict[str, Path]:
-    """Map each installed ONNX Runtime distribution to the folder it was installed into
-    (the ``sys.path`` entry holding its metadata and its ``onnxruntime`` package)."""
-    folders = {}
-    for name in _WHEELS:
-        try:
-            where = metadata.distribution(name).locate_file("")
-        except metadata.PackageNotFoundError:
-            continue
-        folders[name] = Path(str(where)).resolve()
-    return folders
+def installed_runtime_wheels() -> dict[str, str]:
+    """Map each installed ONNX Runtime distribution to its version."""
+    return {wheel.name: wheel.version for wheel in runtime_wheels_found()}
 
 
-def shadowed_runtime_wheel() -> str | None:
-    """With both wheels installed in different folders, which one ``import onnxruntime``
+def shadowed_runtime_wheel(wheels: list[RuntimeWheel]) -> str | None:
+    """With both ``wheels`` installed in different folders, which one ``import onnxruntime``
     loads and which it shadows, in one sentence; None when they share a folder (their files
     overwrite each other's) or fewer than two are installed."""
-    folders = runtime_wheel_folders()
-    if len(folders) < 2 or len(set(folders.values())) < len(folders):
+    if len(wheels) < 2 or len({wheel.folder for wheel in wheels}) < len(wheels):
         return None
     spec = importlib.util.find_spec("onnxruntime")
     origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
-    versions = installed_runtime_wheels()
-    used = [n for n, folder in folders.items() if origin and origin.is_relative_to(folder)]
+    used = [wheel for wheel in wheels if origin and origin.is_relative_to(wheel.folder)]
     if len(used) != 1:  # a folder inside the other's, or the package found elsewhere
         return None
-    (name,) = used
+    (imported,) = used
     others = "; ".join(
-        f"{other} {versions[other]} in {folder} is shadowed"
-        for other, folder in folders.items()
-        if other != name
+        f"{other} in {other.folder} is shadowed" for other in wheels if other != imported
     )
-    return f"{name} {versions[name]} is imported from {folders[name]}; {others}"
+    return f"{imported} is imported from {imported.folder}; {others}"
 
 
 @functools.lru_cache(maxsize=1)
 def load_onnxruntime() -> ModuleType:
     """Import ``onnxruntime``, explaining clearly what to install when it is missing."""
-    wheels = installed_runtime_wheels()
+    wheels = runtime_wheels_found()
     if not wheels:
         raise RuntimeNotInstalledError(
             "ONNX Runtime is not installed: pip install 'vstream[cpu]' (CPU) "
             "or 'vstream[gpu]' (NVIDIA GPU)"
         )
-    shadowed = shadowed_runtime_wheel() if len(wheels) > 1 else None
+    shadowed = shadowed_runtime_wheel(wheels)
     if shadowed is not None:
         log.info("both onnxruntime and onnxruntime-gpu are installed: %s", shadowed)
     elif len(wheels) > 1:
         log.warning(
             "both onnxruntime and onnxruntime-gpu are installed (%s); they overwrite each "
             "other's files: uninstall both and install only one",
-            ", ".join(f"{k} {v}" for k, v in wheels.items()),
+            ", ".join(map(str, wheels)),
         )
     try:
         return importlib.import_module("onnxruntime")
@@ -100,7 +104,7 @@ def load_onnxruntime() -> ModuleType:
 def describe_runtime() -> str:
     """One line naming the ONNX Runtime wheel in use and its execution providers."""
     ort = load_onnxruntime()
-    wheels = ", ".join(f"{k} {v}" for k, v in installed_runtime_wheels().items())
+    wheels = ", ".join(map(str, runtime_wheels_found()))
     providers = ", ".join(
         p.removesuffix("ExecutionProvider") for p in ort.get_available_providers()
     )
