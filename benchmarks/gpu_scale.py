@@ -611,6 +611,13 @@ def main() -> None:
         help="each stream's tracker stepped alone, a frame at a time (as before the pipeline "
         "stepped a batch's together), to compare",
     )
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        help="seconds a thread may hold the GIL before another waiting for it gets it "
+        "(sys.setswitchinterval; Python's default 0.005): one process's 40-odd threads hand "
+        "it over at each native call, so how often it is taken from them may matter",
+    )
     parser.add_argument("--processes", type=int, default=1, help="split the streams over these")
     parser.add_argument(
         "--ray-processes",
@@ -624,6 +631,8 @@ def main() -> None:
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     if args.counting:
         args.tracking = True
         COUNTING.update(COUNTING_PLACES)
@@ -663,6 +672,7 @@ def main() -> None:
         "counting": args.counting,
         "sessions": "one" if args.one_session else "per bucket",
         "trackers": "alone" if args.track_alone else "together",
+        "switch_interval_seconds": sys.getswitchinterval(),
     }
 
     def say(key: str, row: dict) -> None:
@@ -703,7 +713,8 @@ def main() -> None:
         f"\n{args.model.name} at {args.imgsz}{', tracking' if args.tracking else ''}"
         f"{', a line and a zone' if args.counting else ''}, "
         f"{out['processes']} process(es){' through Ray' if by_ray else ''}, "
-        f"sessions: {out['sessions']}, trackers stepped {out['trackers']}"
+        f"sessions: {out['sessions']}, trackers stepped {out['trackers']}, "
+        f"GIL switch interval {out['switch_interval_seconds'] * 1e3:g} ms"
     )
     print(
         "| streams | files: frames/s | CPU ms/frame | frames/batch | waits/batch "

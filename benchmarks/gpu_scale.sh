@@ -35,6 +35,8 @@
 #         together: 32 and 64 demo streams in one process, from files and live, with each
 #                 stream's tracker stepped alone, then a batch's stepped together (as shipped;
 #                 TRACKERS=together: only that); with BASE, another checkout first;
+#         switch: 32 demo streams in one process, from files and live, at each GIL switch
+#                 interval of SWITCH (seconds, default "0.001 0.005 0.02"; Python's is 0.005);
 #         mps:    YOLOv8n's 50 live streams over 6 processes, without and then with CUDA MPS
 #                 (when nvidia-cuda-mps-control is there; the daemon is stopped after).
 #         $OUT (default /tmp/gpu_scale) receives one text file per step.
@@ -183,6 +185,13 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
             done
         done
         grep -E "^\||^-- vstream|trackers stepped" "$OUT/together.txt"
+        ;;
+    switch)
+        for interval in ${SWITCH:-0.001 0.005 0.02}; do
+            scale 120 "${DEMO[@]}" --skip-limits --streams 32 --switch-interval "$interval" \
+                >>"$OUT/switch.txt"
+        done
+        grep -E "^\||GIL switch" "$OUT/switch.txt"
         ;;
     mps)
         YOLO=(--model "$MEDIA/yolov8n.onnx" --imgsz 640 --live-seconds 6 --skip-limits
