@@ -61,6 +61,36 @@ COUNTING_PLACES = {
 }
 
 
+HOST_WAITS = {"auto": 0, "spin": 1, "yield": 2, "block": 4}
+"""``CU_CTX_SCHED_*``: how a thread waiting for the GPU waits (``cuCtxSetFlags``)."""
+
+
+def set_host_wait(policy: str) -> str:
+    """Make every wait for the GPU in this process's primary context ``policy``; say what the
+    context's flags were and are.
+
+    The driver's default (``auto``) spins while the process has fewer contexts than the
+    machine has cores: every thread waiting for the GPU burns a core meanwhile. vstream's
+    own host wait (a batch's copy) uses a blocking event, but NVDEC's parser waits inside
+    PyNvVideoCodec's ``Decode`` for the work queued on the pipeline's stream (BENCHMARKS.md,
+    "Decoding waits for its own stream"), on an event of its own. ``cuCtxSetFlags`` (CUDA
+    12.1) changes the flags of the current context, here the primary one torch uses.
+    """
+    import ctypes
+
+    import torch
+
+    torch.cuda.current_stream().query()  # torch's primary context made and current
+    driver = ctypes.CDLL("libcuda.so.1")
+    if not hasattr(driver, "cuCtxSetFlags"):
+        return f"host wait {policy}: this driver has no cuCtxSetFlags (CUDA 12.1): left as it was"
+    before, after = ctypes.c_uint(), ctypes.c_uint()
+    driver.cuCtxGetFlags(ctypes.byref(before))
+    code = driver.cuCtxSetFlags(ctypes.c_uint((before.value & ~0x7) | HOST_WAITS[policy]))
+    driver.cuCtxGetFlags(ctypes.byref(after))
+    return f"host wait {policy}: cuCtxSetFlags {code}, flags {before.value:#x} -> {after.value:#x}"
+
+
 def _config(
     model: Path,
     imgsz: int,
@@ -407,6 +437,10 @@ def across_processes(args: argparse.Namespace, streams: int, live_run: bool) -> 
         ]  # fmt: skip
         if args.tracking:
             command.append("--counting" if args.counting else "--tracking")
+        if args.host_wait is not None:
+            command += ["--host-wait", args.host_wait]
+        if args.switch_interval is not None:
+            command += ["--switch-interval", str(args.switch_interval)]
         children.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
     deadline = time.monotonic() + 300
     while len(list(folder.glob("go.ready.*"))) < len(children):
@@ -618,6 +652,12 @@ def main() -> None:
         "(sys.setswitchinterval; Python's default 0.005): one process's 40-odd threads hand "
         "it over at each native call, so how often it is taken from them may matter",
     )
+    parser.add_argument(
+        "--host-wait",
+        choices=sorted(HOST_WAITS),
+        help="how threads waiting for the GPU wait (the primary context's scheduling flag; "
+        "the driver's default is auto: spin while there are fewer contexts than cores)",
+    )
     parser.add_argument("--processes", type=int, default=1, help="split the streams over these")
     parser.add_argument(
         "--ray-processes",
@@ -633,6 +673,8 @@ def main() -> None:
     DEVICE = args.device
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
+    if args.host_wait is not None:
+        print(set_host_wait(args.host_wait), flush=True)
     if args.counting:
         args.tracking = True
         COUNTING.update(COUNTING_PLACES)
@@ -673,6 +715,7 @@ def main() -> None:
         "sessions": "one" if args.one_session else "per bucket",
         "trackers": "alone" if args.track_alone else "together",
         "switch_interval_seconds": sys.getswitchinterval(),
+        "host_wait": args.host_wait or "auto (the driver's)",
     }
 
     def say(key: str, row: dict) -> None:
@@ -714,7 +757,8 @@ def main() -> None:
         f"{', a line and a zone' if args.counting else ''}, "
         f"{out['processes']} process(es){' through Ray' if by_ray else ''}, "
         f"sessions: {out['sessions']}, trackers stepped {out['trackers']}, "
-        f"GIL switch interval {out['switch_interval_seconds'] * 1e3:g} ms"
+        f"GIL switch interval {out['switch_interval_seconds'] * 1e3:g} ms, "
+        f"host wait {out['host_wait']}"
     )
     print(
         "| streams | files: frames/s | CPU ms/frame | frames/batch | waits/batch "

@@ -30,13 +30,17 @@
 #                 each of DOCTOR_FLAGS (default --quick; empty: none); with EXIT_GDB=1 the
 #                 first part that fails runs again under cuda-gdb for its native stacks;
 #         profile: 32 file streams in one process, sampled by py-spy for 6 s from the first
-#                 batch delivered: stacks of the thread holding the GIL (gil32.txt) and of
-#                 every busy thread (cpu32.txt);
+#                 batch delivered: stacks of the thread holding the GIL (gil32.txt), of
+#                 every busy thread (cpu32.txt) and of every thread with native frames
+#                 (native32.txt), summed up by benchmarks/profile_summary.py;
 #         together: 32 and 64 demo streams in one process, from files and live, with each
 #                 stream's tracker stepped alone, then a batch's stepped together (as shipped;
 #                 TRACKERS=together: only that); with BASE, another checkout first;
 #         switch: 32 demo streams in one process, from files and live, at each GIL switch
 #                 interval of SWITCH (seconds, default "0.001 0.005 0.02"; Python's is 0.005);
+#         wait:   32 demo streams in one process, from files and live, with each policy of
+#                 HOST_WAIT for threads waiting for the GPU (default "auto block": the
+#                 driver's default, which spins, then blocking; gpu_scale.py --host-wait);
 #         mps:    YOLOv8n's 50 live streams over 6 processes, without and then with CUDA MPS
 #                 (when nvidia-cuda-mps-control is there; the daemon is stopped after).
 #         $OUT (default /tmp/gpu_scale) receives one text file per step.
@@ -163,10 +167,17 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
         "$PYSPY" record --pid $pid --nonblocking --gil --threads -r 100 -d 6 -f raw \
             -o "$OUT/gil32.txt" >/dev/null 2>&1 &
         "$PYSPY" record --pid $pid --nonblocking --threads -r 100 -d 6 -f raw \
-            -o "$OUT/cpu32.txt" >/dev/null 2>&1
+            -o "$OUT/cpu32.txt" >/dev/null 2>&1 &
+        # Native frames need the threads stopped for each sample (no --nonblocking): 20 Hz,
+        # every thread, idle ones too, so that waiting for the GIL shows as such.
+        "$PYSPY" record --pid $pid --native --threads --idle -r 20 -d 6 -f raw \
+            -o "$OUT/native32.txt" >/dev/null 2>&1
         wait
         grep -E "^\||stages" "$OUT/profile_run.txt"
-        ls -la "$OUT"/gil32.txt "$OUT"/cpu32.txt
+        ls -la "$OUT"/gil32.txt "$OUT"/cpu32.txt "$OUT"/native32.txt
+        python3 benchmarks/profile_summary.py "$OUT"/native32.txt "$OUT"/gil32.txt \
+            >"$OUT/profile_summary.txt" 2>&1
+        head -80 "$OUT/profile_summary.txt"
         ;;
     together)
         # TRACKERS=together: only as shipped. BASE: another checkout's root (carried in the
@@ -192,6 +203,13 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
                 >>"$OUT/switch.txt"
         done
         grep -E "^\||GIL switch" "$OUT/switch.txt"
+        ;;
+    wait)
+        for policy in ${HOST_WAIT:-auto block}; do
+            scale 120 "${DEMO[@]}" --skip-limits --streams 32 --host-wait "$policy" \
+                >>"$OUT/wait.txt"
+        done
+        grep -E "^\||host wait" "$OUT/wait.txt"
         ;;
     mps)
         YOLO=(--model "$MEDIA/yolov8n.onnx" --imgsz 640 --live-seconds 6 --skip-limits

@@ -296,3 +296,38 @@ def test_a_benchmark_run_ends_with_its_command_and_commit() -> None:
     assert stated.startswith(f"measured: `python -c print('fps 42')` at commit {commit}")
     failed = run(sys.executable, "-c", "raise SystemExit(3)")
     assert failed.returncode == 3 and failed.stdout == "", "a failed run states nothing"
+
+
+def test_a_profile_is_summed_up_by_thread_kind_and_what_it_waits_for(tmp_path: Path) -> None:
+    """``benchmarks/profile_summary.py`` reads py-spy's raw stacks (``-f raw --threads``; these
+    lines are shaped as py-spy 0.4 writes them, native frames included) and tells a thread
+    waiting for the GIL from one blocked on a lock and from one running native code."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_summary.py"
+    spec = importlib.util.spec_from_file_location("profile_summary", path)
+    assert spec is not None and spec.loader is not None
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    read = "Thread.run (threading.py:982);StreamReader._read (vstream/engine/reader.py:276)"
+    raw = tmp_path / "native32.txt"
+    raw.write_text(
+        f"thread (11): reader-cam1;{read};Intake.put (vstream/engine/intake.py:102);"
+        "lock_PyThread_acquire_lock (libpython3.12.so.1.0);"
+        "PyThread_acquire_lock_timed (libpython3.12.so.1.0);0x7f4bc3cae116 (libc.so.6) 6\n"
+        f"thread (12): reader-cam2;{read};NvdecDecoder._decode (vstream/decoders/nvdec.py:614);"
+        "NvDecoder::Decode (_PyNvVideoCodec.cpython-312-x86_64-linux-gnu.so);"
+        "cuEventSynchronize (libcuda.so.1);0x7f0 (libcuda.so.1) 3\n"
+        "thread (13): postprocess-detect;_suppress (vstream/postprocess/decode.py:517);"
+        "THPVariable_mul (libtorch_python.so);pthread_cond_timedwait (libc.so.6);"
+        "0x7f4bc3ca3f16 (libc.so.6) 2\n"
+        "thread (13): postprocess-detect;_suppress (vstream/postprocess/decode.py:520) 1\n"
+    )
+    text = summary.summarise(raw, top=3)
+    assert text.splitlines()[0] == "native32.txt: 12 samples"
+    reader = text[text.index("reader: 9 samples (75.0 % of all)") :]
+    assert "6   66.7 %  waiting\n" in reader and "3   33.3 %  running libcuda" in reader
+    assert "33.3 %  in NvdecDecoder._decode (vstream/decoders/nvdec.py)" in reader
+    post = text[text.index("postprocess-detect: 3 samples") :]
+    assert "2   66.7 %  waiting for the GIL" in post and "1   33.3 %  running Python" in post
+    assert "33.3 %  in _suppress (vstream/postprocess/decode.py)" in post
