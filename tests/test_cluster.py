@@ -752,8 +752,17 @@ def test_losses_past_the_bounds_fail_once_and_loudly(daemon: Daemon) -> None:
         wait_for(lambda: engine.stream("z").placement["worker"] is not None, 60, "z on a worker")
         before = engine.stream("z").frames_processed
         wait_for(lambda b=before: engine.stream("z").frames_processed > b, 60, "z's records")
-        os.kill(engine.worker_pid(engine.stream("z").placement["worker"]), signal.SIGKILL)
-        wait_for(lambda k=kills: engine.stream("z").placement["moves"] >= k, 30, "the loss")
+        slot = engine.stream("z").placement["worker"]
+        workers = engine.workers()
+        pid = engine.worker_pid(slot)
+        os.kill(pid, signal.SIGKILL)
+        try:
+            wait_for(lambda k=kills: engine.stream("z").placement["moves"] >= k, 30, "the loss")
+        except AssertionError as exc:  # seen once beside two CPU hogs: say what each was
+            raise AssertionError(
+                f"{exc}; killed worker {slot} (pid {pid}) holding z; workers before {workers}, "
+                f"now {engine.workers()}; z now {engine.stream('z')}"
+            ) from None
     z = wait_for(lambda: (d := engine.stream("z")).state == "failed" and d, 30, "z to fail")
     assert "cluster.max_stream_moves (1)" in z.error
     assert [w["state"] for w in engine.workers()] == ["failed", "failed"]
