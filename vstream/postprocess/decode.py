@@ -36,7 +36,7 @@ and the per-frame geometry is uploaded without a stream synchronisation.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -500,28 +500,27 @@ def _suppress(
     The overlap is torchvision's arithmetic (``inter / (area_i + area_j - inter)``,
     suppressing above ``iou``).
     """
-    x1, y1, x2, y2 = boxes.unbind(-1)
-    area = (x2 - x1) * (y2 - y1)
-    width = (_pairs(torch.minimum, x2) - _pairs(torch.maximum, x1)).clamp_(min=0)
-    height = (_pairs(torch.minimum, y2) - _pairs(torch.maximum, y1)).clamp_(min=0)
-    inter = width * height
+    # Every torch operation here is a dispatch, and on a GPU a chance for the thread to wait
+    # for the GIL: the pairs are taken on all four coordinates at once, and the rounds keep
+    # ``kept`` as the (frames, 1, window) 0/1 row the product takes.
+    rows, cols = boxes[:, :, None, :], boxes[:, None, :, :]
+    near = torch.maximum(rows[..., :2], cols[..., :2])
+    sides = (torch.minimum(rows[..., 2:], cols[..., 2:]) - near).clamp_(min=0)
+    inter = sides[..., 0] * sides[..., 1]
+    extent = boxes[..., 2:] - boxes[..., :2]
+    area = extent[..., 0] * extent[..., 1]
     overlap = inter / (area[:, :, None] + area[:, None, :] - inter)
     window = boxes.shape[1]
     earlier = torch.ones((window, window), dtype=torch.bool, device=boxes.device).triu_(1)
     # suppresses[b, j, i]: box j, better than box i, of its class, overlaps it by more than iou
     suppresses = (overlap > iou) & earlier & (class_id[:, :, None] == class_id[:, None, :])
     suppresses = (suppresses & valid[:, :, None]).to(boxes.dtype)
-    kept = valid
-    for _ in range(NMS_ROUNDS):
+    alive = valid[:, None, :].to(boxes.dtype)
+    kept = alive
+    for _ in range(NMS_ROUNDS):  # the counts of kept boxes suppressing each box: exact sums
         before = kept
-        hit = torch.bmm(kept[:, None, :].to(boxes.dtype), suppresses)[:, 0] > 0
-        kept = valid & ~hit
-    return kept, (kept == before).all(1)
-
-
-def _pairs(op: Callable[..., torch.Tensor], values: torch.Tensor) -> torch.Tensor:
-    """``op(values[b, j], values[b, i])`` for every pair of a frame's candidates."""
-    return op(values[:, :, None], values[:, None, :])
+        kept = alive * (torch.bmm(kept, suppresses) == 0)
+    return kept[:, 0] > 0, (kept == before).all(2)[:, 0]
 
 
 def _yolox_grid(input_size: tuple[int, int], device: torch.device) -> torch.Tensor:
