@@ -22,6 +22,8 @@ what the device machine lacks and calls this):
 - ``--shapes``: host milliseconds per model run as the batch size changes, in one
   ONNX Runtime session and in a session per bucket; ``--one-session`` runs the
   table with one session for every bucket (as before), to compare;
+- ``--host-wait`` and ``--switch-interval``: how threads waiting for the GPU wait (the CUDA
+  driver's default spins) and how long a thread may keep the GIL from others, to compare;
 - ``$PYSPY`` (a py-spy binary): native stacks of the probe's busy cases and of the
   one-stream live run, where a thread waits inside a library.
 
