@@ -68,7 +68,8 @@ def _rounded(values: np.ndarray, digits: int | tuple[int, ...]) -> list[Any]:
     """
     places = (digits,) if isinstance(digits, int) else digits
     if values.dtype.kind != "f" or min(places) < 0 or max(places) > 12:
-        return _rounded_by_python(values, np.asarray(digits))
+        rounded = np.array(_python_rounds(values, digits), dtype=np.float64)
+        return cast(list[Any], rounded.reshape(values.shape).tolist())
     scale = 10.0**digits if isinstance(digits, int) else 10.0 ** np.asarray(digits)
     scaled = values.astype(np.float64) * scale
     out = np.rint(scaled) / scale
@@ -77,18 +78,21 @@ def _rounded(values: np.ndarray, digits: int | tuple[int, ...]) -> list[Any]:
         fraction = np.abs(np.modf(scaled)[0])  # not finite: nan, or 0 with a nan margin
         doubtful = ~(np.abs(fraction - 0.5) > 4 * np.spacing(size)) | ~(size < 2**52)
         if doubtful.any():
-            each = np.broadcast_to(np.asarray(digits), values.shape)
-            out[doubtful] = [
-                round(v, d)
-                for v, d in zip(values[doubtful].tolist(), each[doubtful].tolist(), strict=True)
-            ]
+            out[doubtful] = _python_rounds(values, digits, doubtful)
     return out.tolist()
 
 
-def _rounded_by_python(values: np.ndarray, places: np.ndarray) -> list[Any]:
-    each = np.broadcast_to(places, values.shape).ravel().tolist()
-    flat = [round(v, d) for v, d in zip(values.ravel().tolist(), each, strict=True)]
-    return cast(list[Any], np.array(flat, dtype=np.float64).reshape(values.shape).tolist())
+def _python_rounds(
+    values: np.ndarray, digits: int | tuple[int, ...], where: np.ndarray | None = None
+) -> list[Any]:
+    """``values`` (those ``where`` selects, when given), flattened, each rounded by Python's
+    ``round`` to its place in ``digits`` (as :func:`_rounded` takes them)."""
+    each = np.broadcast_to(np.asarray(digits), values.shape)
+    if where is not None:
+        values, each = values[where], each[where]
+    return [
+        round(v, d) for v, d in zip(values.ravel().tolist(), each.ravel().tolist(), strict=True)
+    ]
 
 
 def _integers(values: Any, name: str) -> np.ndarray:
