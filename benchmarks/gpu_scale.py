@@ -55,6 +55,8 @@ DEVICE = "cuda"
 """Where the pipelines run (``--device``; ``cpu`` only to try the script on a CPU)."""
 
 COUNTING: dict[str, Any] = {}
+RUNTIME: dict[str, Any] = {}
+"""Runtime options of every pipeline measured beside the device (``--letterbox-kernel``)."""
 """With ``--counting``: a counting line across the middle of the 1080p picture and a zone over
 its left half, added to the tracking (what a user who counts runs)."""
 COUNTING_PLACES = {
@@ -109,7 +111,7 @@ def _config(
     pipeline: dict[str, Any] = {
         "name": "scale",
         "model": {"path": str(model), "imgsz": imgsz},
-        "runtime": {"device": DEVICE},
+        "runtime": {"device": DEVICE, **RUNTIME},
         "sources": [
             {"id": f"cam{i}", "uri": str(source), **source_options} for i in range(streams)
         ],
@@ -443,6 +445,8 @@ def across_processes(args: argparse.Namespace, streams: int, live_run: bool) -> 
             command += ["--host-wait", args.host_wait]
         if args.switch_interval is not None:
             command += ["--switch-interval", str(args.switch_interval)]
+        if args.letterbox_kernel:
+            command.append("--letterbox-kernel")
         children.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
     deadline = time.monotonic() + 300
     while len(list(folder.glob("go.ready.*"))) < len(children):
@@ -660,6 +664,12 @@ def main() -> None:
         help="how threads waiting for the GPU wait (the primary context's scheduling flag; "
         "the driver's default is auto: spin while there are fewer contexts than cores)",
     )
+    parser.add_argument(
+        "--letterbox-kernel",
+        action="store_true",
+        help="runtime.letterbox_kernel: a batch letterboxed by one CUDA kernel, not ~100 torch "
+        "operations",
+    )
     parser.add_argument("--processes", type=int, default=1, help="split the streams over these")
     parser.add_argument(
         "--ray-processes",
@@ -677,6 +687,8 @@ def main() -> None:
         sys.setswitchinterval(args.switch_interval)
     if args.host_wait is not None:
         print(set_host_wait(args.host_wait), flush=True)
+    if args.letterbox_kernel:
+        RUNTIME["letterbox_kernel"] = True
     if args.counting:
         args.tracking = True
         COUNTING.update(COUNTING_PLACES)
@@ -718,6 +730,7 @@ def main() -> None:
         "trackers": "alone" if args.track_alone else "together",
         "switch_interval_seconds": sys.getswitchinterval(),
         "host_wait": args.host_wait or "auto (the driver's)",
+        "letterbox": "one kernel" if args.letterbox_kernel else "torch",
     }
 
     def say(key: str, row: dict) -> None:
@@ -760,7 +773,7 @@ def main() -> None:
         f"{out['processes']} process(es){' through Ray' if by_ray else ''}, "
         f"sessions: {out['sessions']}, trackers stepped {out['trackers']}, "
         f"GIL switch interval {out['switch_interval_seconds'] * 1e3:g} ms, "
-        f"host wait {out['host_wait']}"
+        f"host wait {out['host_wait']}, letterbox by {out['letterbox']}"
     )
     print(
         "| streams | files: frames/s | CPU ms/frame | frames/batch | waits/batch "

@@ -41,6 +41,8 @@
 #         wait:   32 demo streams in one process, from files and live, with each policy of
 #                 HOST_WAIT for threads waiting for the GPU (default "auto block": the
 #                 driver's default, which spins, then blocking; gpu_scale.py --host-wait);
+#         kernel: 32 demo streams in one process, from files and live, letterboxed by torch,
+#                 then by one CUDA kernel a batch (gpu_scale.py --letterbox-kernel);
 #         mps:    YOLOv8n's 50 live streams over 6 processes, without and then with CUDA MPS
 #                 (when nvidia-cuda-mps-control is there; the daemon is stopped after).
 #         $OUT (default /tmp/gpu_scale) receives one text file per step.
@@ -203,6 +205,13 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
                 >>"$OUT/switch.txt"
         done
         grep -E "^\||GIL switch" "$OUT/switch.txt"
+        ;;
+    kernel)
+        for flag in "" --letterbox-kernel; do
+            # shellcheck disable=SC2086
+            scale 120 "${DEMO[@]}" --skip-limits --streams 32 $flag >>"$OUT/kernel.txt"
+        done
+        grep -E "^\||letterbox by|stages" "$OUT/kernel.txt"
         ;;
     wait)
         for policy in ${HOST_WAIT:-auto block}; do

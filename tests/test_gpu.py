@@ -428,6 +428,71 @@ def test_nvdec_frames_letterbox_to_the_cpu_paths_input_exactly(tmp_path: Path) -
         assert torch.equal(on_gpu.cpu(), on_cpu), video.name
 
 
+def test_the_letterbox_kernel_gives_nvdecs_frames_the_cpu_paths_input_exactly(
+    tmp_path: Path, nvdec: None
+) -> None:
+    """``runtime.letterbox_kernel``: the same reference pixels as FFmpeg and OpenCV give."""
+    from vstream.parity import PARITY_DIR
+    from vstream.preprocess.kernel import LetterboxKernel
+    from vstream.preprocess.resample import Resampler
+
+    kernel = LetterboxKernel(torch.device("cuda", torch.cuda.current_device()))
+    full_range = write_video(
+        tmp_path / "full.mp4", frames=4, width=640, height=360, pix_fmt="yuvj420p"
+    )
+    for video in [*sorted(PARITY_DIR.glob("*.mp4")), full_range]:
+        with VideoFileSource(video, device=CUDA, options=SourceOptions(decoder="nvdec")) as source:
+            gpu_frames = list(itertools.islice(source, 4))
+        with VideoFileSource(video) as source:
+            cpu_frames = list(itertools.islice(source, 4))
+        on_gpu, on_cpu = torch.zeros((4, 3, 320, 320), device=CUDA), torch.zeros((4, 3, 320, 320))
+        Letterboxer(on_gpu, resampler=Resampler(4, kernel=kernel)).load_batch(0, gpu_frames)
+        Letterboxer(on_cpu).load_batch(0, cpu_frames)
+        assert torch.equal(on_gpu.cpu(), on_cpu), video.name
+
+
+def test_the_letterbox_kernel_takes_a_batch_in_one_launch_from_any_thread(stream) -> None:
+    """32 1080p frames, as torch's resampler letterboxes them, with no torch operation once the
+    taps are on the device; on a thread where nothing made torch's context current too."""
+    import threading
+
+    from vstream.bench.overhead import DispatchCounter
+    from vstream.frame import ColourMatrix, ColourSpace
+    from vstream.preprocess.kernel import LetterboxKernel
+    from vstream.preprocess.resample import Resampler
+
+    kernel = LetterboxKernel(torch.device("cuda", torch.cuda.current_device()))
+    generator = torch.Generator(device=CUDA).manual_seed(5)
+    pictures = [
+        torch.randint(0, 256, (1620, 1920), dtype=torch.uint8, device=CUDA, generator=generator)
+        for _ in range(32)
+    ]
+    colour = ColourSpace(ColourMatrix.BT709, full_range=False)
+    size = (1920, 1080)
+    expected = torch.zeros((32, 3, 320, 320), device=CUDA)
+    Resampler(32).resample(pictures, PixelFormat.NV12, size, colour, expected[:, :, 70:250])
+    got = torch.zeros_like(expected)
+    with_kernel = Resampler(32, kernel=kernel)
+    with_kernel.resample(pictures, PixelFormat.NV12, size, colour, got[:, :, 70:250])
+    assert torch.equal(got, expected)
+    got.zero_()
+    with DispatchCounter() as counter:
+        with_kernel.resample(pictures, PixelFormat.NV12, size, colour, got[:, :, 70:250])
+    assert counter.total == 0, counter.ops
+    assert torch.equal(got, expected)
+    elsewhere = torch.zeros_like(expected)
+
+    def on_a_new_thread() -> None:
+        with torch.cuda.stream(stream):
+            with_kernel.resample(pictures, PixelFormat.NV12, size, colour, elsewhere[:, :, 70:250])
+
+    thread = threading.Thread(target=on_a_new_thread)
+    thread.start()
+    thread.join(60)
+    torch.cuda.synchronize()
+    assert torch.equal(elsewhere, expected)
+
+
 @pytest.mark.usefixtures("ort_cuda", "nvdec")
 def test_nvdec_and_the_device_letterbox_find_what_ultralytics_finds() -> None:
     from vstream.parity import measure, references

@@ -19,7 +19,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -51,6 +51,9 @@ from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
 from vstream.preprocess.resample import Resampler
 from vstream.results import MASKS, FrameResult, split_by_frame
 from vstream.transfer import HostStaging, to_host, transfers
+
+if TYPE_CHECKING:
+    from vstream.preprocess.kernel import LetterboxKernel
 
 log = logging.getLogger("vstream.engine")
 
@@ -159,7 +162,7 @@ class Detector:
             model, family.preprocessing
         )
         normalise = self.preprocessing.normalisation()
-        resampler = Resampler(frames=self.model.batch_size)
+        resampler = Resampler(frames=self.model.batch_size, kernel=self._letterbox_kernel())
         self.letterboxers = tuple(
             Letterboxer(b.input, model.resize, self.preprocessing.resize_mode, normalise, resampler)
             for b in self.model.buffers
@@ -190,6 +193,19 @@ class Detector:
         the exact path alone (on a CPU nothing waits, and its NMS costs less; masks need the
         kept boxes' rows, and pose and OBB models their extra columns, which only the exact
         path gives)."""
+
+    def _letterbox_kernel(self) -> LetterboxKernel | None:
+        """The CUDA letterbox kernel where ``runtime.letterbox_kernel`` asks for it and the
+        model runs on CUDA (``device: auto`` may have chosen the CPU: said in one line)."""
+        if not self.runtime.letterbox_kernel:
+            return None
+        device = self.model.device
+        if device.type != "cuda":
+            log.info("runtime.letterbox_kernel: the model runs on %s, so torch letterboxes", device)
+            return None
+        from vstream.preprocess.kernel import LetterboxKernel
+
+        return LetterboxKernel(device)
 
     def _preprocessing(
         self, model: ModelConfig, family: Preprocessing

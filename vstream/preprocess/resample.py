@@ -34,10 +34,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 
+from vstream.devices import same_device
 from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
 from vstream.preprocess.colour import chroma_planes
 from vstream.transfer import upload
@@ -360,6 +362,21 @@ def _sample_index(
     return rows[:, None], cols[None, :], (rows // 2)[:, None], (cols // 2)[None, :]
 
 
+class NV12Kernel(Protocol):
+    """What letterboxes NV12 frames on one device in place of the tensor operations
+    (:class:`vstream.preprocess.kernel.LetterboxKernel`), with the same pixels."""
+
+    device: torch.device
+
+    def run(
+        self,
+        pictures: Sequence[torch.Tensor],
+        size: tuple[int, int],
+        k: FixedPoint,
+        out: torch.Tensor,
+    ) -> None: ...
+
+
 class Resampler:
     """Letterbox windows from NV12, I420 or RGB pictures, as the reference makes them.
 
@@ -370,9 +387,12 @@ class Resampler:
     batch is run again stream by stream, by a model thread).
     """
 
-    def __init__(self, frames: int = 1) -> None:
-        """``frames``: the most frames a call resamples at once (the letterboxer's batch)."""
+    def __init__(self, frames: int = 1, kernel: NV12Kernel | None = None) -> None:
+        """``frames``: the most frames a call resamples at once (the letterboxer's batch).
+        ``kernel``: NV12 frames on its device into float32 inputs go through it instead
+        (:mod:`vstream.preprocess.kernel`: the same pixels in one launch a batch)."""
         self.frames = max(1, min(frames, FRAMES_PER_PASS))
+        self.kernel = kernel
         self._plans: OrderedDict[tuple, _Plan] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -401,4 +421,21 @@ class Resampler:
         :data:`FRAMES_PER_PASS` frames."""
         coefficients = None if layout is PixelFormat.RGB24 else ffmpeg_coefficients(colour)
         with self._lock:
-            self._plan(size, layout, out).run(pictures, coefficients, out)
+            if coefficients is not None and self._takes_kernel(pictures, layout, out):
+                assert self.kernel is not None
+                self.kernel.run(pictures, size, coefficients, out)
+            else:
+                self._plan(size, layout, out).run(pictures, coefficients, out)
+
+    def _takes_kernel(
+        self, pictures: Sequence[torch.Tensor], layout: PixelFormat, out: torch.Tensor
+    ) -> bool:
+        """Whether the kernel letterboxes these: 8-bit NV12 on its device into float32."""
+        kernel = self.kernel
+        return (
+            kernel is not None
+            and layout is PixelFormat.NV12
+            and out.dtype == torch.float32
+            and same_device(out.device, kernel.device)
+            and pictures[0].dtype == torch.uint8
+        )

@@ -1,0 +1,239 @@
+"""The CUDA letterbox kernel (``runtime.letterbox_kernel``) without a GPU.
+
+Its source is compiled twice here: by NVRTC, as the GPU gets it (NVRTC needs
+no GPU), and by the C++ compiler with ``VSTREAM_HOST``, whose build runs the
+kernel's per-pixel function over every output pixel on the CPU, with the
+launch parameters :func:`vstream.preprocess.kernel.launch_parameters` makes
+for the GPU (the same ctypes structures, passed by value). The oracle is the
+torch resampler (itself tested against FFmpeg and OpenCV in
+``test_reference_letterbox.py``): every value must be equal, bit for bit. The
+launch on a GPU is tested in ``test_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vstream.errors import ModelError
+from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
+from vstream.preprocess import kernel
+from vstream.preprocess.kernel import (
+    MAX_FRAMES,
+    Conversion,
+    Frames,
+    Output,
+    compile_kernel,
+    launch_parameters,
+    taps_of,
+)
+from vstream.preprocess.resample import Resampler, ffmpeg_coefficients
+
+HOST_DRIVER = """
+#define VSTREAM_HOST
+#include "letterbox_nv12.cu"
+
+extern "C" void letterbox_nv12_host(Frames frames, int frame_count, int source_height,
+                                    const int* row_taps, int height, const int* column_taps,
+                                    int width, Conversion k, Output out) {
+    const long long pixels = (long long)frame_count * height * width;
+    for (long long i = 0; i < pixels; ++i) {
+        letterbox_pixel(frames, source_height, row_taps, height, column_taps, width, k, out, i);
+    }
+}
+
+extern "C" long long structure_size(int which) {
+    return which == 0 ? sizeof(Frames) : which == 1 ? sizeof(Conversion) : sizeof(Output);
+}
+"""
+
+NO_NVRTC = "no cuda-bindings (torch's CUDA wheels bring it)"
+
+COLOURS = [
+    ColourSpace(ColourMatrix.BT601, full_range=False),
+    ColourSpace(ColourMatrix.BT709, full_range=False),
+    ColourSpace(ColourMatrix.BT709, full_range=True),
+]
+
+
+@pytest.fixture(scope="module")
+def host_kernel(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler to build the kernel's host twin")
+    folder = tmp_path_factory.mktemp("kernel")
+    source_folder = Path(str(resources.files("vstream.preprocess")))
+    (folder / "host.cpp").write_text(HOST_DRIVER)
+    library = folder / "letterbox_host.so"
+    subprocess.run(
+        [compiler, "-O1", "-shared", "-fPIC", "-std=c++17", f"-I{source_folder}",
+         str(folder / "host.cpp"), "-o", str(library)],
+        check=True, timeout=120,
+    )  # fmt: skip
+    built = ctypes.CDLL(str(library))
+    built.letterbox_nv12_host.restype = None
+    built.letterbox_nv12_host.argtypes = [
+        Frames, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+        ctypes.c_void_p, ctypes.c_int, Conversion, Output,
+    ]  # fmt: skip
+    built.structure_size.restype = ctypes.c_longlong
+    return built
+
+
+def nv12_frames(count: int, width: int, height: int, seed: int) -> list[torch.Tensor]:
+    """NV12 pictures, ``(height * 3 / 2, width)``: noise over gradients, full 0..255 range."""
+    rng = np.random.default_rng(seed)
+    rows = height * 3 // 2
+    ramp = np.add.outer(np.arange(rows) * 255 // rows, np.arange(width) * 255 // width) // 2
+    return [
+        torch.from_numpy(
+            (ramp + rng.integers(-60, 60, (rows, width))).clip(0, 255).astype(np.uint8)
+        )
+        for _ in range(count)
+    ]
+
+
+def by_kernel(
+    host: ctypes.CDLL,
+    pictures: list[torch.Tensor],
+    size: tuple[int, int],
+    colour: ColourSpace,
+    out: torch.Tensor,
+) -> None:
+    width, height = size
+    rows = torch.from_numpy(taps_of(height, out.shape[2]))
+    columns = torch.from_numpy(taps_of(width, out.shape[3]))
+    parameters = launch_parameters(
+        pictures, height, ffmpeg_coefficients(colour), rows, columns, out
+    )
+    host.letterbox_nv12_host(*parameters)
+
+
+def by_torch(
+    pictures: list[torch.Tensor], size: tuple[int, int], colour: ColourSpace, out: torch.Tensor
+) -> None:
+    Resampler(frames=len(pictures)).resample(pictures, PixelFormat.NV12, size, colour, out)
+
+
+def test_the_structures_are_laid_out_as_the_compiler_lays_them_out(host_kernel) -> None:
+    for which, structure in enumerate((Frames, Conversion, Output)):
+        assert host_kernel.structure_size(which) == ctypes.sizeof(structure), structure.__name__
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        ((1920, 1080), (320, 180)),  # 1080p into the demo model's letterbox
+        ((1280, 720), (640, 360)),
+        ((640, 480), (320, 240)),
+        ((160, 90), (320, 180)),  # enlarged
+        ((642, 478), (319, 237)),  # odd targets, uneven scales
+        ((64, 48), (64, 48)),  # as it is: no blend
+    ],
+)
+@pytest.mark.parametrize("colour", COLOURS, ids=lambda c: f"{c.matrix.name}-{c.full_range}")
+def test_the_kernel_gives_the_torch_resamplers_pixels(
+    host_kernel, source: tuple[int, int], target: tuple[int, int], colour: ColourSpace
+) -> None:
+    pictures = nv12_frames(3, *source, seed=sum(source))
+    width, height = target
+    expected = torch.full((3, 3, height, width), -1.0)
+    got = torch.full((3, 3, height, width), -2.0)
+    by_torch(pictures, source, colour, expected)
+    by_kernel(host_kernel, pictures, source, colour, got)
+    assert (expected >= 0).all()
+    assert torch.equal(got, expected), (got - expected).abs().max()
+
+
+def test_strided_frames_and_windows_are_read_and_written_where_they_lie(host_kernel) -> None:
+    """Pitched rows (NVDEC's surfaces), every other byte (the high bytes of 10-bit P016), and a
+    window inside a padded model input."""
+    width, height = 320, 180
+    source = nv12_frames(2, width, height, seed=7)
+    pitched = [torch.zeros(height * 3 // 2, width + 64, dtype=torch.uint8) for _ in source]
+    for buffer, picture in zip(pitched, source, strict=True):
+        buffer[:, :width] = picture
+    wide = [torch.zeros(height * 3 // 2, 2 * width, dtype=torch.uint8) for _ in source]
+    for buffer, picture in zip(wide, source, strict=True):
+        buffer[:, 1::2] = picture
+    pictures = [pitched[0][:, :width], wide[1][:, 1::2]]
+    colour = COLOURS[1]
+    expected = torch.empty(2, 3, 90, 160)
+    by_torch([p.contiguous() for p in source], (width, height), colour, expected)
+    model_input = torch.full((2, 3, 160, 160), 0.5)
+    window = model_input[:, :, 35:125, :]
+    by_kernel(host_kernel, pictures, (width, height), colour, window)
+    assert torch.equal(window, expected)
+    assert (model_input[:, :, :35] == 0.5).all() and (model_input[:, :, 125:] == 0.5).all()
+
+
+def test_a_launch_takes_at_most_its_frames() -> None:
+    pictures = nv12_frames(1, 16, 16, seed=1) * (MAX_FRAMES + 1)
+    with pytest.raises(ValueError, match=f"at most {MAX_FRAMES} frames"):
+        kernel.frames_of(pictures)
+
+
+@pytest.mark.parametrize("architecture", ["sm_75", "sm_90"])
+def test_nvrtc_compiles_the_kernel_without_a_gpu(architecture: str) -> None:
+    pytest.importorskip(
+        "cuda.bindings.nvrtc", reason="cuda-bindings comes with torch's CUDA wheels"
+    )
+    cubin = compile_kernel(architecture)
+    assert cubin.startswith(b"\x7fELF") and b"letterbox_nv12" in cubin
+
+
+def test_a_kernel_that_does_not_compile_says_why_in_one_error(monkeypatch) -> None:
+    pytest.importorskip(
+        "cuda.bindings.nvrtc", reason="cuda-bindings comes with torch's CUDA wheels"
+    )
+    monkeypatch.setattr(kernel, "kernel_source", lambda: 'extern "C" __global__ void k( {}')
+    with pytest.raises(ModelError, match=r"did not compile for sm_90: .*error"):
+        compile_kernel("sm_90")
+
+
+class RecordingKernel:
+    """Stands in for :class:`LetterboxKernel` (which needs a GPU) to see which frames reach it:
+    the resampler's side of the kernel is its ``NV12Kernel`` protocol, nothing of the GPU."""
+
+    def __init__(self, device: str) -> None:
+        self.device = torch.device(device)
+        self.calls: list[int] = []
+
+    def run(self, pictures, size, k, out) -> None:
+        self.calls.append(len(pictures))
+
+
+def test_only_8_bit_nv12_into_float32_on_the_kernels_device_takes_it() -> None:
+    recording = RecordingKernel("cpu")
+    resampler = Resampler(frames=4, kernel=recording)
+    colour = COLOURS[0]
+    nv12 = nv12_frames(2, 64, 48, seed=3)
+    resampler.resample(nv12, PixelFormat.NV12, (64, 48), colour, torch.empty(2, 3, 32, 32))
+    assert recording.calls == [2]
+    resampler.resample(nv12, PixelFormat.NV12, (64, 48), colour, torch.empty(2, 3, 32, 32).half())
+    rgb = [torch.zeros(48, 64, 3, dtype=torch.uint8)]
+    resampler.resample(rgb, PixelFormat.RGB24, (64, 48), colour, torch.empty(1, 3, 32, 32))
+    elsewhere = Resampler(frames=4, kernel=RecordingKernel("meta"))
+    elsewhere.resample(nv12, PixelFormat.NV12, (64, 48), colour, torch.empty(2, 3, 32, 32))
+    assert recording.calls == [2]
+
+
+def test_the_option_is_refused_on_the_cpu_and_said_where_auto_chose_it(caplog) -> None:
+    from vstream.assets import DEMO_MODEL
+    from vstream.config.loading import ConfigError
+    from vstream.detector import Detector
+
+    with pytest.raises((ConfigError, ValueError), match="letterbox_kernel is a CUDA kernel"):
+        Detector(DEMO_MODEL, device="cpu", letterbox_kernel=True)
+    with caplog.at_level(logging.INFO, logger="vstream.engine"):
+        detector = Detector(DEMO_MODEL, device="auto", letterbox_kernel=True)
+    assert detector.model.device.type == "cpu"
+    assert "runtime.letterbox_kernel: the model runs on cpu, so torch letterboxes" in caplog.text
