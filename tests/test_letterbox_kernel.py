@@ -13,6 +13,7 @@ launch on a GPU is tested in ``test_gpu.py``.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import logging
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ import pytest
 import torch
 
 from vstream.errors import ModelError
-from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
+from vstream.frame import ColourMatrix, ColourSpace, Frame, PixelFormat
 from vstream.preprocess import kernel
 from vstream.preprocess.kernel import (
     MAX_FRAMES,
@@ -237,3 +238,79 @@ def test_the_option_is_refused_on_the_cpu_and_said_where_auto_chose_it(caplog) -
         detector = Detector(DEMO_MODEL, device="auto", letterbox_kernel=True)
     assert detector.model.device.type == "cpu"
     assert "runtime.letterbox_kernel: the model runs on cpu, so torch letterboxes" in caplog.text
+
+
+class HostKernel:
+    """The kernel's own source built for the CPU (``VSTREAM_HOST``), as a resampler takes a
+    kernel: each call runs its per-pixel function over the batch, with the GPU's parameters."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self.device = torch.device("cpu")
+        self.library = library
+        self.launches = 0
+
+    def run(self, pictures, size, k, out) -> None:
+        self.launches += 1
+        width, height = size
+        rows = torch.from_numpy(taps_of(height, out.shape[2]))
+        columns = torch.from_numpy(taps_of(width, out.shape[3]))
+        self.library.letterbox_nv12_host(
+            *launch_parameters(pictures, height, k, rows, columns, out)
+        )
+
+
+def test_nv12_frames_through_the_kernel_give_the_cpu_paths_input_exactly(
+    host_kernel, tmp_path: Path
+) -> None:
+    """As on a GPU (``test_gpu.py``): NV12 frames letterboxed by the kernel give what FFmpeg and
+    OpenCV give the CPU decoder's pictures, on the parity videos and a full-range clip."""
+    from helpers import write_video
+
+    from vstream.parity import PARITY_DIR
+    from vstream.preprocess import Letterboxer
+    from vstream.sources import VideoFileSource
+
+    full_range = write_video(
+        tmp_path / "full.mp4", frames=4, width=640, height=360, pix_fmt="yuvj420p"
+    )
+    kernel = HostKernel(host_kernel)
+    for video in [*sorted(PARITY_DIR.glob("*.mp4")), full_range]:
+        with VideoFileSource(video) as source:
+            decoded = list(itertools.islice(source, 4))
+        nv12 = [
+            Frame(
+                torch.from_numpy(f.picture.frame.to_ndarray(format="nv12")),
+                PixelFormat.NV12,
+                f.width,
+                f.height,
+                colour=f.colour,
+            )
+            for f in decoded
+        ]
+        by_reference, by_the_kernel = torch.zeros((4, 3, 320, 320)), torch.zeros((4, 3, 320, 320))
+        Letterboxer(by_reference).load_batch(0, decoded)
+        Letterboxer(by_the_kernel, resampler=Resampler(4, kernel=kernel)).load_batch(0, nv12)
+        assert torch.equal(by_the_kernel, by_reference), video.name
+    assert kernel.launches == 4
+
+
+def test_a_batch_of_two_sizes_is_padded_and_normalised_around_the_kernels_windows(
+    host_kernel,
+) -> None:
+    """Runs of frames alike each get a launch; the letterboxer's padding and normalisation
+    around them are as with torch's letterbox."""
+    from vstream.preprocess import Letterboxer
+
+    frames = [
+        Frame(p, PixelFormat.NV12, width, height)
+        for width, height, seed in ((640, 360, 1), (640, 360, 2), (480, 640, 3))
+        for p in nv12_frames(1, width, height, seed)
+    ]
+    normalise = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    kernel = HostKernel(host_kernel)
+    inputs = torch.zeros((3, 3, 256, 256)), torch.zeros((3, 3, 256, 256))
+    expected = Letterboxer(inputs[0], normalise=normalise).load_batch(0, frames)
+    with_kernel = Letterboxer(inputs[1], normalise=normalise, resampler=Resampler(3, kernel))
+    assert with_kernel.load_batch(0, frames) == expected
+    assert kernel.launches == 2
+    assert torch.equal(inputs[1], inputs[0])
