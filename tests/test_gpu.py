@@ -398,6 +398,7 @@ def test_vstream_doctor_passes_on_this_gpu(tmp_path: Path, ort_cuda, nvdec: None
         "zero-copy-gpu",
         "copies-gpu",
         "demo-gpu",
+        "kernel-gpu",
         "graphs-gpu",
         "fps-gpu",
     ):

@@ -39,6 +39,9 @@ gather its evidence says ``skip`` and why, never ``pass``:
 ``reference-gpu``   (``vstream/assets/parity``): vstream run the same way finds the same
                     boxes, recall and precision >= 0.99 (same class, IoU >= 0.85), on the
                     CPU and with NVDEC + the device letterbox (:mod:`vstream.parity`).
+``kernel-gpu``      the letterbox kernel (``runtime.letterbox_kernel``) compiles for this
+                    GPU, and 32 frames of 1080p NV12 noise come out of it as out of
+                    torch's device letterbox, bit for bit, in two colour spaces.
 ``graphs-gpu``      CUDA graphs capture, and replay equals eager for every bucket.
 ``fps-cpu``         frames per second of each stage alone and end to end (with
 ``fps-gpu``         the device synchronised before each clock stop, so GPU work

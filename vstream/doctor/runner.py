@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vstream.assets import DEMO_MODEL, SAMPLE_VIDEO
-from vstream.doctor import accuracy, copies, graphs, providers, throughput, zero_copy
+from vstream.doctor import accuracy, copies, graphs, kernel, providers, throughput, zero_copy
 from vstream.doctor.environment import environment, gpu_problem
 from vstream.doctor.harness import build_detector, detect_records
 from vstream.doctor.report import FAIL, PASS, SKIP, Check, Failed, Report, Skipped
@@ -41,6 +41,7 @@ CHECKS: tuple[tuple[str, str, bool], ...] = (
     ("demo-gpu", "NVDEC + GPU detections match the CPU's (IoU >= 0.9, >= 98 %)", True),
     ("reference-cpu", "Ultralytics' detections on the parity videos (recall, precision)", False),
     ("reference-gpu", "the same with NVDEC and the device letterbox", True),
+    ("kernel-gpu", "the letterbox kernel (runtime.letterbox_kernel) equals torch's", True),
     ("graphs-gpu", "CUDA graphs capture; replay equals eager", True),
     ("fps-cpu", "frames per second per stage and end to end (CPU)", False),
     ("fps-gpu", "frames per second per stage and end to end, graphs off/on", True),
@@ -167,6 +168,10 @@ class Doctor:
         return accuracy.reference_agreement(
             device="cuda", decoder="nvdec", provider=self.options.provider
         )
+
+    def check_kernel_gpu(self) -> tuple[str, dict[str, Any]]:
+        self._quick_skip()
+        return kernel.kernel_matches_torch()
 
     def check_graphs_gpu(self) -> tuple[str, dict[str, Any]]:
         self._quick_skip()

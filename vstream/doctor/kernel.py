@@ -1,0 +1,56 @@
+"""``kernel-gpu``: the letterbox kernel compiles for this GPU and gives torch's letterbox exactly.
+
+``runtime.letterbox_kernel`` swaps torch's device letterbox for one CUDA
+kernel a batch (:mod:`vstream.preprocess.kernel`), compiled by NVRTC for the
+GPU at hand. Here it is compiled and loaded as a pipeline would, and 32
+frames of 1080p NV12 noise (every sample value, every chroma pair) are
+letterboxed into a 320 input by both, in two colour spaces: every value must
+be equal, bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vstream.doctor.report import Failed
+
+FRAMES = 32
+SOURCE = (1920, 1080)
+WINDOW = (320, 180)
+
+
+def kernel_matches_torch() -> tuple[str, dict[str, Any]]:
+    import torch
+
+    from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
+    from vstream.preprocess.kernel import LetterboxKernel
+    from vstream.preprocess.resample import Resampler
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    kernel = LetterboxKernel(device)
+    width, height = SOURCE
+    generator = torch.Generator(device=device).manual_seed(0)
+    pictures = [
+        torch.randint(0, 256, (height * 3 // 2, width), dtype=torch.uint8, device=device,
+                      generator=generator)
+        for _ in range(FRAMES)
+    ]  # fmt: skip
+    shape = (FRAMES, 3, WINDOW[1], WINDOW[0])
+    colours = [ColourSpace(ColourMatrix.BT601, False), ColourSpace(ColourMatrix.BT709, True)]
+    for colour in colours:
+        expected, got = torch.zeros(shape, device=device), torch.zeros(shape, device=device)
+        Resampler(FRAMES).resample(pictures, PixelFormat.NV12, SOURCE, colour, expected)
+        Resampler(FRAMES, kernel=kernel).resample(pictures, PixelFormat.NV12, SOURCE, colour, got)
+        differ = int((got != expected).sum())
+        if differ:
+            worst = float((got - expected).abs().max()) * 255
+            raise Failed(
+                f"{colour}: {differ} of {got.numel()} values differ from torch's letterbox, "
+                f"by up to {worst:.2f} levels"
+            )
+    major, minor = torch.cuda.get_device_capability(device)
+    detail = (
+        f"compiled for sm_{major}{minor}; {FRAMES} 1080p NV12 frames x {len(colours)} colour "
+        "spaces equal torch's letterbox, bit for bit"
+    )
+    return detail, {"architecture": f"sm_{major}{minor}", "frames": FRAMES, "equal": True}
