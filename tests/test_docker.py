@@ -77,6 +77,7 @@ def test_the_gpu_image_and_extra_pin_one_cuda_major() -> None:
         "torchvision": "0.29.1",
         "onnxruntime-gpu": "1.31.1",  # PyPI's build: CUDA 13, cuDNN 9
         "PyNvVideoCodec": "2.2.4",  # the driver API only
+        "cuda-bindings": "13.5.0",  # NVRTC and the driver for the letterbox kernel
     }
     assert "onnxruntime-gpu[cuda,cudnn]==" in " ".join(EXTRAS["gpu"]), "CUDA 13 libraries as wheels"
     makefile = (ROOT / "Makefile").read_text()
