@@ -454,7 +454,7 @@ def test_the_letterbox_kernel_gives_nvdecs_frames_the_cpu_paths_input_exactly(
 
 def test_the_letterbox_kernel_takes_a_batch_in_one_launch_from_any_thread(stream) -> None:
     """32 1080p frames, as torch's resampler letterboxes them, with no torch operation once the
-    taps are on the device; on a thread where nothing made torch's context current too."""
+    taps are on the device; on a thread with no context current too (pushed for the launch)."""
     import threading
 
     from vstream.bench.overhead import DispatchCounter
@@ -484,7 +484,10 @@ def test_the_letterbox_kernel_takes_a_batch_in_one_launch_from_any_thread(stream
     elsewhere = torch.zeros_like(expected)
 
     def on_a_new_thread() -> None:
+        from cuda.bindings import driver
+
         with torch.cuda.stream(stream):
+            driver.cuCtxSetCurrent(driver.CUcontext(0))  # no context: the launch is refused once
             with_kernel.resample(pictures, PixelFormat.NV12, size, colour, elsewhere[:, :, 70:250])
 
     thread = threading.Thread(target=on_a_new_thread)

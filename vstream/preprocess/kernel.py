@@ -177,8 +177,8 @@ class LetterboxKernel:
     Built when a pipeline is (compiling takes a fraction of a second); used
     by one thread at a time (the resampler's lock). A launch runs on the
     calling thread's current torch stream, in the device's primary context
-    (torch's), made current for the launch whatever another library left
-    current on the thread.
+    (torch's), pushed for the launch where the thread has another context
+    current (another device's, or a library's own).
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -239,18 +239,26 @@ class LetterboxKernel:
             )
             pixels = window.shape[0] * window.shape[2] * window.shape[3]
             blocks = min(-(-pixels // THREADS_PER_BLOCK), 1 << 20)
+            self._launch(blocks, stream, ctypes.addressof(pointers))
+
+    def _launch(self, blocks: int, stream: Any, parameters: int) -> None:
+        """One launch: one call into the driver (which lets go of the GIL once) where the
+        primary context is current, as torch leaves it on its threads; else, refused for
+        another context, again with the primary context pushed around it."""
+        driver = self._driver
+        grid, block = (blocks, 1, 1), (THREADS_PER_BLOCK, 1, 1)
+        result = driver.cuLaunchKernel(self._function, *grid, *block, 0, stream, parameters, 0)
+        if int(result[0]) in _OTHER_CONTEXT:
             with self._current():
-                _check(
-                    self._driver.cuLaunchKernel(
-                        self._function,
-                        blocks, 1, 1,
-                        THREADS_PER_BLOCK, 1, 1,
-                        0,
-                        stream,
-                        ctypes.addressof(pointers),
-                        0,
-                    )
-                )  # fmt: skip
+                result = driver.cuLaunchKernel(
+                    self._function, *grid, *block, 0, stream, parameters, 0
+                )
+        _check(result)
+
+
+_OTHER_CONTEXT = frozenset({201, 400})
+"""``CUDA_ERROR_INVALID_CONTEXT`` (none current) and ``CUDA_ERROR_INVALID_HANDLE`` (the
+function is another context's): a launch refused before it ran, so it can be made again."""
 
 
 class _PrimaryContext:
