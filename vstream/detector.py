@@ -205,7 +205,9 @@ class Detector:
             return None
         from vstream.preprocess.kernel import LetterboxKernel
 
-        return LetterboxKernel(device)
+        kernel = LetterboxKernel(device)
+        log.info("letterbox on %s: one CUDA kernel a batch (%s)", device, kernel.architecture)
+        return kernel
 
     def _preprocessing(
         self, model: ModelConfig, family: Preprocessing

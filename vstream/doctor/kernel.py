@@ -48,9 +48,8 @@ def kernel_matches_torch() -> tuple[str, dict[str, Any]]:
                 f"{colour}: {differ} of {got.numel()} values differ from torch's letterbox, "
                 f"by up to {worst:.2f} levels"
             )
-    major, minor = torch.cuda.get_device_capability(device)
     detail = (
-        f"compiled for sm_{major}{minor}; {FRAMES} 1080p NV12 frames x {len(colours)} colour "
+        f"compiled for {kernel.architecture}; {FRAMES} 1080p NV12 frames x {len(colours)} colour "
         "spaces equal torch's letterbox, bit for bit"
     )
-    return detail, {"architecture": f"sm_{major}{minor}", "frames": FRAMES, "equal": True}
+    return detail, {"architecture": kernel.architecture, "frames": FRAMES, "equal": True}

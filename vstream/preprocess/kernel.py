@@ -194,7 +194,9 @@ class LetterboxKernel:
         self.device = device
         self._driver = driver
         major, minor = torch.cuda.get_device_capability(device)
-        cubin = compile_kernel(f"sm_{major}{minor}")
+        self.architecture = f"sm_{major}{minor}"
+        """What NVRTC compiled the kernel for: this device's."""
+        cubin = compile_kernel(self.architecture)
         self._context = _check(
             driver.cuDevicePrimaryCtxRetain(_check(driver.cuDeviceGet(device.index)))
         )
