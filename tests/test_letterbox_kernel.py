@@ -219,7 +219,9 @@ def test_only_8_bit_nv12_into_float32_on_the_kernels_device_takes_it() -> None:
     nv12 = nv12_frames(2, 64, 48, seed=3)
     resampler.resample(nv12, PixelFormat.NV12, (64, 48), colour, torch.empty(2, 3, 32, 32))
     assert recording.calls == [2]
+    assert resampler.scratch_bytes == 0  # no plan: the kernel needs no scratch buffers
     resampler.resample(nv12, PixelFormat.NV12, (64, 48), colour, torch.empty(2, 3, 32, 32).half())
+    assert resampler.scratch_bytes > 0
     rgb = [torch.zeros(48, 64, 3, dtype=torch.uint8)]
     resampler.resample(rgb, PixelFormat.RGB24, (64, 48), colour, torch.empty(1, 3, 32, 32))
     elsewhere = Resampler(frames=4, kernel=RecordingKernel("meta"))
