@@ -196,8 +196,11 @@ def test_a_kernel_that_does_not_compile_says_why_in_one_error(monkeypatch) -> No
         "cuda.bindings.nvrtc", reason="cuda-bindings comes with torch's CUDA wheels"
     )
     monkeypatch.setattr(kernel, "kernel_source", lambda: 'extern "C" __global__ void k( {}')
-    with pytest.raises(ModelError, match=r"did not compile for sm_90: .*error"):
+    with pytest.raises(ModelError, match=r"did not compile for sm_90: .*error") as refused:
         compile_kernel("sm_90")
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ModelError, match="invalid value for --gpu-architecture"):
+        compile_kernel("sm_52")  # a GPU CUDA 13 no longer builds for
 
 
 class RecordingKernel:

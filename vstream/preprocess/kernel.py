@@ -22,6 +22,7 @@ GPU); the launch itself runs only on a GPU (``tests/test_gpu.py``).
 from __future__ import annotations
 
 import ctypes
+import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from importlib import resources
@@ -30,9 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from vstream.errors import ModelError
+from vstream.errors import ModelError, first_line
 from vstream.preprocess.resample import MAX_PLANS, FixedPoint, Taps
 from vstream.transfer import upload
+
+log = logging.getLogger("vstream.engine")
 
 SOURCE = "letterbox_nv12.cu"
 """The kernel's source, beside this module."""
@@ -157,12 +160,12 @@ def compile_kernel(architecture: str) -> bytes:
         (error,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         if int(error) != 0:
             size = _check(nvrtc.nvrtcGetProgramLogSize(program))
-            log = b" " * size
-            _check(nvrtc.nvrtcGetProgramLog(program, log))
-            raise ModelError(
-                f"the letterbox kernel did not compile for {architecture}: "
-                f"{log.decode(errors='replace').strip()}"
-            )
+            text = b" " * size
+            _check(nvrtc.nvrtcGetProgramLog(program, text))
+            lines = text.decode(errors="replace").strip(chr(0)).strip().splitlines()
+            log.debug("NVRTC's log:\n%s", "\n".join(lines))
+            first = next((line for line in lines if "error" in line), lines[0] if lines else "")
+            raise ModelError(f"the letterbox kernel did not compile for {architecture}: {first}")
         size = _check(nvrtc.nvrtcGetCUBINSize(program))
         cubin = b" " * size
         _check(nvrtc.nvrtcGetCUBIN(program, cubin))
@@ -196,7 +199,14 @@ class LetterboxKernel:
         major, minor = torch.cuda.get_device_capability(device)
         self.architecture = f"sm_{major}{minor}"
         """What NVRTC compiled the kernel for: this device's."""
-        cubin = compile_kernel(self.architecture)
+        try:
+            cubin = compile_kernel(self.architecture)
+        except ModelError:
+            raise
+        except Exception as exc:  # NVRTC's library missing or refusing: one line, at start
+            raise ModelError(
+                f"runtime.letterbox_kernel: NVRTC could not compile the kernel: {first_line(exc)}"
+            ) from exc
         self._context = _check(
             driver.cuDevicePrimaryCtxRetain(_check(driver.cuDeviceGet(device.index)))
         )
