@@ -239,7 +239,7 @@ def test_the_option_is_refused_on_the_cpu_and_said_where_auto_chose_it(caplog) -
 
     with pytest.raises((ConfigError, ValueError), match="letterbox_kernel is a CUDA kernel"):
         Detector(DEMO_MODEL, device="cpu", letterbox_kernel=True)
-    with caplog.at_level(logging.INFO, logger="vstream.engine"):
+    with caplog.at_level(logging.WARNING, logger="vstream.engine"):
         detector = Detector(DEMO_MODEL, device="auto", letterbox_kernel=True)
     assert detector.model.device.type == "cpu"
     assert "runtime.letterbox_kernel: the model runs on cpu, so torch letterboxes" in caplog.text

@@ -201,7 +201,9 @@ class Detector:
             return None
         device = self.model.device
         if device.type != "cuda":
-            log.info("runtime.letterbox_kernel: the model runs on %s, so torch letterboxes", device)
+            log.warning(
+                "runtime.letterbox_kernel: the model runs on %s, so torch letterboxes", device
+            )
             return None
         from vstream.preprocess.kernel import LetterboxKernel
 
