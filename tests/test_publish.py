@@ -48,11 +48,18 @@ def frames_in(path: Path) -> tuple[int, tuple[int, int]]:
 
 
 def recorded_frames(path: Path, expected: int) -> int:
-    """Frames nginx recorded in ``path``, once it has finished writing them (bounded wait)."""
+    """Frames nginx recorded in ``path``, once it has finished writing them (bounded wait).
+
+    nginx makes the file before it writes FLV's header into it: until then FFmpeg finds
+    no container there (seen once on a loaded machine), which counts as none yet.
+    """
     counted = 0
     deadline = time.monotonic() + 60  # only a hang waits this long
     while time.monotonic() < deadline:
-        counted = frames_in(path)[0]
+        try:
+            counted = frames_in(path)[0]
+        except av.error.InvalidDataError:
+            counted = 0
         if counted >= expected:
             break
         time.sleep(0.1)
