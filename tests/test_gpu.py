@@ -481,6 +481,11 @@ def test_the_letterbox_kernel_takes_a_batch_in_one_launch_from_any_thread(stream
         with_kernel.resample(pictures, PixelFormat.NV12, size, colour, got[:, :, 70:250])
     assert counter.total == 0, counter.ops
     assert torch.equal(got, expected)
+    halves = torch.zeros((32, 3, 180, 320), device=CUDA, dtype=torch.float16)
+    Resampler(32).resample(pictures, PixelFormat.NV12, size, colour, halves)
+    by_kernel = torch.zeros_like(halves)
+    with_kernel.resample(pictures, PixelFormat.NV12, size, colour, by_kernel)
+    assert torch.equal(by_kernel, halves)  # an fp16 model's input
     elsewhere = torch.zeros_like(expected)
 
     def on_a_new_thread() -> None:

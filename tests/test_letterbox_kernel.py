@@ -36,19 +36,36 @@ from vstream.preprocess.kernel import (
     launch_parameters,
     taps_of,
 )
-from vstream.preprocess.resample import Resampler, ffmpeg_coefficients
+from vstream.preprocess.resample import FixedPoint, Resampler, ffmpeg_coefficients
 
 HOST_DRIVER = """
 #define VSTREAM_HOST
 #include "letterbox_nv12.cu"
 
+template <typename Element>
+static void every_pixel(Frames frames, int frame_count, int source_height, const int* row_taps,
+                        int height, const int* column_taps, int width, Conversion k,
+                        Output out) {
+    const long long pixels = (long long)frame_count * height * width;
+    for (long long i = 0; i < pixels; ++i) {
+        letterbox_pixel<Element>(frames, source_height, row_taps, height, column_taps, width, k,
+                                 out, i);
+    }
+}
+
 extern "C" void letterbox_nv12_host(Frames frames, int frame_count, int source_height,
                                     const int* row_taps, int height, const int* column_taps,
                                     int width, Conversion k, Output out) {
-    const long long pixels = (long long)frame_count * height * width;
-    for (long long i = 0; i < pixels; ++i) {
-        letterbox_pixel(frames, source_height, row_taps, height, column_taps, width, k, out, i);
-    }
+    every_pixel<float>(frames, frame_count, source_height, row_taps, height, column_taps, width,
+                       k, out);
+}
+
+extern "C" void letterbox_nv12_host_half(Frames frames, int frame_count, int source_height,
+                                         const int* row_taps, int height,
+                                         const int* column_taps, int width, Conversion k,
+                                         Output out) {
+    every_pixel<half_t>(frames, frame_count, source_height, row_taps, height, column_taps,
+                        width, k, out);
 }
 
 extern "C" long long structure_size(int which) {
@@ -80,11 +97,12 @@ def host_kernel(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         check=True, timeout=120,
     )  # fmt: skip
     built = ctypes.CDLL(str(library))
-    built.letterbox_nv12_host.restype = None
-    built.letterbox_nv12_host.argtypes = [
-        Frames, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-        ctypes.c_void_p, ctypes.c_int, Conversion, Output,
-    ]  # fmt: skip
+    for function in (built.letterbox_nv12_host, built.letterbox_nv12_host_half):
+        function.restype = None
+        function.argtypes = [
+            Frames, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+            ctypes.c_void_p, ctypes.c_int, Conversion, Output,
+        ]  # fmt: skip
     built.structure_size.restype = ctypes.c_longlong
     return built
 
@@ -102,6 +120,17 @@ def nv12_frames(count: int, width: int, height: int, seed: int) -> list[torch.Te
     ]
 
 
+def host_run(
+    host: ctypes.CDLL, pictures: list[torch.Tensor], height: int, k: FixedPoint, out: torch.Tensor
+) -> None:
+    """The host build over every output pixel, as one launch on a GPU (float32 or float16)."""
+    width = pictures[0].shape[1]
+    rows = torch.from_numpy(taps_of(height, out.shape[2]))
+    columns = torch.from_numpy(taps_of(width, out.shape[3]))
+    run = host.letterbox_nv12_host_half if out.dtype == torch.float16 else host.letterbox_nv12_host
+    run(*launch_parameters(pictures, height, k, rows, columns, out))
+
+
 def by_kernel(
     host: ctypes.CDLL,
     pictures: list[torch.Tensor],
@@ -109,13 +138,7 @@ def by_kernel(
     colour: ColourSpace,
     out: torch.Tensor,
 ) -> None:
-    width, height = size
-    rows = torch.from_numpy(taps_of(height, out.shape[2]))
-    columns = torch.from_numpy(taps_of(width, out.shape[3]))
-    parameters = launch_parameters(
-        pictures, height, ffmpeg_coefficients(colour), rows, columns, out
-    )
-    host.letterbox_nv12_host(*parameters)
+    host_run(host, pictures, size[1], ffmpeg_coefficients(colour), out)
 
 
 def by_torch(
@@ -141,13 +164,18 @@ def test_the_structures_are_laid_out_as_the_compiler_lays_them_out(host_kernel) 
     ],
 )
 @pytest.mark.parametrize("colour", COLOURS, ids=lambda c: f"{c.matrix.name}-{c.full_range}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_the_kernel_gives_the_torch_resamplers_pixels(
-    host_kernel, source: tuple[int, int], target: tuple[int, int], colour: ColourSpace
+    host_kernel,
+    source: tuple[int, int],
+    target: tuple[int, int],
+    colour: ColourSpace,
+    dtype: torch.dtype,
 ) -> None:
     pictures = nv12_frames(3, *source, seed=sum(source))
     width, height = target
-    expected = torch.full((3, 3, height, width), -1.0)
-    got = torch.full((3, 3, height, width), -2.0)
+    expected = torch.full((3, 3, height, width), -1.0, dtype=dtype)
+    got = torch.full((3, 3, height, width), -2.0, dtype=dtype)
     by_torch(pictures, source, colour, expected)
     by_kernel(host_kernel, pictures, source, colour, got)
     assert (expected >= 0).all()
@@ -188,7 +216,8 @@ def test_nvrtc_compiles_the_kernel_without_a_gpu(architecture: str) -> None:
         "cuda.bindings.nvrtc", reason="cuda-bindings comes with torch's CUDA wheels"
     )
     cubin = compile_kernel(architecture)
-    assert cubin.startswith(b"\x7fELF") and b"letterbox_nv12" in cubin
+    assert cubin.startswith(b"\x7fELF")
+    assert all(name.encode() in cubin for name in kernel.KERNELS.values())
 
 
 def test_a_kernel_that_does_not_compile_says_why_in_one_error(monkeypatch) -> None:
@@ -206,6 +235,8 @@ def test_a_kernel_that_does_not_compile_says_why_in_one_error(monkeypatch) -> No
 class RecordingKernel:
     """Stands in for :class:`LetterboxKernel` (which needs a GPU) to see which frames reach it:
     the resampler's side of the kernel is its ``NV12Kernel`` protocol, nothing of the GPU."""
+
+    dtypes = frozenset({torch.float32})
 
     def __init__(self, device: str) -> None:
         self.device = torch.device(device)
@@ -249,6 +280,8 @@ class HostKernel:
     """The kernel's own source built for the CPU (``VSTREAM_HOST``), as a resampler takes a
     kernel: each call runs its per-pixel function over the batch, with the GPU's parameters."""
 
+    dtypes = frozenset({torch.float32, torch.float16})
+
     def __init__(self, library: ctypes.CDLL) -> None:
         self.device = torch.device("cpu")
         self.library = library
@@ -256,12 +289,7 @@ class HostKernel:
 
     def run(self, pictures, size, k, out) -> None:
         self.launches += 1
-        width, height = size
-        rows = torch.from_numpy(taps_of(height, out.shape[2]))
-        columns = torch.from_numpy(taps_of(width, out.shape[3]))
-        self.library.letterbox_nv12_host(
-            *launch_parameters(pictures, height, k, rows, columns, out)
-        )
+        host_run(self.library, pictures, size[1], k, out)
 
 
 def test_nv12_frames_through_the_kernel_give_the_cpu_paths_input_exactly(
@@ -299,8 +327,9 @@ def test_nv12_frames_through_the_kernel_give_the_cpu_paths_input_exactly(
     assert kernel.launches == 4
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_a_batch_of_two_sizes_is_padded_and_normalised_around_the_kernels_windows(
-    host_kernel,
+    host_kernel, dtype: torch.dtype
 ) -> None:
     """Runs of frames alike each get a launch; the letterboxer's padding and normalisation
     around them are as with torch's letterbox."""
@@ -313,7 +342,7 @@ def test_a_batch_of_two_sizes_is_padded_and_normalised_around_the_kernels_window
     ]
     normalise = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
     kernel = HostKernel(host_kernel)
-    inputs = torch.zeros((3, 3, 256, 256)), torch.zeros((3, 3, 256, 256))
+    inputs = torch.zeros((2, 3, 3, 256, 256), dtype=dtype)
     expected = Letterboxer(inputs[0], normalise=normalise).load_batch(0, frames)
     with_kernel = Letterboxer(inputs[1], normalise=normalise, resampler=Resampler(3, kernel))
     assert with_kernel.load_batch(0, frames) == expected

@@ -4,12 +4,13 @@
 kernel a batch (:mod:`vstream.preprocess.kernel`), compiled by NVRTC for the
 GPU at hand. Here it is compiled and loaded as a pipeline would, and 32
 frames of 1080p NV12 noise (every sample value, every chroma pair) are
-letterboxed into a 320 input by both, in two colour spaces: every value must
-be equal, bit for bit.
+letterboxed into a 320 input by both, in two colour spaces, into float32 and
+float16 inputs: every value must be equal, bit for bit.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from vstream.doctor.report import Failed
@@ -37,19 +38,20 @@ def kernel_matches_torch() -> tuple[str, dict[str, Any]]:
     ]  # fmt: skip
     shape = (FRAMES, 3, WINDOW[1], WINDOW[0])
     colours = [ColourSpace(ColourMatrix.BT601, False), ColourSpace(ColourMatrix.BT709, True)]
-    for colour in colours:
-        expected, got = torch.zeros(shape, device=device), torch.zeros(shape, device=device)
+    for colour, dtype in itertools.product(colours, sorted(kernel.dtypes, key=str)):
+        expected = torch.zeros(shape, device=device, dtype=dtype)
+        got = torch.zeros_like(expected)
         Resampler(FRAMES).resample(pictures, PixelFormat.NV12, SOURCE, colour, expected)
         Resampler(FRAMES, kernel=kernel).resample(pictures, PixelFormat.NV12, SOURCE, colour, got)
         differ = int((got != expected).sum())
         if differ:
-            worst = float((got - expected).abs().max()) * 255
+            worst = float((got.float() - expected.float()).abs().max()) * 255
             raise Failed(
-                f"{colour}: {differ} of {got.numel()} values differ from torch's letterbox, "
-                f"by up to {worst:.2f} levels"
+                f"{colour}, {dtype}: {differ} of {got.numel()} values differ from torch's "
+                f"letterbox, by up to {worst:.2f} levels"
             )
     detail = (
         f"compiled for {kernel.architecture}; {FRAMES} 1080p NV12 frames x {len(colours)} colour "
-        "spaces equal torch's letterbox, bit for bit"
+        "spaces, into float32 and float16, equal torch's letterbox, bit for bit"
     )
     return detail, {"architecture": kernel.architecture, "frames": FRAMES, "equal": True}

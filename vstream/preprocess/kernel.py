@@ -40,7 +40,8 @@ log = logging.getLogger("vstream.engine")
 SOURCE = "letterbox_nv12.cu"
 """The kernel's source, beside this module."""
 
-KERNEL = "letterbox_nv12"
+KERNELS = {torch.float32: "letterbox_nv12", torch.float16: "letterbox_nv12_half"}
+"""The kernel's entry point for each model input type."""
 
 MAX_FRAMES = 64
 """Frames one launch takes (``VSTREAM_MAX_FRAMES``: their addresses are a launch parameter)."""
@@ -94,7 +95,7 @@ def frames_of(pictures: Sequence[torch.Tensor]) -> Frames:
 
 
 def output_of(out: torch.Tensor) -> Output:
-    """The launch's ``Output`` for a ``(frames, 3, height, width)`` float32 window."""
+    """The launch's ``Output`` for a ``(frames, 3, height, width)`` window (any strides)."""
     return Output(out.data_ptr(), *out.stride())
 
 
@@ -212,7 +213,12 @@ class LetterboxKernel:
         )
         with self._current():
             self._module = _check(driver.cuModuleLoadData(cubin))
-            self._function = _check(driver.cuModuleGetFunction(self._module, KERNEL.encode()))
+            self._functions = {
+                dtype: _check(driver.cuModuleGetFunction(self._module, name.encode()))
+                for dtype, name in KERNELS.items()
+            }
+        self.dtypes = frozenset(KERNELS)
+        """The model input types it writes."""
         self._taps: OrderedDict[tuple[int, int], torch.Tensor] = OrderedDict()
 
     def _current(self) -> _PrimaryContext:
@@ -238,7 +244,8 @@ class LetterboxKernel:
         out: torch.Tensor,
     ) -> None:
         """Letterbox NV12 ``pictures`` (``size`` = (width, height)) into ``out``, RGB in 0..1:
-        ``(len(pictures), 3, h, w)`` float32, any strides; launches of up to :data:`MAX_FRAMES`."""
+        ``(len(pictures), 3, h, w)`` float32 or float16 (:attr:`dtypes`), any strides; launches
+        of up to :data:`MAX_FRAMES`."""
         width, height = size
         rows, columns = self.taps(height, out.shape[2]), self.taps(width, out.shape[3])
         stream = self._driver.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
@@ -251,20 +258,18 @@ class LetterboxKernel:
             )
             pixels = window.shape[0] * window.shape[2] * window.shape[3]
             blocks = min(-(-pixels // THREADS_PER_BLOCK), 1 << 20)
-            self._launch(blocks, stream, ctypes.addressof(pointers))
+            self._launch(self._functions[out.dtype], blocks, stream, ctypes.addressof(pointers))
 
-    def _launch(self, blocks: int, stream: Any, parameters: int) -> None:
+    def _launch(self, function: Any, blocks: int, stream: Any, parameters: int) -> None:
         """One launch: one call into the driver (which lets go of the GIL once) where the
         primary context is current, as torch leaves it on its threads; else, refused for
         another context, again with the primary context pushed around it."""
         driver = self._driver
         grid, block = (blocks, 1, 1), (THREADS_PER_BLOCK, 1, 1)
-        result = driver.cuLaunchKernel(self._function, *grid, *block, 0, stream, parameters, 0)
+        result = driver.cuLaunchKernel(function, *grid, *block, 0, stream, parameters, 0)
         if int(result[0]) in _OTHER_CONTEXT:
             with self._current():
-                result = driver.cuLaunchKernel(
-                    self._function, *grid, *block, 0, stream, parameters, 0
-                )
+                result = driver.cuLaunchKernel(function, *grid, *block, 0, stream, parameters, 0)
         _check(result)
 
 

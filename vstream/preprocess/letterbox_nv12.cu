@@ -4,8 +4,9 @@
 // Every output pixel reads its 2 x 2 source neighbours, converts each to RGB with FFmpeg's
 // fixed-point arithmetic, and blends them with OpenCV's fixed-point weights, exactly as the
 // torch resampler's tensor operations do, step for step, in 32-bit integers: the same
-// pixels, in one launch instead of about a hundred dispatches. The tests compile this file
-// as C++ too (VSTREAM_HOST) and compare its pixels with the torch resampler's on the CPU.
+// pixels, into float32 or float16 inputs, in one launch instead of about a hundred
+// dispatches. The tests compile this file as C++ too (VSTREAM_HOST) and compare its pixels
+// with the torch resampler's on the CPU.
 
 #ifdef VSTREAM_HOST
 #define VSTREAM_DEVICE inline
@@ -14,6 +15,21 @@
 #endif
 
 #define VSTREAM_MAX_FRAMES 64
+
+// A model input of float32, or of float16 (rounded to nearest, ties to even, from the float32
+// value, as torch rounds the float it computes a float16 tensor's division in).
+#ifdef VSTREAM_HOST
+typedef _Float16 half_t;
+VSTREAM_DEVICE void store(half_t* into, float value) { *into = (half_t)value; }
+#else
+typedef unsigned short half_t;  // the bits of a float16
+VSTREAM_DEVICE void store(half_t* into, float value) {
+    unsigned short bits;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value));
+    *into = bits;
+}
+#endif
+VSTREAM_DEVICE void store(float* into, float value) { *into = value; }
 
 // The frames of one launch, by value in the kernel's parameters (nothing to copy to the GPU
 // first): where each frame's luma begins and its strides, in samples.
@@ -33,7 +49,7 @@ struct Conversion {
     int v_to_g;
 };
 
-// Where the output goes: the model input's window of each frame, strides in floats.
+// Where the output goes: the model input's window of each frame, strides in its elements.
 struct Output {
     long long address;
     long long frame_stride;
@@ -60,8 +76,10 @@ VSTREAM_DEVICE void rgb_at(const unsigned char* frame, long long rows, long long
     rgb[2] = clip_level(y + ((u * k.u_to_b) >> 13));
 }
 
-// Output pixel `index` (frame, row, column in that order, columns fastest): its three channels.
-// Taps are (4, n) int32: the first neighbour, the second, then their weights out of 2048.
+// Output pixel `index` (frame, row, column in that order, columns fastest): its three channels,
+// as `Element`s. Taps are (4, n) int32: the first neighbour, the second, then their weights
+// out of 2048.
+template <typename Element>
 VSTREAM_DEVICE void letterbox_pixel(const Frames& frames, int source_height,
                                     const int* row_taps, int height, const int* column_taps,
                                     int width, const Conversion& k, const Output& out,
@@ -85,24 +103,41 @@ VSTREAM_DEVICE void letterbox_pixel(const Frames& frames, int source_height,
             across[r][c] = (first[c] * column_weight[0] + second[c] * column_weight[1]) >> 4;
         }
     }
-    float* pixel = (float*)out.address + f * out.frame_stride + y * out.row_stride +
-                   x * out.column_stride;
+    Element* pixel = (Element*)out.address + f * out.frame_stride + y * out.row_stride +
+                     x * out.column_stride;
     for (int c = 0; c < 3; ++c) {
         const int down = ((across[0][c] * row_weight[0]) >> 16) +
                          ((across[1][c] * row_weight[1]) >> 16);
-        pixel[c * out.channel_stride] = (float)((down + 2) >> 2) / 255.0f;
+        store(pixel + c * out.channel_stride, (float)((down + 2) >> 2) / 255.0f);
     }
 }
 
 #ifndef VSTREAM_HOST
+template <typename Element>
+__device__ void letterbox_nv12_into(const Frames& frames, int frame_count, int source_height,
+                                    const int* row_taps, int height, const int* column_taps,
+                                    int width, const Conversion& k, const Output& out) {
+    const long long pixels = (long long)frame_count * height * width;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < pixels; i += step) {
+        letterbox_pixel<Element>(frames, source_height, row_taps, height, column_taps, width, k,
+                                 out, i);
+    }
+}
+
 extern "C" __global__ void letterbox_nv12(Frames frames, int frame_count, int source_height,
                                           const int* row_taps, int height,
                                           const int* column_taps, int width, Conversion k,
                                           Output out) {
-    const long long pixels = (long long)frame_count * height * width;
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < pixels; i += step) {
-        letterbox_pixel(frames, source_height, row_taps, height, column_taps, width, k, out, i);
-    }
+    letterbox_nv12_into<float>(frames, frame_count, source_height, row_taps, height, column_taps,
+                               width, k, out);
+}
+
+extern "C" __global__ void letterbox_nv12_half(Frames frames, int frame_count,
+                                               int source_height, const int* row_taps,
+                                               int height, const int* column_taps, int width,
+                                               Conversion k, Output out) {
+    letterbox_nv12_into<half_t>(frames, frame_count, source_height, row_taps, height,
+                                column_taps, width, k, out);
 }
 #endif

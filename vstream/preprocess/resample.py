@@ -373,6 +373,8 @@ class NV12Kernel(Protocol):
     (:class:`vstream.preprocess.kernel.LetterboxKernel`), with the same pixels."""
 
     device: torch.device
+    dtypes: frozenset[torch.dtype]
+    """The model input types it writes."""
 
     def run(
         self,
@@ -395,7 +397,7 @@ class Resampler:
 
     def __init__(self, frames: int = 1, kernel: NV12Kernel | None = None) -> None:
         """``frames``: the most frames a call resamples at once (the letterboxer's batch).
-        ``kernel``: NV12 frames on its device into float32 inputs go through it instead
+        ``kernel``: NV12 frames on its device into inputs of its types go through it instead
         (:mod:`vstream.preprocess.kernel`: the same pixels in one launch a batch)."""
         self.frames = max(1, min(frames, FRAMES_PER_PASS))
         self.kernel = kernel
@@ -443,12 +445,12 @@ class Resampler:
     def _takes_kernel(
         self, pictures: Sequence[torch.Tensor], layout: PixelFormat, out: torch.Tensor
     ) -> bool:
-        """Whether the kernel letterboxes these: 8-bit NV12 on its device into float32."""
+        """Whether the kernel letterboxes these: 8-bit NV12 on its device, into its types."""
         kernel = self.kernel
         return (
             kernel is not None
             and layout is PixelFormat.NV12
-            and out.dtype == torch.float32
+            and out.dtype in kernel.dtypes
             and same_device(out.device, kernel.device)
             and pictures[0].dtype == torch.uint8
         )
