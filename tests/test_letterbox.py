@@ -129,3 +129,38 @@ def test_boxes_are_clipped_to_the_frame() -> None:
     assert (x1, y1) == (0.0, 0.0)
     assert x2 == pytest.approx(60 / g.gain_x, abs=1e-3)
     assert y2 == pytest.approx(50 / g.gain_y, abs=1e-3)  # 360 rows for 480: 0.75
+
+
+def test_what_is_made_per_size_is_made_once_and_the_least_recent_dropped() -> None:
+    """Plans, scaling contexts and the kernel's taps: a few sizes kept, each made once."""
+    from vstream.preprocess.recent import Recent
+
+    made: list[str] = []
+
+    def maker(key: str):
+        return lambda: made.append(key) or key.upper()
+
+    recent: Recent[str, str] = Recent(2)
+    assert [recent.get(k, maker(k)) for k in "abab"] == ["A", "B", "A", "B"]
+    assert made == ["a", "b"]
+    recent.get("a", maker("a"))  # a used last: b is the least recent
+    recent.get("c", maker("c"))
+    assert sorted(recent.values()) == ["A", "C"] and len(recent) == 2
+    recent.get("b", maker("b"))
+    assert made == ["a", "b", "c", "b"]
+
+
+def test_a_resampler_keeps_the_plans_of_its_last_sizes() -> None:
+    from vstream.frame import ColourSpace
+    from vstream.preprocess.resample import MAX_PLANS, Resampler
+
+    resampler = Resampler()
+    out = torch.empty(1, 3, 8, 8)
+    sizes = [(16 + 2 * i, 16) for i in range(MAX_PLANS + 3)]
+    held = []
+    for width, height in sizes:
+        picture = torch.zeros(height * 3 // 2, width, dtype=torch.uint8)
+        resampler.resample([picture], PixelFormat.NV12, (width, height), ColourSpace(), out)
+        held.append(resampler.scratch_bytes)
+    assert held[MAX_PLANS - 1] > held[MAX_PLANS - 2]  # still growing up to the bound
+    assert held[-1] == held[-2] == held[-3]  # then each new size replaces the oldest

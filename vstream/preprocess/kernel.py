@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from collections import OrderedDict
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -32,6 +31,7 @@ import numpy as np
 import torch
 
 from vstream.errors import ModelError, first_line
+from vstream.preprocess.recent import Recent
 from vstream.preprocess.resample import MAX_PLANS, FixedPoint, Taps
 from vstream.transfer import upload
 
@@ -219,22 +219,16 @@ class LetterboxKernel:
             }
         self.dtypes = frozenset(KERNELS)
         """The model input types it writes."""
-        self._taps: OrderedDict[tuple[int, int], torch.Tensor] = OrderedDict()
+        self._taps: Recent[tuple[int, int], torch.Tensor] = Recent(2 * MAX_PLANS)
 
     def _current(self) -> _PrimaryContext:
         return _PrimaryContext(self._driver, self._context)
 
     def taps(self, source: int, target: int) -> torch.Tensor:
         """``(4, target)`` int32 taps on the device, made once per size (the last few kept)."""
-        key = (source, target)
-        taps = self._taps.get(key)
-        if taps is None:
-            taps = self._taps[key] = upload(torch.from_numpy(taps_of(source, target)), self.device)
-            if len(self._taps) > 2 * MAX_PLANS:
-                self._taps.popitem(last=False)
-        else:
-            self._taps.move_to_end(key)
-        return taps
+        return self._taps.get(
+            (source, target), lambda: upload(torch.from_numpy(taps_of(source, target)), self.device)
+        )
 
     def run(
         self,

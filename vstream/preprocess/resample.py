@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -42,6 +41,7 @@ import torch
 from vstream.devices import same_device
 from vstream.frame import ColourMatrix, ColourSpace, PixelFormat
 from vstream.preprocess.colour import chroma_planes
+from vstream.preprocess.recent import Recent
 from vstream.transfer import upload
 
 WEIGHT_BITS = 11
@@ -401,7 +401,7 @@ class Resampler:
         (:mod:`vstream.preprocess.kernel`: the same pixels in one launch a batch)."""
         self.frames = max(1, min(frames, FRAMES_PER_PASS))
         self.kernel = kernel
-        self._plans: OrderedDict[tuple, _Plan] = OrderedDict()
+        self._plans: Recent[tuple, _Plan] = Recent(MAX_PLANS)
         self._lock = threading.Lock()
 
     @property
@@ -413,15 +413,10 @@ class Resampler:
 
     def _plan(self, source: tuple[int, int], layout: PixelFormat, out: torch.Tensor) -> _Plan:
         target = (out.shape[-1], out.shape[-2])
-        key = (source, target, layout, out.device)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = _Plan(source, target, layout, self.frames, out.device)
-            if len(self._plans) > MAX_PLANS:
-                self._plans.popitem(last=False)
-        else:
-            self._plans.move_to_end(key)
-        return plan
+        return self._plans.get(
+            (source, target, layout, out.device),
+            lambda: _Plan(source, target, layout, self.frames, out.device),
+        )
 
     def resample(
         self,

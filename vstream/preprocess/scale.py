@@ -23,12 +23,12 @@ start a thread per core for it.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import av
 import numpy as np
 import torch
 from av.video.reformatter import Interpolation, VideoReformatter
+
+from vstream.preprocess.recent import Recent
 
 INTERPOLATION = Interpolation.AREA
 
@@ -46,8 +46,8 @@ class Scaler:
     """
 
     def __init__(self) -> None:
-        self._contexts: OrderedDict[tuple[int, int, str, int, int], VideoReformatter] = (
-            OrderedDict()
+        self._contexts: Recent[tuple[int, int, str, int, int], VideoReformatter] = Recent(
+            MAX_CONTEXTS
         )
 
     def rgb_planes(
@@ -61,13 +61,7 @@ class Scaler:
         alignment) and keeps that picture alive while it is used.
         """
         key = (picture.width, picture.height, picture.format.name, width, height)
-        context = self._contexts.get(key)
-        if context is None:
-            context = self._contexts[key] = VideoReformatter()
-            if len(self._contexts) > MAX_CONTEXTS:
-                self._contexts.popitem(last=False)
-        else:
-            self._contexts.move_to_end(key)
+        context = self._contexts.get(key, VideoReformatter)
         scaled = context.reformat(
             picture, width, height, "gbrp", interpolation=INTERPOLATION, threads=1
         )
