@@ -172,6 +172,45 @@ def test_plausible_plans_split_the_cores_and_try_batches() -> None:
     cuda = plausible_plans("cuda", 8, None)
     assert {p.batch_size for p in cuda} == {8, 16, 32}, "the default CUDA batch among them"
     assert {p.concurrent_runs for p in cuda} == {1}, "one session runs one batch at a time"
+    assert {(p.batch_size, p.letterbox_kernel) for p in cuda} == {
+        (b, k) for b in (8, 16, 32) for k in (False, True)
+    }, "torch's letterbox and the kernel at every batch"
+    assert not any(p.letterbox_kernel for p in plausible_plans("cpu", 8, None))
+
+
+def test_tuned_settings_render_as_yaml_and_flags_a_user_can_paste() -> None:
+    """A GPU's tuning (the kernel best) as printed: YAML a config takes, flags the CLI takes."""
+    from vstream.bench.tune import render_tuning
+    from vstream.cli import build_parser
+
+    plans = [
+        {"concurrent_runs": 1, "threads_per_run": 0, "batch_size": 32, "fps": fps,
+         "letterbox_kernel": kernel}
+        for fps, kernel in ((900.0, False), (1200.0, True))
+    ]  # fmt: skip
+    found = {
+        "device": "cuda", "cores": 16, "streams": 32, "seconds_per_plan": 4.0,
+        "plans": plans, "best": plans[1],
+        "left_out": ["1 x default threads, batch 8, letterbox kernel: no cuda-bindings"],
+        "config": {
+            "runtime": {"concurrent_runs": 1, "batch_size": 32, "letterbox_kernel": True},
+            "model": {"intra_op_threads": 0},
+        },
+    }  # fmt: skip
+    text = render_tuning(found, Path("clip.mp4"))
+    settings = yaml.safe_load(text)
+    assert settings["runtime"]["letterbox_kernel"] is True
+    assert RuntimeOptions(**settings["runtime"], device="cuda").letterbox_kernel
+    assert "#   left out: 1 x default threads, batch 8, letterbox kernel: no cuda-bindings" in text
+    [flags] = [line.split("run with: ")[1] for line in text.splitlines() if "run with:" in line]
+    assert "--letterbox-kernel" in flags.split() and "True" not in flags
+    parsed = vars(build_parser().parse_args(["run", "--source", "clip.mp4", *flags.split()]))
+    runtime = {
+        key.rsplit(".", 1)[1]: value
+        for key, value in parsed.items()
+        if key.startswith("option:pipelines.0.runtime.")
+    }
+    assert runtime == {"concurrent_runs": 1, "batch_size": 32, "letterbox_kernel": True}
 
 
 def test_whole_processes_report_time_cpu_and_their_own_peak_memory(
@@ -254,9 +293,13 @@ def test_whole_processes_get_the_model_and_runtime_flags_the_bench_was_given() -
 def test_tune_prints_the_flags_of_vstream_run_for_its_settings() -> None:
     from vstream.bench.tune import render_tuning
 
-    plan = {"concurrent_runs": 2, "threads_per_run": 1, "batch_size": 4, "fps": 10.0}
+    plan = {
+        "concurrent_runs": 2, "threads_per_run": 1, "batch_size": 4, "fps": 10.0,
+        "letterbox_kernel": False,
+    }  # fmt: skip
     found = {
         "plans": [plan],
+        "left_out": [],
         "best": plan,
         "streams": 1,
         "seconds_per_plan": 1,

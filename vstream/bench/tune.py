@@ -10,8 +10,11 @@ Plausible plans: on a CPU the cores split between concurrent runs and ONNX
 Runtime threads per run (1 x all cores ... all cores x 1), each with batches
 of 1 and 4 frames; on CUDA one run (one session runs one batch at a time
 there: the plan's rule) with batches of 8, 16 and 32, the default plan's
-batch (:data:`~vstream.inference.model.CUDA_BATCH`) among them. A model that
-fixes its batch is tuned at that batch only.
+batch (:data:`~vstream.inference.model.CUDA_BATCH`) among them, each with
+torch's letterbox and with the one-launch kernel (``runtime.letterbox_kernel``;
+a plan whose detector cannot be built here, e.g. the kernel without
+cuda-bindings, is left out and said why). A model that fixes its batch is
+tuned at that batch only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from vstream.config.base import flag
 from vstream.config.model import MAX_RUNS, ModelConfig, PostprocessOptions, RuntimeOptions
 from vstream.detector import Detector
 from vstream.engine.pipeline import detect_iter
+from vstream.errors import ModelError, first_line
 from vstream.inference.model import CUDA_BATCH
 
 WARMUP_FRAMES = 8
@@ -48,11 +52,14 @@ class Plan:
     """0: ONNX Runtime's default (the GPU plans)."""
     batch_size: int | None
     """None: the batch the model fixes."""
+    letterbox_kernel: bool = False
+    """The one-launch CUDA letterbox (the GPU plans try both)."""
 
     def describe(self) -> str:
         threads = self.threads_per_run or "default"
         batch = self.batch_size or "fixed"
-        return f"{self.concurrent_runs} x {threads} threads, batch {batch}"
+        kernel = ", letterbox kernel" if self.letterbox_kernel else ""
+        return f"{self.concurrent_runs} x {threads} threads, batch {batch}{kernel}"
 
 
 def plausible_plans(device: str, cores: int, fixed_batch: int | None) -> list[Plan]:
@@ -63,9 +70,8 @@ def plausible_plans(device: str, cores: int, fixed_batch: int | None) -> list[Pl
     if device == "cpu":
         runs = sorted({r for r in (1, 2, cores // 2, cores) if 1 <= r <= min(cores, MAX_RUNS)})
         splits = [(r, max(1, cores // r)) for r in runs]
-    else:
-        splits = [(1, 0)]
-    return [Plan(r, t, b) for (r, t), b in itertools.product(splits, batches)]
+        return [Plan(r, t, b) for (r, t), b in itertools.product(splits, batches)]
+    return [Plan(1, 0, b, kernel) for b, kernel in itertools.product(batches, (False, True))]
 
 
 def detector_for(
@@ -80,6 +86,7 @@ def detector_for(
                 "concurrent_runs": plan.concurrent_runs,
                 "batch_size": plan.batch_size,
                 "in_flight": None,
+                "letterbox_kernel": plan.letterbox_kernel,
             }
         ),
     )
@@ -124,9 +131,17 @@ def tune(
     order, and each keeps its best round: a neighbour's burst of work then
     has to hit the same plan twice to hide what it can do.
     """
-    plans = plausible_plans(device, cores, fixed_batch)
+    detectors: dict[Plan, Detector] = {}
+    left_out: list[str] = []
+    for plan in plausible_plans(device, cores, fixed_batch):
+        try:
+            detectors[plan] = detector_for(plan, model, postprocess, runtime)
+        except ModelError as exc:  # this plan cannot run here (the others still can)
+            left_out.append(f"{plan.describe()}: {first_line(exc)}")
+    plans = list(detectors)
+    if not plans:
+        raise ModelError(f"no plan could be built: {'; '.join(left_out)}")
     share = max(MIN_SECONDS, budget_seconds / (len(plans) * ROUNDS))
-    detectors = {plan: detector_for(plan, model, postprocess, runtime) for plan in plans}
     rounds: dict[Plan, list[float]] = {plan: [] for plan in plans}
     for round_ in range(ROUNDS):
         for plan in plans if round_ % 2 == 0 else plans[::-1]:
@@ -136,6 +151,7 @@ def tune(
             "concurrent_runs": plan.concurrent_runs,
             "threads_per_run": plan.threads_per_run,
             "batch_size": detectors[plan].batch_size,
+            "letterbox_kernel": plan.letterbox_kernel,
             "fps": round(max(rounds[plan]), 2),
             "fps_per_round": [round(f, 2) for f in rounds[plan]],
         }
@@ -145,6 +161,8 @@ def tune(
     runtime_settings: dict[str, Any] = {"concurrent_runs": best["concurrent_runs"]}
     if fixed_batch is None:
         runtime_settings["batch_size"] = best["batch_size"]
+    if device != "cpu":
+        runtime_settings["letterbox_kernel"] = best["letterbox_kernel"]
     model_settings = {"intra_op_threads": best["threads_per_run"]}
     return {
         "device": device,
@@ -152,6 +170,7 @@ def tune(
         "streams": streams,
         "seconds_per_plan": round(share * ROUNDS, 1),
         "plans": measured,
+        "left_out": left_out,
         "best": best,
         "config": {"runtime": runtime_settings, "model": model_settings},
     }
@@ -159,24 +178,39 @@ def tune(
 
 def render_tuning(found: dict[str, Any], video: Path) -> str:
     """The measurements as YAML comments, then the best plan as settings to paste."""
+    on_gpu = found["device"] != "cpu"
     lines = [
         f"# vstream bench --tune: {len(found['plans'])} plans, {found['streams']} stream(s) of "
         f"{video.name}, {found['seconds_per_plan']} s each, {found['cores']} cores "
         f"({found['device']})",
-        "#   runs x threads   batch      fps",
+        "#   runs x threads   batch      fps" + ("   letterbox" if on_gpu else ""),
     ]
     for plan in found["plans"]:
         threads = plan["threads_per_run"] or "default"
+        kind = "kernel" if plan["letterbox_kernel"] else "torch"
+        letterbox = f"   {kind:<9}" if on_gpu else ""
         mark = "   <- best" if plan is found["best"] else ""
         lines.append(
             f"#   {plan['concurrent_runs']:>4} x {threads!s:<8}{plan['batch_size']:>6}"
-            f"{plan['fps']:>9.1f}{mark}"
+            f"{plan['fps']:>9.1f}{letterbox}{mark}".rstrip()
         )
+    lines += [f"#   left out: {reason}" for reason in found["left_out"]]
     runtime, model = found["config"]["runtime"], found["config"]["model"]
-    given = [f"{flag(RuntimeOptions, k)} {v}" for k, v in runtime.items()]
-    given += [f"{flag(ModelConfig, k)} {v}" for k, v in model.items()]
+    given = [_given(flag(RuntimeOptions, k), v) for k, v in runtime.items()]
+    given += [_given(flag(ModelConfig, k), v) for k, v in model.items()]
     lines.append(f"# merge into the pipeline's sections, or run with: {' '.join(given)}")
     for section, settings in (("runtime", runtime), ("model", model)):
         lines.append(f"{section}:")
-        lines += [f"  {key}: {value}" for key, value in settings.items()]
+        lines += [f"  {key}: {_yaml(value)}" for key, value in settings.items()]
     return "\n".join(lines)
+
+
+def _given(option: str, value: Any) -> str:
+    """A setting as its command-line flag: a yes/no one on its own (``--no-...`` for no)."""
+    if isinstance(value, bool):
+        return option if value else f"--no-{option.removeprefix('--')}"
+    return f"{option} {value}"
+
+
+def _yaml(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
