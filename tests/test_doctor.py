@@ -56,6 +56,10 @@ def test_without_a_gpu_the_gpu_checks_skip_and_the_cpu_checks_pass(tmp_path: Pat
     assert env["torch"]["cuda_available"] is False
     assert env["onnxruntime"]["cpu_and_gpu_wheels_both_installed"] is False
     assert env["codecs"] == {"skipped": "torch sees no CUDA device"}
+    from cuda.bindings import nvrtc  # torch's CUDA wheels bring it, here too
+
+    major, minor = nvrtc.nvrtcVersion()[1:]
+    assert env["letterbox_kernel"]["nvrtc"] == f"{major}.{minor}"
     assert document["summary"] == {
         "passed": len(CPU_CHECKS), "failed": 0, "skipped": len(GPU_CHECKS)
     }  # fmt: skip

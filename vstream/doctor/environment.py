@@ -35,6 +35,7 @@ def environment() -> dict[str, Any]:
         "onnxruntime": _safely(_ort_info),
         "tensorrt": _safely(_tensorrt_info),
         "pynvvideocodec": _version("PyNvVideoCodec") or "not installed",
+        "letterbox_kernel": _safely(_kernel_info),
         "codecs": _safely(_codec_support),
         "cuda_mps": _safely(_mps),
     }
@@ -158,6 +159,20 @@ def _tensorrt_info() -> dict[str, Any]:
     version = ctypes.CDLL(TENSORRT_LIBRARIES[0]).getInferLibVersion()  # loaded above: by name
     info["version"] = f"{version // 10000}.{version // 100 % 100}.{version % 100}"
     return info
+
+
+def _kernel_info() -> dict[str, Any] | str:
+    """What ``runtime.letterbox_kernel`` is built with: cuda-bindings and its NVRTC (no GPU
+    needed to tell)."""
+    bindings = _version("cuda-bindings")
+    if bindings is None:
+        return "cuda-bindings not installed (pip install 'vstream[gpu]')"
+    from cuda.bindings import nvrtc
+
+    error, major, minor = nvrtc.nvrtcVersion()
+    if int(error) != 0:
+        return f"cuda-bindings {bindings}; NVRTC: {getattr(error, 'name', error)}"
+    return {"cuda_bindings": bindings, "nvrtc": f"{major}.{minor}"}
 
 
 def _mps() -> str:
