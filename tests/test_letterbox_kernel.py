@@ -348,3 +348,31 @@ def test_a_batch_of_two_sizes_is_padded_and_normalised_around_the_kernels_window
     assert with_kernel.load_batch(0, frames) == expected
     assert kernel.launches == 2
     assert torch.equal(inputs[1], inputs[0])
+
+
+def test_a_detector_letterboxing_by_the_kernel_finds_what_it_finds_with_torch(
+    host_kernel, monkeypatch
+) -> None:
+    """Through the detector's own letterboxers and batches: the demo detector on NV12 frames of
+    the parity videos, its letterbox made by the kernel's host build, gives the same records."""
+    from vstream.assets import DEMO_MODEL
+    from vstream.detector import Detector
+    from vstream.parity import PARITY_DIR
+    from vstream.sources import VideoFileSource
+
+    frames = []
+    for video in sorted(PARITY_DIR.glob("*.mp4")):
+        with VideoFileSource(video) as source:
+            for f in itertools.islice(source, 3):
+                nv12 = torch.from_numpy(f.picture.frame.to_ndarray(format="nv12"))
+                frames.append(Frame(nv12, PixelFormat.NV12, f.width, f.height, colour=f.colour))
+    with_torch = Detector(DEMO_MODEL, device="cpu", batch_size=4, conf=0.25)
+    kernel = HostKernel(host_kernel)
+    monkeypatch.setattr(Detector, "_letterbox_kernel", lambda self: kernel)
+    with_kernel = Detector(DEMO_MODEL, device="cpu", batch_size=4, conf=0.25)
+    for first in range(0, len(frames), 4):
+        batch = frames[first : first + 4]
+        expected = [r.to_record() for r in with_torch.detect(batch)]
+        assert [r.to_record() for r in with_kernel.detect(batch)] == expected
+        assert sum(len(r["detections"]) for r in expected) > 0
+    assert kernel.launches >= 3  # one a run of frames alike: each video's size
