@@ -239,7 +239,7 @@ class _Plan:
     @property
     def nbytes(self) -> int:
         """Bytes of the plan's index tensors and scratch buffers."""
-        held = [v for v in vars(self).values() if isinstance(v, torch.Tensor)]
+        held = [v for v in vars(self).values() if isinstance(v, torch.Tensor)] + [*self.index]
         return sum(t.numel() * t.element_size() for t in held)
 
     def _tensor(self, array: np.ndarray, dtype: torch.dtype = torch.int64) -> torch.Tensor:
