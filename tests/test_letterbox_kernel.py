@@ -276,6 +276,14 @@ def test_the_option_is_refused_on_the_cpu_and_said_where_auto_chose_it(caplog) -
     assert "runtime.letterbox_kernel: the model runs on cpu, so torch letterboxes" in caplog.text
 
 
+def as_tensor_nv12(decoded: Frame) -> Frame:
+    """The CPU decoder's picture as an NV12 tensor frame, as NVDEC hands them over (such a
+    frame takes the resampler, where the decoder's own picture takes FFmpeg and OpenCV)."""
+    assert decoded.picture is not None
+    nv12 = torch.from_numpy(decoded.picture.frame.to_ndarray(format="nv12"))
+    return Frame(nv12, PixelFormat.NV12, decoded.width, decoded.height, colour=decoded.colour)
+
+
 class HostKernel:
     """The kernel's own source built for the CPU (``VSTREAM_HOST``), as a resampler takes a
     kernel: each call runs its per-pixel function over the batch, with the GPU's parameters."""
@@ -310,16 +318,7 @@ def test_nv12_frames_through_the_kernel_give_the_cpu_paths_input_exactly(
     for video in [*sorted(PARITY_DIR.glob("*.mp4")), full_range]:
         with VideoFileSource(video) as source:
             decoded = list(itertools.islice(source, 4))
-        nv12 = [
-            Frame(
-                torch.from_numpy(f.picture.frame.to_ndarray(format="nv12")),
-                PixelFormat.NV12,
-                f.width,
-                f.height,
-                colour=f.colour,
-            )
-            for f in decoded
-        ]
+        nv12 = [as_tensor_nv12(f) for f in decoded]
         by_reference, by_the_kernel = torch.zeros((4, 3, 320, 320)), torch.zeros((4, 3, 320, 320))
         Letterboxer(by_reference).load_batch(0, decoded)
         Letterboxer(by_the_kernel, resampler=Resampler(4, kernel=kernel)).load_batch(0, nv12)
@@ -363,9 +362,7 @@ def test_a_detector_letterboxing_by_the_kernel_finds_what_it_finds_with_torch(
     frames = []
     for video in sorted(PARITY_DIR.glob("*.mp4")):
         with VideoFileSource(video) as source:
-            for f in itertools.islice(source, 3):
-                nv12 = torch.from_numpy(f.picture.frame.to_ndarray(format="nv12"))
-                frames.append(Frame(nv12, PixelFormat.NV12, f.width, f.height, colour=f.colour))
+            frames += [as_tensor_nv12(f) for f in itertools.islice(source, 3)]
     with_torch = Detector(DEMO_MODEL, device="cpu", batch_size=4, conf=0.25)
     kernel = HostKernel(host_kernel)
     monkeypatch.setattr(Detector, "_letterbox_kernel", lambda self: kernel)
