@@ -41,7 +41,8 @@ gather its evidence says ``skip`` and why, never ``pass``:
                     CPU and with NVDEC + the device letterbox (:mod:`vstream.parity`).
 ``kernel-gpu``      the letterbox kernel (``runtime.letterbox_kernel``) compiles for this
                     GPU, and 32 frames of 1080p NV12 noise come out of it as out of
-                    torch's device letterbox, bit for bit, in two colour spaces.
+                    torch's device letterbox, bit for bit, in two colour spaces, into
+                    float32 and float16 inputs.
 ``graphs-gpu``      CUDA graphs capture, and replay equals eager for every bucket.
 ``fps-cpu``         frames per second of each stage alone and end to end (with
 ``fps-gpu``         the device synchronised before each clock stop, so GPU work
