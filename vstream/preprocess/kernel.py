@@ -220,6 +220,7 @@ class LetterboxKernel:
         self.dtypes = frozenset(KERNELS)
         """The model input types it writes."""
         self._taps: Recent[tuple[int, int], torch.Tensor] = Recent(2 * MAX_PLANS)
+        """Two a picture size, rows and columns, for as many sizes as the resampler keeps."""
 
     def _current(self) -> _PrimaryContext:
         return _PrimaryContext(self._driver, self._context)
