@@ -79,12 +79,14 @@ def write_video(
     pix_fmt: str = "yuv420p",
     colorspace: int | None = None,
     gop: int | None = None,
+    b_frames: int | None = None,
 ) -> Path:
     """Encode a moving gradient with PyAV; every frame differs from the next.
 
     ``pix_fmt`` ``yuvj420p`` makes a full-range stream (as many IP cameras send);
     ``colorspace`` tags the stream's matrix (FFmpeg's code: 1 is BT.709); ``gop``
-    puts a key frame every ``gop`` frames (something for a seek to land on).
+    puts a key frame every ``gop`` frames (something for a seek to land on);
+    ``b_frames`` caps the B-frames in a row (0: none, as most cameras send).
     """
     yy, xx = np.mgrid[0:height, 0:width]
     with av.open(str(path), "w", options=options or {}) as container:
@@ -94,6 +96,8 @@ def write_video(
             stream.codec_context.colorspace = colorspace
         if gop is not None:
             stream.codec_context.gop_size = gop
+        if b_frames is not None:
+            stream.codec_context.max_b_frames = b_frames
         for i in range(frames):
             rgb = np.stack(
                 [

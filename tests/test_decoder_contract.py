@@ -5,14 +5,18 @@ NVDEC runs here on the fake PyNvVideoCodec and the fake ``cuda:0``
 NV12 (a full-range stream's stay full range), in device memory. Each case
 runs on both decoders and checks what the pipeline relies on: time stamps,
 what the container says, the colour space (matrix and range; ``yuvj420p``
-with and without ``color_range``), seeking, and damaged packets. Pixels are
+with and without ``color_range``), seeking, damaged packets, and, for live
+input, the time each picture's own packet was read. Pixels are
 compared as the model sees them: both decoders' frames letterboxed, the CPU's
 by FFmpeg and OpenCV (the reference), NVDEC's NV12 by the device resampler.
 """
 
 from __future__ import annotations
 
+import itertools
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import av
 import numpy as np
@@ -22,6 +26,7 @@ from fakes import fake_pynvvideocodec as fake
 from fakes.fake_cuda import FakeGpu, host
 from helpers import write_video
 
+from vstream.decoders import demux
 from vstream.decoders import nvdec as nvdec_module
 from vstream.decoders.base import Picture
 from vstream.decoders.cpu import PyAVDecoder
@@ -65,15 +70,17 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def open_decoder(kind: str, path: Path) -> PyAVDecoder | NvdecDecoder:
+def open_decoder(kind: str, path: Path, low_delay: bool = False) -> PyAVDecoder | NvdecDecoder:
     if kind == "cpu":
-        return PyAVDecoder(str(path), device=torch.device("cpu"))
-    return NvdecDecoder(str(path), device=CUDA, cuda_stream=0x7F00, cache=None)
+        return PyAVDecoder(str(path), device=torch.device("cpu"), low_delay=low_delay)
+    return NvdecDecoder(str(path), device=CUDA, cuda_stream=0x7F00, cache=None, low_delay=low_delay)
 
 
-def decode(kind: str, path: Path, seek: float = 0.0) -> tuple[list[Picture], int]:
+def decode(
+    kind: str, path: Path, seek: float = 0.0, low_delay: bool = False
+) -> tuple[list[Picture], int]:
     """Every picture of ``path`` (after seeking to ``seek``) and the damaged packets counted."""
-    decoder = open_decoder(kind, path)
+    decoder = open_decoder(kind, path, low_delay)
     try:
         decoder.seek(seek)
         return list(decoder.pictures()), decoder.corrupt_packets
@@ -220,3 +227,47 @@ def test_the_fake_hands_out_a_full_range_streams_coded_samples(clips: dict[str, 
         nv12 = host(picture.data).numpy()
         assert np.array_equal(nv12[:64], y[:64])
         assert np.array_equal(nv12[64:, 0::2], u[:32]) and np.array_equal(nv12[64:, 1::2], v[:32])
+
+
+@pytest.mark.parametrize("kind", DECODERS)
+def test_live_pictures_carry_the_time_their_own_packet_was_read(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With B-frames a picture leaves the decoder after packets read later than its own; a
+    live picture is stamped with its own packet's read time all the same (the demuxer's
+    clock made a counter here, so a time is the packet's place in PyAV's reading order),
+    in presentation order, on either decoder. A file's pictures carry none."""
+    path = write_video(tmp_path / "b.mp4", frames=FRAMES, width=64, height=48)
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        read = [float(p.pts * p.time_base) for p in container.demux(stream) if p.size]
+    place = {pts: float(i) for i, pts in enumerate(read, start=1)}
+    reads = itertools.count(1)
+    clock = SimpleNamespace(time=lambda: float(next(reads)), monotonic=time.monotonic)
+    monkeypatch.setattr(demux, "time", clock)
+
+    pictures, _ = decode(kind, path, low_delay=True)
+    assert [p.pts_seconds for p in pictures] == sorted(read)
+    stamped = [p.packet_time for p in pictures]
+    assert stamped == [place[p.pts_seconds] for p in pictures if p.pts_seconds is not None]
+    assert any(later < earlier for earlier, later in itertools.pairwise(stamped)), "reordered"
+
+    pictures, _ = decode(kind, path)
+    assert len(pictures) == FRAMES and all(p.packet_time is None for p in pictures)
+
+
+def test_read_times_of_pictures_never_asked_for_are_forgotten(tmp_path: Path) -> None:
+    """Damage can swallow a picture, whose packet's read time is then never asked for: the
+    demuxer keeps only the newest ``PACKET_TIMES_KEPT``, so a long stream cannot grow it."""
+    frames = demux.PACKET_TIMES_KEPT + 44
+    path = write_video(tmp_path / "long.mp4", frames=frames, width=16, height=16, b_frames=0)
+    demuxer = Demuxer(str(path), stamp_packets=True)
+    try:
+        read = [p.pts for p in demuxer.packets() if p.size]
+    finally:
+        demuxer.close()
+    assert len(read) == frames
+    assert [demuxer.packet_time(pts) for pts in read[:44]] == [None] * 44
+    kept = [demuxer.packet_time(pts) for pts in read[44:]]
+    assert all(t is not None for t in kept) and kept == sorted(kept)
+    assert demuxer.packet_time(read[-1]) is None, "forgotten once asked"

@@ -132,6 +132,64 @@ def test_frames_are_vstreams_own_and_survive_reuse_and_close(
     assert ring.grown == 24 - ring.depth, "every frame still referenced: none overwritten"
 
 
+def packet_pts(path: Path) -> list[int]:
+    """The time stamps of the stream's packets in the order PyAV reads them."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return [p.pts for p in container.demux(stream) if p.size]
+
+
+def test_live_nvdec_hands_each_picture_out_of_its_own_packet_s_decode(tmp_path: Path) -> None:
+    """Live input: every packet marked a whole picture and no display queue, so a camera's
+    picture (no B-frames) leaves NVDEC in the ``Decode`` call of its own packet. A file's
+    keeps the library's default: two packets later (the parser's end of picture, then a
+    display queue of one), which overlaps decoding with handing out."""
+    path = write_video(tmp_path / "camera.mp4", frames=12, width=64, height=48, b_frames=0)
+    read = packet_pts(path)
+    assert len(read) == 12
+    live = nvdec(path, low_delay=True)
+    assert len(list(live.pictures())) == 12
+    live.close()
+    session = fake.sessions[-1]
+    assert session.kwargs["latency"] is fake.DisplayDecodeLatencyType.LOW
+    assert session.flags == [fake.VideoPacketFlag.ENDOFPICTURE] * 12
+    assert session.returned == [[pts] for pts in read] + [[]]  # the end of stream: nothing left
+
+    file = nvdec(path)
+    assert len(list(file.pictures())) == 12
+    file.close()
+    session = fake.sessions[-1]
+    assert session.kwargs["latency"] is fake.DisplayDecodeLatencyType.NATIVE
+    assert session.flags == [0] * 12
+    assert session.returned == [[], [], *[[pts] for pts in read[:-2]], read[-2:]]
+
+
+def test_live_nvdec_keeps_b_frames_in_presentation_order(tmp_path: Path) -> None:
+    path = write_video(tmp_path / "b.mp4", frames=24, width=64, height=48)
+    assert packet_pts(path) != sorted(packet_pts(path)), "the clip has B-frames"
+    decoder = nvdec(path, low_delay=True)
+    pictures = list(decoder.pictures())
+    decoder.close()
+    expected = reference(path, "nv12")
+    assert len(pictures) == len(expected) == 24
+    for picture, (pts, pixels) in zip(pictures, expected, strict=True):
+        assert picture.pts_seconds == pytest.approx(pts)
+        assert np.array_equal(picture.data.cpu().numpy(), pixels)
+
+
+def test_a_parked_decoder_is_reused_only_for_input_of_its_kind(tmp_path: Path) -> None:
+    """A live stream's decoder has no display queue: a file must not get it, nor a camera
+    a file's."""
+    path = write_video(tmp_path / "clip.mp4", frames=4, width=64, height=48)
+    cache = DecoderCache()
+    for low_delay in (True, False, True, False):
+        decoder = nvdec(path, cache=cache, low_delay=low_delay)
+        list(decoder.pictures())
+        decoder.close()
+    assert cache.reused == 2 and len(fake.sessions) == 2
+    assert [s.kwargs["latency"].name for s in fake.sessions] == ["LOW", "NATIVE"]
+
+
 def test_decoding_copies_device_to_device_only(tmp_path: Path) -> None:
     path = write_video(tmp_path / "clip.mp4", frames=8, width=160, height=120)
     decoder = nvdec(path)

@@ -7,12 +7,14 @@ engine reads them (a reader thread per stream, the intake's freshness policy).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from onnx_models import constant_output_model
 
 from vstream import Detector
 from vstream.config import parse_data
+from vstream.decoders import demux
 from vstream.engine import Engine
 from vstream.errors import SourceError, TransientError
 from vstream.sources import (
@@ -127,6 +130,32 @@ def test_a_stream_survives_a_server_restart(
     jump = int(np.argmax(np.diff(pts)))
     assert np.diff(pts)[jump] > 3 / 25, "the gap shows: more than three frame periods"
     assert len(produced) - (jump + 1) >= 10
+
+
+def test_a_live_frame_is_aged_from_its_packet_s_arrival(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live frame's capture time, which its age counts from, is when its packet was read,
+    not when the decoder handed the picture out: the decoder's delay is part of the age. (The
+    demuxer's clock is a counter far in the past here, so the two cannot be mistaken.) The
+    first packet of an RTSP session has no time stamp yet (FFmpeg's RTP demuxer gives it none
+    before the sender's first report), so its picture cannot be matched to it and is aged
+    from its decoding, as before."""
+    reads = itertools.count(1)
+    clock = SimpleNamespace(time=lambda: 1000.0 + next(reads), monotonic=time.monotonic)
+    monkeypatch.setattr(demux, "time", clock)
+    frames = []
+    with RtspServer() as server:
+        source = LiveSource(server.url())
+        try:
+            for frame in source:
+                frames.append(frame)
+                if len(frames) == 10:
+                    break
+        finally:
+            source.close()
+    stamps = [frame.capture_time for frame in frames]
+    assert stamps[0] is not None and stamps[0] > time.time() - 60, "decoded: the wall clock"
+    assert all(stamp is not None and 1000 < stamp < 2000 for stamp in stamps[1:]), stamps
+    assert len(set(stamps[1:])) == 9, "each frame its own packet's time"
 
 
 @pytest.mark.soak

@@ -65,6 +65,16 @@ its ``__init__.py``, and the docstrings and keyword names compiled into
   ``GetDecoderCaps`` was not asked (tests may delete it, as older bindings
   lack it). :attr:`Decoder.refuse_on_packets` raises the library's text for
   a mid-stream change it cannot follow.
+- **When pictures come out.** NVDEC's parser (``cuvidParseVideoData``) cannot tell
+  where a picture ends until the next one begins, so a packet's picture is decoded
+  when the next packet arrives, unless the packet carries ``CUVID_PKT_ENDOFPICTURE``
+  (``VideoPacketFlag.ENDOFPICTURE``, 8 in ``nvcuvid.h``; ``NvDecoder::Decode`` passes
+  ``PacketData.decode_flag`` on as the packet's flags). Decoded pictures then wait in
+  presentation order for the pictures they are reordered after (here FFmpeg's DPB,
+  single-threaded so that it adds no delay of its own), and then in the display
+  queue of ``ulMaxDisplayDelay`` pictures: 1 for ``DisplayDecodeLatencyType.NATIVE``,
+  0 for ``LOW`` (``NvDecoder``'s constructor: ``bLowLatency ? 0 : 1``). The end of
+  stream empties all of them. ``ZERO`` (decode order) is not modelled.
 - **10-bit.** 10-bit input comes out as P016 (``uint16``, samples in the high
   bits), exported with the column stride of 2 elements the 2.x binding gives
   (``GetCAIMemoryViewAndDLPack``: strides ``{width, 2}`` for a ``|u2`` tensor).
@@ -120,6 +130,16 @@ class DisplayDecodeLatencyType(enum.Enum):
     ZERO = 2
 
 
+class VideoPacketFlag(enum.IntEnum):
+    """``CUvideopacketflags`` (``nvcuvid.h``), an int as the binding's enum converts to."""
+
+    ENDOFSTREAM = 0x01
+    TIMESTAMP = 0x02
+    DISCONTINUITY = 0x04
+    ENDOFPICTURE = 0x08
+    NOTIFY_EOS = 0x10
+
+
 class cudaVideoChromaFormat(enum.Enum):
     Monochrome = 0
     YUV420 = 1
@@ -147,6 +167,8 @@ class PacketData:
         self.bsl_data = 0
         self.bsl = 0
         self.pts = 0
+        self.decode_flag = 0
+        self.bDiscontinuity = False
 
 
 @dataclass
@@ -159,6 +181,10 @@ class Session:
     """Frames returned by Decode."""
     ends: int = 0
     """Empty (end of stream) packets received."""
+    flags: list[int] = field(default_factory=list)
+    """The ``decode_flag`` of every packet, in order."""
+    returned: list[list[int]] = field(default_factory=list)
+    """The time stamps of the pictures each ``Decode`` call returned, in order."""
     reconfigured: list[tuple[int, int]] = field(default_factory=list)
     released: bool = False
     """The decoder object was destroyed and its surfaces freed."""
@@ -236,7 +262,12 @@ class Decoder:
         sessions.append(self.session)
         self._gpuid = kwargs["gpuid"] if kwargs["usedevicememory"] else None
         self._codec_name = _FFMPEG_NAMES[kwargs["codec"]]
-        self._codec = av.CodecContext.create(self._codec_name, "r")
+        self._codec = self._parser()
+        self._held: list[av.VideoFrame] = []
+        """Pictures of a packet whose end the parser has not seen yet."""
+        self._display: list[av.VideoFrame] = []
+        """Decoded pictures in the display queue."""
+        self._display_delay = 0 if kwargs["latency"] is DisplayDecodeLatencyType.LOW else 1
         self._rgb = kwargs.get("outputColorType") is OutputColorType.RGB
         self._surfaces: list[torch.Tensor] = []
         self._max: tuple[int, int] | None = None
@@ -275,11 +306,42 @@ class Decoder:
             buffer.fill_(FREED)
         self._surfaces = []
 
+    def _parser(self) -> av.CodecContext:
+        codec = av.CodecContext.create(self._codec_name, "r")
+        codec.thread_count = 1  # frame threads would hold pictures back, as NVDEC does not
+        return codec
+
+    def _decode_packet(self, packet: av.Packet | None) -> list[av.VideoFrame]:
+        try:
+            return list(self._codec.decode(packet))
+        except av.error.InvalidDataError:
+            return []  # concealed, as NVDEC's parser does
+
+    def _parse(self, packet: av.Packet | None, whole_picture: bool) -> list[av.VideoFrame]:
+        """The pictures ready for display after ``packet`` (None: the end of the stream).
+
+        FFmpeg decodes every packet at once (so the sequence is checked on the first,
+        as ``HandleVideoSequence`` is); what it hands out for a packet whose end the
+        parser has not seen waits for the next packet, as that picture's decode would.
+        """
+        ready, self._held = self._held, []
+        if packet is None:
+            ready, self._display = self._display + ready + self._decode_packet(None), []
+            return ready
+        if whole_picture:
+            ready += self._decode_packet(packet)
+        else:
+            self._held = self._decode_packet(packet)
+        self._display += ready
+        cut = max(0, len(self._display) - self._display_delay)
+        ready, self._display = self._display[:cut], self._display[cut:]
+        return ready
+
     def Decode(self, packet: PacketData) -> list[DecodedFrame]:
         if packet.bsl == 0:
             self.session.ends += 1
-            decoded = list(self._codec.decode(None))
-            self._codec = av.CodecContext.create(self._codec_name, "r")  # ready for more
+            decoded = self._parse(None, False)
+            self._codec = self._parser()  # ready for more
         else:
             data = ctypes.string_at(packet.bsl_data, packet.bsl)
             self.session.packets.append(data)
@@ -289,12 +351,10 @@ class Decoder:
                 raise RuntimeError("Reconfigure Not supported for bit depth change")
             if not (data.startswith(b"\x00\x00\x00\x01") or data.startswith(b"\x00\x00\x01")):
                 raise RuntimeError("not an Annex B bitstream")
+            self.session.flags.append(packet.decode_flag)
             fed = av.Packet(data)
             fed.pts = packet.pts
-            try:
-                decoded = list(self._codec.decode(fed))
-            except av.error.InvalidDataError:
-                decoded = []  # concealed, as NVDEC's parser does
+            decoded = self._parse(fed, bool(packet.decode_flag & VideoPacketFlag.ENDOFPICTURE))
             self._check_sequence(self._codec)
         frames = []
         for index, frame in enumerate(decoded):  # from index 0 again: last call's frames go
@@ -315,6 +375,7 @@ class Decoder:
             decoded_frame.streams_asked = self.session.streams_asked
             frames.append(decoded_frame)
         self.session.frames += len(frames)
+        self.session.returned.append([frame.getPTS() for frame in frames])
         return frames
 
     def _check_sequence(self, codec: av.CodecContext) -> None:

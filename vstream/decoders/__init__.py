@@ -238,8 +238,9 @@ def open_decoder(
     current stream of the calling thread (the reader's: the pipeline's
     stream); ``threads`` caps the CPU decoder's threads (0: a share of the
     cores among the streams open, see :func:`vstream.cores.auto_decoder_threads`;
-    NVDEC needs none); ``low_delay`` asks the CPU decoder to hand out each
-    picture as soon as it is decoded (live input).
+    NVDEC needs none); ``low_delay`` (live input) asks either decoder to hand out
+    each picture as soon as it is decoded, stamped with the time its packet was read
+    (:attr:`Picture.packet_time`).
 
     When NVDEC is chosen but cannot decode this stream (its codec, bit depth,
     chroma format or size), the stream is decoded on the CPU, with one notice
@@ -275,6 +276,7 @@ def open_decoder(
                 uri,
                 pixel_format=pixel_format or PixelFormat.NV12,
                 cuda_stream=cuda_stream,
+                low_delay=low_delay,
                 **demuxing,
             )
         except NvdecUnsupported as exc:

@@ -31,6 +31,8 @@ class Picture:
     colour: ColourSpace
     decoded: DecodedPicture | None = None
     """The decoder's own picture, converted to a tensor only when something asks."""
+    packet_time: float | None = None
+    """When its packet was read (``time.time()``), for live input; None otherwise."""
 
     def to_frame(
         self, stream_id: str, index: int, pts_seconds: float, capture_time: float

@@ -77,7 +77,8 @@ class PyAVDecoder:
     ``threads`` sets FFmpeg's decoding threads (0: :func:`auto_decoder_threads` of the
     streams open now, this one included); ``low_delay``
     (live input) decodes with slice threads and FFmpeg's low-delay flag, so no
-    picture waits in the decoder for the ones after it.
+    picture waits in the decoder for the ones after it, and gives each picture the
+    time its packet was read (:attr:`Picture.packet_time`).
     """
 
     name = "cpu"
@@ -104,6 +105,7 @@ class PyAVDecoder:
             input_format=input_format,
             timeout=timeout,
             stall_seconds=stall_seconds,
+            stamp_packets=low_delay,
         )
         codec = self.demuxer.stream.codec_context
         if low_delay:
@@ -146,6 +148,7 @@ class PyAVDecoder:
             pts_seconds=pts,
             colour=colour_space(decoded.colorspace, decoded.color_range, decoded.format.name),
             decoded=picture if on_cpu else None,
+            packet_time=self.demuxer.packet_time(decoded.pts),
         )
 
     def pictures(self) -> Iterator[Picture]:

@@ -23,6 +23,11 @@ log = logging.getLogger(__name__)
 _NO_FILE = 0x0001
 """AVFMT_NOFILE: devices and network protocols, whose duration means nothing."""
 
+PACKET_TIMES_KEPT = 256
+"""Read times kept for pictures not yet decoded: far more than a decoder holds back
+(a DPB of 16 and a few frames of display delay), few enough that damage, whose
+pictures never come, cannot make the table grow."""
+
 MAX_CONSECUTIVE_ERRORS = 200
 """Damaged packets in a row, with no picture between them, before the input is given up.
 
@@ -48,7 +53,8 @@ class Demuxer:
     so a dead peer cannot block a thread forever; ``stall_seconds`` ends a
     stream whose packets keep coming without the decoder ever reporting a
     picture (see :meth:`progress`). Damaged packets are counted in
-    :attr:`corrupt_packets`.
+    :attr:`corrupt_packets`. ``stamp_packets`` (live input) keeps the wall-clock
+    time each packet was read, by time stamp, for :meth:`packet_time`.
     """
 
     def __init__(
@@ -59,9 +65,12 @@ class Demuxer:
         input_format: str | None = None,
         timeout: tuple[float, float] | None = None,
         stall_seconds: float | None = None,
+        stamp_packets: bool = False,
     ) -> None:
         self.display_name = redact_uri(uri)
         self.stall_seconds = stall_seconds
+        self._packet_times: dict[int, float] | None = {} if stamp_packets else None
+        """When each packet still waiting for its picture was read, by its time stamp."""
         self.tap: Any = None
         """A :class:`~vstream.sources.base.PacketTap` given every packet, if set."""
         self.corrupt_packets = 0
@@ -148,6 +157,8 @@ class Demuxer:
                     self._check_stall()
                     if self.tap is not None and packet.size:
                         self.tap.add(packet)
+                    if self._packet_times is not None and packet.pts is not None:
+                        self._stamp(packet.pts)
                     yield packet
                 return
             except av.error.InvalidDataError as exc:
@@ -156,6 +167,26 @@ class Demuxer:
                 raise SourceUnavailable(
                     f"{self.display_name}: reading failed: {av_error_text(exc)}"
                 ) from None
+
+    def _stamp(self, pts: int) -> None:
+        times = self._packet_times
+        assert times is not None
+        times[pts] = time.time()
+        if len(times) > PACKET_TIMES_KEPT:
+            del times[next(iter(times))]  # the oldest: a picture that never came
+
+    def packet_time(self, pts: int | None) -> float | None:
+        """When the packet of the picture with time stamp ``pts`` was read (``time.time()``),
+        forgotten once asked; None without ``stamp_packets``, a time stamp or a record (the
+        first packet of an RTSP session has no time stamp before the sender's first report).
+
+        A picture leaves the decoder after its packet, later by the decoder's own delay
+        and, with B-frames, by the pictures it waits for: live frames are aged from
+        here, so that delay counts in a frame's age as the camera's viewer sees it.
+        """
+        if self._packet_times is None or pts is None:
+            return None
+        return self._packet_times.pop(pts, None)
 
     def _check_stall(self) -> None:
         if self.stall_seconds and time.monotonic() - self._last_progress > self.stall_seconds:

@@ -36,6 +36,17 @@ queued on the decoder's stream (``NvDecoder::HandlePictureDecode`` ends in
 ``Decode`` waits for the model's batches queued before it. Work on other
 streams does not hold it (BENCHMARKS.md, "Live streams on one H100").
 
+**Live input** (``low_delay``). NVDEC's parser holds a picture back until the
+next packet begins (it cannot tell where a picture ends), and PyNvVideoCodec's
+default display queue holds one more (``ulMaxDisplayDelay`` 1): a live picture
+would leave the decoder two packets after its own, 67 ms at 30 frames/s and
+200 ms at 10. For live input every packet is marked as one whole picture
+(``CUVID_PKT_ENDOFPICTURE``: FFmpeg's demuxer hands out whole pictures) and the
+decoder is made with ``DisplayDecodeLatencyType.LOW`` (no display queue,
+presentation order kept), so a picture comes out of its own packet's
+``Decode`` unless B-frames make it wait for later ones. Files keep the default,
+which overlaps decoding one picture with handing out the last.
+
 **Reuse.** Creating an NVDEC session costs tens of milliseconds and a
 reconnecting camera or a looping file would pay it on every pass. When a
 pass ends the decoder is flushed and parked in a :class:`DecoderCache`; the
@@ -371,7 +382,9 @@ class NvdecDecoder:
     ``cuda_stream`` is the raw handle of the stream decoding is ordered on
     (torch's current stream when None); ``ring_depth`` is how many frame buffers the
     decoder starts with; ``cache`` is where decoders are parked between
-    passes (None: never reused). See :class:`Demuxer` for the input arguments.
+    passes (None: never reused); ``low_delay`` (live input) hands each picture out
+    from its own packet's ``Decode`` and stamps it with the time that packet was
+    read (:attr:`Picture.packet_time`). See :class:`Demuxer` for the input arguments.
     """
 
     name = "nvdec"
@@ -389,6 +402,7 @@ class NvdecDecoder:
         cuda_stream: int | None = None,
         ring_depth: int = DEFAULT_RING_DEPTH,
         cache: DecoderCache | None = DECODERS,
+        low_delay: bool = False,
     ) -> None:
         if pixel_format is PixelFormat.YUV420P:
             raise SourceError("the nvdec decoder produces nv12 or rgb24, not yuv420p")
@@ -403,12 +417,16 @@ class NvdecDecoder:
         self._ended = False
         self._warned_10bit = False
         self._stream, self._stream_handle = self._decoding_stream(cuda_stream)
+        self.low_delay = low_delay
+        self._whole_picture = int(self._nvc.VideoPacketFlag.ENDOFPICTURE) if low_delay else 0
+        """``PacketData.decode_flag`` of every packet: a whole picture, for live input."""
         self.demuxer = Demuxer(
             uri,
             options=options,
             input_format=input_format,
             timeout=timeout,
             stall_seconds=stall_seconds,
+            stamp_packets=low_delay,
         )
         try:
             self.info = self.demuxer.info
@@ -478,6 +496,7 @@ class NvdecDecoder:
             self._stream_handle,
             self._codec,
             self.pixel_format,
+            self.low_delay,
         )
 
     def _acquire(self) -> _Session:
@@ -511,6 +530,11 @@ class NvdecDecoder:
                     cudastream=self._stream_handle,
                     usedevicememory=True,
                     outputColorType=self._colour_type,
+                    latency=(
+                        nvc.DisplayDecodeLatencyType.LOW
+                        if self.low_delay
+                        else nvc.DisplayDecodeLatencyType.NATIVE
+                    ),
                 )
         except Exception as exc:
             raise SourceError(
@@ -550,6 +574,7 @@ class NvdecDecoder:
             data.bsl, data.bsl_data = 0, 0
             return data
         data.bsl, data.bsl_data = packet.buffer_size, packet.buffer_ptr
+        data.decode_flag = self._whole_picture
         if packet.pts is not None:
             data.pts = packet.pts
         return data
@@ -635,6 +660,7 @@ class NvdecDecoder:
                 else None
             ),
             colour=self._colour,
+            packet_time=self.demuxer.packet_time(pts),
         )
 
     def _decode(self, packet: av.Packet | None) -> list[Picture]:

@@ -231,7 +231,9 @@ class LiveSource:
                 index = self.stats.frames_decoded - 1
                 if self.resume is not None:
                     index += self.resume.index + 1
-                yield picture.to_frame(self.stream_id, index, pts, now)
+                # Aged from its packet's arrival: the decoder's delay is part of its age.
+                read = picture.packet_time
+                yield picture.to_frame(self.stream_id, index, pts, now if read is None else read)
             return None, last_frame
         except TransientError as exc:
             return str(exc), last_frame
