@@ -24,14 +24,19 @@ from vstream.sources import DecoderKind, SourceOptions, VideoFileSource
 SIZES = {"720p": (1280, 720), "1080p": (1920, 1080)}
 
 
-def make_video(path: Path, width: int, height: int, frames: int, fps: int = 30) -> Path:
-    """H.264 in MP4 with enough detail and motion to keep the decoder honest."""
+def make_video(
+    path: Path, width: int, height: int, frames: int, fps: int = 30, b_frames: int | None = None
+) -> Path:
+    """H.264 in MP4 with enough detail and motion to keep the decoder honest; ``b_frames``
+    caps the B-frames in a row (None: x264's default; 0: none, as most cameras send)."""
     rng = np.random.default_rng(0)
     yy, xx = np.mgrid[0:height, 0:width]
     noise = rng.integers(0, 32, size=(height, width, 3), dtype=np.uint8)
     with av.open(str(path), "w") as container:
         stream = container.add_stream("libx264", rate=fps, options={"g": str(2 * fps)})
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        if b_frames is not None:
+            stream.codec_context.max_b_frames = b_frames
         for i in range(frames):
             base = np.stack(
                 [(xx + 4 * i) % 224, (yy + 2 * i) % 224, (xx + yy + 6 * i) % 224], axis=-1

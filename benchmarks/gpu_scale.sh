@@ -43,6 +43,10 @@
 #                 driver's default, which spins, then blocking; gpu_scale.py --host-wait);
 #         kernel: 32 demo streams in one process, from files and live, letterboxed by torch,
 #                 then by one CUDA kernel a batch (gpu_scale.py --letterbox-kernel);
+#         delay:  packets a picture waits in NVDEC as files and as live input get it (no
+#                 display queue, each packet a whole picture), with and without B-frames, and
+#                 NVDEC's frames/s either way at 1, 8 and 32 sessions
+#                 (benchmarks/decoder_delay.py);
 #         mps:    YOLOv8n's 50 live streams over 6 processes, without and then with CUDA MPS
 #                 (when nvidia-cuda-mps-control is there; the daemon is stopped after).
 #         $OUT (default /tmp/gpu_scale) receives one text file per step.
@@ -219,6 +223,10 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0), 'PyNvVideoCodec
                 >>"$OUT/wait.txt"
         done
         grep -E "^\||host wait" "$OUT/wait.txt"
+        ;;
+    delay)
+        timeout 240 python3 -X faulthandler benchmarks/decoder_delay.py --decoders nvdec \
+            --frames 150 --sessions 1 8 32 2>&1 | grep -v WARNING | tee "$OUT/delay.txt"
         ;;
     mps)
         YOLO=(--model "$MEDIA/yolov8n.onnx" --imgsz 640 --live-seconds 6 --skip-limits
