@@ -139,12 +139,15 @@ def packet_pts(path: Path) -> list[int]:
         return [p.pts for p in container.demux(stream) if p.size]
 
 
-def test_live_nvdec_hands_each_picture_out_of_its_own_packet_s_decode(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "codec"), [("camera.mp4", "libx264"), ("camera.mkv", "libx265")])
+def test_live_nvdec_hands_each_picture_out_of_its_own_packet_s_decode(
+    tmp_path: Path, name: str, codec: str
+) -> None:
     """Live input: every packet marked a whole picture and no display queue, so a camera's
     picture (no B-frames) leaves NVDEC in the ``Decode`` call of its own packet. A file's
     keeps the library's default: two packets later (the parser's end of picture, then a
     display queue of one), which overlaps decoding with handing out."""
-    path = write_video(tmp_path / "camera.mp4", frames=12, width=64, height=48, b_frames=0)
+    path = write_video(tmp_path / name, frames=12, width=64, height=48, codec=codec, b_frames=0)
     read = packet_pts(path)
     assert len(read) == 12
     live = nvdec(path, low_delay=True)

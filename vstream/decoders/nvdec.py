@@ -41,8 +41,8 @@ next packet begins (it cannot tell where a picture ends), and PyNvVideoCodec's
 default display queue holds one more (``ulMaxDisplayDelay`` 1): a live picture
 would leave the decoder two packets after its own, 67 ms at 30 frames/s and
 200 ms at 10. For live input every packet is marked as one whole picture
-(``CUVID_PKT_ENDOFPICTURE``: FFmpeg's demuxer hands out whole pictures) and the
-decoder is made with ``DisplayDecodeLatencyType.LOW`` (no display queue,
+(``CUVID_PKT_ENDOFPICTURE``: FFmpeg's demuxer hands out whole H.264 and HEVC
+pictures) and the decoder is made with ``DisplayDecodeLatencyType.LOW`` (no display queue,
 presentation order kept), so a picture comes out of its own packet's
 ``Decode`` unless B-frames make it wait for later ones. Files keep the default,
 which overlaps decoding one picture with handing out the last.
@@ -111,6 +111,12 @@ CODECS = {
 }
 # Codecs whose MP4/MKV packets (length-prefixed) must become Annex B for NVDEC's parser.
 ANNEX_B_FILTERS = {"h264": "h264_mp4toannexb", "hevc": "hevc_mp4toannexb"}
+
+WHOLE_PICTURE_PACKETS = frozenset({"h264", "hevc"})
+"""Codecs whose packets FFmpeg's demuxer hands out as exactly one picture each (its parser
+joins a picture's NAL units), so that live input may mark every packet as one
+(``CUVID_PKT_ENDOFPICTURE``). VP9 and AV1 packets can carry several frames, one of them
+shown; their parser is left to find the pictures' ends."""
 
 NVDEC_PIXEL_FORMATS = frozenset({"yuv420p", "yuvj420p", "nv12"})
 """Source layouts decoded on NVDEC: 8-bit 4:2:0. Others (10-bit, 4:2:2, 4:4:4) go to the CPU.
@@ -418,8 +424,6 @@ class NvdecDecoder:
         self._warned_10bit = False
         self._stream, self._stream_handle = self._decoding_stream(cuda_stream)
         self.low_delay = low_delay
-        self._whole_picture = int(self._nvc.VideoPacketFlag.ENDOFPICTURE) if low_delay else 0
-        """``PacketData.decode_flag`` of every packet: a whole picture, for live input."""
         self.demuxer = Demuxer(
             uri,
             options=options,
@@ -431,6 +435,12 @@ class NvdecDecoder:
         try:
             self.info = self.demuxer.info
             self._codec = self._supported_codec()
+            self._whole_picture = (
+                int(self._nvc.VideoPacketFlag.ENDOFPICTURE)
+                if low_delay and self.info.codec in WHOLE_PICTURE_PACKETS
+                else 0
+            )
+            """``PacketData.decode_flag`` of every packet: a whole picture, for live input."""
             self._time_base = self.demuxer.stream.time_base
             self._colour = self._stream_colour()
             self._bsf = self._annex_b_filter()
