@@ -98,7 +98,8 @@ class Frame:
     """Presentation time stamp in seconds from the start of the stream."""
     colour: ColourSpace
     capture_time: float | None
-    """Wall-clock time (``time.time()``) the frame was received, for frame-age reporting."""
+    """Wall-clock time (``time.time()``) the frame's age counts from: when its packet was read
+    (live input), or when it was decoded (files)."""
     picture: DecodedPicture | None
     """The decoder's own picture when the frame was made from one (the CPU decoder's)."""
 
