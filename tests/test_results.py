@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -95,6 +96,17 @@ def test_records_round_as_python_rounds_every_number() -> None:
     nan = Detections(np.full((1, 4), np.nan, np.float32), np.array([np.nan], np.float32), [0])
     (record,) = nan.records()
     assert all(np.isnan(v) for v in [*record["bbox"], record["score"]])
+
+
+def test_numbers_too_large_to_scale_are_rounded_as_python_rounds_them_without_a_warning() -> None:
+    """Near the largest float64 the number scaled by ``10**digits`` overflows: Python rounds
+    those, and numpy's overflow warning (which would reach a user's log) is not raised."""
+    huge = np.array([[-1.7e308, -9e307, 1e300, 1.7e308]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (record,) = Detections(huge, np.array([1e308]), np.zeros(1, np.int64)).records()
+    assert record["bbox"] == [round(v, 2) for v in huge[0].tolist()]
+    assert record["score"] == round(1e308, 4)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -71,7 +71,8 @@ def _rounded(values: np.ndarray, digits: int | tuple[int, ...]) -> list[Any]:
         rounded = np.array(_python_rounds(values, digits), dtype=np.float64)
         return cast(list[Any], rounded.reshape(values.shape).tolist())
     scale = 10.0**digits if isinstance(digits, int) else 10.0 ** np.asarray(digits)
-    scaled = values.astype(np.float64) * scale
+    with np.errstate(over="ignore"):  # beyond float64 once scaled: Python's, below
+        scaled = values.astype(np.float64) * scale
     out = np.rint(scaled) / scale
     if values.dtype not in (np.float32, np.float16):
         size = np.abs(scaled)
