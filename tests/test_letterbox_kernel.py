@@ -93,7 +93,7 @@ def host_kernel(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     library = folder / "letterbox_host.so"
     subprocess.run(
         [compiler, "-O1", "-shared", "-fPIC", "-std=c++17", f"-I{source_folder}",
-         str(folder / "host.cpp"), "-o", str(library)],
+         f"-DVSTREAM_MAX_FRAMES={MAX_FRAMES}", str(folder / "host.cpp"), "-o", str(library)],
         check=True, timeout=120,
     )  # fmt: skip
     built = ctypes.CDLL(str(library))

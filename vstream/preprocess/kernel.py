@@ -44,7 +44,8 @@ KERNELS = {torch.float32: "letterbox_nv12", torch.float16: "letterbox_nv12_half"
 """The kernel's entry point for each model input type."""
 
 MAX_FRAMES = 64
-"""Frames one launch takes (``VSTREAM_MAX_FRAMES``: their addresses are a launch parameter)."""
+"""Frames one launch takes (their addresses are a launch parameter): the kernel is compiled
+with it as ``VSTREAM_MAX_FRAMES``."""
 
 THREADS_PER_BLOCK = 256
 
@@ -157,7 +158,11 @@ def compile_kernel(architecture: str) -> bytes:
     source = kernel_source().encode()
     program = _check(nvrtc.nvrtcCreateProgram(source, SOURCE.encode(), 0, [], []))
     try:
-        options = [f"--gpu-architecture={architecture}".encode(), b"--std=c++17"]
+        options = [
+            f"--gpu-architecture={architecture}".encode(),
+            b"--std=c++17",
+            f"-DVSTREAM_MAX_FRAMES={MAX_FRAMES}".encode(),
+        ]
         (error,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         if int(error) != 0:
             size = _check(nvrtc.nvrtcGetProgramLogSize(program))

@@ -14,7 +14,10 @@
 #define VSTREAM_DEVICE __device__ __forceinline__
 #endif
 
-#define VSTREAM_MAX_FRAMES 64
+// The frames one launch takes: kernel.py's MAX_FRAMES, passed in its compiler options.
+#ifndef VSTREAM_MAX_FRAMES
+#error "compile with -DVSTREAM_MAX_FRAMES=N (MAX_FRAMES of vstream/preprocess/kernel.py)"
+#endif
 
 // A model input of float32, or of float16 (rounded to nearest, ties to even, from the float32
 // value, as torch rounds the float it computes a float16 tensor's division in).
