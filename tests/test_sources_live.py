@@ -143,15 +143,24 @@ def test_a_live_frame_is_aged_from_its_packet_s_arrival(monkeypatch: pytest.Monk
     clock = SimpleNamespace(time=lambda: 1000.0 + next(reads), monotonic=time.monotonic)
     monkeypatch.setattr(demux, "time", clock)
     frames = []
+    ten = threading.Event()
     with RtspServer() as server:
         source = LiveSource(server.url())
-        try:
+
+        def consume() -> None:
             for frame in source:
                 frames.append(frame)
                 if len(frames) == 10:
-                    break
+                    ten.set()
+                    return
+
+        consumer = threading.Thread(target=consume, daemon=True)
+        consumer.start()
+        try:
+            assert ten.wait(30), "ten frames from the server"
         finally:
             source.close()
+            consumer.join(10)
     stamps = [frame.capture_time for frame in frames]
     assert stamps[0] is not None and stamps[0] > time.time() - 60, "decoded: the wall clock"
     assert all(stamp is not None and 1000 < stamp < 2000 for stamp in stamps[1:]), stamps
