@@ -24,8 +24,10 @@ from onnx_models import constant_output_model
 from vstream import Detector
 from vstream.config import parse_data
 from vstream.decoders import demux
+from vstream.decoders.cpu import PyAVDecoder
 from vstream.engine import Engine
 from vstream.errors import SourceError, TransientError
+from vstream.frame import Frame
 from vstream.sources import (
     LiveSource,
     ReconnectPolicy,
@@ -132,39 +134,68 @@ def test_a_stream_survives_a_server_restart(
     assert len(produced) - (jump + 1) >= 10
 
 
+def read_frames(source: LiveSource, count: int, timeout: float) -> list[tuple[Frame, float]]:
+    """The first ``count`` frames of ``source``, each with its age when it came (seconds
+    since its capture time), read on a thread (bounded); then the source is closed."""
+    frames: list[tuple[Frame, float]] = []
+    enough = threading.Event()
+
+    def consume() -> None:
+        for frame in source:
+            frames.append((frame, time.time() - (frame.capture_time or 0.0)))
+            if len(frames) == count:
+                enough.set()
+                return
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    try:
+        assert enough.wait(timeout), f"{count} frames from the server"
+    finally:
+        source.close()
+        consumer.join(10)
+    return frames
+
+
 def test_a_live_frame_is_aged_from_its_packet_s_arrival(monkeypatch: pytest.MonkeyPatch) -> None:
     """A live frame's capture time, which its age counts from, is when its packet was read,
-    not when the decoder handed the picture out: the decoder's delay is part of the age. (The
-    demuxer's clock is a counter far in the past here, so the two cannot be mistaken.) The
-    first packet of an RTSP session has no time stamp yet (FFmpeg's RTP demuxer gives it none
-    before the sender's first report), so its picture cannot be matched to it and is aged
-    from its decoding, as before."""
+    not when the decoder handed the picture out: the decoder's delay is part of its age. (The
+    demuxer's clock is a counter far in the past here, a frame period a packet, so the two
+    cannot be mistaken, and the stream is in step with it.) The first packet of an RTSP
+    session has no time stamp yet (FFmpeg's RTP demuxer gives it none before the sender's
+    first report), so its picture cannot be matched to it and is aged from its decoding."""
     reads = itertools.count(1)
-    clock = SimpleNamespace(time=lambda: 1000.0 + next(reads), monotonic=time.monotonic)
+    clock = SimpleNamespace(time=lambda: 1000.0 + next(reads) / 25, monotonic=time.monotonic)
     monkeypatch.setattr(demux, "time", clock)
-    frames = []
-    ten = threading.Event()
+    with RtspServer() as server:
+        frames = read_frames(LiveSource(server.url()), 10, 30)
+    stamps = [frame.capture_time for frame, _ in frames]
+    assert stamps[0] is not None and stamps[0] > time.time() - 60, "decoded: the wall clock"
+    assert stamps[1:] == pytest.approx([1000.0 + k / 25 for k in range(1, 10)])
+
+
+def test_a_stream_read_slower_than_its_camera_ages_by_its_backlog_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Decoding at 70 ms a frame a camera that sends one every 40: the packets wait in the
+    socket, each read later than the last. The frames' ages grow with that backlog (read
+    against the stream's own clock), the source says how far behind it is, and the log says
+    so once it lasts. Aged from the packet's read alone, every frame would look 70 ms old."""
+    caplog.set_level(logging.INFO, logger="vstream")
+    picture = PyAVDecoder._picture
+
+    def slow(self: PyAVDecoder, decoded: object) -> object:
+        time.sleep(0.07)
+        return picture(self, decoded)
+
+    monkeypatch.setattr(PyAVDecoder, "_picture", slow)
     with RtspServer() as server:
         source = LiveSource(server.url())
-
-        def consume() -> None:
-            for frame in source:
-                frames.append(frame)
-                if len(frames) == 10:
-                    ten.set()
-                    return
-
-        consumer = threading.Thread(target=consume, daemon=True)
-        consumer.start()
-        try:
-            assert ten.wait(30), "ten frames from the server"
-        finally:
-            source.close()
-            consumer.join(10)
-    stamps = [frame.capture_time for frame in frames]
-    assert stamps[0] is not None and stamps[0] > time.time() - 60, "decoded: the wall clock"
-    assert all(stamp is not None and 1000 < stamp < 2000 for stamp in stamps[1:]), stamps
-    assert len(set(stamps[1:])) == 9, "each frame its own packet's time"
+        ages = [age for _, age in read_frames(source, 100, 60)]
+    assert ages[-1] > 2.0 and ages[-1] > ages[20] + 1.5, ages[::10]
+    assert source.stats.behind_seconds > 2.0
+    told = [r.getMessage() for r in caplog.records if "behind the camera" in r.getMessage()]
+    assert len(told) == 1, told
 
 
 @pytest.mark.soak

@@ -43,6 +43,9 @@ class SourceStats:
     """Damaged packets skipped while decoding."""
     last_gap_seconds: float | None = None
     """Live sources: time without frames around the latest reconnection."""
+    behind_seconds: float = 0.0
+    """Live sources: how far behind the camera's pace the latest frame was read
+    (:mod:`vstream.sources.backlog`); a stream that keeps up stays near 0."""
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from vstream.config.sources import SourceOptions
 from vstream.decoders import Decoder, open_decoder, resolve_decoder
 from vstream.errors import SourceError, TransientError, describe
 from vstream.frame import Frame
+from vstream.sources.backlog import WARN_AFTER_SECONDS, WARN_SECONDS, Backlog
 from vstream.sources.backoff import Backoff
 from vstream.sources.base import PacketTap, ResumePoint, SourceState, SourceStats
 from vstream.uri import redact_uri, stream_name
@@ -207,6 +208,9 @@ class LiveSource:
             return str(exc), last_frame
         corrupt_before = self.stats.corrupt_packets
         pts_offset: float | None = None
+        backlog = Backlog()
+        self._behind_since: float | None = None
+        self._behind_told = False
         try:
             for picture in decoder.pictures():
                 if self._stop.is_set():
@@ -235,15 +239,40 @@ class LiveSource:
                 index = self.stats.frames_decoded - 1
                 if self.resume is not None:
                     index += self.resume.index + 1
-                # Aged from its packet's arrival: the decoder's delay is part of its age.
+                # Aged from its packet's arrival, less what the stream had fallen behind its
+                # camera then: the decoder's delay and the backlog are part of its age.
                 read = picture.packet_time
-                yield picture.to_frame(self.stream_id, index, pts, now if read is None else read)
+                captured = now if read is None else self._captured(backlog, read, pts)
+                yield picture.to_frame(self.stream_id, index, pts, captured)
             return None, last_frame
         except TransientError as exc:
             return str(exc), last_frame
         finally:
             self.stats.corrupt_packets = corrupt_before + decoder.corrupt_packets
             decoder.close()
+
+    def _captured(self, backlog: Backlog, read: float, pts: float) -> float:
+        """When a frame whose packet was read at ``read`` was sent, by the stream's pace: the
+        read time less what the stream had fallen behind (:mod:`vstream.sources.backlog`).
+        A backlog that lasts is told once, and its end."""
+        behind = backlog.behind(read, pts)
+        self.stats.behind_seconds = behind
+        if behind < WARN_SECONDS / 2:
+            if self._behind_told:
+                log.info("%s: caught up with the camera", self.stream_id)
+            self._behind_since, self._behind_told = None, False
+        elif behind >= WARN_SECONDS:
+            if self._behind_since is None:
+                self._behind_since = read
+            elif not self._behind_told and read - self._behind_since >= WARN_AFTER_SECONDS:
+                self._behind_told = True
+                log.warning(
+                    "%s: frames read %.1f s behind the camera's pace (decoding, or the "
+                    "network, is slower than the stream)",
+                    self.stream_id,
+                    behind,
+                )
+        return read - behind
 
     def _streaming(self, backoff: Backoff, now: float, last_frame: float | None) -> None:
         """The first frame of a connection: reset the backoff and report the gap."""
