@@ -98,8 +98,9 @@ class Frame:
     """Presentation time stamp in seconds from the start of the stream."""
     colour: ColourSpace
     capture_time: float | None
-    """Wall-clock time (``time.time()``) the frame's age counts from: when its packet was read
-    (live input), or when it was decoded (files)."""
+    """Wall-clock time (``time.time()``) the frame's age counts from: when its camera sent it
+    (live input: its packet's read time less the stream's backlog then), or when it was
+    decoded (files)."""
     picture: DecodedPicture | None
     """The decoder's own picture when the frame was made from one (the CPU decoder's)."""
 

@@ -15,8 +15,10 @@ frame per thread, so live streams decode with slice threads and the
 decoder's low-delay flag (see :mod:`vstream.decoders.cpu`); NVDEC's parser and
 display queue hold back two, so every packet is marked a whole picture and the
 queue is left out (see :mod:`vstream.decoders.nvdec`). A frame's capture time, which
-its age counts from, is when its packet was read: what a decoder still holds back
-(B-frames) is part of the age a viewer sees.
+its age counts from, is when its packet was read, less how far the stream had fallen
+behind its camera then (:mod:`vstream.sources.backlog`): what a decoder still holds back
+(B-frames), and what waits in the socket when decoding is slower than the camera, are
+part of the age a viewer sees.
 """
 
 from __future__ import annotations
