@@ -110,6 +110,9 @@ class LiveSource:
         self._stop = threading.Event()
         self._state = SourceState.CONNECTING
         self._end_reached = False
+        self._behind_since: float | None = None
+        """Read time of the first frame of the backlog now lasting (this connection's)."""
+        self._behind_told = False
 
     @property
     def state(self) -> SourceState:
@@ -211,8 +214,7 @@ class LiveSource:
         corrupt_before = self.stats.corrupt_packets
         pts_offset: float | None = None
         backlog = Backlog()
-        self._behind_since: float | None = None
-        self._behind_told = False
+        self._behind_since, self._behind_told = None, False
         try:
             for picture in decoder.pictures():
                 if self._stop.is_set():
