@@ -22,18 +22,22 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import av
 import torch
 from decode import make_video
 
-from vstream.decoders.cpu import PyAVDecoder
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from helpers import decoding_lags  # noqa: E402
+
+from vstream.decoders.cpu import PyAVDecoder  # noqa: E402
 
 FPS = 30
 
@@ -51,37 +55,10 @@ def opener(kind: str, low_delay: bool) -> Callable[[Path, int | None], object]:
     )
 
 
-def read_order(path: Path) -> dict[float, int]:
-    """Each packet's place in PyAV's reading order (from 1), by its time in seconds."""
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        packets = [p for p in container.demux(stream) if p.size]
-        return {float(p.pts * p.time_base): i for i, p in enumerate(packets, start=1)}
-
-
 def lags(open_clip: Callable[[Path, int | None], object], path: Path) -> list[int]:
     """Each picture's lag in packets, but for those handed out by the end of the stream."""
-    place = read_order(path)
     stream = torch.cuda.Stream() if torch.cuda.is_available() else None
-    decoder: Any = open_clip(path, None if stream is None else stream.cuda_stream)
-    reads = 0
-    packets = decoder.demuxer.packets
-
-    def counted() -> Iterator[av.Packet]:
-        nonlocal reads
-        for packet in packets():
-            reads += packet.size > 0
-            yield packet
-
-    decoder.demuxer.packets = counted
-    out = []
-    try:
-        for picture in decoder.pictures():
-            if reads < len(place):
-                out.append(reads - place[picture.pts_seconds])
-    finally:
-        decoder.close()
-    return out
+    return decoding_lags(open_clip(path, None if stream is None else stream.cuda_stream), path)
 
 
 def throughput(open_clip: Callable[[Path, int | None], object], path: Path, sessions: int) -> float:

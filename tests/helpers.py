@@ -221,6 +221,37 @@ HANG = 120.0
 what any takes on a loaded machine, so only a real hang fails."""
 
 
+def decoding_lags(decoder: Any, path: Path, keep: list | None = None) -> list[int]:
+    """Each picture's lag as ``decoder`` (open on ``path``) hands it out: the packets read
+    after its own before it came out, its own found by its time stamp in PyAV's reading
+    order. Pictures handed out by the end of the stream are left out (nothing more was
+    coming); ``keep`` collects every picture. Closes the decoder."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        packets = [p for p in container.demux(stream) if p.size]
+        place = {float(p.pts * p.time_base): i for i, p in enumerate(packets, start=1)}
+    reads = 0
+    read_packets = decoder.demuxer.packets
+
+    def counted() -> Any:
+        nonlocal reads
+        for packet in read_packets():
+            reads += packet.size > 0
+            yield packet
+
+    decoder.demuxer.packets = counted
+    lags = []
+    try:
+        for picture in decoder.pictures():
+            if keep is not None:
+                keep.append(picture)
+            if reads < len(place):
+                lags.append(reads - place[picture.pts_seconds])
+    finally:
+        decoder.close()
+    return lags
+
+
 def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
     """``condition()``'s first true value, asked every 50 ms; fails naming ``what`` after
     ``timeout`` seconds (every wait of a test is bounded; the default only catches a hang,

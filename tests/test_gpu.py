@@ -19,7 +19,14 @@ import av
 import numpy as np
 import pytest
 import torch
-from helpers import bucket_sessions, model_session, run_cli, write_10bit, write_video
+from helpers import (
+    bucket_sessions,
+    decoding_lags,
+    model_session,
+    run_cli,
+    write_10bit,
+    write_video,
+)
 from onnx_models import scale_model
 
 from vstream.assets import DEMO_MODEL, SAMPLE_VIDEO
@@ -106,32 +113,13 @@ def test_a_live_nvdec_picture_comes_out_of_its_own_packet_s_decode(
     leaves NVDEC in the Decode call of its own packet live, and later as a file's (the
     parser's end of picture and the display queue), with the same pixels either way."""
     path = write_video(tmp_path / "camera.mp4", frames=24, width=320, height=240, b_frames=0)
-    with av.open(str(path)) as container:
-        video = container.streams.video[0]
-        place = {
-            float(p.pts * p.time_base): i for i, p in enumerate(container.demux(video)) if p.size
-        }
     expected = nv12_reference(path)
     lags = {}
     for low_delay in (True, False):
         decoder = NvdecDecoder(str(path), device=CUDA, cache=None, low_delay=low_delay)
-        reads, packets = 0, decoder.demuxer.packets
-
-        def counted(packets=packets):
-            nonlocal reads
-            for packet in packets():
-                reads += packet.size > 0
-                yield packet
-
-        decoder.demuxer.packets = counted
-        pictures, waited = [], []
-        for picture in decoder.pictures():
-            pictures.append(picture)
-            if reads < len(place):  # not handed out by the end of the stream
-                waited.append(reads - 1 - place[picture.pts_seconds])
-        decoder.close()
+        pictures: list = []
+        lags[low_delay] = decoding_lags(decoder, path, keep=pictures)
         assert_frames_equal(pictures, expected)
-        lags[low_delay] = waited
     assert lags[True] == [0] * 23, "live: each picture from its own packet"
     assert min(lags[False]) >= 1, "a file's: after the next packet at least"
 
