@@ -56,7 +56,8 @@ class Backlog:
         if pts_seconds < self._latest_pts - STEP_BACK_SECONDS:
             self._offsets.clear()  # the camera's clock started again
             self._latest_pts = pts_seconds
-        self._latest_pts = max(self._latest_pts, pts_seconds)
+        else:
+            self._latest_pts = max(self._latest_pts, pts_seconds)
         self._latest_read = max(self._latest_read, read_time)
         offset = read_time - pts_seconds
         offsets = self._offsets
