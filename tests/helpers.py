@@ -221,15 +221,19 @@ HANG = 120.0
 what any takes on a loaded machine, so only a real hang fails."""
 
 
+def packet_times(path: Path) -> list[float]:
+    """The time stamps (seconds) of the video's packets in the order PyAV reads them."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return [float(p.pts * p.time_base) for p in container.demux(stream) if p.size]
+
+
 def decoding_lags(decoder: Any, path: Path, keep: list | None = None) -> list[int]:
     """Each picture's lag as ``decoder`` (open on ``path``) hands it out: the packets read
     after its own before it came out, its own found by its time stamp in PyAV's reading
     order. Pictures handed out by the end of the stream are left out (nothing more was
     coming); ``keep`` collects every picture. Closes the decoder."""
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        packets = [p for p in container.demux(stream) if p.size]
-        place = {float(p.pts * p.time_base): i for i, p in enumerate(packets, start=1)}
+    place = {pts: i for i, pts in enumerate(packet_times(path), start=1)}
     reads = 0
     read_packets = decoder.demuxer.packets
 

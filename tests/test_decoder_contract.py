@@ -24,7 +24,7 @@ import pytest
 import torch
 from fakes import fake_pynvvideocodec as fake
 from fakes.fake_cuda import FakeGpu, host
-from helpers import write_video
+from helpers import packet_times, write_video
 
 from vstream.decoders import demux
 from vstream.decoders import nvdec as nvdec_module
@@ -238,9 +238,7 @@ def test_live_pictures_carry_the_time_their_own_packet_was_read(
     clock made a counter here, so a time is the packet's place in PyAV's reading order),
     in presentation order, on either decoder. A file's pictures carry none."""
     path = write_video(tmp_path / "b.mp4", frames=FRAMES, width=64, height=48)
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        read = [float(p.pts * p.time_base) for p in container.demux(stream) if p.size]
+    read = packet_times(path)
     place = {pts: float(i) for i, pts in enumerate(read, start=1)}
     reads = itertools.count(1)
     clock = SimpleNamespace(time=lambda: float(next(reads)), monotonic=time.monotonic)
