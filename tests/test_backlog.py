@@ -1,12 +1,15 @@
-"""How far behind its camera a live stream is read (vstream.sources.backlog), on made-up
+"""How far behind its camera a live stream is read (vstream.decoders.backlog), on made-up
 read times and time stamps whose true answer is known by construction."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
-from vstream.sources.backlog import Backlog
+from vstream.decoders.backlog import KEY_FRAME_WAIT_SECONDS, Backlog, CatchUp
 
 PERIOD = 0.04
 """A 25 frames/s camera."""
@@ -74,3 +77,74 @@ def test_the_window_forgets_a_backlog_older_than_itself() -> None:
         backlog.behind(100 + k * PERIOD, k * PERIOD)
     late = [backlog.behind(105 + k * PERIOD, k * PERIOD) for k in range(100, 600)]
     assert late[0] == pytest.approx(5.0) and late[-1] == pytest.approx(0)
+
+
+def read_with_catch_up(
+    catch_up: CatchUp, packets: int, decode_seconds: float, key_every: int | None
+) -> tuple[list[int], list[float]]:
+    """A camera sending packet k at ``k * PERIOD`` to a reader that takes ``decode_seconds`` to
+    decode a packet and 1 ms to skip one, reading none before it is sent. The packets decoded
+    and their true backlog when read (read time less send time)."""
+    now, decoded, behind = 0.0, [], []
+    for k in range(packets):
+        read = max(now, k * PERIOD)
+        key = key_every is not None and k % key_every == 0
+        if catch_up.skip(read, k * PERIOD, key):
+            now = read + 0.001
+        else:
+            now = read + decode_seconds
+            decoded.append(k)
+            behind.append(read - k * PERIOD)
+    return decoded, behind
+
+
+def gaps(decoded: list[int]) -> Iterator[tuple[int, int]]:
+    """``(last decoded before, first decoded after)`` around each run of skipped packets."""
+    return ((prev, k) for prev, k in itertools.pairwise(decoded) if k != prev + 1)
+
+
+def test_a_reader_in_step_never_skips() -> None:
+    catch_up = CatchUp(1.0)
+    decoded, _ = read_with_catch_up(catch_up, 3000, 0.03, key_every=50)
+    assert decoded == list(range(3000)) and catch_up.skipped == catch_up.episodes == 0
+
+
+def test_a_slow_reader_skips_to_a_key_frame_in_step_and_stays_within_its_limit() -> None:
+    """Decoding takes 60 ms of a 40 ms period: 20 ms more behind a frame, the limit of 1 s
+    passed every 50-odd frames. Each time, the packets waiting are skipped up to a key frame
+    read within half the limit; no decoded packet is ever further behind than the limit."""
+    catch_up = CatchUp(1.0)
+    decoded, behind = read_with_catch_up(catch_up, 3000, 0.06, key_every=25)
+    resumed = [k for _, k in gaps(decoded)]
+    assert len(resumed) == catch_up.episodes - catch_up.skipping > 20
+    assert all(k % 25 == 0 for k in resumed), "decoding starts again at key frames only"
+    assert max(behind) <= 1.0 + 1e-9
+    at_resume = [behind[decoded.index(k)] for k in resumed]
+    assert max(at_resume) <= 0.5 + 1e-9
+    assert len(decoded) + catch_up.skipped == 3000, "every packet decoded or counted skipped"
+
+
+def test_a_stream_without_key_frames_is_decoded_again_after_the_wait() -> None:
+    """Intra refresh: no packet is a key frame. Once in step, the skipping ends after
+    KEY_FRAME_WAIT_SECONDS of stream rather than never."""
+    catch_up = CatchUp(1.0)
+    decoded, _ = read_with_catch_up(catch_up, 1500, 0.06, key_every=None)
+    first = next(gaps(decoded), None)
+    assert first is not None, "decoding went on"
+    last_before, resumed = first
+    assert KEY_FRAME_WAIT_SECONDS < (resumed - last_before) * PERIOD < KEY_FRAME_WAIT_SECONDS + 2
+    assert len(decoded) + catch_up.skipped == 1500
+
+
+def test_packets_without_a_time_stamp_go_with_their_neighbours() -> None:
+    catch_up = CatchUp(1.0)
+    assert not catch_up.skip(100.0, None, False)
+    assert not catch_up.skip(100.0, 0.0, True)
+    assert catch_up.skip(102.0, 0.04, False), "2 s behind"
+    assert catch_up.skip(102.0, None, False) and catch_up.skipped == 2
+
+
+@pytest.mark.parametrize("limit", [0, -1.0, float("nan")])
+def test_a_limit_must_be_a_positive_time(limit: float) -> None:
+    with pytest.raises(ValueError, match="max_behind_seconds"):
+        CatchUp(limit)

@@ -317,7 +317,8 @@ def test_a_source_from_the_api_gets_the_same_checks(workdir: Path) -> None:
         f"uri: video file not found: {workdir / 'nope.mp4'}",
         "fps: unknown key 'fps'; expected one of: id, uri, detect_every, detect_fps, "
         "adapt_detect_every, motion, decoder, decoder_threads, "
-        "pixel_format, policy, queue_size, reconnect, rtsp_transport, input_format, "
+        "pixel_format, policy, queue_size, max_behind_seconds, reconnect, rtsp_transport, "
+        "input_format, "
         "open_timeout_seconds, read_timeout_seconds, realtime, loop, start_seconds, end_seconds, "
         "stride",
     ]

@@ -28,6 +28,7 @@ from helpers import packet_times, write_video
 
 from vstream.decoders import demux
 from vstream.decoders import nvdec as nvdec_module
+from vstream.decoders.backlog import CatchUp
 from vstream.decoders.base import Picture
 from vstream.decoders.cpu import PyAVDecoder
 from vstream.decoders.demux import Demuxer
@@ -70,10 +71,13 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def open_decoder(kind: str, path: Path, low_delay: bool = False) -> PyAVDecoder | NvdecDecoder:
+def open_decoder(
+    kind: str, path: Path, low_delay: bool = False, max_behind_seconds: float | None = None
+) -> PyAVDecoder | NvdecDecoder:
+    live = {"low_delay": low_delay, "max_behind_seconds": max_behind_seconds}
     if kind == "cpu":
-        return PyAVDecoder(str(path), device=torch.device("cpu"), low_delay=low_delay)
-    return NvdecDecoder(str(path), device=CUDA, cuda_stream=0x7F00, cache=None, low_delay=low_delay)
+        return PyAVDecoder(str(path), device=torch.device("cpu"), **live)
+    return NvdecDecoder(str(path), device=CUDA, cuda_stream=0x7F00, cache=None, **live)
 
 
 def decode(
@@ -269,3 +273,77 @@ def test_read_times_of_pictures_never_asked_for_are_forgotten(tmp_path: Path) ->
     kept = [demuxer.packet_time(pts) for pts in read[44:]]
     assert all(t is not None for t in kept) and kept == sorted(kept)
     assert demuxer.packet_time(read[-1]) is None, "forgotten once asked"
+
+
+def key_frames(path: Path) -> set[float]:
+    """The time stamps of the key frames of ``path``, as its container flags them."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return {
+            float(p.pts * p.time_base) for p in container.demux(stream) if p.size and p.is_keyframe
+        }
+
+
+class SlowReader:
+    """The demuxer's clock (``demux.time``) for a stream read slower than its camera: each
+    packet read costs ``decode_seconds`` after a decoded one and 1 ms after a skipped one
+    (its decision recorded from :meth:`CatchUp.skip`, wrapped), so the stream falls behind
+    as it would and catches up as skipping lets it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, decode_seconds: float) -> None:
+        self.now, self.skipping, self.decode_seconds = 1000.0, False, decode_seconds
+        real = CatchUp.skip
+
+        def skip(catch_up: CatchUp, read: float, pts: float | None, key: bool) -> bool:
+            self.skipping = real(catch_up, read, pts, key)
+            return self.skipping
+
+        monkeypatch.setattr(CatchUp, "skip", skip)
+        monkeypatch.setattr(
+            demux, "time", SimpleNamespace(time=self.time, monotonic=time.monotonic)
+        )
+
+    def time(self) -> float:
+        self.now += 0.001 if self.skipping else self.decode_seconds
+        return self.now
+
+
+@pytest.mark.parametrize("b_frames", [0, None], ids=["camera", "b-frames"])
+@pytest.mark.parametrize("kind", DECODERS)
+def test_a_stream_too_far_behind_skips_to_a_key_frame_and_decodes_on_cleanly(
+    kind: str, b_frames: int | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read at 60 ms a packet of a 25 frames/s stream, the stream passes its limit of 1 s
+    behind again and again: the demuxer skips packets up to a key frame each time. Every
+    picture decoded after a skip is the reference's own (FFmpeg decoding the whole stream):
+    decoding started again at a key frame, not from a picture whose references were skipped.
+    Every packet is decoded or counted skipped, and the packet tap still gets every one."""
+    path = write_video(
+        tmp_path / "c.mp4", frames=150, width=64, height=48, gop=10, b_frames=b_frames
+    )
+    reference = {p.pts_seconds: p for p in decode("cpu", path)[0]}
+    SlowReader(monkeypatch, decode_seconds=0.06)
+    tapped: list[int] = []
+    decoder = open_decoder(kind, path, low_delay=True, max_behind_seconds=1.0)
+    decoder.demuxer.tap = SimpleNamespace(add=lambda packet: tapped.append(packet.pts))
+    try:
+        pictures, skipped, corrupt = (
+            list(decoder.pictures()),
+            decoder.skipped_packets,
+            decoder.corrupt_packets,
+        )
+    finally:
+        decoder.close()
+    pts = [p.pts_seconds for p in pictures]
+    order = sorted(reference)
+    assert pts == sorted(set(pts)) and set(pts) <= set(order)
+    assert skipped > 0 and len(pictures) + skipped == 150 and corrupt == 0
+    assert len(tapped) == 150
+    places = [order.index(t) for t in pts]
+    resumed = [order[k] for prev, k in itertools.pairwise(places) if k != prev + 1]
+    assert len(resumed) >= 2 and set(resumed) <= key_frames(path), resumed
+    expected = [reference[t] for t in pts]
+    if kind == "cpu":
+        assert np.array_equal(letterboxed("cpu", pictures), letterboxed("cpu", expected))
+    else:
+        assert_same_pixels(letterboxed("cpu", expected), letterboxed("nvdec", pictures))

@@ -163,7 +163,8 @@ def test_a_live_frame_is_aged_from_its_packet_s_arrival(monkeypatch: pytest.Monk
     demuxer's clock is a counter far in the past here, a frame period a packet, so the two
     cannot be mistaken, and the stream is in step with it.) The first packet of an RTSP
     session has no time stamp yet (FFmpeg's RTP demuxer gives it none before the sender's
-    first report), so its picture cannot be matched to it and is aged from its decoding."""
+    first report), so its picture cannot be matched to it and is aged from its decoding (its
+    read still took a tick of the clock: packet k was read at tick k + 1)."""
     reads = itertools.count(1)
     clock = SimpleNamespace(time=lambda: 1000.0 + next(reads) / 25, monotonic=time.monotonic)
     monkeypatch.setattr(demux, "time", clock)
@@ -171,7 +172,18 @@ def test_a_live_frame_is_aged_from_its_packet_s_arrival(monkeypatch: pytest.Monk
         frames = read_frames(LiveSource(server.url()), 10, 30)
     stamps = [frame.capture_time for frame, _ in frames]
     assert stamps[0] is not None and stamps[0] > time.time() - 60, "decoded: the wall clock"
-    assert stamps[1:] == pytest.approx([1000.0 + k / 25 for k in range(1, 10)])
+    assert stamps[1:] == pytest.approx([1000.0 + (k + 1) / 25 for k in range(1, 10)])
+
+
+def slow_decoding(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The CPU decoder takes ``seconds`` more for every picture."""
+    picture = PyAVDecoder._picture
+
+    def slow(self: PyAVDecoder, decoded: object) -> object:
+        time.sleep(seconds)
+        return picture(self, decoded)
+
+    monkeypatch.setattr(PyAVDecoder, "_picture", slow)
 
 
 def test_a_stream_read_slower_than_its_camera_ages_by_its_backlog_and_says_so(
@@ -180,22 +192,42 @@ def test_a_stream_read_slower_than_its_camera_ages_by_its_backlog_and_says_so(
     """Decoding at 70 ms a frame a camera that sends one every 40: the packets wait in the
     socket, each read later than the last. The frames' ages grow with that backlog (read
     against the stream's own clock), the source says how far behind it is, and the log says
-    so once it lasts. Aged from the packet's read alone, every frame would look 70 ms old."""
+    so once it lasts. Aged from the packet's read alone, every frame would look 70 ms old.
+    (The backlog is left unbounded here: ``max_behind_seconds`` null.)"""
     caplog.set_level(logging.INFO, logger="vstream")
-    picture = PyAVDecoder._picture
-
-    def slow(self: PyAVDecoder, decoded: object) -> object:
-        time.sleep(0.07)
-        return picture(self, decoded)
-
-    monkeypatch.setattr(PyAVDecoder, "_picture", slow)
+    slow_decoding(monkeypatch, 0.07)
     with RtspServer() as server:
-        source = LiveSource(server.url())
+        source = LiveSource(server.url(), options=SourceOptions(max_behind_seconds=None))
         ages = [age for _, age in read_frames(source, 100, 60)]
     assert ages[-1] > 2.0 and ages[-1] > ages[20] + 1.5, ages[::10]
-    assert source.stats.behind_seconds > 2.0
-    told = [r.getMessage() for r in caplog.records if "behind the camera" in r.getMessage()]
+    assert source.stats.behind_seconds > 2.0 and source.stats.packets_skipped == 0
+    told = [r.getMessage() for r in caplog.records if "behind the camera's pace" in r.getMessage()]
     assert len(told) == 1, told
+
+
+def test_a_stream_too_far_behind_its_camera_skips_to_catch_up_and_counts_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same slow decoding under the default policy (latest) with a limit of 1 s: once
+    that far behind, the waiting packets are skipped, counted, to a key frame read in step
+    (the server sends one every 5 frames), so the frames' age stays near the limit instead
+    of growing 30 ms a frame, the gaps show in the time stamps, and the log says so once."""
+    caplog.set_level(logging.INFO, logger="vstream")
+    slow_decoding(monkeypatch, 0.07)
+    with RtspServer() as server:
+        source = LiveSource(server.url(), options=SourceOptions(max_behind_seconds=1.0))
+        frames = read_frames(source, 150, 90)
+    ages = [age for _, age in frames]
+    pts = [frame.pts_seconds for frame, _ in frames]
+    assert source.stats.packets_skipped > 0
+    assert max(ages[50:]) < 1.0 + 0.7, ages[::10]  # unbounded: above 3 s by frame 100
+    assert max(np.diff(pts)) > 0.4, "a gap where the packets were skipped"
+    assert [frame.index for frame, _ in frames] == list(range(150))
+    told = [r.getMessage() for r in caplog.records if "packets skipped" in r.getMessage()]
+    assert len(told) == 1 and "to catch up at a key frame" in told[0], told
+
+    blocked = LiveSource("rtsp://127.0.0.1:1/x", options=SourceOptions(policy="block"))
+    assert blocked._skip_limit() is None, "block never skips"
 
 
 @pytest.mark.soak
@@ -267,6 +299,31 @@ def test_engine_latest_policy_drops_oldest_and_accounts_for_every_frame(
     assert processed + dropped == decoded, "every frame read was processed or counted dropped"
     frames = [json.loads(line)["frame"] for line in out.read_text().splitlines()]
     assert frames == sorted(frames) and len(frames) == processed
+
+
+def test_packets_skipped_to_catch_up_are_in_the_status_metrics_and_summary(
+    tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the source counted reaches every place a user looks: the stream's status (the
+    API's JSON), its metric and the summary; the frames decoded still add up on their own."""
+    slow_decoding(monkeypatch, 0.07)
+    out = tmp_path / "out.jsonl"
+    with RtspServer() as server:
+        engine = engine_for(model, server.url(), out, max_behind_seconds=0.5)
+        engine.start()
+        reader = engine.pipelines["live"].streams["cam"]
+        try:
+            wait_for(lambda: reader.packets_skipped > 0, 60, "packets skipped")
+        finally:
+            engine.stop(timeout=20)
+    skipped = reader.packets_skipped
+    assert reader.status().to_json()["packets_skipped"] == skipped
+    metric = 'vstream_stream_packets_skipped_total{pipeline="live",stream="cam"}'
+    assert f"{metric} {float(skipped)}" in engine.metrics.render().decode()
+    (summary,) = engine.summary()
+    assert summary.not_decoded == skipped
+    counted = reader.counters.frames_processed + reader.frames_failed + reader.frames_dropped
+    assert counted + reader.frames_skipped == reader.frames_decoded
 
 
 def test_block_policy_drops_nothing(

@@ -49,6 +49,7 @@ class StreamSample:
     fps: float
     frame_age_seconds: float | None
     frames_skipped: int = 0
+    packets_skipped: int = 0
     frames_detected: int | None = None
     """Frames sent to the detector, where the stream's cadence skips some; None otherwise."""
     frames_predicted: int | None = None
@@ -117,6 +118,8 @@ class _RuntimeCollector(Collector):
             "frames_dropped": "Frames dropped before inference (freshness policy, removal)",
             "frames_skipped": "Frames decoded but not selected (start, end, stride); "
             "decoded = processed + failed + dropped + skipped",
+            "packets_skipped": "Packets of a live source read and not decoded, each a frame "
+            "lost: the stream had fallen max_behind_seconds behind its camera",
             "reconnects": "Reconnections of a live source",
         }
         for field, doc in counters.items():

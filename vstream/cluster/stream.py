@@ -40,6 +40,7 @@ _SUMMED = (
     "frames_skipped",
     "reconnects",
     "corrupt_packets",
+    "packets_skipped",
 )
 """Counters a worker reports that add up over the workers a stream ran on."""
 
@@ -310,6 +311,10 @@ class ClusterStream:
     @property
     def corrupt_packets(self) -> int:
         return self.total("corrupt_packets")
+
+    @property
+    def packets_skipped(self) -> int:
+        return self.total("packets_skipped")
 
     def status(self) -> StreamStatus:
         """What the API shows, as a single process shows it, plus where it runs."""

@@ -118,6 +118,12 @@ class SourceOptions(CadenceOptions):
     queue_size: Annotated[Int(1, 64), Cli("--queue-size")] = Field(
         2, description="frames queued between the stream's reader and the model"
     )
+    max_behind_seconds: Annotated[Seconds(0, 3600) | None, Cli("--max-behind")] = Field(
+        2.0,
+        description="live, latest policy: when decoding falls this far behind the camera, "
+        "skip its packets (counted) to the next key frame read in step again; null: never "
+        "skip (block never does)",
+    )
     reconnect: ReconnectPolicy = Field(default_factory=ReconnectPolicy)
     rtsp_transport: Annotated[Literal["tcp", "udp"], Cli("--rtsp-transport")] = Field(
         "tcp", description="tcp: no losses behind NAT and firewalls; udp: lower latency"

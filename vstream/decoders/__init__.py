@@ -161,6 +161,7 @@ class CpuWhenRefused:
         self._uri = uri
         self._start_seconds: float | None = None
         self._corrupt_before = 0
+        self._skipped_before = 0
 
     @property
     def name(self) -> str:
@@ -177,6 +178,10 @@ class CpuWhenRefused:
     @property
     def corrupt_packets(self) -> int:
         return self._corrupt_before + self._decoder.corrupt_packets
+
+    @property
+    def skipped_packets(self) -> int:
+        return self._skipped_before + self._decoder.skipped_packets
 
     def seek(self, seconds: float) -> None:
         self._start_seconds = seconds
@@ -199,6 +204,7 @@ class CpuWhenRefused:
             raise SourceUnavailable(f"{refusal}; reconnecting to decode it on the CPU") from refusal
         nvdec, tap = self._decoder, self.demuxer.tap
         self._corrupt_before += nvdec.corrupt_packets
+        self._skipped_before += nvdec.skipped_packets
         nvdec.close()
         self._decoder = self._open_cpu()
         self.demuxer.tap = tap
@@ -228,6 +234,7 @@ def open_decoder(
     cuda_stream: int | None = None,
     threads: int = 0,
     low_delay: bool = False,
+    max_behind_seconds: float | None = None,
 ) -> Decoder:
     """Open ``uri`` with the decoder ``kind`` resolves to on ``device``.
 
@@ -240,7 +247,9 @@ def open_decoder(
     cores among the streams open, see :func:`vstream.cores.auto_decoder_threads`;
     NVDEC needs none); ``low_delay`` (live input) asks either decoder to hand out
     each picture as soon as it is decoded, stamped with the time its packet was read
-    (:attr:`Picture.packet_time`).
+    (:attr:`Picture.packet_time`); ``max_behind_seconds`` (live input) skips packets,
+    counted, when the stream falls that far behind its camera
+    (:class:`~vstream.decoders.backlog.CatchUp`).
 
     When NVDEC is chosen but cannot decode this stream (its codec, bit depth,
     chroma format or size), the stream is decoded on the CPU, with one notice
@@ -254,6 +263,7 @@ def open_decoder(
         "input_format": input_format,
         "timeout": timeout,
         "stall_seconds": stall_seconds,
+        "max_behind_seconds": max_behind_seconds,
     }
 
     def open_cpu() -> Decoder:

@@ -86,6 +86,12 @@ class Decoder(Protocol):
         ...
 
     @property
+    def skipped_packets(self) -> int:
+        """Packets read and not decoded so far, the stream having fallen too far behind its
+        camera (``max_behind_seconds``, live input)."""
+        ...
+
+    @property
     def demuxer(self) -> Any:
         """Where the packets come from, a :class:`~vstream.decoders.demux.Demuxer` (which
         imports this module); a clip ring taps it: ``demuxer.tap``."""

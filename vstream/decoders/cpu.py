@@ -73,7 +73,8 @@ class PyAVDecoder:
 
     Damaged packets (flagged by the demuxer or rejected by the decoder) are
     skipped and counted in :attr:`corrupt_packets`; see :class:`Demuxer` for
-    ``options``, ``input_format``, ``timeout`` and ``stall_seconds``.
+    ``options``, ``input_format``, ``timeout``, ``stall_seconds`` and
+    ``max_behind_seconds``.
     ``threads`` sets FFmpeg's decoding threads (0: :func:`auto_decoder_threads` of the
     streams open now, this one included); ``low_delay``
     (live input) decodes with slice threads and FFmpeg's low-delay flag, so no
@@ -95,6 +96,7 @@ class PyAVDecoder:
         stall_seconds: float | None = None,
         threads: int = 0,
         low_delay: bool = False,
+        max_behind_seconds: float | None = None,
     ) -> None:
         self.device = device
         self.pixel_format = pixel_format
@@ -106,6 +108,7 @@ class PyAVDecoder:
             timeout=timeout,
             stall_seconds=stall_seconds,
             stamp_packets=low_delay,
+            max_behind_seconds=max_behind_seconds,
         )
         codec = self.demuxer.stream.codec_context
         if low_delay:
@@ -126,6 +129,10 @@ class PyAVDecoder:
     @property
     def corrupt_packets(self) -> int:
         return self.demuxer.corrupt_packets
+
+    @property
+    def skipped_packets(self) -> int:
+        return self.demuxer.skipped_packets
 
     def seek(self, seconds: float) -> None:
         self.demuxer.seek(seconds)

@@ -14,6 +14,7 @@ from typing import Any
 
 import av
 
+from vstream.decoders.backlog import CatchUp
 from vstream.decoders.base import StreamInfo
 from vstream.errors import SourceError, SourceUnavailable
 from vstream.uri import redact_uri
@@ -55,6 +56,10 @@ class Demuxer:
     picture (see :meth:`progress`). Damaged packets are counted in
     :attr:`corrupt_packets`. ``stamp_packets`` (live input) keeps the wall-clock
     time each packet was read, by time stamp, for :meth:`packet_time`.
+    ``max_behind_seconds`` (live input) bounds how far behind its camera the stream
+    is read: past it, packets are skipped up to a key frame read in step again
+    (:class:`~vstream.decoders.backlog.CatchUp`), counted in :attr:`skipped_packets`;
+    the tap still gets every one.
     """
 
     def __init__(
@@ -66,8 +71,10 @@ class Demuxer:
         timeout: tuple[float, float] | None = None,
         stall_seconds: float | None = None,
         stamp_packets: bool = False,
+        max_behind_seconds: float | None = None,
     ) -> None:
         self.display_name = redact_uri(uri)
+        self.catch_up = CatchUp(max_behind_seconds) if max_behind_seconds is not None else None
         self.stall_seconds = stall_seconds
         self._packet_times: dict[int, float] | None = {} if stamp_packets else None
         """When each packet still waiting for its picture was read, by its time stamp."""
@@ -157,8 +164,11 @@ class Demuxer:
                     self._check_stall()
                     if self.tap is not None and packet.size:
                         self.tap.add(packet)
+                    read = time.time()
+                    if self.catch_up is not None and packet.size and self._skipped(packet, read):
+                        continue
                     if self._packet_times is not None and packet.pts is not None:
-                        self._stamp(packet.pts)
+                        self._stamp(packet.pts, read)
                     yield packet
                 return
             except av.error.InvalidDataError as exc:
@@ -168,10 +178,24 @@ class Demuxer:
                     f"{self.display_name}: reading failed: {av_error_text(exc)}"
                 ) from None
 
-    def _stamp(self, pts: int) -> None:
+    def _skipped(self, packet: av.Packet, read: float) -> bool:
+        """Whether the stream is too far behind its camera to decode ``packet`` (see
+        ``max_behind_seconds``); a packet skipped on purpose is not a stall."""
+        assert self.catch_up is not None
+        if not self.catch_up.skip(read, self._seconds(packet.pts), packet.is_keyframe):
+            return False
+        self._last_progress = time.monotonic()
+        return True
+
+    @property
+    def skipped_packets(self) -> int:
+        """Packets read and not decoded, the stream being too far behind its camera."""
+        return self.catch_up.skipped if self.catch_up is not None else 0
+
+    def _stamp(self, pts: int, read: float) -> None:
         times = self._packet_times
         assert times is not None
-        times[pts] = time.time()
+        times[pts] = read
         if len(times) > PACKET_TIMES_KEPT:
             del times[next(iter(times))]  # the oldest: a picture that never came
 

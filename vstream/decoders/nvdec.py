@@ -409,6 +409,7 @@ class NvdecDecoder:
         ring_depth: int = DEFAULT_RING_DEPTH,
         cache: DecoderCache | None = DECODERS,
         low_delay: bool = False,
+        max_behind_seconds: float | None = None,
     ) -> None:
         if pixel_format is PixelFormat.YUV420P:
             raise SourceError("the nvdec decoder produces nv12 or rgb24, not yuv420p")
@@ -431,6 +432,7 @@ class NvdecDecoder:
             timeout=timeout,
             stall_seconds=stall_seconds,
             stamp_packets=low_delay,
+            max_behind_seconds=max_behind_seconds,
         )
         try:
             self.info = self.demuxer.info
@@ -568,6 +570,10 @@ class NvdecDecoder:
     @property
     def corrupt_packets(self) -> int:
         return self.demuxer.corrupt_packets
+
+    @property
+    def skipped_packets(self) -> int:
+        return self.demuxer.skipped_packets
 
     @property
     def ring(self) -> FrameRing | None:

@@ -326,6 +326,10 @@ class StreamReader:
         return self.source_stats.corrupt_packets
 
     @property
+    def packets_skipped(self) -> int:
+        return self.source_stats.packets_skipped
+
+    @property
     def frame_age_seconds(self) -> float | None:
         return self.counters.frame_age_seconds
 

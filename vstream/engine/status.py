@@ -72,6 +72,11 @@ class StreamView(Protocol):
     def corrupt_packets(self) -> int: ...
 
     @property
+    def packets_skipped(self) -> int:
+        """Live packets never decoded: the stream had fallen too far behind its camera."""
+        ...
+
+    @property
     def frame_age_seconds(self) -> float | None: ...
 
     def status(self) -> StreamStatus:
@@ -101,6 +106,7 @@ class StreamStatus:
     detections: int
     reconnects: int
     corrupt_packets: int
+    packets_skipped: int
     fps: float
     frame_age_seconds: float | None
     analytics: dict[str, Any] = field(default_factory=dict)
@@ -130,6 +136,7 @@ class StreamStatus:
             detections=stream.counters.detections,
             reconnects=stream.reconnects,
             corrupt_packets=stream.corrupt_packets,
+            packets_skipped=stream.packets_skipped,
             fps=round(stream.counters.fps(), 2),
             frame_age_seconds=round(age, 4) if age is not None else None,
             analytics=analytics_state(stream.analytics),
@@ -162,6 +169,8 @@ class StreamSummary:
     dropped: int
     failed_frames: int
     error: str | None
+    not_decoded: int = 0
+    """Live packets skipped undecoded to catch up with the camera (``packets_skipped``)."""
     cadence: dict[str, Any] = field(default_factory=dict)
     """:meth:`StreamStatus.cadence`: empty where every frame is detected."""
     attributes: dict[str, Any] = field(default_factory=dict)
@@ -179,6 +188,7 @@ class StreamSummary:
             dropped=stream.frames_dropped - stream.counters.frames_at_stop,
             failed_frames=stream.frames_failed,
             error=stream.error_text,
+            not_decoded=stream.packets_skipped,
             cadence=cadence_state(stream),
             attributes=attributes_state(stream),
         )
@@ -195,6 +205,7 @@ def stream_sample(stream: StreamView) -> StreamSample:
         frames_failed=stream.frames_failed,
         frames_dropped=stream.frames_dropped,
         frames_skipped=stream.frames_skipped,
+        packets_skipped=stream.packets_skipped,
         reconnects=stream.reconnects,
         fps=stream.counters.fps(),
         frame_age_seconds=stream.frame_age_seconds,

@@ -2,7 +2,9 @@
 
 A source is iterated on the calling thread and yields every frame it reads,
 in order; freshness (dropping old frames when detection falls behind) is the
-engine's business (:mod:`vstream.engine.intake`), not the source's.
+engine's business (:mod:`vstream.engine.intake`), not the source's, except
+where only the source can: a live stream whose decoding falls too far behind
+its camera skips packets before decoding them (``max_behind_seconds``, counted).
 """
 
 from __future__ import annotations

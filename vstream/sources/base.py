@@ -41,11 +41,14 @@ class SourceStats:
     """Reconnection attempts (live sources), successful or not."""
     corrupt_packets: int = 0
     """Damaged packets skipped while decoding."""
+    packets_skipped: int = 0
+    """Live sources: packets read and not decoded (each a frame lost, never counted in
+    ``frames_decoded``), the stream having fallen ``max_behind_seconds`` behind its camera."""
     last_gap_seconds: float | None = None
     """Live sources: time without frames around the latest reconnection."""
     behind_seconds: float = 0.0
     """Live sources: how far behind the camera's pace the latest frame was read
-    (:mod:`vstream.sources.backlog`); a stream that keeps up stays near 0."""
+    (:mod:`vstream.decoders.backlog`); a stream that keeps up stays near 0."""
 
 
 @dataclass(frozen=True)

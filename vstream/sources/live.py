@@ -16,9 +16,11 @@ decoder's low-delay flag (see :mod:`vstream.decoders.cpu`); NVDEC's parser and
 display queue hold back two, so every packet is marked a whole picture and the
 queue is left out (see :mod:`vstream.decoders.nvdec`). A frame's capture time, which
 its age counts from, is when its packet was read, less how far the stream had fallen
-behind its camera then (:mod:`vstream.sources.backlog`): what a decoder still holds back
+behind its camera then (:mod:`vstream.decoders.backlog`): what a decoder still holds back
 (B-frames), and what waits in the socket when decoding is slower than the camera, are
-part of the age a viewer sees.
+part of the age a viewer sees. Under the ``latest`` policy that backlog is also bounded:
+past ``max_behind_seconds``, the demuxer skips the waiting packets, undecoded and counted
+(``stats.packets_skipped``), up to a key frame read in step with the camera again.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from collections.abc import Generator, Iterator
 
 import torch
 
-from vstream.config.sources import SourceOptions
+from vstream.config.sources import FreshnessPolicy, SourceOptions
 from vstream.decoders import Decoder, open_decoder, resolve_decoder
+from vstream.decoders.backlog import WARN_AFTER_SECONDS, WARN_SECONDS, Backlog
+from vstream.decoders.base import Picture
 from vstream.errors import SourceError, TransientError, describe
 from vstream.frame import Frame
-from vstream.sources.backlog import WARN_AFTER_SECONDS, WARN_SECONDS, Backlog
 from vstream.sources.backoff import Backoff
 from vstream.sources.base import PacketTap, ResumePoint, SourceState, SourceStats
 from vstream.uri import redact_uri, stream_name
@@ -147,9 +150,17 @@ class LiveSource:
             stall_seconds=reconnect.watchdog_seconds,
             threads=self.options.decoder_threads,
             low_delay=True,
+            max_behind_seconds=self._skip_limit(),
         )
         decoder.demuxer.tap = self.packet_tap
         return decoder
+
+    def _skip_limit(self) -> float | None:
+        """How far behind its camera the stream may fall before its packets are skipped:
+        ``max_behind_seconds``, except under the block policy, which never drops a frame."""
+        if self.options.policy is FreshnessPolicy.BLOCK:
+            return None
+        return self.options.max_behind_seconds
 
     def __iter__(self) -> Iterator[Frame]:
         """Connect, yield frames, reconnect until closed, out of attempts or failed.
@@ -212,7 +223,9 @@ class LiveSource:
         except TransientError as exc:
             return str(exc), last_frame
         corrupt_before = self.stats.corrupt_packets
+        skipped_before = self.stats.packets_skipped
         pts_offset: float | None = None
+        last_pts: float | None = None
         backlog = Backlog()
         self._behind_since, self._behind_told = None, False
         try:
@@ -222,6 +235,13 @@ class LiveSource:
                 now = time.time()
                 self.stats.frames_decoded += 1
                 self.stats.corrupt_packets = corrupt_before + decoder.corrupt_packets
+                skipped = skipped_before + decoder.skipped_packets
+                if skipped > self.stats.packets_skipped:
+                    self._caught_up(
+                        skipped - self.stats.packets_skipped, skipped_before, picture, last_pts
+                    )
+                    self.stats.packets_skipped = skipped
+                last_pts = picture.pts_seconds
                 if pts_offset is None:
                     # Time stamps restart with every connection: continue them from the
                     # wall clock, so the gap of a reconnection shows in the records.
@@ -253,11 +273,12 @@ class LiveSource:
             return str(exc), last_frame
         finally:
             self.stats.corrupt_packets = corrupt_before + decoder.corrupt_packets
+            self.stats.packets_skipped = skipped_before + decoder.skipped_packets
             decoder.close()
 
     def _captured(self, backlog: Backlog, read: float, pts: float) -> float:
         """When a frame whose packet was read at ``read`` was sent, by the stream's pace: the
-        read time less what the stream had fallen behind (:mod:`vstream.sources.backlog`).
+        read time less what the stream had fallen behind (:mod:`vstream.decoders.backlog`).
         A backlog that lasts is told once, and its end."""
         behind = backlog.behind(read, pts)
         self.stats.behind_seconds = behind
@@ -277,6 +298,26 @@ class LiveSource:
                     behind,
                 )
         return read - behind
+
+    def _caught_up(
+        self, count: int, skipped_before: int, picture: Picture, last_pts: float | None
+    ) -> None:
+        """``count`` packets were skipped before ``picture``: say so, the first time in the
+        connection as a warning (later ones are in the counters, and at debug level)."""
+        first = self.stats.packets_skipped == skipped_before
+        gap = (
+            f" (a {picture.pts_seconds - last_pts:.2f} s gap in the video)"
+            if picture.pts_seconds is not None and last_pts is not None
+            else ""
+        )
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "%s: fell over %g s behind the camera: %d packets skipped%s to catch up at a key frame",
+            self.stream_id,
+            self.options.max_behind_seconds,
+            count,
+            gap,
+        )
 
     def _streaming(self, backoff: Backoff, now: float, last_frame: float | None) -> None:
         """The first frame of a connection: reset the backoff and report the gap."""

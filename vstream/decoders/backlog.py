@@ -15,6 +15,13 @@ ours (100 ppm is 6 ms a minute), and a stream that stopped keeping up more
 than a window ago shows a backlog of what it lost within the window, at
 least. A time stamp going back by more than :data:`STEP_BACK_SECONDS` is the
 camera's clock restarting, not a delay: the window starts again.
+
+Measured, a backlog ages the frames (:mod:`vstream.sources.live`); bounded, it
+is skipped (:class:`CatchUp`): a stream that has fallen too far behind drops
+the packets waiting for it, undecoded and counted, up to a key frame read in
+step with its camera again, since decoding can only start again at a key frame.
+Reading without decoding is fast, so the wait drains quickly; what a stream
+loses is its backlog and the rest of that key frame's group of pictures.
 """
 
 from __future__ import annotations
@@ -67,3 +74,51 @@ class Backlog:
         while offsets[0][0] < self._latest_read - self.window_seconds and len(offsets) > 1:
             offsets.popleft()
         return offset - offsets[0][1]
+
+
+KEY_FRAME_WAIT_SECONDS = 10.0
+"""Caught up, how much of the stream :class:`CatchUp` skips waiting for a key frame before
+it lets decoding start without one: a stream may have none (intra refresh), and its
+decoder then recovers as the refresh sweeps the picture, which is better than nothing."""
+
+
+class CatchUp:
+    """Skips a live stream's packets once it has fallen ``max_behind_seconds`` behind its
+    camera, up to the first key frame read within half of that (the module's docstring).
+
+    :meth:`skip` takes each packet as it is read, in the stream's order; :attr:`skipped`
+    counts those it said to skip (each a picture never decoded), :attr:`episodes` the times
+    the stream fell behind the limit.
+    """
+
+    def __init__(self, max_behind_seconds: float) -> None:
+        if not max_behind_seconds > 0:
+            raise ValueError(f"max_behind_seconds must be above 0, got {max_behind_seconds!r}")
+        self.max_behind_seconds = max_behind_seconds
+        self.backlog = Backlog()
+        self.skipping = False
+        self.skipped = 0
+        self.episodes = 0
+        self._in_step_since: float | None = None
+        """While skipping: the time stamp of the first packet read within half the limit."""
+
+    def skip(self, read_time: float, pts_seconds: float | None, key_frame: bool) -> bool:
+        """Whether the packet read at ``read_time`` (``time.time()``) with this time stamp
+        (seconds; None: the stream gave it none) is to be dropped undecoded."""
+        if pts_seconds is None:  # no pace to measure: skipped with its neighbours
+            self.skipped += self.skipping
+            return self.skipping
+        behind = self.backlog.behind(read_time, pts_seconds)
+        if not self.skipping:
+            if behind <= self.max_behind_seconds:
+                return False
+            self.skipping, self._in_step_since = True, None
+            self.episodes += 1
+        elif behind <= self.max_behind_seconds / 2:
+            if self._in_step_since is None:
+                self._in_step_since = pts_seconds
+            if key_frame or pts_seconds - self._in_step_since > KEY_FRAME_WAIT_SECONDS:
+                self.skipping = False
+                return False
+        self.skipped += 1
+        return True
