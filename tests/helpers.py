@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import av
@@ -254,6 +255,42 @@ def decoding_lags(decoder: Any, path: Path, keep: list | None = None) -> list[in
     finally:
         decoder.close()
     return lags
+
+
+def key_frames(path: Path) -> set[float]:
+    """The time stamps of the key frames of ``path``, as its container flags them."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return {
+            float(p.pts * p.time_base) for p in container.demux(stream) if p.size and p.is_keyframe
+        }
+
+
+class SlowReader:
+    """The demuxer's clock (``demux.time``) for a stream read slower than its camera: each
+    packet read costs ``decode_seconds`` after a decoded one and 1 ms after a skipped one
+    (the decision recorded from ``CatchUp.skip``, wrapped), so the stream falls behind as
+    it would and catches up as skipping lets it. ``monkeypatch`` undoes both."""
+
+    def __init__(self, monkeypatch: Any, decode_seconds: float) -> None:
+        from vstream.decoders import demux
+        from vstream.decoders.backlog import CatchUp
+
+        self.now, self.skipping, self.decode_seconds = 1000.0, False, decode_seconds
+        real = CatchUp.skip
+
+        def skip(catch_up: CatchUp, read: float, pts: float | None, key: bool) -> bool:
+            self.skipping = real(catch_up, read, pts, key)
+            return self.skipping
+
+        monkeypatch.setattr(CatchUp, "skip", skip)
+        monkeypatch.setattr(
+            demux, "time", SimpleNamespace(time=self.time, monotonic=time.monotonic)
+        )
+
+    def time(self) -> float:
+        self.now += 0.001 if self.skipping else self.decode_seconds
+        return self.now
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:

@@ -24,11 +24,10 @@ import pytest
 import torch
 from fakes import fake_pynvvideocodec as fake
 from fakes.fake_cuda import FakeGpu, host
-from helpers import packet_times, write_video
+from helpers import SlowReader, key_frames, packet_times, write_video
 
 from vstream.decoders import demux
 from vstream.decoders import nvdec as nvdec_module
-from vstream.decoders.backlog import CatchUp
 from vstream.decoders.base import Picture
 from vstream.decoders.cpu import PyAVDecoder
 from vstream.decoders.demux import Demuxer
@@ -273,39 +272,6 @@ def test_read_times_of_pictures_never_asked_for_are_forgotten(tmp_path: Path) ->
     kept = [demuxer.packet_time(pts) for pts in read[44:]]
     assert all(t is not None for t in kept) and kept == sorted(kept)
     assert demuxer.packet_time(read[-1]) is None, "forgotten once asked"
-
-
-def key_frames(path: Path) -> set[float]:
-    """The time stamps of the key frames of ``path``, as its container flags them."""
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        return {
-            float(p.pts * p.time_base) for p in container.demux(stream) if p.size and p.is_keyframe
-        }
-
-
-class SlowReader:
-    """The demuxer's clock (``demux.time``) for a stream read slower than its camera: each
-    packet read costs ``decode_seconds`` after a decoded one and 1 ms after a skipped one
-    (its decision recorded from :meth:`CatchUp.skip`, wrapped), so the stream falls behind
-    as it would and catches up as skipping lets it."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, decode_seconds: float) -> None:
-        self.now, self.skipping, self.decode_seconds = 1000.0, False, decode_seconds
-        real = CatchUp.skip
-
-        def skip(catch_up: CatchUp, read: float, pts: float | None, key: bool) -> bool:
-            self.skipping = real(catch_up, read, pts, key)
-            return self.skipping
-
-        monkeypatch.setattr(CatchUp, "skip", skip)
-        monkeypatch.setattr(
-            demux, "time", SimpleNamespace(time=self.time, monotonic=time.monotonic)
-        )
-
-    def time(self) -> float:
-        self.now += 0.001 if self.skipping else self.decode_seconds
-        return self.now
 
 
 @pytest.mark.parametrize("b_frames", [0, None], ids=["camera", "b-frames"])

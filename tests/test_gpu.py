@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 import torch
 from helpers import (
+    SlowReader,
     bucket_sessions,
     decoding_lags,
+    key_frames,
     model_session,
     run_cli,
     write_10bit,
@@ -122,6 +124,34 @@ def test_a_live_nvdec_picture_comes_out_of_its_own_packet_s_decode(
         assert_frames_equal(pictures, expected)
     assert lags[True] == [0] * 23, "live: each picture from its own packet"
     assert min(lags[False]) >= 1, "a file's: after the next packet at least"
+
+
+def test_a_live_nvdec_stream_too_far_behind_decodes_on_cleanly_from_a_key_frame(
+    tmp_path: Path, nvdec: None, stream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The contract test's skipping on the real PyNvVideoCodec: read at 60 ms a packet of a
+    25 frames/s stream with a limit of 1 s, packets are skipped up to key frames, and every
+    picture NVDEC gives after a skip is FFmpeg's from decoding the whole clip."""
+    path = write_video(tmp_path / "c.mp4", frames=150, width=320, height=240, gop=10, b_frames=0)
+    reference = {round(pts, 6): pixels for pts, pixels in nv12_reference(path)}
+    SlowReader(monkeypatch, decode_seconds=0.06)
+    decoder = NvdecDecoder(
+        str(path), device=CUDA, cache=None, low_delay=True, max_behind_seconds=1.0
+    )
+    pictures, expected = [], []
+    try:
+        for picture in decoder.pictures():
+            pictures.append(picture)
+            expected.append((picture.pts_seconds, reference[round(picture.pts_seconds, 6)]))
+            assert_frames_equal(pictures[-1:], expected[-1:])  # before the ring reuses it
+        skipped = decoder.skipped_packets
+    finally:
+        decoder.close()
+    assert skipped > 0 and len(pictures) + skipped == 150
+    order = sorted(reference)
+    places = [order.index(round(p.pts_seconds, 6)) for p in pictures]
+    resumed = {order[k] for prev, k in itertools.pairwise(places) if k != prev + 1}
+    assert resumed and {round(t, 6) for t in resumed} <= {round(t, 6) for t in key_frames(path)}
 
 
 def test_nvdec_taken_on_the_default_stream_decodes_on_a_stream_of_its_own(
