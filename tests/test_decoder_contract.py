@@ -313,3 +313,27 @@ def test_a_stream_too_far_behind_skips_to_a_key_frame_and_decodes_on_cleanly(
         assert np.array_equal(letterboxed("cpu", pictures), letterboxed("cpu", expected))
     else:
         assert_same_pixels(letterboxed("cpu", expected), letterboxed("nvdec", pictures))
+
+
+def test_segmented_input_comes_in_bursts_and_is_never_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HLS is read a segment at a time, its packets in bursts whose first is as old as the
+    segment is long: what the limit would take for a backlog. The same clip and reader that
+    skip as MPEG-TS (the segments' own format) skip nothing as an HLS playlist."""
+    options = {"hls_time": "2", "hls_playlist_type": "event"}
+    playlist = write_video(
+        tmp_path / "live.m3u8", frames=150, width=64, height=48, gop=10, options=options
+    )
+    plain = write_video(tmp_path / "live.ts", frames=150, width=64, height=48, gop=10)
+    skipped = {}
+    for path in (playlist, plain):
+        SlowReader(monkeypatch, decode_seconds=0.06)
+        decoder = open_decoder("cpu", path, low_delay=True, max_behind_seconds=1.0)
+        try:
+            assert len(list(decoder.pictures())) + decoder.skipped_packets == 150
+            skipped[path.suffix] = decoder.skipped_packets, decoder.demuxer.container.format.name
+        finally:
+            decoder.close()
+    assert skipped == {".m3u8": (0, "hls"), ".ts": (skipped[".ts"][0], "mpegts")}
+    assert skipped[".ts"][0] > 0

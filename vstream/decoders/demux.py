@@ -29,6 +29,11 @@ PACKET_TIMES_KEPT = 256
 (a DPB of 16 and a few frames of display delay), few enough that damage, whose
 pictures never come, cannot make the table grow."""
 
+SEGMENTED_FORMATS = frozenset({"hls", "dash"})
+"""Inputs read a segment (seconds of video) at a time: their packets come in bursts by
+design, the first of each as old as the segment is long, so a burst is no backlog that
+skipping could shorten, and ``max_behind_seconds`` leaves them alone."""
+
 MAX_CONSECUTIVE_ERRORS = 200
 """Damaged packets in a row, with no picture between them, before the input is given up.
 
@@ -59,7 +64,8 @@ class Demuxer:
     ``max_behind_seconds`` (live input) bounds how far behind its camera the stream
     is read: past it, packets are skipped up to a key frame read in step again
     (:class:`~vstream.decoders.backlog.CatchUp`), counted in :attr:`skipped_packets`;
-    the tap still gets every one.
+    the tap still gets every one. Segmented inputs (:data:`SEGMENTED_FORMATS`) are
+    never skipped.
     """
 
     def __init__(
@@ -74,7 +80,6 @@ class Demuxer:
         max_behind_seconds: float | None = None,
     ) -> None:
         self.display_name = redact_uri(uri)
-        self.catch_up = CatchUp(max_behind_seconds) if max_behind_seconds is not None else None
         self.stall_seconds = stall_seconds
         self._packet_times: dict[int, float] | None = {} if stamp_packets else None
         """When each packet still waiting for its picture was read, by its time stamp."""
@@ -96,6 +101,12 @@ class Demuxer:
             self.container.close()
             raise SourceError(f"{self.display_name} has no video stream")
         self.stream = self.container.streams.video[0]
+        segmented = self.container.format.name in SEGMENTED_FORMATS
+        self.catch_up = (
+            CatchUp(max_behind_seconds)
+            if max_behind_seconds is not None and not segmented
+            else None
+        )
         codec = self.stream.codec_context
         rate = self.stream.average_rate or self.stream.guessed_rate
         self.info = StreamInfo(
