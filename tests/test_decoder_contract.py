@@ -295,7 +295,7 @@ def test_a_stream_too_far_behind_skips_to_a_key_frame_and_decodes_on_cleanly(
     try:
         pictures, skipped, corrupt = (
             list(decoder.pictures()),
-            decoder.skipped_packets,
+            decoder.packets_skipped,
             decoder.corrupt_packets,
         )
     finally:
@@ -331,8 +331,8 @@ def test_segmented_input_comes_in_bursts_and_is_never_skipped(
         SlowReader(monkeypatch, decode_seconds=0.06)
         decoder = open_decoder("cpu", path, low_delay=True, max_behind_seconds=1.0)
         try:
-            assert len(list(decoder.pictures())) + decoder.skipped_packets == 150
-            skipped[path.suffix] = decoder.skipped_packets, decoder.demuxer.container.format.name
+            assert len(list(decoder.pictures())) + decoder.packets_skipped == 150
+            skipped[path.suffix] = decoder.packets_skipped, decoder.demuxer.container.format.name
         finally:
             decoder.close()
     assert skipped == {".m3u8": (0, "hls"), ".ts": (skipped[".ts"][0], "mpegts")}

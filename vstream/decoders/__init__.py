@@ -180,8 +180,8 @@ class CpuWhenRefused:
         return self._corrupt_before + self._decoder.corrupt_packets
 
     @property
-    def skipped_packets(self) -> int:
-        return self._skipped_before + self._decoder.skipped_packets
+    def packets_skipped(self) -> int:
+        return self._skipped_before + self._decoder.packets_skipped
 
     def seek(self, seconds: float) -> None:
         self._start_seconds = seconds
@@ -204,7 +204,7 @@ class CpuWhenRefused:
             raise SourceUnavailable(f"{refusal}; reconnecting to decode it on the CPU") from refusal
         nvdec, tap = self._decoder, self.demuxer.tap
         self._corrupt_before += nvdec.corrupt_packets
-        self._skipped_before += nvdec.skipped_packets
+        self._skipped_before += nvdec.packets_skipped
         nvdec.close()
         self._decoder = self._open_cpu()
         self.demuxer.tap = tap

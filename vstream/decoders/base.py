@@ -86,7 +86,7 @@ class Decoder(Protocol):
         ...
 
     @property
-    def skipped_packets(self) -> int:
+    def packets_skipped(self) -> int:
         """Packets read and not decoded so far, the stream having fallen too far behind its
         camera (``max_behind_seconds``, live input)."""
         ...

@@ -131,8 +131,8 @@ class PyAVDecoder:
         return self.demuxer.corrupt_packets
 
     @property
-    def skipped_packets(self) -> int:
-        return self.demuxer.skipped_packets
+    def packets_skipped(self) -> int:
+        return self.demuxer.packets_skipped
 
     def seek(self, seconds: float) -> None:
         self.demuxer.seek(seconds)

@@ -63,7 +63,7 @@ class Demuxer:
     time each packet was read, by time stamp, for :meth:`packet_time`.
     ``max_behind_seconds`` (live input) bounds how far behind its camera the stream
     is read: past it, packets are skipped up to a key frame read in step again
-    (:class:`~vstream.decoders.backlog.CatchUp`), counted in :attr:`skipped_packets`;
+    (:class:`~vstream.decoders.backlog.CatchUp`), counted in :attr:`packets_skipped`;
     the tap still gets every one. Segmented inputs (:data:`SEGMENTED_FORMATS`) are
     never skipped.
     """
@@ -199,7 +199,7 @@ class Demuxer:
         return True
 
     @property
-    def skipped_packets(self) -> int:
+    def packets_skipped(self) -> int:
         """Packets read and not decoded, the stream being too far behind its camera."""
         return self.catch_up.skipped if self.catch_up is not None else 0
 

@@ -572,8 +572,8 @@ class NvdecDecoder:
         return self.demuxer.corrupt_packets
 
     @property
-    def skipped_packets(self) -> int:
-        return self.demuxer.skipped_packets
+    def packets_skipped(self) -> int:
+        return self.demuxer.packets_skipped
 
     @property
     def ring(self) -> FrameRing | None:

@@ -235,7 +235,7 @@ class LiveSource:
                 now = time.time()
                 self.stats.frames_decoded += 1
                 self.stats.corrupt_packets = corrupt_before + decoder.corrupt_packets
-                skipped = skipped_before + decoder.skipped_packets
+                skipped = skipped_before + decoder.packets_skipped
                 if skipped > self.stats.packets_skipped:
                     self._caught_up(
                         skipped - self.stats.packets_skipped, skipped_before, picture, last_pts
@@ -273,7 +273,7 @@ class LiveSource:
             return str(exc), last_frame
         finally:
             self.stats.corrupt_packets = corrupt_before + decoder.corrupt_packets
-            self.stats.packets_skipped = skipped_before + decoder.skipped_packets
+            self.stats.packets_skipped = skipped_before + decoder.packets_skipped
             decoder.close()
 
     def _captured(self, backlog: Backlog, read: float, pts: float) -> float:
