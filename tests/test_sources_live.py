@@ -222,7 +222,8 @@ def test_a_stream_too_far_behind_its_camera_skips_to_catch_up_and_counts_it(
     assert source.stats.packets_skipped > 0
     assert max(ages[50:]) < 1.0 + 0.7, ages[::10]  # unbounded: above 3 s by frame 100
     assert max(np.diff(pts)) > 0.4, "a gap where the packets were skipped"
-    assert [frame.index for frame, _ in frames] == list(range(150))
+    steps = np.diff([frame.index for frame, _ in frames])
+    assert np.diff(pts) == pytest.approx(steps / 25, abs=1e-3), "numbered as the camera sent"
     told = [r.getMessage() for r in caplog.records if "packets skipped" in r.getMessage()]
     assert len(told) == 1 and "to catch up at a key frame" in told[0], told
 

@@ -260,7 +260,9 @@ class LiveSource:
                     return None, last_frame
                 last_frame = now
                 self.stats.frames_delivered += 1
-                index = self.stats.frames_decoded - 1
+                # Its place among the pictures read, skipped ones included: a skip shows
+                # in the frame numbers as in the time stamps.
+                index = self.stats.frames_decoded + self.stats.packets_skipped - 1
                 if self.resume is not None:
                     index += self.resume.index + 1
                 # Aged from its packet's arrival, less what the stream had fallen behind its
