@@ -23,26 +23,16 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from helpers import RtspServer  # noqa: E402
+from helpers import RtspServer, slow_decoding  # noqa: E402
 
 from vstream import assets  # noqa: E402
 from vstream.config import parse_data  # noqa: E402
-from vstream.decoders.cpu import PyAVDecoder  # noqa: E402
 from vstream.engine import Engine  # noqa: E402
-
-
-def slow_decoding(seconds: float) -> None:
-    """The CPU decoder takes ``seconds`` more for every picture (as the tests slow it)."""
-    picture = PyAVDecoder._picture
-
-    def slow(self: PyAVDecoder, decoded: object) -> object:
-        time.sleep(seconds)
-        return picture(self, decoded)
-
-    PyAVDecoder._picture = slow  # type: ignore[method-assign]
 
 
 def measure(
@@ -139,7 +129,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.slow_decode:
-        slow_decoding(args.slow_decode)
+        slow_decoding(pytest.MonkeyPatch(), args.slow_decode)
     with RtspServer() as server:
         for streams in args.streams:
             print(

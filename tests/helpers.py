@@ -266,6 +266,20 @@ def key_frames(path: Path) -> set[float]:
         }
 
 
+def slow_decoding(monkeypatch: Any, seconds: float) -> None:
+    """The CPU decoder takes ``seconds`` more for every picture: a stream decoded slower
+    than its camera. ``monkeypatch`` (pytest's) undoes it."""
+    from vstream.decoders.cpu import PyAVDecoder
+
+    picture = PyAVDecoder._picture
+
+    def slow(self: PyAVDecoder, decoded: Any) -> Any:
+        time.sleep(seconds)
+        return picture(self, decoded)
+
+    monkeypatch.setattr(PyAVDecoder, "_picture", slow)
+
+
 class SlowReader:
     """The demuxer's clock (``demux.time``) for a stream read slower than its camera: each
     packet read costs ``decode_seconds`` after a decoded one and 1 ms after a skipped one

@@ -18,13 +18,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers import RtspServer, free_port, run_cli, wait_for
+from helpers import RtspServer, free_port, run_cli, slow_decoding, wait_for
 from onnx_models import constant_output_model
 
 from vstream import Detector
 from vstream.config import parse_data
 from vstream.decoders import demux
-from vstream.decoders.cpu import PyAVDecoder
 from vstream.engine import Engine
 from vstream.errors import SourceError, TransientError
 from vstream.frame import Frame
@@ -173,17 +172,6 @@ def test_a_live_frame_is_aged_from_its_packet_s_arrival(monkeypatch: pytest.Monk
     stamps = [frame.capture_time for frame, _ in frames]
     assert stamps[0] is not None and stamps[0] > time.time() - 60, "decoded: the wall clock"
     assert stamps[1:] == pytest.approx([1000.0 + (k + 1) / 25 for k in range(1, 10)])
-
-
-def slow_decoding(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    """The CPU decoder takes ``seconds`` more for every picture."""
-    picture = PyAVDecoder._picture
-
-    def slow(self: PyAVDecoder, decoded: object) -> object:
-        time.sleep(seconds)
-        return picture(self, decoded)
-
-    monkeypatch.setattr(PyAVDecoder, "_picture", slow)
 
 
 def test_a_stream_read_slower_than_its_camera_ages_by_its_backlog_and_says_so(
