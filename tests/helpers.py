@@ -81,17 +81,19 @@ def write_video(
     colorspace: int | None = None,
     gop: int | None = None,
     b_frames: int | None = None,
+    codec_options: dict[str, str] | None = None,
 ) -> Path:
     """Encode a moving gradient with PyAV; every frame differs from the next.
 
     ``pix_fmt`` ``yuvj420p`` makes a full-range stream (as many IP cameras send);
     ``colorspace`` tags the stream's matrix (FFmpeg's code: 1 is BT.709); ``gop``
     puts a key frame every ``gop`` frames (something for a seek to land on);
-    ``b_frames`` caps the B-frames in a row (0: none, as most cameras send).
+    ``b_frames`` caps the B-frames in a row (0: none, as most cameras send);
+    ``codec_options`` go to the encoder (``{"x265-params": ...}``).
     """
     yy, xx = np.mgrid[0:height, 0:width]
     with av.open(str(path), "w", options=options or {}) as container:
-        stream = container.add_stream(codec, rate=fps)
+        stream = container.add_stream(codec, rate=fps, options=codec_options or {})
         stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
         if colorspace is not None:
             stream.codec_context.colorspace = colorspace
@@ -257,6 +259,12 @@ def decoding_lags(decoder: Any, path: Path, keep: list | None = None) -> list[in
     return lags
 
 
+OPEN_GOP = {"x265-params": "open-gop=1:scenecut=0:bframes=3:log-level=error"}
+"""``codec_options`` of libx265 for key frames that are CRA pictures with leading pictures
+after them (decoded after, shown before; the RASL among them refer to the group before),
+as broadcast encoders and some cameras send."""
+
+
 def key_frames(path: Path) -> set[float]:
     """The time stamps of the key frames of ``path``, as its container flags them."""
     with av.open(str(path)) as container:
@@ -264,6 +272,21 @@ def key_frames(path: Path) -> set[float]:
         return {
             float(p.pts * p.time_base) for p in container.demux(stream) if p.size and p.is_keyframe
         }
+
+
+def resumes(read: list[float], decoded: set[float]) -> list[float]:
+    """The packets decoding started again at: decoded after packets skipped, of those
+    read (time stamps, in the order read). A packet skipped that comes before the last one
+    decoded (a B-frame, a key frame's leading picture) is no gap: decoding went on."""
+    found, gap, last = [], False, -float("inf")
+    for t in read:
+        if t not in decoded:
+            gap = gap or t > last
+        else:
+            if gap:
+                found.append(t)
+            gap, last = False, t
+    return found
 
 
 def slow_decoding(monkeypatch: Any, seconds: float) -> None:

@@ -144,6 +144,32 @@ def test_packets_without_a_time_stamp_go_with_their_neighbours() -> None:
     assert catch_up.skip(102.0, None, False) and catch_up.skipped == 2
 
 
+def behind_then_resumed(key_pts: float) -> CatchUp:
+    """A stream 2 s behind its 1 s limit, then in step again at a key frame at ``key_pts``."""
+    catch_up = CatchUp(1.0)
+    assert not catch_up.skip(100.0, 0.0, True)
+    assert catch_up.skip(102.0, 0.04, False), "2 s behind"
+    assert not catch_up.skip(100.1 + key_pts, key_pts, True), "in step, a key frame"
+    return catch_up
+
+
+def test_the_leading_pictures_of_the_key_frame_resumed_at_are_skipped_too() -> None:
+    """An open group's key frame (HEVC's CRA) is followed by pictures shown before it,
+    some referring to the group skipped: skipped and counted, up to the first picture
+    after the key frame in time, after which none may come."""
+    catch_up = behind_then_resumed(key_pts=0.40)
+    assert catch_up.skip(100.5, 0.36, False), "a leading picture"
+    assert catch_up.skip(100.5, None, False), "no time stamp, among the leading pictures"
+    assert not catch_up.skip(100.6, 0.48, False), "the first trailing picture"
+    assert not catch_up.skip(100.6, 0.44, False), "a B-frame after it"
+    assert catch_up.skipped == 3 and not catch_up.skipping
+
+
+def test_a_camera_clock_restarting_at_the_key_frame_is_no_leading_picture() -> None:
+    catch_up = behind_then_resumed(key_pts=5.0)
+    assert not catch_up.skip(105.2, 0.0, False) and catch_up.skipped == 1
+
+
 @pytest.mark.parametrize("limit", [0, -1.0, float("nan")])
 def test_a_limit_must_be_a_positive_time(limit: float) -> None:
     with pytest.raises(ValueError, match="max_behind_seconds"):

@@ -21,7 +21,11 @@ is skipped (:class:`CatchUp`): a stream that has fallen too far behind drops
 the packets waiting for it, undecoded and counted, up to a key frame read in
 step with its camera again, since decoding can only start again at a key frame.
 Reading without decoding is fast, so the wait drains quickly; what a stream
-loses is its backlog and the rest of that key frame's group of pictures.
+loses is its backlog and the rest of that key frame's group of pictures. An
+open group's key frame (HEVC's CRA) may have leading pictures: read after it,
+shown before it, some (RASL) referring to pictures of the group skipped. They
+are skipped too, counted: FFmpeg's decoder would drop them without a word, and
+a decoder that did not would show them from the wrong references.
 """
 
 from __future__ import annotations
@@ -101,13 +105,22 @@ class CatchUp:
         self.episodes = 0
         self._in_step_since: float | None = None
         """While skipping: the time stamp of the first packet read within half the limit."""
+        self._resumed_at: float | None = None
+        """The time stamp of the key frame decoding started again at, until a packet after it
+        in time ends its leading pictures (none may follow one that is not: HEVC's rule)."""
 
     def skip(self, read_time: float, pts_seconds: float | None, key_frame: bool) -> bool:
         """Whether the packet read at ``read_time`` (``time.time()``) with this time stamp
         (seconds; None: the stream gave it none) is to be dropped undecoded."""
         if pts_seconds is None:  # no pace to measure: skipped with its neighbours
-            self.skipped += self.skipping
-            return self.skipping
+            drop = self.skipping or self._resumed_at is not None
+            self.skipped += drop
+            return drop
+        if self._resumed_at is not None:
+            if self._resumed_at - STEP_BACK_SECONDS < pts_seconds < self._resumed_at:
+                self.skipped += 1  # a leading picture of the key frame resumed at
+                return True
+            self._resumed_at = None
         behind = self.backlog.behind(read_time, pts_seconds)
         if not self.skipping:
             if behind <= self.max_behind_seconds:
@@ -119,6 +132,7 @@ class CatchUp:
                 self._in_step_since = pts_seconds
             if key_frame or pts_seconds - self._in_step_since > KEY_FRAME_WAIT_SECONDS:
                 self.skipping = False
+                self._resumed_at = pts_seconds if key_frame else None
                 return False
         self.skipped += 1
         return True
