@@ -1,6 +1,6 @@
 """How long a picture waits in the decoder, live (``low_delay``) against files, and what it costs.
 
-A live picture's age counts from when its packet was read (``Picture.packet_time``),
+A live picture's age counts from when its packet was read (``Picture.packet``),
 so whatever the decoder holds back is latency a viewer sees. For each decoder
 (``cpu``; ``nvdec`` where a GPU has it) and each way of decoding (``file``: as a
 file is decoded; ``live``: as a camera is), every picture of a 1080p H.264 clip

@@ -85,11 +85,11 @@ def read_with_catch_up(
     """A camera sending packet k at ``k * PERIOD`` to a reader that takes ``decode_seconds`` to
     decode a packet and 1 ms to skip one, reading none before it is sent. The packets decoded
     and their true backlog when read (read time less send time)."""
-    now, decoded, behind = 0.0, [], []
+    backlog, now, decoded, behind = Backlog(), 0.0, [], []
     for k in range(packets):
         read = max(now, k * PERIOD)
         key = key_every is not None and k % key_every == 0
-        if catch_up.skip(read, k * PERIOD, key):
+        if catch_up.skip(k * PERIOD, backlog.behind(read, k * PERIOD), key):
             now = read + 0.001
         else:
             now = read + decode_seconds
@@ -138,18 +138,18 @@ def test_a_stream_without_key_frames_is_decoded_again_after_the_wait() -> None:
 
 def test_packets_without_a_time_stamp_go_with_their_neighbours() -> None:
     catch_up = CatchUp(1.0)
-    assert not catch_up.skip(100.0, None, False)
-    assert not catch_up.skip(100.0, 0.0, True)
-    assert catch_up.skip(102.0, 0.04, False), "2 s behind"
-    assert catch_up.skip(102.0, None, False) and catch_up.skipped == 2
+    assert not catch_up.skip(None, 0.0, False)
+    assert not catch_up.skip(0.0, 0.0, True)
+    assert catch_up.skip(0.04, 2.0, False), "2 s behind"
+    assert catch_up.skip(None, 0.0, False) and catch_up.skipped == 2
 
 
 def behind_then_resumed(key_pts: float) -> CatchUp:
     """A stream 2 s behind its 1 s limit, then in step again at a key frame at ``key_pts``."""
     catch_up = CatchUp(1.0)
-    assert not catch_up.skip(100.0, 0.0, True)
-    assert catch_up.skip(102.0, 0.04, False), "2 s behind"
-    assert not catch_up.skip(100.1 + key_pts, key_pts, True), "in step, a key frame"
+    assert not catch_up.skip(0.0, 0.0, True)
+    assert catch_up.skip(0.04, 2.0, False), "2 s behind"
+    assert not catch_up.skip(key_pts, 0.1, True), "in step, a key frame"
     return catch_up
 
 
@@ -158,16 +158,16 @@ def test_the_leading_pictures_of_the_key_frame_resumed_at_are_skipped_too() -> N
     some referring to the group skipped: skipped and counted, up to the first picture
     after the key frame in time, after which none may come."""
     catch_up = behind_then_resumed(key_pts=0.40)
-    assert catch_up.skip(100.5, 0.36, False), "a leading picture"
-    assert catch_up.skip(100.5, None, False), "no time stamp, among the leading pictures"
-    assert not catch_up.skip(100.6, 0.48, False), "the first trailing picture"
-    assert not catch_up.skip(100.6, 0.44, False), "a B-frame after it"
+    assert catch_up.skip(0.36, 0.14, False), "a leading picture"
+    assert catch_up.skip(None, 0.0, False), "no time stamp, among the leading pictures"
+    assert not catch_up.skip(0.48, 0.12, False), "the first trailing picture"
+    assert not catch_up.skip(0.44, 0.16, False), "a B-frame after it"
     assert catch_up.skipped == 3 and not catch_up.skipping
 
 
 def test_a_camera_clock_restarting_at_the_key_frame_is_no_leading_picture() -> None:
     catch_up = behind_then_resumed(key_pts=5.0)
-    assert not catch_up.skip(105.2, 0.0, False) and catch_up.skipped == 1
+    assert not catch_up.skip(0.0, 0.0, False) and catch_up.skipped == 1
 
 
 @pytest.mark.parametrize("limit", [0, -1.0, float("nan")])

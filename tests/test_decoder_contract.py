@@ -29,6 +29,7 @@ from helpers import OPEN_GOP, SlowReader, key_frames, packet_times, resumes, wri
 
 from vstream.decoders import demux
 from vstream.decoders import nvdec as nvdec_module
+from vstream.decoders.backlog import Backlog
 from vstream.decoders.base import Picture
 from vstream.decoders.cpu import PyAVDecoder
 from vstream.decoders.demux import Demuxer
@@ -240,7 +241,8 @@ def test_live_pictures_carry_the_time_their_own_packet_was_read(
     """With B-frames a picture leaves the decoder after packets read later than its own; a
     live picture is stamped with its own packet's read time all the same (the demuxer's
     clock made a counter here, so a time is the packet's place in PyAV's reading order),
-    in presentation order, on either decoder. A file's pictures carry none."""
+    and with the backlog measured at that packet, in presentation order, on either
+    decoder. A file's pictures carry none."""
     path = write_video(tmp_path / "b.mp4", frames=FRAMES, width=64, height=48)
     read = packet_times(path)
     place = {pts: float(i) for i, pts in enumerate(read, start=1)}
@@ -250,18 +252,23 @@ def test_live_pictures_carry_the_time_their_own_packet_was_read(
 
     pictures, _ = decode(kind, path, low_delay=True)
     assert [p.pts_seconds for p in pictures] == sorted(read)
-    stamped = [p.packet_time for p in pictures]
+    stamped = [p.packet.read_time for p in pictures if p.packet is not None]
     assert stamped == [place[p.pts_seconds] for p in pictures if p.pts_seconds is not None]
     assert any(later < earlier for earlier, later in itertools.pairwise(stamped)), "reordered"
+    backlog = Backlog()
+    behind = {pts: backlog.behind(place[pts], pts) for pts in read}
+    assert [p.packet.behind_seconds for p in pictures if p.packet is not None] == [
+        behind[p.pts_seconds] for p in pictures if p.pts_seconds is not None
+    ]
 
     pictures, _ = decode(kind, path)
-    assert len(pictures) == FRAMES and all(p.packet_time is None for p in pictures)
+    assert len(pictures) == FRAMES and all(p.packet is None for p in pictures)
 
 
 def test_read_times_of_pictures_never_asked_for_are_forgotten(tmp_path: Path) -> None:
     """Damage can swallow a picture, whose packet's read time is then never asked for: the
-    demuxer keeps only the newest ``PACKET_TIMES_KEPT``, so a long stream cannot grow it."""
-    frames = demux.PACKET_TIMES_KEPT + 44
+    demuxer keeps only the newest ``PACKET_STAMPS_KEPT``, so a long stream cannot grow it."""
+    frames = demux.PACKET_STAMPS_KEPT + 44
     path = write_video(tmp_path / "long.mp4", frames=frames, width=16, height=16, b_frames=0)
     demuxer = Demuxer(str(path), stamp_packets=True)
     try:
@@ -269,10 +276,10 @@ def test_read_times_of_pictures_never_asked_for_are_forgotten(tmp_path: Path) ->
     finally:
         demuxer.close()
     assert len(read) == frames
-    assert [demuxer.packet_time(pts) for pts in read[:44]] == [None] * 44
-    kept = [demuxer.packet_time(pts) for pts in read[44:]]
-    assert all(t is not None for t in kept) and kept == sorted(kept)
-    assert demuxer.packet_time(read[-1]) is None, "forgotten once asked"
+    assert [demuxer.packet_stamp(pts) for pts in read[:44]] == [None] * 44
+    kept = [demuxer.packet_stamp(pts) for pts in read[44:]]
+    assert all(s is not None for s in kept) and kept == sorted(kept)
+    assert demuxer.packet_stamp(read[-1]) is None, "forgotten once asked"
 
 
 @pytest.mark.parametrize(

@@ -247,9 +247,9 @@ def open_decoder(
     cores among the streams open, see :func:`vstream.cores.auto_decoder_threads`;
     NVDEC needs none); ``low_delay`` (live input) asks either decoder to hand out
     each picture as soon as it is decoded, stamped with the time its packet was read
-    (:attr:`Picture.packet_time`); ``max_behind_seconds`` (live input) skips packets,
-    counted, when the stream falls that far behind its camera
-    (:class:`~vstream.decoders.backlog.CatchUp`).
+    and the stream's backlog then (:attr:`Picture.packet`); ``max_behind_seconds``
+    (live input) skips packets, counted, when the stream falls that far behind its
+    camera (:class:`~vstream.decoders.backlog.CatchUp`).
 
     When NVDEC is chosen but cannot decode this stream (its codec, bit depth,
     chroma format or size), the stream is decoded on the CPU, with one notice

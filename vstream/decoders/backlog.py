@@ -16,8 +16,9 @@ than a window ago shows a backlog of what it lost within the window, at
 least. A time stamp going back by more than :data:`STEP_BACK_SECONDS` is the
 camera's clock restarting, not a delay: the window starts again.
 
-Measured, a backlog ages the frames (:mod:`vstream.sources.live`); bounded, it
-is skipped (:class:`CatchUp`): a stream that has fallen too far behind drops
+The demuxer measures it once a packet (:class:`~vstream.decoders.demux.Demuxer`):
+handed along with each picture, it ages the frames (:mod:`vstream.sources.live`);
+bounded, it is skipped (:class:`CatchUp`): a stream that has fallen too far behind drops
 the packets waiting for it, undecoded and counted, up to a key frame read in
 step with its camera again, since decoding can only start again at a key frame.
 Reading without decoding is fast, so the wait drains quickly; what a stream
@@ -49,8 +50,8 @@ when a client connects (a burst, caught up within a second) is not falling behin
 class Backlog:
     """The backlog of a live stream's packets, one connection's worth (the module's docstring).
 
-    :meth:`behind` takes each picture's packet read time (``time.time()``) and time stamp
-    (seconds, the stream's clock), in the order the pictures come.
+    :meth:`behind` takes each packet's read time (``time.time()``) and time stamp
+    (seconds, the stream's clock), in the order the packets come.
     """
 
     def __init__(self, window_seconds: float = WINDOW_SECONDS) -> None:
@@ -90,16 +91,15 @@ class CatchUp:
     """Skips a live stream's packets once it has fallen ``max_behind_seconds`` behind its
     camera, up to the first key frame read within half of that (the module's docstring).
 
-    :meth:`skip` takes each packet as it is read, in the stream's order; :attr:`skipped`
-    counts those it said to skip (each a picture never decoded), :attr:`episodes` the times
-    the stream fell behind the limit.
+    :meth:`skip` takes each packet as it is read, in the stream's order, with its backlog
+    (:meth:`Backlog.behind`); :attr:`skipped` counts those it said to skip (each a picture
+    never decoded), :attr:`episodes` the times the stream fell behind the limit.
     """
 
     def __init__(self, max_behind_seconds: float) -> None:
         if not max_behind_seconds > 0:
             raise ValueError(f"max_behind_seconds must be above 0, got {max_behind_seconds!r}")
         self.max_behind_seconds = max_behind_seconds
-        self.backlog = Backlog()
         self.skipping = False
         self.skipped = 0
         self.episodes = 0
@@ -109,9 +109,9 @@ class CatchUp:
         """The time stamp of the key frame decoding started again at, until a packet after it
         in time ends its leading pictures (none may follow one that is not: HEVC's rule)."""
 
-    def skip(self, read_time: float, pts_seconds: float | None, key_frame: bool) -> bool:
-        """Whether the packet read at ``read_time`` (``time.time()``) with this time stamp
-        (seconds; None: the stream gave it none) is to be dropped undecoded."""
+    def skip(self, pts_seconds: float | None, behind_seconds: float, key_frame: bool) -> bool:
+        """Whether the packet with this time stamp (seconds; None: the stream gave it none),
+        read ``behind_seconds`` behind the camera's pace, is to be dropped undecoded."""
         if pts_seconds is None:  # no pace to measure: skipped with its neighbours
             drop = self.skipping or self._resumed_at is not None
             self.skipped += drop
@@ -121,13 +121,12 @@ class CatchUp:
                 self.skipped += 1  # a leading picture of the key frame resumed at
                 return True
             self._resumed_at = None
-        behind = self.backlog.behind(read_time, pts_seconds)
         if not self.skipping:
-            if behind <= self.max_behind_seconds:
+            if behind_seconds <= self.max_behind_seconds:
                 return False
             self.skipping, self._in_step_since = True, None
             self.episodes += 1
-        elif behind <= self.max_behind_seconds / 2:
+        elif behind_seconds <= self.max_behind_seconds / 2:
             if self._in_step_since is None:
                 self._in_step_since = pts_seconds
             if key_frame or pts_seconds - self._in_step_since > KEY_FRAME_WAIT_SECONDS:

@@ -9,12 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from vstream.frame import ColourSpace, DecodedPicture, Frame, PixelFormat
 
 if TYPE_CHECKING:
     import torch
+
+
+class PacketStamp(NamedTuple):
+    """What the demuxer noted of a live packet as it read it."""
+
+    read_time: float
+    """When it was read (``time.time()``)."""
+    behind_seconds: float
+    """How far the stream was behind its camera's pace then
+    (:class:`~vstream.decoders.backlog.Backlog`): the packet was sent that long before
+    its read time, by the pace of those before it."""
 
 
 @dataclass(frozen=True)
@@ -31,8 +42,9 @@ class Picture:
     colour: ColourSpace
     decoded: DecodedPicture | None = None
     """The decoder's own picture, converted to a tensor only when something asks."""
-    packet_time: float | None = None
-    """When its packet was read (``time.time()``), for live input; None otherwise."""
+    packet: PacketStamp | None = None
+    """When its packet was read, and how far behind its camera the stream was then; for
+    live input, None otherwise."""
 
     def to_frame(
         self, stream_id: str, index: int, pts_seconds: float, capture_time: float

@@ -79,7 +79,7 @@ class PyAVDecoder:
     streams open now, this one included); ``low_delay``
     (live input) decodes with slice threads and FFmpeg's low-delay flag, so no
     picture waits in the decoder for the ones after it, and gives each picture the
-    time its packet was read (:attr:`Picture.packet_time`).
+    time its packet was read and its stream's backlog then (:attr:`Picture.packet`).
     """
 
     name = "cpu"
@@ -155,7 +155,7 @@ class PyAVDecoder:
             pts_seconds=pts,
             colour=colour_space(decoded.colorspace, decoded.color_range, decoded.format.name),
             decoded=picture if on_cpu else None,
-            packet_time=self.demuxer.packet_time(decoded.pts),
+            packet=self.demuxer.packet_stamp(decoded.pts),
         )
 
     def pictures(self) -> Iterator[Picture]:

@@ -14,8 +14,8 @@ from typing import Any
 
 import av
 
-from vstream.decoders.backlog import CatchUp
-from vstream.decoders.base import StreamInfo
+from vstream.decoders.backlog import Backlog, CatchUp
+from vstream.decoders.base import PacketStamp, StreamInfo
 from vstream.errors import SourceError, SourceUnavailable
 from vstream.uri import redact_uri
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 _NO_FILE = 0x0001
 """AVFMT_NOFILE: devices and network protocols, whose duration means nothing."""
 
-PACKET_TIMES_KEPT = 256
+PACKET_STAMPS_KEPT = 256
 """Read times kept for pictures not yet decoded: far more than a decoder holds back
 (a DPB of 16 and a few frames of display delay), few enough that damage, whose
 pictures never come, cannot make the table grow."""
@@ -60,9 +60,10 @@ class Demuxer:
     stream whose packets keep coming without the decoder ever reporting a
     picture (see :meth:`progress`). Damaged packets are counted in
     :attr:`corrupt_packets`. ``stamp_packets`` (live input) keeps the wall-clock
-    time each packet was read, by time stamp, for :meth:`packet_time`.
-    ``max_behind_seconds`` (live input) bounds how far behind its camera the stream
-    is read: past it, packets are skipped up to a key frame read in step again
+    time each packet was read and how far the stream was behind its camera then
+    (:class:`~vstream.decoders.backlog.Backlog`), by time stamp, for :meth:`packet_stamp`.
+    ``max_behind_seconds`` (live input) bounds that backlog: past it, packets are
+    skipped up to a key frame read in step again
     (:class:`~vstream.decoders.backlog.CatchUp`), counted in :attr:`packets_skipped`;
     the tap still gets every one. Segmented inputs (:data:`SEGMENTED_FORMATS`) are
     never skipped.
@@ -81,8 +82,8 @@ class Demuxer:
     ) -> None:
         self.display_name = redact_uri(uri)
         self.stall_seconds = stall_seconds
-        self._packet_times: dict[int, float] | None = {} if stamp_packets else None
-        """When each packet still waiting for its picture was read, by its time stamp."""
+        self._packet_stamps: dict[int, PacketStamp] | None = {} if stamp_packets else None
+        """The stamps of the packets still waiting for their pictures, by time stamp."""
         self.tap: Any = None
         """A :class:`~vstream.sources.base.PacketTap` given every packet, if set."""
         self.corrupt_packets = 0
@@ -107,6 +108,8 @@ class Demuxer:
             if max_behind_seconds is not None and not segmented
             else None
         )
+        self.backlog = Backlog() if stamp_packets or self.catch_up is not None else None
+        """How far behind its camera the stream is read, measured once a packet."""
         codec = self.stream.codec_context
         rate = self.stream.average_rate or self.stream.guessed_rate
         self.info = StreamInfo(
@@ -175,11 +178,8 @@ class Demuxer:
                     self._check_stall()
                     if self.tap is not None and packet.size:
                         self.tap.add(packet)
-                    read = time.time()
-                    if self.catch_up is not None and packet.size and self._skipped(packet, read):
+                    if self.backlog is not None and packet.size and self._skip_or_stamp(packet):
                         continue
-                    if self._packet_times is not None and packet.pts is not None:
-                        self._stamp(packet.pts, read)
                     yield packet
                 return
             except av.error.InvalidDataError as exc:
@@ -189,39 +189,45 @@ class Demuxer:
                     f"{self.display_name}: reading failed: {av_error_text(exc)}"
                 ) from None
 
-    def _skipped(self, packet: av.Packet, read: float) -> bool:
-        """Whether the stream is too far behind its camera to decode ``packet`` (see
-        ``max_behind_seconds``); a packet skipped on purpose is not a stall."""
-        assert self.catch_up is not None
-        if not self.catch_up.skip(read, self._seconds(packet.pts), packet.is_keyframe):
-            return False
-        self._last_progress = time.monotonic()
-        return True
+    def _skip_or_stamp(self, packet: av.Packet) -> bool:
+        """Measure the backlog at ``packet``; whether the stream is too far behind its camera
+        to decode it (``max_behind_seconds``), else stamp it. A packet skipped on purpose is
+        not a stall."""
+        assert self.backlog is not None
+        read, pts = time.time(), self._seconds(packet.pts)
+        behind = 0.0 if pts is None else self.backlog.behind(read, pts)
+        if self.catch_up is not None and self.catch_up.skip(pts, behind, packet.is_keyframe):
+            self._last_progress = time.monotonic()
+            return True
+        if self._packet_stamps is not None and packet.pts is not None:
+            self._stamp(packet.pts, PacketStamp(read, behind))
+        return False
 
     @property
     def packets_skipped(self) -> int:
         """Packets read and not decoded, the stream being too far behind its camera."""
         return self.catch_up.skipped if self.catch_up is not None else 0
 
-    def _stamp(self, pts: int, read: float) -> None:
-        times = self._packet_times
-        assert times is not None
-        times[pts] = read
-        if len(times) > PACKET_TIMES_KEPT:
-            del times[next(iter(times))]  # the oldest: a picture that never came
+    def _stamp(self, pts: int, stamp: PacketStamp) -> None:
+        stamps = self._packet_stamps
+        assert stamps is not None
+        stamps[pts] = stamp
+        if len(stamps) > PACKET_STAMPS_KEPT:
+            del stamps[next(iter(stamps))]  # the oldest: a picture that never came
 
-    def packet_time(self, pts: int | None) -> float | None:
-        """When the packet of the picture with time stamp ``pts`` was read (``time.time()``),
-        forgotten once asked; None without ``stamp_packets``, a time stamp or a record (the
-        first packet of an RTSP session has no time stamp before the sender's first report).
+    def packet_stamp(self, pts: int | None) -> PacketStamp | None:
+        """When the packet of the picture with time stamp ``pts`` was read, and how far the
+        stream was behind its camera then, forgotten once asked; None without
+        ``stamp_packets``, a time stamp or a record (the first packet of an RTSP session
+        has no time stamp before the sender's first report).
 
         A picture leaves the decoder after its packet, later by the decoder's own delay
         and, with B-frames, by the pictures it waits for: live frames are aged from
         here, so that delay counts in a frame's age as the camera's viewer sees it.
         """
-        if self._packet_times is None or pts is None:
+        if self._packet_stamps is None or pts is None:
             return None
-        return self._packet_times.pop(pts, None)
+        return self._packet_stamps.pop(pts, None)
 
     def _check_stall(self) -> None:
         if self.stall_seconds and time.monotonic() - self._last_progress > self.stall_seconds:

@@ -390,7 +390,8 @@ class NvdecDecoder:
     decoder starts with; ``cache`` is where decoders are parked between
     passes (None: never reused); ``low_delay`` (live input) hands each picture out
     from its own packet's ``Decode`` and stamps it with the time that packet was
-    read (:attr:`Picture.packet_time`). See :class:`Demuxer` for the input arguments.
+    read and the backlog then (:attr:`Picture.packet`). See :class:`Demuxer` for the
+    input arguments.
     """
 
     name = "nvdec"
@@ -676,7 +677,7 @@ class NvdecDecoder:
                 else None
             ),
             colour=self._colour,
-            packet_time=self.demuxer.packet_time(pts),
+            packet=self.demuxer.packet_stamp(pts),
         )
 
     def _decode(self, packet: av.Packet | None) -> list[Picture]:

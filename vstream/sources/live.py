@@ -34,8 +34,8 @@ import torch
 
 from vstream.config.sources import FreshnessPolicy, SourceOptions
 from vstream.decoders import Decoder, open_decoder, resolve_decoder
-from vstream.decoders.backlog import WARN_AFTER_SECONDS, WARN_SECONDS, Backlog
-from vstream.decoders.base import Picture
+from vstream.decoders.backlog import WARN_AFTER_SECONDS, WARN_SECONDS
+from vstream.decoders.base import PacketStamp, Picture
 from vstream.errors import SourceError, TransientError, describe
 from vstream.frame import Frame
 from vstream.sources.backoff import Backoff
@@ -226,7 +226,6 @@ class LiveSource:
         skipped_before = self.stats.packets_skipped
         pts_offset: float | None = None
         last_pts: float | None = None
-        backlog = Backlog()
         self._behind_since, self._behind_told = None, False
         try:
             for picture in decoder.pictures():
@@ -267,8 +266,8 @@ class LiveSource:
                     index += self.resume.index + 1
                 # Aged from its packet's arrival, less what the stream had fallen behind its
                 # camera then: the decoder's delay and the backlog are part of its age.
-                read = picture.packet_time
-                captured = now if read is None else self._captured(backlog, read, pts)
+                packet = picture.packet
+                captured = now if packet is None else self._captured(packet)
                 yield picture.to_frame(self.stream_id, index, pts, captured)
             return None, last_frame
         except TransientError as exc:
@@ -278,11 +277,11 @@ class LiveSource:
             self.stats.packets_skipped = skipped_before + decoder.packets_skipped
             decoder.close()
 
-    def _captured(self, backlog: Backlog, read: float, pts: float) -> float:
-        """When a frame whose packet was read at ``read`` was sent, by the stream's pace: the
-        read time less what the stream had fallen behind (:mod:`vstream.decoders.backlog`).
-        A backlog that lasts is told once, and its end."""
-        behind = backlog.behind(read, pts)
+    def _captured(self, packet: PacketStamp) -> float:
+        """When a frame's ``packet`` was sent, by the stream's pace: its read time less what
+        the stream had fallen behind (:mod:`vstream.decoders.backlog`). A backlog that
+        lasts is told once, and its end."""
+        read, behind = packet
         self.stats.behind_seconds = behind
         if behind < WARN_SECONDS / 2:
             if self._behind_told:
