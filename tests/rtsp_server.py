@@ -23,8 +23,9 @@ from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
 PIPELINE = (
     "( videotestsrc is-live=true pattern=ball "
     "! video/x-raw,width={width},height={height},framerate={fps}/1 "
-    "! x264enc tune=zerolatency speed-preset=ultrafast key-int-max={gop} threads=1 "
-    "! rtph264pay name=pay0 pt=96 config-interval=1 )"
+    "! x264enc tune=zerolatency speed-preset=ultrafast key-int-max={gop} threads=1 {x264_options}"
+    "! video/x-h264,stream-format={stream_format} "
+    "! rtph264pay name=pay0 pt=96 config-interval={config_interval} )"
 )
 
 
@@ -36,6 +37,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--height", type=int, default=240)
     parser.add_argument("--fps", type=int, default=25)
     parser.add_argument("--gop", type=int, default=5, help="frames between key frames")
+    parser.add_argument(
+        "--headers-in-sdp-only",
+        action="store_true",
+        help="send the stream's SPS and PPS in the SDP alone, never in the stream itself, "
+        "as some cameras do (by default they come in-band every second as well)",
+    )
     parser.add_argument("--user")
     parser.add_argument("--password")
     return parser.parse_args()
@@ -63,8 +70,17 @@ def main() -> int:
     server.set_address("127.0.0.1")
     server.set_service(str(args.port))
     factory = GstRtspServer.RTSPMediaFactory()
+    sdp_only = args.headers_in_sdp_only
     factory.set_launch(
-        PIPELINE.format(width=args.width, height=args.height, fps=args.fps, gop=args.gop)
+        PIPELINE.format(
+            width=args.width,
+            height=args.height,
+            fps=args.fps,
+            gop=args.gop,
+            x264_options='option-string="repeat-headers=0" ' if sdp_only else "",
+            stream_format="avc" if sdp_only else "byte-stream",
+            config_interval=0 if sdp_only else 1,
+        )
     )
     factory.set_shared(True)
     if args.user:

@@ -25,7 +25,15 @@ import pytest
 import torch
 from fakes import fake_pynvvideocodec as fake
 from fakes.fake_cuda import FakeGpu, host
-from helpers import OPEN_GOP, SlowReader, key_frames, packet_times, resumes, write_video
+from helpers import (
+    OPEN_GOP,
+    RtspServer,
+    SlowReader,
+    key_frames,
+    packet_times,
+    resumes,
+    write_video,
+)
 
 from vstream.decoders import demux
 from vstream.decoders import nvdec as nvdec_module
@@ -73,12 +81,12 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def open_decoder(
-    kind: str, path: Path, low_delay: bool = False, max_behind_seconds: float | None = None
+    kind: str, path: Path | str, low_delay: bool = False, **options: Any
 ) -> PyAVDecoder | NvdecDecoder:
-    live = {"low_delay": low_delay, "max_behind_seconds": max_behind_seconds}
+    options["low_delay"] = low_delay
     if kind == "cpu":
-        return PyAVDecoder(str(path), device=torch.device("cpu"), **live)
-    return NvdecDecoder(str(path), device=CUDA, cuda_stream=0x7F00, cache=None, **live)
+        return PyAVDecoder(str(path), device=torch.device("cpu"), **options)
+    return NvdecDecoder(str(path), device=CUDA, cuda_stream=0x7F00, cache=None, **options)
 
 
 def decode(
@@ -232,6 +240,31 @@ def test_the_fake_hands_out_a_full_range_streams_coded_samples(clips: dict[str, 
         nv12 = host(picture.data).numpy()
         assert np.array_equal(nv12[:64], y[:64])
         assert np.array_equal(nv12[64:, 0::2], u[:32]) and np.array_equal(nv12[64:, 1::2], v[:32])
+
+
+@pytest.mark.parametrize("headers", ["in-band", "sdp-only"])
+@pytest.mark.parametrize("kind", DECODERS)
+def test_a_camera_decodes_with_its_parameter_sets_in_the_sdp_alone(kind: str, headers: str) -> None:
+    """Some cameras send H.264's SPS and PPS in the SDP only, never in the stream. NVDEC's
+    parser reads them only from the bitstream (the fake's FFmpeg decoder is given no
+    extradata either): unless the decoder puts them there, not one picture comes, and
+    the stream stalls and reconnects forever."""
+    extra = ["--headers-in-sdp-only"] if headers == "sdp-only" else []
+    with RtspServer(None, *extra) as server:
+        decoder = open_decoder(
+            kind,
+            server.url(),
+            low_delay=True,
+            options={"rtsp_transport": "tcp"},
+            timeout=(30.0, 30.0),
+            stall_seconds=30.0,
+        )
+        try:
+            pictures = list(itertools.islice(decoder.pictures(), 12))
+        finally:
+            decoder.close()
+    assert len(pictures) == 12 and decoder.corrupt_packets == 0
+    assert [p.width for p in pictures] == [320] * 12
 
 
 @pytest.mark.parametrize("kind", DECODERS)

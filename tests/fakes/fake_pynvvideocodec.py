@@ -75,6 +75,10 @@ its ``__init__.py``, and the docstrings and keyword names compiled into
   queue of ``ulMaxDisplayDelay`` pictures: 1 for ``DisplayDecodeLatencyType.NATIVE``,
   0 for ``LOW`` (``NvDecoder``'s constructor: ``bLowLatency ? 0 : 1``). The end of
   stream empties all of them. ``ZERO`` (decode order) is not modelled.
+- **Headers from the bitstream alone.** ``CreateDecoder`` takes no extradata: the
+  parser knows only the parameter sets (SPS, PPS) the packets carry, so its FFmpeg
+  decoder is made without extradata, and a stream whose headers came beside it (an
+  RTSP camera's SDP) decodes nothing until they are put in a packet.
 - **10-bit.** 10-bit input comes out as P016 (``uint16``, samples in the high
   bits), exported with the column stride of 2 elements the 2.x binding gives
   (``GetCAIMemoryViewAndDLPack``: strides ``{width, 2}`` for a ``|u2`` tensor).

@@ -112,6 +112,8 @@ CODECS = {
 # Codecs whose MP4/MKV packets (length-prefixed) must become Annex B for NVDEC's parser.
 ANNEX_B_FILTERS = {"h264": "h264_mp4toannexb", "hevc": "hevc_mp4toannexb"}
 
+ANNEX_B_START_CODES = (b"\x00\x00\x01", b"\x00\x00\x00\x01")
+
 WHOLE_PICTURE_PACKETS = frozenset({"h264", "hevc"})
 """Codecs whose packets FFmpeg's demuxer hands out as exactly one picture each (its parser
 joins a picture's NAL units), so that live input may mark every packet as one
@@ -447,6 +449,7 @@ class NvdecDecoder:
             self._time_base = self.demuxer.stream.time_base
             self._colour = self._stream_colour()
             self._bsf = self._annex_b_filter()
+            self._headers = self._out_of_band_headers()
             self._session: _Session | None = self._acquire()
         except BaseException:
             self.demuxer.close()
@@ -559,6 +562,19 @@ class NvdecDecoder:
         if name is None:
             return None
         return av.bitstream.BitStreamFilterContext(name, self.demuxer.stream)
+
+    def _out_of_band_headers(self) -> bytes | None:
+        """The stream's parameter sets (SPS, PPS; VPS for HEVC) when they come as Annex B
+        beside the stream, as an RTSP camera's SDP gives them, else None.
+
+        NVDEC's parser reads them only from the bitstream, and the Annex B filter passes
+        Annex B input through unchanged: a camera that sends them in the SDP alone would
+        never decode (stalled, reconnected, forever), so they go in front of the first
+        packet. Headers from an MP4's ``avcC``/``hvcC`` are the filter's to insert."""
+        extradata = self.demuxer.stream.codec_context.extradata
+        if self._bsf is None or not extradata or not extradata.startswith(ANNEX_B_START_CODES):
+            return None
+        return bytes(extradata)
 
     def _stream_colour(self) -> ColourSpace:
         """The stream's colour space, by the rule the CPU decoder follows (NVDEC keeps the
@@ -735,11 +751,14 @@ class NvdecDecoder:
 
     def pictures(self) -> Iterator[Picture]:
         """Every picture of the stream in presentation order, in buffers vstream owns."""
+        headers = self._headers
         for packet in self.demuxer.packets():
             flush = packet.size == 0
             if packet.is_corrupt:
                 self.demuxer.damaged("flagged by the demuxer")
             for annex_b in self._annex_b(None if flush else packet):
+                if headers is not None and annex_b is not None:
+                    annex_b, headers = _after(headers, annex_b), None
                 for picture in self._decode(annex_b):
                     self.demuxer.progress()
                     yield picture
@@ -779,6 +798,14 @@ class ProbeResult:
 
     available: bool
     reason: str
+
+
+def _after(headers: bytes, packet: av.Packet) -> av.Packet:
+    """``packet`` with ``headers`` (Annex B) in front, its time stamps and flags kept."""
+    joined = av.Packet(headers + bytes(packet))
+    joined.pts, joined.dts, joined.time_base = packet.pts, packet.dts, packet.time_base
+    joined.is_keyframe = packet.is_keyframe
+    return joined
 
 
 def probe(device: torch.device) -> ProbeResult:
