@@ -165,6 +165,34 @@ def test_a_live_nvdec_stream_too_far_behind_decodes_on_cleanly_from_a_key_frame(
     assert resumed and set(resumed) <= {round(t, 6) for t in key_frames(path)}
 
 
+def test_a_stream_joined_between_key_frames_shows_no_picture_missing_its_references(
+    tmp_path: Path, nvdec: None, stream
+) -> None:
+    """A camera joined mid-group (as an RTSP connection usually is): its first packets
+    refer to pictures never received. FFmpeg shows nothing before the first key frame;
+    NVDEC, given the parameter sets in front of the first packet (as for a camera that
+    sends them in its SDP alone), must not show those pictures decoded from nothing."""
+    whole = write_video(tmp_path / "c.ts", frames=40, width=320, height=240, gop=10, b_frames=0)
+    joined = tmp_path / "joined.ts"
+    with av.open(str(whole)) as source, av.open(str(joined), "w", format="mpegts") as output:
+        copy = output.add_stream_from_template(source.streams.video[0])
+        for packet in list(source.demux(video=0))[5:]:
+            if packet.size:
+                packet.stream = copy
+                output.mux(packet)
+    expected = nv12_reference(joined)
+    assert 0 < len(expected) < 35, "FFmpeg drops what precedes the first key frame"
+    decoder = NvdecDecoder(str(joined), device=CUDA, cache=None, low_delay=True)
+    pictures = []
+    try:
+        for picture in decoder.pictures():
+            pictures.append(picture)
+            assert_frames_equal(pictures[-1:], expected[len(pictures) - 1 : len(pictures)])
+    finally:
+        decoder.close()
+    assert len(pictures) == len(expected)
+
+
 def test_nvdec_taken_on_the_default_stream_decodes_on_a_stream_of_its_own(
     tmp_path: Path, nvdec: None
 ) -> None:
