@@ -25,7 +25,7 @@ _NO_FILE = 0x0001
 """AVFMT_NOFILE: devices and network protocols, whose duration means nothing."""
 
 PACKET_STAMPS_KEPT = 256
-"""Read times kept for pictures not yet decoded: far more than a decoder holds back
+"""Packet stamps kept for pictures not yet decoded: far more than a decoder holds back
 (a DPB of 16 and a few frames of display delay), few enough that damage, whose
 pictures never come, cannot make the table grow."""
 

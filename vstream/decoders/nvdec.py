@@ -758,7 +758,7 @@ class NvdecDecoder:
                 self.demuxer.damaged("flagged by the demuxer")
             for annex_b in self._annex_b(None if flush else packet):
                 if headers is not None and annex_b is not None:
-                    annex_b, headers = _after(headers, annex_b), None
+                    annex_b, headers = _with_headers(headers, annex_b), None
                 for picture in self._decode(annex_b):
                     self.demuxer.progress()
                     yield picture
@@ -800,7 +800,7 @@ class ProbeResult:
     reason: str
 
 
-def _after(headers: bytes, packet: av.Packet) -> av.Packet:
+def _with_headers(headers: bytes, packet: av.Packet) -> av.Packet:
     """``packet`` with ``headers`` (Annex B) in front, its time stamps and flags kept."""
     joined = av.Packet(headers + bytes(packet))
     joined.pts, joined.dts, joined.time_base = packet.pts, packet.dts, packet.time_base
