@@ -170,8 +170,9 @@ def test_a_stream_joined_between_key_frames_shows_no_picture_missing_its_referen
 ) -> None:
     """A camera joined mid-group (as an RTSP connection usually is): its first packets
     refer to pictures never received. FFmpeg shows nothing before the first key frame;
-    NVDEC, given the parameter sets in front of the first packet (as for a camera that
-    sends them in its SDP alone), must not show those pictures decoded from nothing."""
+    NVDEC, given the parameter sets in front of each key frame (FFmpeg's ``dump_extra``,
+    as for a camera that sends them in its SDP alone), must not show those pictures
+    decoded from nothing."""
     whole = write_video(tmp_path / "c.ts", frames=40, width=320, height=240, gop=10, b_frames=0)
     joined = tmp_path / "joined.ts"
     with av.open(str(whole)) as source, av.open(str(joined), "w", format="mpegts") as output:

@@ -114,6 +114,10 @@ ANNEX_B_FILTERS = {"h264": "h264_mp4toannexb", "hevc": "hevc_mp4toannexb"}
 
 ANNEX_B_START_CODES = (b"\x00\x00\x01", b"\x00\x00\x00\x01")
 
+HEADERS_FILTER = "dump_extra=freq=keyframe"
+"""For Annex B input whose parameter sets come beside the stream (an RTSP camera's SDP):
+FFmpeg's filter that puts them in front of every key frame."""
+
 WHOLE_PICTURE_PACKETS = frozenset({"h264", "hevc"})
 """Codecs whose packets FFmpeg's demuxer hands out as exactly one picture each (its parser
 joins a picture's NAL units), so that live input may mark every packet as one
@@ -449,7 +453,6 @@ class NvdecDecoder:
             self._time_base = self.demuxer.stream.time_base
             self._colour = self._stream_colour()
             self._bsf = self._annex_b_filter()
-            self._headers = self._out_of_band_headers()
             self._session: _Session | None = self._acquire()
         except BaseException:
             self.demuxer.close()
@@ -558,23 +561,22 @@ class NvdecDecoder:
             ) from exc
 
     def _annex_b_filter(self) -> av.bitstream.BitStreamFilterContext | None:
+        """FFmpeg's filter that makes the packets what NVDEC's parser reads: Annex B, with
+        the parameter sets (SPS, PPS; VPS for HEVC) in the bitstream, since the parser
+        reads them nowhere else.
+
+        MP4's ``avcC``/``hvcC`` packets become Annex B, headers put in front of key frames.
+        Annex B input passes that filter unchanged, so where its headers come beside the
+        stream as Annex B (an RTSP camera's SDP) :data:`HEADERS_FILTER` puts them there:
+        a camera that sends them in the SDP alone would otherwise never decode (stalled,
+        reconnected, forever)."""
         name = ANNEX_B_FILTERS.get(self.info.codec)
         if name is None:
             return None
-        return av.bitstream.BitStreamFilterContext(name, self.demuxer.stream)
-
-    def _out_of_band_headers(self) -> bytes | None:
-        """The stream's parameter sets (SPS, PPS; VPS for HEVC) when they come as Annex B
-        beside the stream, as an RTSP camera's SDP gives them, else None.
-
-        NVDEC's parser reads them only from the bitstream, and the Annex B filter passes
-        Annex B input through unchanged: a camera that sends them in the SDP alone would
-        never decode (stalled, reconnected, forever), so they go in front of the first
-        packet. Headers from an MP4's ``avcC``/``hvcC`` are the filter's to insert."""
         extradata = self.demuxer.stream.codec_context.extradata
-        if self._bsf is None or not extradata or not extradata.startswith(ANNEX_B_START_CODES):
-            return None
-        return bytes(extradata)
+        if extradata and extradata.startswith(ANNEX_B_START_CODES):
+            name = HEADERS_FILTER
+        return av.bitstream.BitStreamFilterContext(name, self.demuxer.stream)
 
     def _stream_colour(self) -> ColourSpace:
         """The stream's colour space, by the rule the CPU decoder follows (NVDEC keeps the
@@ -751,14 +753,11 @@ class NvdecDecoder:
 
     def pictures(self) -> Iterator[Picture]:
         """Every picture of the stream in presentation order, in buffers vstream owns."""
-        headers = self._headers
         for packet in self.demuxer.packets():
             flush = packet.size == 0
             if packet.is_corrupt:
                 self.demuxer.damaged("flagged by the demuxer")
             for annex_b in self._annex_b(None if flush else packet):
-                if headers is not None and annex_b is not None:
-                    annex_b, headers = _with_headers(headers, annex_b), None
                 for picture in self._decode(annex_b):
                     self.demuxer.progress()
                     yield picture
@@ -798,14 +797,6 @@ class ProbeResult:
 
     available: bool
     reason: str
-
-
-def _with_headers(headers: bytes, packet: av.Packet) -> av.Packet:
-    """``packet`` with ``headers`` (Annex B) in front, its time stamps and flags kept."""
-    joined = av.Packet(headers + bytes(packet))
-    joined.pts, joined.dts, joined.time_base = packet.pts, packet.dts, packet.time_base
-    joined.is_keyframe = packet.is_keyframe
-    return joined
 
 
 def probe(device: torch.device) -> ProbeResult:
