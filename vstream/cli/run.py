@@ -375,8 +375,8 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
         fps = stream.frames / elapsed if elapsed > 0 else 0.0
         extra = [
             f"{stream.dropped} dropped" if stream.dropped else "",
-            f"{stream.not_decoded} skipped undecoded to catch up with the camera"
-            if stream.not_decoded
+            f"{stream.packets_skipped} skipped undecoded to catch up with the camera"
+            if stream.packets_skipped
             else "",
             f"{stream.failed_frames} failed" if stream.failed_frames else "",
         ]

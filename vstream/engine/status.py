@@ -169,8 +169,8 @@ class StreamSummary:
     dropped: int
     failed_frames: int
     error: str | None
-    not_decoded: int = 0
-    """Live packets skipped undecoded to catch up with the camera (``packets_skipped``)."""
+    packets_skipped: int = 0
+    """Live packets skipped undecoded to catch up with the camera."""
     cadence: dict[str, Any] = field(default_factory=dict)
     """:meth:`StreamStatus.cadence`: empty where every frame is detected."""
     attributes: dict[str, Any] = field(default_factory=dict)
@@ -188,7 +188,7 @@ class StreamSummary:
             dropped=stream.frames_dropped - stream.counters.frames_at_stop,
             failed_frames=stream.frames_failed,
             error=stream.error_text,
-            not_decoded=stream.packets_skipped,
+            packets_skipped=stream.packets_skipped,
             cadence=cadence_state(stream),
             attributes=attributes_state(stream),
         )
