@@ -316,8 +316,8 @@ class SlowReader:
         self.now, self.skipping, self.decode_seconds = 1000.0, False, decode_seconds
         real = CatchUp.skip
 
-        def skip(catch_up: CatchUp, read: float, pts: float | None, key: bool) -> bool:
-            self.skipping = real(catch_up, read, pts, key)
+        def skip(catch_up: CatchUp, pts: float | None, behind: float, key: bool) -> bool:
+            self.skipping = real(catch_up, pts, behind, key)
             return self.skipping
 
         monkeypatch.setattr(CatchUp, "skip", skip)

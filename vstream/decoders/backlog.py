@@ -61,7 +61,7 @@ class Backlog:
         front is the smallest offset within the window."""
         self._latest_pts = -float("inf")
         self._latest_read = -float("inf")
-        """The latest read time seen (B-frames come out of the decoder in another order)."""
+        """The latest read time seen (the wall clock may step back)."""
 
     def behind(self, read_time: float, pts_seconds: float) -> float:
         """Seconds this packet was read later than the stream's pace allows (0 when in step)."""
