@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
+import random
 from pathlib import Path
 
 import numpy as np
@@ -114,10 +114,15 @@ def test_cli_reads_past_damage_then_fails(tmp_path: Path, model: Path) -> None:
     assert produced[-1]["frame"] > FRAMES // 2
 
 
+GARBAGE = random.Random(0).randbytes(50_000)
+"""Bytes no container format takes: fixed, since about one random draw in 200 FFmpeg
+does open (as a stream of damaged packets, a different one-line failure)."""
+
+
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
-        ("garbage.mp4", os.urandom(50_000), "cannot open"),
+        ("garbage.mp4", GARBAGE, "cannot open"),
         ("empty.mkv", b"", "cannot open"),
         ("missing.mp4", None, "video file not found"),
     ],
