@@ -16,7 +16,9 @@ what the device machine lacks and calls this):
 - ``--processes P``: the same S streams split over P processes on the GPU
   (started together; aggregate frames/s over the union of their runs);
 - ``--ray-processes N``: the same S streams through ``processes: N`` (Ray workers
-  sharing the GPU, the driver writing every record), as a user runs them;
+  sharing the GPU, the driver writing every record), as a user runs them, timed in
+  the steady state (files looped, every stream delivering), with the host CPU per
+  frame of the driver and the workers together;
 - ``--probe``: whether NVDEC decoding waits for GPU work the process queued
   on other streams (it does: see BENCHMARKS.md);
 - ``--shapes``: host milliseconds per model run as the batch size changes, in one
@@ -104,10 +106,15 @@ def _config(
     live: bool,
     tracking: bool,
     processes: int = 1,
+    loop: bool = False,
 ) -> Any:
+    """One pipeline of ``streams`` copies of ``source``; ``live``: each paced at its own rate,
+    looped, the latest frame kept; ``loop``: files started again at their end (endless)."""
     source_options: dict[str, Any] = {"decoder": "nvdec" if DEVICE == "cuda" else "auto"}
     if live:
         source_options |= {"realtime": True, "loop": True, "policy": "latest"}
+    elif loop:
+        source_options["loop"] = True
     pipeline: dict[str, Any] = {
         "name": "scale",
         "model": {"path": str(model), "imgsz": imgsz},
@@ -482,59 +489,94 @@ def across_processes(args: argparse.Namespace, streams: int, live_run: bool) -> 
     }
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU seconds (user and system, every thread) process ``pid`` has used so far; 0 if gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def through_ray(args: argparse.Namespace, streams: int, live_run: bool) -> dict:
     """``streams`` streams through ``processes: N`` (Ray workers sharing the GPU, the driver
-    writing the records), as a user runs them: frames/s from the streams' delivered counts,
-    sampled every 0.1 s (timed from the first frame delivered, the workers' start left out);
-    live, the frames dropped and the streams' ages as their workers report them (capture to
-    record on the worker, the latest frame of each stream, sampled)."""
+    writing the records), as a user runs them, in the steady state: the files looped, timed
+    over ``--steady-seconds`` (live: ``--live-seconds``) once every stream has delivered
+    (the workers start one after another: a run timed from the first record, as before,
+    counted their start-up and the last streams' tail alone). Frames/s from the streams'
+    delivered counts; host CPU per frame of the driver and of every worker process
+    together (``/proc``: the workers run on this machine); live, the frames dropped and
+    the streams' ages as their workers report them (capture to record on the worker, the
+    latest frame of each stream, sampled)."""
     from vstream.cluster import open_engine
+    from vstream.cluster.processes import resolve
 
     config = _config(
         args.model, args.imgsz, args.source, streams, live=live_run, tracking=args.tracking,
-        processes=args.ray_processes,
+        processes=args.ray_processes, loop=True,
     )  # fmt: skip
-    from vstream.cluster.processes import resolve
-
     config = resolve(config)  # as open_engine does it (once: a resolved config stays as is)
     processes = config.cluster.workers if config.cluster is not None else 1
     engine = open_engine(config)
+    started = time.monotonic()
     engine.start()
 
-    def delivered() -> int:
-        return sum(r.counters.frames_processed for r in engine.readers())
+    def counts() -> tuple[list[int], int]:
+        readers = engine.readers()
+        return [r.counters.frames_processed for r in readers], sum(
+            r.frames_dropped for r in readers
+        )
+
+    def host_cpu() -> tuple[float, float]:
+        workers = engine.workers() if hasattr(engine, "workers") else []  # none in one process
+        pids = {w["pid"] for w in workers if w["pid"] is not None} - {os.getpid()}
+        return time.process_time(), sum(_cpu_seconds(pid) for pid in pids)
 
     try:
         deadline = time.monotonic() + 300
-        while delivered() == 0 and time.monotonic() < deadline:
+        first_record: float | None = None
+        while time.monotonic() < deadline:
+            delivered, _ = counts()
+            if first_record is None and any(delivered):
+                first_record = time.monotonic()
+            if all(delivered):
+                break
             time.sleep(0.1)
-        if live_run:
-            time.sleep(2.0)  # past the first batches: the steady state only
+        else:
+            return {
+                "streams": streams,
+                "processes": processes,
+                "failed": "not every stream "
+                f"delivered within 300 s: {sum(map(bool, counts()[0]))} of {streams}",
+            }
+        spread = time.monotonic() - (first_record or started)
+        time.sleep(2.0)  # past the last streams' first batches: the steady state only
+        window = args.live_seconds if live_run else args.steady_seconds
         first = time.monotonic()
-        frames0, dropped0 = delivered(), sum(r.frames_dropped for r in engine.readers())
+        (frames0, dropped0), (driver0, workers0) = counts(), host_cpu()
         ages: list[float] = []
-        while True:
+        while time.monotonic() - first < window:
             time.sleep(0.1)
             if live_run:
                 ages += [a for r in engine.readers() if (a := r.frame_age_seconds) is not None]
-                if time.monotonic() - first >= args.live_seconds:
-                    break
-            elif engine.files_done() or time.monotonic() - first > 300:
-                break
         seconds = time.monotonic() - first
-        frames = delivered() - frames0
-        dropped = sum(r.frames_dropped for r in engine.readers()) - dropped0
+        (frames1, dropped1), (driver1, workers1) = counts(), host_cpu()
     finally:
         engine.stop(timeout=60)
+    frames = max(1, sum(frames1) - sum(frames0))
     row: dict[str, Any] = {
         "streams": streams,
         "processes": processes,
         "engine": "ray" if processes > 1 else "one process",
         "frames": frames,
         "fps": round(frames / seconds, 1),
+        "cpu_ms_per_frame": round(1000 * (driver1 - driver0 + workers1 - workers0) / frames, 3),
+        "all_streams_delivering_after_s": round(spread, 1),
     }
+    if processes > 1:
+        row["driver_cpu_ms_per_frame"] = round(1000 * (driver1 - driver0) / frames, 3)
     if live_run:
-        row |= {**_age_figures(sorted(ages)), "dropped": dropped}
+        row |= {**_age_figures(sorted(ages)), "dropped": dropped1 - dropped0}
     return row
 
 
@@ -617,6 +659,12 @@ def main() -> None:
     parser.add_argument("--imgsz", type=int, default=320)
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8, 16, 32, 64])
     parser.add_argument("--live-seconds", type=float, default=8.0)
+    parser.add_argument(
+        "--steady-seconds",
+        type=float,
+        default=8.0,
+        help="with --ray-processes: the file runs' window, timed once every stream delivers",
+    )
     parser.add_argument("--tracking", action="store_true", help="the ByteTrack tracker on")
     parser.add_argument(
         "--counting", action="store_true", help="tracking, a counting line and a zone"

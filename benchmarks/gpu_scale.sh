@@ -20,7 +20,9 @@
 #         ray:    64 demo streams through processes: 6 (Ray workers, the driver writing the
 #                 records), from files and live, as a user runs them;
 #         rayauto: 1-64 demo streams from files through processes: auto (issue 29's goal 1
-#                 as a user gets it: the processes auto picks are in the JSON rows);
+#                 as a user gets it: the processes auto picks are in the JSON rows), the
+#                 files looped and timed for 8 s once every stream delivers, with the host
+#                 CPU a frame of the driver and the workers together;
 #         probe:  does NVDEC decoding wait for GPU work queued on other streams (with the
 #                 native stacks of the waiting thread, by py-spy);
 #         exit:   which part ends a process in SIGSEGV at exit (benchmarks/exit_probe.py;
