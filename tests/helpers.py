@@ -265,6 +265,17 @@ after them (decoded after, shown before; the RASL among them refer to the group 
 as broadcast encoders and some cameras send."""
 
 
+def joined_between_key_frames(whole: Path, joined: Path, after: int) -> Path:
+    """``whole``'s packets from the ``after``-th on (in read order), as MPEG-TS: what a camera
+    joined between key frames sends (parameter sets only in front of its key frames)."""
+    with av.open(str(whole)) as source, av.open(str(joined), "w", format="mpegts") as output:
+        copy = output.add_stream_from_template(source.streams.video[0])
+        for packet in [p for p in source.demux(video=0) if p.size][after:]:
+            packet.stream = copy
+            output.mux(packet)
+    return joined
+
+
 def key_frames(path: Path) -> set[float]:
     """The time stamps of the key frames of ``path``, as its container flags them."""
     with av.open(str(path)) as container:

@@ -9,7 +9,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from vstream.decoders.backlog import KEY_FRAME_WAIT_SECONDS, Backlog, CatchUp
+from vstream.decoders.backlog import (
+    KEY_FRAME_WAIT_PACKETS,
+    KEY_FRAME_WAIT_SECONDS,
+    Backlog,
+    CatchUp,
+)
 
 PERIOD = 0.04
 """A 25 frames/s camera."""
@@ -168,6 +173,59 @@ def test_the_leading_pictures_of_the_key_frame_resumed_at_are_skipped_too() -> N
 def test_a_camera_clock_restarting_at_the_key_frame_is_no_leading_picture() -> None:
     catch_up = behind_then_resumed(key_pts=5.0)
     assert not catch_up.skip(0.0, 0.0, False) and catch_up.skipped == 1
+
+
+@pytest.mark.parametrize("limit", [1.0, None])
+def test_a_stream_joined_between_key_frames_starts_at_the_first_whatever_its_pace(
+    limit: float | None,
+) -> None:
+    """The packets before the first key frame are skipped and counted even when read in a
+    burst far behind (a camera sending what it holds as a client connects): that is not
+    a backlog; from the key frame on, only the limit (None: never) skips."""
+    catch_up = CatchUp(limit, wait_for_key_frame=True)
+    assert catch_up.skip(None, 0.0, False), "the first packet of a session, no time stamp"
+    assert all(catch_up.skip(k * PERIOD, 3.0, False) for k in range(1, 7))
+    assert not catch_up.skip(7 * PERIOD, 3.0, True), "the first key frame, in a burst"
+    assert catch_up.skipped == 7 and catch_up.episodes == 0 and not catch_up.waiting
+    assert not any(catch_up.skip(k * PERIOD, 0.01, k % 50 == 0) for k in range(8, 300))
+    assert catch_up.skip(300 * PERIOD, 2.0, False) is (limit is not None), "2 s behind"
+
+
+def test_a_stream_that_starts_at_a_key_frame_loses_nothing() -> None:
+    catch_up = CatchUp(None, wait_for_key_frame=True)
+    decoded, _ = read_with_catch_up(catch_up, 300, 0.06, key_every=25)
+    assert decoded == list(range(300)) and catch_up.skipped == 0
+
+
+def test_a_key_frame_without_a_time_stamp_starts_the_stream() -> None:
+    catch_up = CatchUp(None, wait_for_key_frame=True)
+    assert catch_up.skip(0.0, 0.0, False)
+    assert not catch_up.skip(None, 0.0, True) and catch_up.skipped == 1
+
+
+def test_the_first_key_frames_leading_pictures_are_skipped_too() -> None:
+    catch_up = CatchUp(None, wait_for_key_frame=True)
+    assert catch_up.skip(0.20, 0.0, False), "before the first key frame"
+    assert not catch_up.skip(0.40, 0.0, True), "a CRA"
+    assert catch_up.skip(0.28, 0.0, False), "its leading picture"
+    assert not catch_up.skip(0.44, 0.0, False) and catch_up.skipped == 2
+
+
+@pytest.mark.parametrize("stamped", [True, False])
+def test_a_stream_without_key_frames_starts_after_the_wait(stamped: bool) -> None:
+    """Intra refresh: no packet is a key frame. Decoding starts after KEY_FRAME_WAIT_SECONDS
+    of stream, or KEY_FRAME_WAIT_PACKETS packets for a stream without time stamps, rather
+    than never."""
+    catch_up = CatchUp(None, wait_for_key_frame=True)
+    skipped = 0
+    while catch_up.skip(skipped * PERIOD if stamped else None, 0.0, False):
+        skipped += 1
+        assert skipped <= KEY_FRAME_WAIT_PACKETS, "never started"
+    if stamped:
+        assert KEY_FRAME_WAIT_SECONDS < skipped * PERIOD < KEY_FRAME_WAIT_SECONDS + 2 * PERIOD
+    else:
+        assert skipped == KEY_FRAME_WAIT_PACKETS
+    assert catch_up.skipped == skipped and not catch_up.skip(None, 0.0, False)
 
 
 @pytest.mark.parametrize("limit", [0, -1.0, float("nan")])

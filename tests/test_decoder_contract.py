@@ -29,6 +29,7 @@ from helpers import (
     OPEN_GOP,
     RtspServer,
     SlowReader,
+    joined_between_key_frames,
     key_frames,
     packet_times,
     resumes,
@@ -359,6 +360,69 @@ def test_a_stream_too_far_behind_skips_to_a_key_frame_and_decodes_on_cleanly(
         assert np.array_equal(letterboxed("cpu", pictures), letterboxed("cpu", expected))
     else:
         assert_same_pixels(letterboxed("cpu", expected), letterboxed("nvdec", pictures))
+
+
+@pytest.mark.parametrize(
+    "encoding",
+    [
+        dict(b_frames=0),
+        dict(),
+        dict(
+            codec="libx265",
+            codec_options={"x265-params": OPEN_GOP["x265-params"] + ":repeat-headers=1"},
+        ),
+    ],
+    ids=["camera", "b-frames", "hevc-open-gop"],
+)
+@pytest.mark.parametrize("kind", DECODERS)
+def test_a_stream_joined_between_key_frames_starts_at_its_first_and_counts_those_before(
+    kind: str, encoding: dict[str, Any], tmp_path: Path
+) -> None:
+    """A camera is joined where it is, mostly between two key frames: the packets before the
+    first refer to pictures never received. FFmpeg's decoder drops them without a word (and
+    an open group's leading pictures after it); NVDEC's parser might show them decoded from
+    nothing. Live input starts at the first key frame on both decoders instead, with those
+    packets counted skipped: every picture is the reference's own (FFmpeg decoding the whole
+    stream), and pictures and packets skipped add up to the packets read."""
+    whole = write_video(tmp_path / "c.ts", frames=60, width=64, height=48, gop=10, **encoding)
+    joined = joined_between_key_frames(whole, tmp_path / "joined.ts", after=5)
+    read = packet_times(joined)
+    first_key = next(t for t in read if t in key_frames(joined))
+    reference = {round(p.pts_seconds, 6): p for p in decode("cpu", whole)[0]}
+    tapped: list[float] = []
+    decoder = open_decoder(kind, joined, low_delay=True)
+    decoder.demuxer.tap = SimpleNamespace(add=lambda packet: tapped.append(packet.pts))
+    try:
+        pictures = list(decoder.pictures())
+        skipped, corrupt = decoder.packets_skipped, decoder.corrupt_packets
+    finally:
+        decoder.close()
+    pts = [round(p.pts_seconds, 6) for p in pictures]
+    assert pts and pts[0] == round(first_key, 6) and pts == sorted(pts)
+    assert skipped > 0 and len(pictures) + skipped == len(read) and corrupt == 0
+    assert len(tapped) == len(read), "the packet tap still gets every packet"
+    expected = [reference[t] for t in pts]
+    if kind == "cpu":
+        assert np.array_equal(letterboxed("cpu", pictures), letterboxed("cpu", expected))
+    else:
+        assert_same_pixels(letterboxed("cpu", expected), letterboxed("nvdec", pictures))
+
+
+def test_a_file_starts_wherever_it_starts_and_mjpeg_anywhere(tmp_path: Path) -> None:
+    """Only live input waits for a key frame: a file (read as files are) cut between key
+    frames decodes what FFmpeg decodes; and a live codec whose every picture decodes alone
+    (MJPEG, raw video: FFmpeg flags each of its packets a key frame) starts at once."""
+    whole = write_video(tmp_path / "c.ts", frames=30, width=64, height=48, gop=10, b_frames=0)
+    joined = joined_between_key_frames(whole, tmp_path / "joined.ts", after=5)
+    pictures, _ = decode("cpu", joined)
+    assert [p.pts_seconds for p in pictures] == reference_pts(joined)
+    mjpeg = write_video(tmp_path / "m.mkv", frames=12, width=64, height=48, codec="mjpeg",
+                        pix_fmt="yuvj420p")  # fmt: skip
+    decoder = open_decoder("cpu", mjpeg, low_delay=True)
+    try:
+        assert len(list(decoder.pictures())) == 12 and decoder.packets_skipped == 0
+    finally:
+        decoder.close()
 
 
 def test_segmented_input_comes_in_bursts_and_is_never_skipped(

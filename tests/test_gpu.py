@@ -25,6 +25,7 @@ from helpers import (
     SlowReader,
     bucket_sessions,
     decoding_lags,
+    joined_between_key_frames,
     key_frames,
     model_session,
     resumes,
@@ -170,17 +171,12 @@ def test_a_stream_joined_between_key_frames_shows_no_picture_missing_its_referen
 ) -> None:
     """A camera joined mid-group (as an RTSP connection usually is): its first packets
     refer to pictures never received. FFmpeg shows nothing before the first key frame;
+    live input skips those packets, counted, before any decoder sees them, so the real
     NVDEC, given the parameter sets in front of each key frame (FFmpeg's ``dump_extra``,
-    as for a camera that sends them in its SDP alone), must not show those pictures
+    as for a camera that sends them in its SDP alone), shows FFmpeg's pictures, none
     decoded from nothing."""
     whole = write_video(tmp_path / "c.ts", frames=40, width=320, height=240, gop=10, b_frames=0)
-    joined = tmp_path / "joined.ts"
-    with av.open(str(whole)) as source, av.open(str(joined), "w", format="mpegts") as output:
-        copy = output.add_stream_from_template(source.streams.video[0])
-        for packet in list(source.demux(video=0))[5:]:
-            if packet.size:
-                packet.stream = copy
-                output.mux(packet)
+    joined = joined_between_key_frames(whole, tmp_path / "joined.ts", after=5)
     expected = nv12_reference(joined)
     assert 0 < len(expected) < 35, "FFmpeg drops what precedes the first key frame"
     decoder = NvdecDecoder(str(joined), device=CUDA, cache=None, low_delay=True)
@@ -192,6 +188,7 @@ def test_a_stream_joined_between_key_frames_shows_no_picture_missing_its_referen
     finally:
         decoder.close()
     assert len(pictures) == len(expected)
+    assert len(pictures) + decoder.packets_skipped == 35
 
 
 def test_nvdec_taken_on_the_default_stream_decodes_on_a_stream_of_its_own(

@@ -18,7 +18,17 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers import RtspServer, free_port, run_cli, slow_decoding, wait_for
+from helpers import (
+    RtspServer,
+    free_port,
+    joined_between_key_frames,
+    key_frames,
+    packet_times,
+    run_cli,
+    slow_decoding,
+    wait_for,
+    write_video,
+)
 from onnx_models import constant_output_model
 
 from vstream import Detector
@@ -217,6 +227,29 @@ def test_a_stream_too_far_behind_its_camera_skips_to_catch_up_and_counts_it(
 
     blocked = LiveSource("rtsp://127.0.0.1:1/x", options=SourceOptions(policy="block"))
     assert blocked._skip_limit() is None, "block never skips"
+
+
+def test_a_connection_joined_between_key_frames_starts_at_the_first_and_numbers_from_there(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A camera joined between key frames (here a recording of one: the same demuxing):
+    the packets before the first key frame are skipped and counted, the first frame is
+    numbered after them (its place among the packets read), the log says so once, and not
+    as falling behind the camera."""
+    caplog.set_level(logging.INFO, logger="vstream")
+    whole = write_video(tmp_path / "c.ts", frames=60, width=64, height=48, gop=20, b_frames=0)
+    joined = joined_between_key_frames(whole, tmp_path / "joined.ts", after=9)
+    read = packet_times(joined)
+    before = read.index(min(key_frames(joined)))
+    assert before > 0, "the cut is between key frames"
+    source = LiveSource(str(joined), options=SourceOptions(reconnect={"on_end": False}))
+    frames = list(source)
+    assert source.stats.packets_skipped == before
+    assert [f.index for f in frames] == list(range(before, len(read)))
+    messages = [r.getMessage() for r in caplog.records]
+    told = f"joined between key frames: {before} packets before the first skipped"
+    assert sum(told in m for m in messages) == 1, messages
+    assert not any("behind the camera" in m for m in messages), messages
 
 
 @pytest.mark.soak

@@ -119,7 +119,8 @@ class _RuntimeCollector(Collector):
             "frames_skipped": "Frames decoded but not selected (start, end, stride); "
             "decoded = processed + failed + dropped + skipped",
             "packets_skipped": "Packets of a live source read and not decoded, each a frame "
-            "lost: the stream had fallen max_behind_seconds behind its camera",
+            "lost: before the connection's first key frame, or the stream had fallen "
+            "max_behind_seconds behind its camera",
             "reconnects": "Reconnections of a live source",
         }
         for field, doc in counters.items():

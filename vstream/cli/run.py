@@ -375,7 +375,7 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
         fps = stream.frames / elapsed if elapsed > 0 else 0.0
         extra = [
             f"{stream.dropped} dropped" if stream.dropped else "",
-            f"{stream.packets_skipped} skipped undecoded to catch up with the camera"
+            f"{stream.packets_skipped} skipped undecoded (before a key frame)"
             if stream.packets_skipped
             else "",
             f"{stream.failed_frames} failed" if stream.failed_frames else "",

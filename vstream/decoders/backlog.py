@@ -26,7 +26,9 @@ loses is its backlog and the rest of that key frame's group of pictures. An
 open group's key frame (HEVC's CRA) may have leading pictures: read after it,
 shown before it, some (RASL) referring to pictures of the group skipped. They
 are skipped too, counted: FFmpeg's decoder would drop them without a word, and
-a decoder that did not would show them from the wrong references.
+a decoder that did not would show them from the wrong references. For the same
+reason a live stream's packets before its first key frame are skipped and counted
+(a camera is joined between key frames, at each reconnection too).
 """
 
 from __future__ import annotations
@@ -82,29 +84,45 @@ class Backlog:
 
 
 KEY_FRAME_WAIT_SECONDS = 10.0
-"""Caught up, how much of the stream :class:`CatchUp` skips waiting for a key frame before
-it lets decoding start without one: a stream may have none (intra refresh), and its
-decoder then recovers as the refresh sweeps the picture, which is better than nothing."""
+"""How much of the stream :class:`CatchUp` skips waiting for a key frame (caught up, or at the
+stream's start) before it lets decoding start without one: a stream may have none (intra
+refresh), and its decoder then recovers as the refresh sweeps the picture, which is better
+than nothing."""
+
+KEY_FRAME_WAIT_PACKETS = 1000
+"""The same wait at a stream's start, in packets, for packets without time stamps."""
 
 
 class CatchUp:
     """Skips a live stream's packets once it has fallen ``max_behind_seconds`` behind its
-    camera, up to the first key frame read within half of that (the module's docstring).
+    camera (None: never), up to the first key frame read within half of that (the module's
+    docstring); with ``wait_for_key_frame``, also those before the stream's first key frame.
+
+    A live stream is joined where its camera is, mostly between two key frames: the
+    packets before the first refer to pictures never received. FFmpeg's decoder drops them
+    without a word; a decoder that did not would show pictures decoded from nothing. So they
+    are skipped here, counted, for every decoder alike.
 
     :meth:`skip` takes each packet as it is read, in the stream's order, with its backlog
     (:meth:`Backlog.behind`); :attr:`skipped` counts those it said to skip (each a picture
     never decoded), :attr:`episodes` the times the stream fell behind the limit.
     """
 
-    def __init__(self, max_behind_seconds: float) -> None:
-        if not max_behind_seconds > 0:
+    def __init__(
+        self, max_behind_seconds: float | None, *, wait_for_key_frame: bool = False
+    ) -> None:
+        if max_behind_seconds is not None and not max_behind_seconds > 0:
             raise ValueError(f"max_behind_seconds must be above 0, got {max_behind_seconds!r}")
         self.max_behind_seconds = max_behind_seconds
+        self.waiting = wait_for_key_frame
+        """Before the stream's first key frame."""
         self.skipping = False
         self.skipped = 0
         self.episodes = 0
         self._in_step_since: float | None = None
-        """While skipping: the time stamp of the first packet read within half the limit."""
+        """While skipping: the time stamp of the first packet read within half the limit;
+        while waiting: of the first packet."""
+        self._waited = 0
         self._resumed_at: float | None = None
         """The time stamp of the key frame decoding started again at, until a packet after it
         in time ends its leading pictures (none may follow one that is not: HEVC's rule)."""
@@ -112,6 +130,8 @@ class CatchUp:
     def skip(self, pts_seconds: float | None, behind_seconds: float, key_frame: bool) -> bool:
         """Whether the packet with this time stamp (seconds; None: the stream gave it none),
         read ``behind_seconds`` behind the camera's pace, is to be dropped undecoded."""
+        if self.waiting:
+            return self._wait(pts_seconds, key_frame)
         if pts_seconds is None:  # no pace to measure: skipped with its neighbours
             drop = self.skipping or self._resumed_at is not None
             self.skipped += drop
@@ -121,17 +141,36 @@ class CatchUp:
                 self.skipped += 1  # a leading picture of the key frame resumed at
                 return True
             self._resumed_at = None
+        limit = self.max_behind_seconds
         if not self.skipping:
-            if behind_seconds <= self.max_behind_seconds:
+            if limit is None or behind_seconds <= limit:
                 return False
             self.skipping, self._in_step_since = True, None
             self.episodes += 1
-        elif behind_seconds <= self.max_behind_seconds / 2:
+        elif limit is not None and behind_seconds <= limit / 2:
             if self._in_step_since is None:
                 self._in_step_since = pts_seconds
             if key_frame or pts_seconds - self._in_step_since > KEY_FRAME_WAIT_SECONDS:
                 self.skipping = False
                 self._resumed_at = pts_seconds if key_frame else None
                 return False
+        self.skipped += 1
+        return True
+
+    def _wait(self, pts_seconds: float | None, key_frame: bool) -> bool:
+        """:meth:`skip` before the stream's first key frame (a burst at the start is no
+        backlog: whether the stream is behind is not asked yet)."""
+        if pts_seconds is not None and self._in_step_since is None:
+            self._in_step_since = pts_seconds
+        waited_long = self._waited >= KEY_FRAME_WAIT_PACKETS or (
+            pts_seconds is not None
+            and self._in_step_since is not None
+            and pts_seconds - self._in_step_since > KEY_FRAME_WAIT_SECONDS
+        )
+        if key_frame or waited_long:
+            self.waiting, self._in_step_since = False, None
+            self._resumed_at = pts_seconds if key_frame else None
+            return False
+        self._waited += 1
         self.skipped += 1
         return True

@@ -99,8 +99,8 @@ class Decoder(Protocol):
 
     @property
     def packets_skipped(self) -> int:
-        """Packets read and not decoded so far, the stream having fallen too far behind its
-        camera (``max_behind_seconds``, live input)."""
+        """Packets read and not decoded so far (live input): before the stream's first key
+        frame, or the stream having fallen too far behind its camera (``max_behind_seconds``)."""
         ...
 
     @property

@@ -61,12 +61,13 @@ class Demuxer:
     picture (see :meth:`progress`). Damaged packets are counted in
     :attr:`corrupt_packets`. ``stamp_packets`` (live input) keeps the wall-clock
     time each packet was read and how far the stream was behind its camera then
-    (:class:`~vstream.decoders.backlog.Backlog`), by time stamp, for :meth:`packet_stamp`.
-    ``max_behind_seconds`` (live input) bounds that backlog: past it, packets are
-    skipped up to a key frame read in step again
-    (:class:`~vstream.decoders.backlog.CatchUp`), counted in :attr:`packets_skipped`;
-    the tap still gets every one. Segmented inputs (:data:`SEGMENTED_FORMATS`) are
-    never skipped.
+    (:class:`~vstream.decoders.backlog.Backlog`), by time stamp, for :meth:`packet_stamp`,
+    and skips the packets before the stream's first key frame (joined between two, they
+    refer to pictures never read). ``max_behind_seconds`` (live input) bounds that backlog:
+    past it, packets are skipped up to a key frame read in step again
+    (:class:`~vstream.decoders.backlog.CatchUp`). Skipped packets are counted in
+    :attr:`packets_skipped`; the tap still gets every one. Segmented inputs
+    (:data:`SEGMENTED_FORMATS`) are never skipped for a backlog.
     """
 
     def __init__(
@@ -102,10 +103,10 @@ class Demuxer:
             self.container.close()
             raise SourceError(f"{self.display_name} has no video stream")
         self.stream = self.container.streams.video[0]
-        segmented = self.container.format.name in SEGMENTED_FORMATS
+        limit = None if self.container.format.name in SEGMENTED_FORMATS else max_behind_seconds
         self.catch_up = (
-            CatchUp(max_behind_seconds)
-            if max_behind_seconds is not None and not segmented
+            CatchUp(limit, wait_for_key_frame=stamp_packets)
+            if limit is not None or stamp_packets
             else None
         )
         self.backlog = Backlog() if stamp_packets or self.catch_up is not None else None
@@ -205,7 +206,8 @@ class Demuxer:
 
     @property
     def packets_skipped(self) -> int:
-        """Packets read and not decoded, the stream being too far behind its camera."""
+        """Packets read and not decoded: before the stream's first key frame, or the stream
+        being too far behind its camera."""
         return self.catch_up.skipped if self.catch_up is not None else 0
 
     def _stamp(self, pts: int, stamp: PacketStamp) -> None:

@@ -170,7 +170,8 @@ class StreamSummary:
     failed_frames: int
     error: str | None
     packets_skipped: int = 0
-    """Live packets skipped undecoded to catch up with the camera."""
+    """Live packets skipped undecoded: before a connection's first key frame, or to catch up
+    with the camera."""
     cadence: dict[str, Any] = field(default_factory=dict)
     """:meth:`StreamStatus.cadence`: empty where every frame is detected."""
     attributes: dict[str, Any] = field(default_factory=dict)

@@ -43,7 +43,8 @@ class SourceStats:
     """Damaged packets skipped while decoding."""
     packets_skipped: int = 0
     """Live sources: packets read and not decoded (each a frame lost, never counted in
-    ``frames_decoded``), the stream having fallen ``max_behind_seconds`` behind its camera."""
+    ``frames_decoded``): before a connection's first key frame, or the stream having fallen
+    ``max_behind_seconds`` behind its camera."""
     last_gap_seconds: float | None = None
     """Live sources: time without frames around the latest reconnection."""
     behind_seconds: float = 0.0

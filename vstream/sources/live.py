@@ -20,7 +20,9 @@ behind its camera then (:mod:`vstream.decoders.backlog`): what a decoder still h
 (B-frames), and what waits in the socket when decoding is slower than the camera, are
 part of the age a viewer sees. Under the ``latest`` policy that backlog is also bounded:
 past ``max_behind_seconds``, the demuxer skips the waiting packets, undecoded and counted
-(``stats.packets_skipped``), up to a key frame read in step with the camera again.
+(``stats.packets_skipped``), up to a key frame read in step with the camera again. A
+connection starts at the stream's first key frame: the packets before it, which refer to
+pictures never received, are skipped and counted the same way.
 """
 
 from __future__ import annotations
@@ -224,6 +226,7 @@ class LiveSource:
             return str(exc), last_frame
         corrupt_before = self.stats.corrupt_packets
         skipped_before = self.stats.packets_skipped
+        joined_at = skipped_before  # and after the packets before the first key frame
         pts_offset: float | None = None
         last_pts: float | None = None
         self._behind_since, self._behind_told = None, False
@@ -236,9 +239,18 @@ class LiveSource:
                 self.stats.corrupt_packets = corrupt_before + decoder.corrupt_packets
                 skipped = skipped_before + decoder.packets_skipped
                 if skipped > self.stats.packets_skipped:
-                    self._caught_up(
-                        skipped - self.stats.packets_skipped, skipped_before, picture, last_pts
-                    )
+                    if pts_offset is None:  # the connection's first picture
+                        log.info(
+                            "%s: joined between key frames: %d packets before the first "
+                            "skipped undecoded",
+                            self.stream_id,
+                            skipped - skipped_before,
+                        )
+                        joined_at = skipped
+                    else:
+                        self._caught_up(
+                            skipped - self.stats.packets_skipped, joined_at, picture, last_pts
+                        )
                     self.stats.packets_skipped = skipped
                 last_pts = picture.pts_seconds
                 if pts_offset is None:
@@ -301,11 +313,12 @@ class LiveSource:
         return read - behind
 
     def _caught_up(
-        self, count: int, skipped_before: int, picture: Picture, last_pts: float | None
+        self, count: int, joined_at: int, picture: Picture, last_pts: float | None
     ) -> None:
-        """``count`` packets were skipped before ``picture``: say so, the first time in the
-        connection as a warning (later ones are in the counters, and at debug level)."""
-        first = self.stats.packets_skipped == skipped_before
+        """``count`` packets were skipped before ``picture`` to catch up: say so, the first
+        time in the connection as a warning (later ones are in the counters, and at debug
+        level); ``joined_at``: the count once the connection's first picture came."""
+        first = self.stats.packets_skipped == joined_at
         gap = (
             f" (a {picture.pts_seconds - last_pts:.2f} s gap in the video)"
             if picture.pts_seconds is not None and last_pts is not None
