@@ -90,7 +90,8 @@ refresh), and its decoder then recovers as the refresh sweeps the picture, which
 than nothing."""
 
 KEY_FRAME_WAIT_PACKETS = 1000
-"""The same wait at a stream's start, in packets, for packets without time stamps."""
+"""The same wait at a stream's start, in packets: the bound where packets have no time
+stamps."""
 
 
 class CatchUp:
