@@ -42,6 +42,7 @@ import numpy as np
 
 from vstream import assets
 from vstream.analytics.stream import StreamAnalytics
+from vstream.bench.measure import process_cpu_seconds
 from vstream.cluster.relay import Relay
 from vstream.cluster.worker import WorkerInfo, WorkerReport
 from vstream.config import parse_data
@@ -77,17 +78,15 @@ class Load:
 def _tree_cpu() -> float:
     """CPU seconds of this process and every Ray process of this user (the workers included)."""
     total = 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             command = (entry / "cmdline").read_bytes()
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if int(entry.name) == os.getpid() or b"ray" in command:
-            total += (float(stat[11]) + float(stat[12])) / ticks
+            total += process_cpu_seconds(int(entry.name)) or 0.0
     return total
 
 

@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vstream.bench.measure import process_cpu_seconds
 from vstream.cli import spare_the_last_collection
 from vstream.config import parse_data
 from vstream.engine import Engine
@@ -489,15 +490,6 @@ def across_processes(args: argparse.Namespace, streams: int, live_run: bool) -> 
     }
 
 
-def _cpu_seconds(pid: int) -> float:
-    """CPU seconds (user and system, every thread) process ``pid`` has used so far; 0 if gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-
 def through_ray(args: argparse.Namespace, streams: int, live_run: bool) -> dict:
     """``streams`` streams through ``processes: N`` (Ray workers sharing the GPU, the driver
     writing the records), as a user runs them, in the steady state: the files looped, timed
@@ -530,7 +522,7 @@ def through_ray(args: argparse.Namespace, streams: int, live_run: bool) -> dict:
     def host_cpu() -> tuple[float, float]:
         workers = engine.workers() if hasattr(engine, "workers") else []  # none in one process
         pids = {w["pid"] for w in workers if w["pid"] is not None} - {os.getpid()}
-        return time.process_time(), sum(_cpu_seconds(pid) for pid in pids)
+        return time.process_time(), sum(process_cpu_seconds(pid) or 0.0 for pid in pids)
 
     try:
         deadline = time.monotonic() + 300

@@ -12,7 +12,7 @@ from helpers import run_cli, tiny_detector, write_video
 
 from vstream import assets
 from vstream.bench import naive
-from vstream.bench.measure import Measurement
+from vstream.bench.measure import Measurement, process_cpu_seconds
 from vstream.bench.naive import decode_output, nms
 from vstream.bench.processes import compare_processes
 from vstream.bench.report import STAGES, BenchResults, targets
@@ -374,3 +374,21 @@ def test_a_profile_is_summed_up_by_thread_kind_and_what_it_waits_for(tmp_path: P
     post = text[text.index("postprocess-detect: 3 samples") :]
     assert "2   66.7 %  waiting for the GIL" in post and "1   33.3 %  running Python" in post
     assert "33.3 %  in _suppress (vstream/postprocess/decode.py)" in post
+
+
+def test_a_process_cpu_time_is_read_from_proc_as_the_process_counts_it() -> None:
+    """A child busy for a while: its ``/proc`` CPU seconds agree with what it counts itself
+    (to the kernel's tick), and a process that is gone has none."""
+    import subprocess
+    import sys
+
+    busy = "import time\nwhile time.process_time() < 0.3: pass\nprint(time.process_time())"
+    child = subprocess.Popen([sys.executable, "-c", busy + "\ninput()"], text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    assert child.stdout is not None and child.stdin is not None
+    counted = float(child.stdout.readline())
+    read = process_cpu_seconds(child.pid)
+    child.stdin.close()
+    child.wait(timeout=60)
+    assert read is not None and abs(read - counted) <= 0.05
+    assert process_cpu_seconds(child.pid) is None

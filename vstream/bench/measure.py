@@ -46,6 +46,17 @@ def machine_busy_seconds() -> float | None:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user and system, every thread) process ``pid`` has used so far, from
+    ``/proc/PID/stat``; None when it is gone or ``/proc`` is not available."""
+    try:
+        # The fields after the command, whose name may hold spaces and parentheses.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def peak_rss_bytes() -> int:
     """The most resident memory this process has had so far (``ru_maxrss``, KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
