@@ -122,7 +122,8 @@ class SourceOptions(CadenceOptions):
         2.0,
         description="live, latest policy: when decoding falls this far behind the camera, "
         "skip its packets (counted) to the next key frame read in step again; null: never "
-        "skip (block, HLS and DASH never do)",
+        "skip for a backlog (block, HLS and DASH never do; a connection's packets before its "
+        "first key frame are skipped, counted, whatever this is)",
     )
     reconnect: ReconnectPolicy = Field(default_factory=ReconnectPolicy)
     rtsp_transport: Annotated[Literal["tcp", "udp"], Cli("--rtsp-transport")] = Field(

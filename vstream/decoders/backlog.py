@@ -121,8 +121,9 @@ class CatchUp:
         self.skipped = 0
         self.episodes = 0
         self._in_step_since: float | None = None
-        """While skipping: the time stamp of the first packet read within half the limit;
-        while waiting: of the first packet."""
+        """While skipping: the time stamp of the first packet read within half the limit."""
+        self._waiting_since: float | None = None
+        """While waiting: the time stamp of the stream's first packet that had one."""
         self._waited = 0
         self._resumed_at: float | None = None
         """The time stamp of the key frame decoding started again at, until a packet after it
@@ -161,15 +162,15 @@ class CatchUp:
     def _wait(self, pts_seconds: float | None, key_frame: bool) -> bool:
         """:meth:`skip` before the stream's first key frame (a burst at the start is no
         backlog: whether the stream is behind is not asked yet)."""
-        if pts_seconds is not None and self._in_step_since is None:
-            self._in_step_since = pts_seconds
+        if pts_seconds is not None and self._waiting_since is None:
+            self._waiting_since = pts_seconds
         waited_long = self._waited >= KEY_FRAME_WAIT_PACKETS or (
             pts_seconds is not None
-            and self._in_step_since is not None
-            and pts_seconds - self._in_step_since > KEY_FRAME_WAIT_SECONDS
+            and self._waiting_since is not None
+            and pts_seconds - self._waiting_since > KEY_FRAME_WAIT_SECONDS
         )
         if key_frame or waited_long:
-            self.waiting, self._in_step_since = False, None
+            self.waiting = False
             self._resumed_at = pts_seconds if key_frame else None
             return False
         self._waited += 1

@@ -73,7 +73,8 @@ class StreamView(Protocol):
 
     @property
     def packets_skipped(self) -> int:
-        """Live packets never decoded: the stream had fallen too far behind its camera."""
+        """Live packets never decoded: before a connection's first key frame, or the stream
+        had fallen too far behind its camera."""
         ...
 
     @property
