@@ -614,15 +614,23 @@ def daemon(local_ray: RayConnection, tmp_path_factory: pytest.TempPathFactory) -
 
 
 def wait_for_records(path: Path, expected: dict[str, list[int]], timeout: float = 120) -> None:
-    """Wait until the sink has written ``expected``'s streams in full; then compare exactly."""
-    wait_for(
-        lambda: (
-            path.exists()
-            and all(len(frames_by_stream(path).get(s, [])) >= len(f) for s, f in expected.items())
-        ),
-        timeout,
-        "the records of " + ", ".join(expected),
-    )
+    """Wait until the sink has written ``expected``'s streams in full; then compare exactly.
+    A wait that runs out says how far each stream got."""
+    try:
+        wait_for(
+            lambda: (
+                path.exists()
+                and all(
+                    len(frames_by_stream(path).get(s, [])) >= len(f) for s, f in expected.items()
+                )
+            ),
+            timeout,
+            "the records of " + ", ".join(expected),
+        )
+    except AssertionError as exc:
+        got = frames_by_stream(path) if path.exists() else {}
+        far = {s: (len(got.get(s, [])), max(got.get(s, [-1]))) for s in expected}
+        raise AssertionError(f"{exc}; (records, last frame) so far: {far}") from None
     got = frames_by_stream(path)
     assert {s: got[s] for s in expected} == expected
 
