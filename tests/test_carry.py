@@ -7,7 +7,11 @@ frames: the records must be the same, track ids, counts and events included.
 
 from __future__ import annotations
 
+import json
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -79,3 +83,54 @@ def test_arrays_come_back_equal_and_writeable(array: np.ndarray) -> None:
     assert back.dtype == array.dtype and back.shape == array.shape
     assert back.tolist() == array.tolist()
     assert back.flags.writeable
+
+
+PIPELINE_WITH_A_STATE = """
+import json, sys
+from pathlib import Path
+from vstream.config import parse_config
+from vstream.engine import carry
+from vstream.engine.pipeline import Pipeline
+
+config = parse_config(sys.argv[1], base_dir=Path.cwd()).pipelines[0]
+pipeline = Pipeline.from_config(config)
+pipeline.start()
+before = "scipy.optimize" in sys.modules
+pipeline.add_stream(config.sources[0], None, carry.loads(Path(sys.argv[2]).read_bytes()))
+after = "scipy.optimize" in sys.modules
+pipeline.finish(60.0)
+print(json.dumps({"before": before, "after": after}))
+"""
+
+
+def test_a_moved_stream_s_tracker_is_ready_before_its_first_frame(tmp_path: Path) -> None:
+    """A moved stream's analytics come unpickled, without their ``__init__``, which imports
+    the tracker's solver (``scipy.optimize``, a second or more): it was imported in the
+    stream's first batch instead, its frames queued behind it, and a cluster driver counted
+    that wait towards a stall and moved the stream again. A fresh interpreter, as a worker's:
+    the solver is in by the time the stream is added."""
+    state = tmp_path / "state.bin"
+    state.write_bytes(carry.dumps(fresh()))
+    document = {
+        "pipelines": [
+            {
+                "name": "p",
+                "model": {"path": str(vstream.assets.DEMO_MODEL)},
+                "runtime": {"device": "cpu"},
+                "analytics": CONFIG.model_dump(mode="json"),
+                "sources": [
+                    {"id": "cam", "uri": str(vstream.assets.SAMPLE_VIDEO), "end_seconds": 0.2}
+                ],
+                "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
+            }
+        ]
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PIPELINE_WITH_A_STATE, json.dumps(document), str(state)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"before": False, "after": True}

@@ -224,6 +224,11 @@ class Pipeline:
         if carried is not None:
             carried.analytics.stream = reader.id
             reader.analytics = carried.analytics
+            if carried.analytics.config.enabled:
+                # As a new stream's analytics do: unpickled ones never ran their __init__,
+                # and the import would land in the stream's first batch, its frames queued
+                # behind it, where a cluster driver counts the wait towards a stall.
+                ByteTracker.load_matcher()
         elif self.analytics is not None or reader.cadence is not None:
             # A stream that skips frames needs a tracker to fill them in, asked for or not.
             reader.analytics = StreamAnalytics(
