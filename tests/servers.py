@@ -8,6 +8,7 @@ time), so a failing test never leaves one behind.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import shutil
 import signal
@@ -89,12 +90,21 @@ class Server:
         self.process = None
 
 
-def mosquitto(directory: Path) -> Server:
+def mosquitto(directory: Path, users: dict[str, str] | None = None) -> Server:
+    """mosquitto for anyone, or with ``users`` (name: password) for them alone."""
     port = free_port()
     conf = directory / "mosquitto.conf"
-    conf.write_text(
-        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest none\n"
-    )
+    access = "allow_anonymous true\n"
+    if users:
+        passwords = directory / "mosquitto.passwd"
+        for name, password in users.items():
+            create = [] if passwords.exists() else ["-c"]
+            command = ["mosquitto_passwd", *create, "-b", str(passwords), name, password]
+            subprocess.run(command, check=True, capture_output=True, timeout=START_TIMEOUT)
+        # Run as whoever runs the tests (as root, mosquitto would turn into its own user,
+        # who cannot read the test's private folder).
+        access = f"allow_anonymous false\npassword_file {passwords}\nuser {getpass.getuser()}\n"
+    conf.write_text(f"listener {port} 127.0.0.1\n{access}persistence false\nlog_dest none\n")
     return Server("mosquitto", ["mosquitto", "-c", str(conf)], port)
 
 
@@ -152,6 +162,12 @@ def _running(server: Server) -> Iterator[Server]:
 @pytest.fixture
 def mqtt_broker(tmp_path: Path) -> Iterator[Server]:
     yield from _running(mosquitto(tmp_path))
+
+
+@pytest.fixture
+def mqtt_broker_with_users(tmp_path: Path) -> Iterator[Server]:
+    """mosquitto that lets in ``vstream`` with the password ``right``, and nobody else."""
+    yield from _running(mosquitto(tmp_path, users={"vstream": "right"}))
 
 
 @pytest.fixture

@@ -499,6 +499,47 @@ def test_mqtt_message_accepted_while_the_connection_drops_is_confirmed_after_rec
     assert transport.close(timeout=15) == 0
 
 
+def test_mqtt_a_wrong_password_fails_the_sink_once_and_the_right_one_delivers(
+    mqtt_broker_with_users: Server,
+) -> None:
+    """mosquitto answers a wrong password "Not authorized", which connecting again cannot
+    change: it was retried forever, with a line at each reconnection. The sink now fails
+    once, saying why; the right password delivers."""
+    port = mqtt_broker_with_users.port
+    wrong = MqttTransport(host="127.0.0.1", port=port, username="vstream", password="wrong")
+    sink = BufferedSink(wrong, name="mqtt", retry=FAST_RETRY)
+    sink.write([result(i) for i in range(5)])
+    assert eventually(lambda: sink.state == "failed"), sink.outage
+    assert str(sink.error) == f"mqtt broker 127.0.0.1:{port} refused the connection: Not authorized"
+    sink.close()
+    assert (sink.stats.delivered, sink.stats.dropped) == (0, 5)
+    right = MqttTransport(host="127.0.0.1", port=port, username="vstream", password="right")
+    sink = BufferedSink(right, name="mqtt", retry=FAST_RETRY)
+    sink.write([result(i) for i in range(5)])
+    sink.close()
+    assert (sink.state, sink.stats.delivered, sink.stats.dropped) == ("ok", 5, 0)
+
+
+def test_mqtt_close_is_bounded_when_the_broker_stops_answering(mqtt_broker: Server) -> None:
+    """paho's ``loop_stop`` joins its thread with no timeout, and with a broker that stopped
+    answering (frozen) and megabytes unsent that thread waits about a keepalive period (here
+    120 s). The close now ends within its flush, grace and stop bounds (a few seconds); what
+    paho held unsent of QoS 0 is what QoS 0 gives up."""
+    transport = MqttTransport(
+        host="127.0.0.1", port=mqtt_broker.port, qos=0, keepalive_seconds=120, max_queued=5000
+    )
+    assert eventually(transport.client.is_connected)
+    sink = BufferedSink(transport, name="mqtt", capacity=5000, flush_timeout=1.0, send_grace=1.0)
+    with mqtt_broker.stalled():
+        sink.write([result(i, detections=40) for i in range(3000)])  # about 12 MB
+        assert eventually(lambda: sink.buffered == 0)
+        started = time.monotonic()
+        sink.close()
+        took = time.monotonic() - started
+    assert took < 60, f"close took {took:.0f} s"
+    assert sink.stats.produced == sink.stats.delivered + sink.stats.dropped == 3000
+
+
 def test_redis_records_arrive_intact_in_order_and_trimmed(redis_broker: Server) -> None:
     url = f"redis://127.0.0.1:{redis_broker.port}/0"
     transport = RedisStreamTransport(url=url, maxlen=50, approximate=False)

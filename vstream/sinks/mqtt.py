@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -11,9 +13,27 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from vstream.errors import VstreamError
 from vstream.sinks.base import DeliveryError, Record, encode_records, stream_key
 
 log = logging.getLogger("vstream.sinks")
+
+STOP_AFTER_SHUTDOWN_SECONDS = 2.0
+"""How long paho's thread is given to end once its connection is cut off at close."""
+
+REFUSALS = frozenset(
+    {
+        "Unsupported protocol version",
+        "Client identifier not valid",
+        "Bad user name or password",
+        "Not authorized",
+        "Banned",
+        "Bad authentication method",
+    }
+)
+"""A broker's answers to a connection (by name: paho gives MQTT 3.1.1's codes MQTT 5's
+names) that say the settings are wrong: connecting again cannot help, the sink fails. The
+others ("Server unavailable", "Server busy", ...) pass, and are retried."""
 
 
 class MqttTransport:
@@ -24,7 +44,8 @@ class MqttTransport:
     counted. With QoS 1 or 2 a message paho has accepted is re-sent by paho
     after a reconnection (at least once), so it is never published twice by
     vstream; :meth:`send` waits for the broker's acknowledgements so a slow
-    broker slows the sender, not the pipeline.
+    broker slows the sender, not the pipeline. A broker that refuses the
+    connection for good (:data:`REFUSALS`: a wrong password) fails the sink once.
     """
 
     def __init__(
@@ -54,6 +75,8 @@ class MqttTransport:
         """Messages of batches :meth:`send` returned, not acknowledged yet."""
         self._acknowledged: set[int] = set()
         """Acknowledgements of the batch :meth:`send` is sending, not yet taken by it."""
+        self._refused: str | None = None
+        """Why the broker refused the connection for good (:data:`REFUSALS`)."""
         self.client = mqtt.Client(
             callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
             client_id=client_id or "",
@@ -84,7 +107,10 @@ class MqttTransport:
         reason_code: ReasonCode,
         properties: Properties | None,
     ) -> None:
-        if reason_code.is_failure:
+        if reason_code.is_failure and reason_code.getName() in REFUSALS:
+            self._refused = f"{self.address} refused the connection: {reason_code}"
+            client.disconnect()  # no reconnecting: the sink fails at its next send
+        elif reason_code.is_failure:
             log.warning("%s refused the connection: %s", self.address, reason_code)
         else:
             log.info("connected to %s", self.address)
@@ -117,6 +143,8 @@ class MqttTransport:
             self._acked.notify_all()
 
     def send(self, records: Sequence[Record]) -> None:
+        if self._refused is not None:
+            raise VstreamError(self._refused)
         if not self.client.is_connected():
             raise DeliveryError(f"not connected to {self.address}")
         pending: set[int] = set()
@@ -183,5 +211,17 @@ class MqttTransport:
         with self._acked:
             unconfirmed = len(self._unconfirmed)
         self.client.disconnect()
-        self.client.loop_stop()
+        self._stop_network(max(timeout, 1.0))
         return unconfirmed
+
+    def _stop_network(self, timeout: float) -> None:
+        """paho's ``loop_stop``, bounded by ``timeout``: it joins paho's thread without one, and
+        that thread waits up to a keepalive period for a broker that stopped answering (shut
+        down) to let go of the connection; cut off there, it ends at once."""
+        stopper = threading.Thread(target=self.client.loop_stop, name="mqtt-stop", daemon=True)
+        stopper.start()
+        stopper.join(timeout)
+        if stopper.is_alive() and (sock := self.client.socket()) is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            stopper.join(STOP_AFTER_SHUTDOWN_SECONDS)
