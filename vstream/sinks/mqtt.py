@@ -221,7 +221,7 @@ class MqttTransport:
         stopper = threading.Thread(target=self.client.loop_stop, name="mqtt-stop", daemon=True)
         stopper.start()
         stopper.join(timeout)
-        if stopper.is_alive() and (sock := self.client.socket()) is not None:
+        if stopper.is_alive() and isinstance(sock := self.client.socket(), socket.socket):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             stopper.join(STOP_AFTER_SHUTDOWN_SECONDS)
