@@ -108,9 +108,11 @@ def mosquitto(directory: Path, users: dict[str, str] | None = None) -> Server:
     return Server("mosquitto", ["mosquitto", "-c", str(conf)], port)
 
 
-def redis_server(directory: Path) -> Server:
+def redis_server(directory: Path, password: str | None = None) -> Server:
+    """redis-server for anyone, or for clients that give ``password``."""
     port = free_port()
     command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    command += ["--requirepass", password] if password else []
     command += ["--appendonly", "no", "--dir", str(directory), "--protected-mode", "yes"]
     return Server("redis", command, port)
 
@@ -173,6 +175,12 @@ def mqtt_broker_with_users(tmp_path: Path) -> Iterator[Server]:
 @pytest.fixture
 def redis_broker(tmp_path: Path) -> Iterator[Server]:
     yield from _running(redis_server(tmp_path))
+
+
+@pytest.fixture
+def redis_broker_with_password(tmp_path: Path) -> Iterator[Server]:
+    """redis-server that takes commands only after the password ``right``."""
+    yield from _running(redis_server(tmp_path, password="right"))
 
 
 @pytest.fixture

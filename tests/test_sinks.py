@@ -563,6 +563,54 @@ def test_redis_records_arrive_intact_in_order_and_trimmed(redis_broker: Server) 
     assert sink.stats.delivered == 300
 
 
+@pytest.mark.parametrize("credentials", [":wrong@", ""], ids=["wrong", "missing"])
+def test_redis_a_wrong_or_missing_password_fails_the_sink_once(
+    redis_broker_with_password: Server, credentials: str
+) -> None:
+    """redis-py raises a refused password as a ``ConnectionError``, which was retried
+    forever; connecting again cannot change it, so the sink fails once, saying why (and
+    never quoting the password); the right one delivers."""
+    port = redis_broker_with_password.port
+    url = f"redis://{credentials}127.0.0.1:{port}/0"
+    sink = BufferedSink(RedisStreamTransport(url=url), name="redis", retry=FAST_RETRY)
+    sink.write([result(i) for i in range(5)])
+    assert eventually(lambda: sink.state == "failed"), sink.outage
+    assert str(sink.error).startswith(f"redis redis://{'***@' if credentials else ''}127.0.0.1")
+    assert "wrong" not in str(sink.error)
+    assert "password" in str(sink.error).lower() or "auth" in str(sink.error).lower()
+    sink.close()
+    assert (sink.stats.delivered, sink.stats.dropped) == (0, 5)
+    right = RedisStreamTransport(url=f"redis://:right@127.0.0.1:{port}/0")
+    sink = BufferedSink(right, name="redis", retry=FAST_RETRY)
+    sink.write([result(i) for i in range(5)])
+    sink.close()
+    assert (sink.state, sink.stats.delivered, sink.stats.dropped) == ("ok", 5, 0)
+
+
+def test_redis_at_maxmemory_is_retried_until_memory_is_freed(redis_broker: Server) -> None:
+    """A Redis at ``maxmemory`` (``noeviction``: what a stream's readers have not trimmed
+    yet) answers OOM, which passes as they catch up: it failed the sink for good. It is
+    retried now, and every record arrives once, in order, when memory is back."""
+    url = f"redis://127.0.0.1:{redis_broker.port}/0"
+    client = redis.Redis.from_url(url)
+    try:
+        client.config_set("maxmemory-policy", "noeviction")
+        client.set("filler", b"x" * 3_000_000)
+        client.config_set("maxmemory", "3mb")
+        sink = BufferedSink(RedisStreamTransport(url=url), name="redis", retry=FAST_RETRY)
+        sink.write([result(i) for i in range(10)])
+        assert eventually(lambda: sink.stats.failures >= 2)
+        assert sink.state == "retrying" and "OutOfMemoryError" in (sink.outage or "")
+        client.delete("filler")
+        assert eventually(lambda: sink.stats.delivered == 10)
+        sink.close()
+        entries = client.xrange("vstream:cam")
+        assert [int(fields[b"frame"]) for _, fields in entries] == list(range(10))
+        assert (sink.state, sink.stats.dropped) == ("ok", 0)
+    finally:
+        client.close()
+
+
 def _feed(sink: BufferedSink, stop: threading.Event, written: list[int]) -> None:
     """Write one record every 5 ms, like a pipeline at 200 fps, timing each write."""
     frame = 0

@@ -20,10 +20,27 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from vstream.errors import VstreamError
 from vstream.sinks.base import DeliveryError, Record, encode_records, stream_key
 from vstream.uri import redact
 
-_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+_REFUSED = (redis.AuthenticationError, redis.exceptions.AuthorizationError)
+"""A wrong or missing password, an ACL's no: redis-py raises them as connection errors, but
+connecting again cannot change them; the sink fails."""
+
+_TRANSIENT = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
+)
+"""Retried: the server unreachable, slow, loading its data, at ``maxmemory`` until its
+readers trim, or a replica until a failover is over."""
+
+_TRANSIENT_REPLIES = ("MISCONF ", "BUSY ")
+"""The same, in replies redis-py raises as plain ``ResponseError``: the server cannot save
+(its disk is full), or a script holds it."""
 _ID_TOO_SMALL = "equal or smaller than the target stream top item"
 
 
@@ -88,13 +105,17 @@ class RedisStreamTransport:
             batch.xadd(key, fields, id=entry_id, maxlen=self.maxlen, approximate=self.approximate)
         try:
             replies = batch.execute(raise_on_error=False)
-        except _TRANSIENT as exc:
-            raise DeliveryError(f"{self.address}: {type(exc).__name__}: {exc}") from exc
+        except _REFUSED as exc:
+            raise VstreamError(
+                f"{self.address} refused the client: {exc} (check the URL's user and password)"
+            ) from None
+        except redis.RedisError as exc:
+            raise self._transient(exc) from exc
         for reply in replies:
             if not isinstance(reply, Exception):
                 continue
             if _ID_TOO_SMALL not in str(reply):
-                raise reply
+                raise self._transient(reply)
             if not retry:
                 raise KeyConflict(
                     f"{self.address}: an entry id was refused on its first attempt ({reply}); "
@@ -102,6 +123,12 @@ class RedisStreamTransport:
                 )
             # A retry of a batch that did arrive before its timeout fired: already there.
         self._pending = {}
+
+    def _transient(self, exc: Exception) -> Exception:
+        """``exc`` as a :class:`DeliveryError` where waiting may mend it; else as it is."""
+        if isinstance(exc, _TRANSIENT) or str(exc).startswith(_TRANSIENT_REPLIES):
+            return DeliveryError(f"{self.address}: {type(exc).__name__}: {exc}")
+        return exc
 
     def close(self, timeout: float) -> int:
         self.client.close()
