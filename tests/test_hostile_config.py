@@ -53,3 +53,23 @@ def test_validate_refuses_what_serve_refuses_with_the_same_line(
     assert capsys.readouterr().err.splitlines() == [f"vstream: {config}: {line}"]
     assert main(["serve", str(config)]) == 2
     assert capsys.readouterr().err.splitlines() == [f"vstream: error: {line}"]
+
+
+def test_a_webhook_header_ending_in_a_newline_is_refused_without_showing_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A YAML block (``|``) or a secret file read whole ends a token with a newline, which
+    HTTP cannot send: httpx refused each request with a message quoting the header, which
+    was logged and shown by ``/ready`` at each retry, forever. ``validate`` refuses it now,
+    naming the header, not its value."""
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        f"pipelines:\n  - name: p\n    model: {{path: {assets.DEMO_MODEL}}}\n"
+        f"    sources: [{{id: s, uri: {assets.SAMPLE_VIDEO}}}]\n"
+        "    sinks:\n      - type: webhook\n        url: http://127.0.0.1:9/hook\n"
+        "        headers:\n          Authorization: |\n            Bearer s3cr3t-T0KEN\n"
+    )
+    assert main(["validate", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "header Authorization holds a line break" in err
+    assert "s3cr3t" not in err

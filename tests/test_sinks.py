@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import threading
 import time
@@ -233,16 +234,27 @@ def test_close_gives_up_after_the_flush_timeout_and_counts() -> None:
     assert sink.stats.dropped == 20 and sink.stats.delivered == 0
 
 
-def test_rejected_and_exhausted_batches_are_dropped_and_counted() -> None:
+def test_rejected_and_exhausted_batches_are_dropped_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     class Rejecting(FlakyTransport):
         def send(self, records: Sequence[dict]) -> None:
             self.attempts += 1
             raise DeliveryError("HTTP 400", retryable=False)
 
-    rejecting = BufferedSink(Rejecting(), name="r", retry=FAST_RETRY)
-    rejecting.write([result(i) for i in range(3)])
-    rejecting.close()
-    assert (rejecting.stats.dropped, rejecting.stats.failures, rejecting.stats.retries) == (3, 1, 0)
+    transport = Rejecting()
+    rejecting = BufferedSink(transport, name="r", batch_records=1, retry=FAST_RETRY)
+    with caplog.at_level(logging.WARNING, logger="vstream.sinks"):
+        rejecting.write([result(i) for i in range(3)])
+        rejecting.close()
+    assert (rejecting.stats.dropped, rejecting.stats.failures, rejecting.stats.retries) == (3, 3, 0)
+    assert transport.attempts == 3
+    # Three batches rejected: said once with the drops (one line an interval), and in the
+    # totals, not a line a batch.
+    assert [r.getMessage() for r in caplog.records] == [
+        "sink r: 1 records dropped (rejected: HTTP 400); 1 in all so far",
+        "sink r: 3 records produced: 0 delivered, 3 dropped",
+    ]
 
     down = FlakyTransport()
     down.down.set()
@@ -453,6 +465,26 @@ def test_webhook_posts_batches_and_retries_server_errors_and_timeouts(
     ]
     assert {seen for seen, _ in bodies} == {("Bearer abc", "application/json")}
     assert bodies[1][1][0] == result(10).to_record()
+
+
+@pytest.mark.parametrize(
+    ("status", "advice"),
+    [(401, "check its headers (Authorization)"), (404, "check the URL")],
+)
+def test_webhook_a_wrong_token_or_url_fails_the_sink_once(
+    webhook_server: ThreadingHTTPServer, status: int, advice: str
+) -> None:
+    """Every batch would get the same 401 or 404: they were dropped batch by batch, a warning
+    each, the sink saying "ok". It fails once now, after one request, saying what to check."""
+    webhook_server.plan += [(status, 0.0)] * 5  # type: ignore[attr-defined]
+    url = f"http://127.0.0.1:{webhook_server.server_port}/hook"
+    sink = BufferedSink(WebhookTransport(url=url), name="hook", batch_records=4, retry=FAST_RETRY)
+    sink.write([result(i) for i in range(10)])
+    assert eventually(lambda: sink.state == "failed")
+    assert str(sink.error) == f"webhook {url} answered HTTP {status}: {advice}"
+    sink.close()
+    assert (sink.stats.failures, sink.stats.delivered, sink.stats.dropped) == (0, 0, 10)
+    assert len(webhook_server.plan) == 4, "one request"  # type: ignore[attr-defined]
 
 
 def test_mqtt_records_arrive_intact_in_order_per_stream(

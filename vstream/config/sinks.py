@@ -287,6 +287,19 @@ class WebhookSinkConfig(SinkBase):
             raise ValueError(f"must be an http:// or https:// URL, got {redact(value)}")
         return value
 
+    @field_validator("headers")
+    @classmethod
+    def _header_values(cls, headers: dict[str, str]) -> dict[str, str]:
+        """No line breaks or other control characters (a YAML block's or a secret file's
+        last newline): HTTP cannot send them, and the value (a token) is never shown."""
+        for name, value in headers.items():
+            if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value):
+                raise ValueError(
+                    f"the value of header {name} holds a line break or another control "
+                    "character, which HTTP cannot send (a newline at its end?)"
+                )
+        return headers
+
 
 def _stream_path(value: str, info: ValidationInfo) -> str:
     """A path that may hold ``{stream}`` and ``{pipeline}``, checked as :func:`writable_file`."""

@@ -267,8 +267,9 @@ class BufferedSink:
                 self.retry.max_attempts is not None and attempts >= self.retry.max_attempts
             ):
                 reason = "rejected" if not error.retryable else f"{attempts} failed attempts"
-                log.warning("%s: %s (%s)", self.label, redact(str(error)), reason)
-                self._count(dropped=len(batch), why=reason)
+                # Said with the drops, at most once an interval: a receiver that rejects
+                # every batch would otherwise write a line each.
+                self._count(dropped=len(batch), why=f"{reason}: {redact(str(error))}")
                 return
             if not self._outage:
                 self._outage = redact(str(error))

@@ -6,18 +6,31 @@ from collections.abc import Mapping, Sequence
 
 import httpx
 
+from vstream.errors import VstreamError
 from vstream.sinks.base import DeliveryError, Record, encode_records
 from vstream.uri import redact_uri
 
 _RETRYABLE_STATUS = {408, 425, 429}
+
+_MISCONFIGURED_STATUS = {
+    401: "check its headers (Authorization)",
+    403: "check its headers (Authorization)",
+    404: "check the URL",
+    405: "check the URL",
+    407: "check the proxy's credentials",
+    410: "check the URL",
+}
+"""Answers about the request's address or credentials, not its records: every batch would
+get the same, so the sink fails once, saying what to check."""
 
 
 class WebhookTransport:
     """POSTs each batch of records as a JSON array to ``url``.
 
     Timeouts, connection errors, 5xx, 408 and 429 are retried by the buffered
-    sink; any other 4xx means the receiver rejects the records, so they are
-    dropped (and counted) instead of being sent forever.
+    sink; 401, 403, 404, 405, 407 and 410 say the URL or the credentials are
+    wrong, and fail the sink; any other 4xx means the receiver rejects the
+    records, so they are dropped (and counted) instead of being sent forever.
     """
 
     def __init__(
@@ -32,11 +45,17 @@ class WebhookTransport:
     def send(self, records: Sequence[Record]) -> None:
         try:
             response = self.client.post(self.url, content=encode_records(records))
+        except httpx.LocalProtocolError:  # its message quotes the header: never shown
+            raise VstreamError(f"{self.address}: the request cannot be sent") from None
         except httpx.HTTPError as exc:
             raise DeliveryError(f"{self.address}: {type(exc).__name__}: {exc}") from exc
         status = response.status_code
         if status < 300:
             return
+        if status in _MISCONFIGURED_STATUS:
+            raise VstreamError(
+                f"{self.address} answered HTTP {status}: {_MISCONFIGURED_STATUS[status]}"
+            )
         retryable = status >= 500 or status in _RETRYABLE_STATUS
         raise DeliveryError(f"{self.address} answered HTTP {status}", retryable=retryable)
 
