@@ -97,6 +97,41 @@ def test_hurry_cuts_a_long_backoff_short_and_counts_what_is_left() -> None:
     assert (sink.stats.delivered, sink.stats.dropped) == (0, 3)
 
 
+def test_hurry_cuts_short_a_close_already_waiting_for_a_stuck_send() -> None:
+    """The second signal comes while the first one's close waits for a send that hangs (a
+    receiver that took the connection and never answers): that wait had its end fixed when
+    it began (here ten minutes), and the forced exit came first, the totals never said."""
+    release = threading.Event()
+
+    class Stuck(FlakyTransport):
+        def send(self, records: Sequence[dict]) -> None:
+            self.attempts += 1
+            release.wait(120)
+
+    transport = Stuck()
+    sink = BufferedSink(transport, name="t", flush_timeout=600, send_grace=0.5)
+    sink.write([result(0)])
+    assert eventually(lambda: transport.attempts == 1)
+
+    def closing() -> bool:
+        """Whether the close has begun: a record written then is dropped at once."""
+        dropped = sink.stats.dropped
+        sink.write([result(1)])
+        return sink.stats.dropped > dropped
+
+    closer = threading.Thread(target=sink.close)
+    closer.start()
+    assert eventually(closing)
+    sink.hurry(0.1)
+    closer.join(60)
+    try:
+        assert not closer.is_alive(), "close still waits for the flush's first end"
+        stats = sink.stats
+        assert stats.delivered == 0 and stats.dropped == stats.produced
+    finally:
+        release.set()
+
+
 def test_retries_until_delivered_in_order() -> None:
     transport = FlakyTransport(failures=3)
     sink = BufferedSink(transport, name="t", retry=FAST_RETRY)
@@ -409,6 +444,92 @@ def test_any_other_write_error_fails_the_jsonl_sink_once(
     sink.close()
     assert sink.state == "failed" and "Input/output error" in str(sink.error)
     assert len(calls) == 1 and sink.stats.dropped == 2
+
+
+def test_a_write_error_after_part_of_a_batch_leaves_no_part_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file size limit (EFBIG) or an I/O error can come after the kernel took part of a
+    batch: the sink fails and counts the batch lost, so the file is cut back to before it
+    (it kept half a line, and records counted as dropped)."""
+    path = tmp_path / "out.jsonl"
+    transport = JsonLinesSink(path)
+    transport.send([result(i).to_record() for i in range(2)])
+    inode, real = path.stat().st_ino, os.write
+    writes = []
+
+    def half_then_too_big(fd: int, data: bytes | memoryview) -> int:
+        """The kernel at a file size limit: the first write takes part, the next none."""
+        if os.fstat(fd).st_ino != inode:
+            return real(fd, data)
+        writes.append(len(data))
+        if len(writes) == 1:
+            return real(fd, bytes(data[: len(data) // 2 + 7]))
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+
+    monkeypatch.setattr(os, "write", half_then_too_big)
+    sink = BufferedSink(transport, name="jsonl", overflow="block", retry=FAST_RETRY)
+    sink.write([result(i) for i in range(2, 5)])
+    sink.close()
+    assert sink.state == "failed" and "File too large" in str(sink.error)
+    assert (sink.stats.delivered, sink.stats.dropped) == (0, 3)
+    assert whole_lines(path) == [0, 1]
+
+
+def test_appending_to_a_file_that_ends_inside_a_line_starts_a_new_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run killed mid-write leaves half a line; the next run appending (the daemon's
+    default) glued its first record to it, and both were lost to a JSON reader."""
+    path = tmp_path / "out.jsonl"
+    path.write_bytes(encode_records(result(0).to_record()) + b"\n" + b'{"stream":"cam","fra')
+    with caplog.at_level(logging.WARNING, logger="vstream.sinks"):
+        sink = JsonLinesSink(path, append=True)
+    sink.send([result(i).to_record() for i in (1, 2)])
+    sink.close()
+    lines = path.read_bytes().splitlines()
+    assert lines[1] == b'{"stream":"cam","fra'
+    assert [json.loads(line)["frame"] for line in lines[:1] + lines[2:]] == [0, 1, 2]
+    assert "ended inside a line" in caplog.text
+    caplog.clear()
+    JsonLinesSink(path, append=True).close()  # a file that ends well is left as it is
+    assert path.read_bytes().count(b"\n") == 4 and not caplog.text
+
+
+def test_rotation_goes_on_when_the_file_was_moved_away(tmp_path: Path) -> None:
+    """Someone moved or deleted the file being written (logrotate, a cleanup): the rotation
+    that renames it failed the sink for good."""
+    path = tmp_path / "out.jsonl"
+    sink = JsonLinesSink(path, rotate_bytes=1)
+    sink.send([result(0).to_record()])
+    path.unlink()
+    sink.send([result(1).to_record()])
+    sink.send([result(2).to_record()])
+    sink.close()
+    assert whole_lines(path) == [2] and whole_lines(tmp_path / "out.jsonl.1") == [1]
+
+
+def test_a_file_per_stream_keeps_a_bounded_number_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Streams that come and go each opened a file that stayed open: a daemon ran out of
+    descriptors, and the sink failed for every stream. The least recently written closes
+    beyond the bound, and is appended to, not emptied, when its stream writes again."""
+    from vstream.sinks import jsonl
+
+    monkeypatch.setattr(jsonl, "MAX_OPEN_FILES", 2)
+    sink = jsonl.JsonLinesPerStream(str(tmp_path / "{stream}.jsonl"), "p")
+    order = [("a", 0), ("b", 0), ("c", 0), ("a", 1), ("b", 1), ("d", 0), ("a", 2)]
+    descriptors = len(os.listdir("/proc/self/fd"))
+    for stream, frame in order:
+        sink.send([result(frame, stream=stream).to_record()])
+        assert len(sink.files) <= 2
+        assert len(os.listdir("/proc/self/fd")) <= descriptors + 2
+    assert sink.records == len(order)
+    sink.close()
+    for stream in "abcd":
+        expected = [frame for s, frame in order if s == stream]
+        assert whole_lines(tmp_path / f"{stream}.jsonl") == expected, stream
 
 
 class _Receiver(BaseHTTPRequestHandler):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
+import logging
 import os
 import sys
 import time
@@ -14,6 +16,8 @@ from typing import Any
 from vstream.config.sinks import fill, unfit_output
 from vstream.errors import VstreamError
 from vstream.sinks.base import DeliveryError, Record, encode_records, make_parents
+
+log = logging.getLogger("vstream.sinks")
 
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 """Write errors that pass once space is freed: retried, not a failure of the sink."""
@@ -82,6 +86,27 @@ class JsonLinesSink:
         if why is not None:
             self.close()
             raise VstreamError(f"cannot write output {self.path}: {why}")
+        if append and self._size:
+            self._end_the_last_line()
+
+    def _end_the_last_line(self) -> None:
+        """A file appended to that ends inside a line (a run killed mid-write, or a file
+        of someone else's) gets a line break first: the new records then start lines of
+        their own, and the broken one stays broken alone. Its bytes are not ours to cut."""
+        assert self.path is not None and self._fd is not None
+        try:
+            with open(self.path, "rb") as file:
+                file.seek(-1, os.SEEK_END)
+                if file.read(1) == b"\n":
+                    return
+            self._size += os.write(self._fd, b"\n")
+        except OSError as exc:
+            raise VstreamError(f"cannot write output {self.path}: {exc.strerror}") from exc
+        log.warning(
+            "%s ended inside a line (a run stopped while writing it?): "
+            "a line break added before the new records",
+            self.path,
+        )
 
     def send(self, records: Sequence[Record]) -> None:
         """Write ``records``; a full disk is retried, any other failed write fails the sink.
@@ -115,6 +140,10 @@ class JsonLinesSink:
                 written += os.write(self._fd, data[written:])
         except OSError as exc:
             if exc.errno not in DISK_FULL:
+                # The sink fails and counts the whole batch lost: so the file holds none of
+                # it, and never half a line (EFBIG, EIO). A cut that fails too is left be.
+                with contextlib.suppress(OSError):
+                    self._cut(self._size)
                 raise
             whole, kept = self._whole_lines(lines, written)
             self._cut(self._size + kept)
@@ -160,7 +189,8 @@ class JsonLinesSink:
         for older, newer in zip(reversed(rotated[1:]), reversed(rotated[:-1]), strict=True):
             if newer.exists():
                 newer.rename(older)
-        self.path.rename(rotated[0])
+        with contextlib.suppress(FileNotFoundError):  # moved or deleted by someone else
+            self.path.rename(rotated[0])
         self._open(append=False)
         self._opened_at = time.monotonic()
 
@@ -179,13 +209,21 @@ class JsonLinesSink:
         self.close()
 
 
+MAX_OPEN_FILES = 64
+"""Files a ``{stream}`` sink keeps open at once."""
+
+
 class JsonLinesPerStream:
     """JSON Lines files, one per stream: ``{stream}`` in the path filled in with each record's.
 
     A pipeline's records come mixed; each run of one stream's records goes to
     that stream's :class:`JsonLinesSink` (opened at its first record, rotated
     on its own), in order, so a full disk part-way still means "the first
-    ``delivered`` records of the batch got in", as for one file.
+    ``delivered`` records of the batch got in", as for one file. At most
+    :data:`MAX_OPEN_FILES` are open: beyond it the least recently written is
+    closed, and appended to when its stream writes again (its age for
+    ``rotate_seconds`` then counts from there), so that streams coming and going
+    in a daemon never use up the process's file descriptors.
     """
 
     def __init__(self, template: str, pipeline: str, **options: Any) -> None:
@@ -193,19 +231,31 @@ class JsonLinesPerStream:
         self.pipeline = pipeline
         self.options = options
         self.files: dict[str, JsonLinesSink] = {}
+        """The open files by stream, the least recently written first."""
+        self._started: set[str] = set()
+        """Streams whose file this sink has opened: opened again, it is appended to."""
+        self._closed_records = 0
+        """Records written to files closed since."""
 
     @property
     def records(self) -> int:
-        return sum(f.records for f in self.files.values())
+        return self._closed_records + sum(f.records for f in self.files.values())
 
     def send(self, records: Sequence[Record]) -> None:
         delivered = 0
         for stream, run in itertools.groupby(records, key=lambda r: str(r.get("stream", ""))):
             batch = list(run)
-            sink = self.files.get(stream)
+            sink = self.files.pop(stream, None)
             if sink is None:
                 path = fill(self.template, stream=stream, pipeline=self.pipeline)
-                sink = self.files[stream] = JsonLinesSink(path, **self.options)
+                again = {"append": True} if stream in self._started else {}
+                sink = JsonLinesSink(path, **{**self.options, **again})
+                self._started.add(stream)
+            self.files[stream] = sink
+            while len(self.files) > MAX_OPEN_FILES:
+                oldest = self.files.pop(next(iter(self.files)))
+                self._closed_records += oldest.records
+                oldest.close()
             try:
                 sink.send(batch)
             except DeliveryError as exc:
