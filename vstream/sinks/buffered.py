@@ -36,6 +36,9 @@ log = logging.getLogger("vstream.sinks")
 
 Overflow = Literal["drop_oldest", "block"]
 
+_JOIN_STEP_SECONDS = 0.1
+"""How often :meth:`BufferedSink.close` looks again at its deadline while it waits."""
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -324,7 +327,12 @@ class BufferedSink:
         here, so the totals add up whatever that send does later.
         """
         self.start_flush()
-        self._thread.join(max(0.0, self._deadline - time.monotonic()) + self.send_grace)
+        # In steps: hurry() may bring the deadline closer while this waits.
+        while self._thread.is_alive():
+            left = self._deadline + self.send_grace - time.monotonic()
+            if left <= 0:
+                break
+            self._thread.join(min(left, _JOIN_STEP_SECONDS))
         with self._cond:
             left, in_hand = len(self._buffer), self._in_hand  # in hand: the sender is stuck
             self._buffer.clear()
