@@ -7,6 +7,7 @@ engine reads them (a reader thread per stream, the intake's freshness policy).
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import logging
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
+import av
 import numpy as np
 import pytest
 from helpers import (
@@ -31,7 +33,7 @@ from helpers import (
 )
 from onnx_models import constant_output_model
 
-from vstream import Detector
+from vstream import Detector, assets
 from vstream.config import parse_data
 from vstream.decoders import demux
 from vstream.engine import Engine
@@ -428,6 +430,51 @@ def test_credentials_never_reach_logs_or_errors(caplog: pytest.LogCaptureFixture
     assert any("rtsp://***@" in text for text in texts)
     for text in texts:
         assert secret not in text and wrong not in text, text
+
+
+def test_a_refused_password_fails_the_camera_once() -> None:
+    """A 401 cannot pass by connecting again, and a camera may lock the account after a few
+    wrong tries: it was retried forever, a warning each time, under the default policy
+    (reconnect without end)."""
+    with RtspServer(None, "--user", "alice", "--password", "right") as server:
+        refused = LiveSource(
+            server.url("alice:wrong"),
+            options=SourceOptions(reconnect=ReconnectPolicy(initial_delay_seconds=0.01)),
+        )
+        errors: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                list(refused)
+            except BaseException as exc:
+                errors.append(exc)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(60)
+        refused.close()
+    assert not reader.is_alive(), f"still reconnecting ({refused.stats.reconnects} times)"
+    assert [type(e) for e in errors] == [SourceError] and "401" in str(errors[0])
+    assert refused.state is SourceState.FAILED and refused.stats.reconnects == 0
+
+
+def test_a_damaged_packet_s_debug_line_shows_no_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """PyAV's ``str()`` of a demuxing error quotes its input's name, the camera's URL with
+    its password; the debug line of a damaged packet printed it where vstream's masking
+    log handler is not installed (the Python API under the user's own logging)."""
+    url = "rtsp://admin:Sup3rSecret@10.0.0.5/stream1"
+    error = av.error.InvalidDataError(errno.EINVAL, "Invalid data found", url)  # as PyAV builds it
+    assert "Sup3rSecret" in str(error)
+    demuxer = demux.Demuxer(str(assets.SAMPLE_VIDEO))
+    try:
+        with caplog.at_level(logging.DEBUG, logger="vstream"):
+            demuxer.damaged("demux", error)
+    finally:
+        demuxer.close()
+    assert "damaged packet (demux: Invalid data found)" in caplog.text
+    assert "Sup3rSecret" not in caplog.text
 
 
 def test_a_bug_in_a_live_source_fails_it_once_instead_of_reconnecting_forever(

@@ -94,6 +94,10 @@ class Demuxer:
             self.container = av.open(
                 uri, format=input_format, options=dict(options or {}), timeout=timeout
             )
+        except (av.error.HTTPUnauthorizedError, av.error.HTTPForbiddenError) as exc:
+            # Wrong or missing credentials: connecting again cannot mend them (and a camera
+            # may lock the account after a few tries), so the source fails, once.
+            raise SourceError(f"cannot open {self.display_name}: {av_error_text(exc)}") from None
         except (av.error.FFmpegError, OSError) as exc:
             # ``from None``: PyAV's own exception quotes the URL, credentials included.
             raise SourceUnavailable(
@@ -157,12 +161,12 @@ class Demuxer:
         """Count a damaged packet; give up when nothing but damage is left."""
         self.corrupt_packets += 1
         self._errors_in_a_row += 1
-        log.debug("%s: damaged packet (%s: %s)", self.display_name, what, exc)
+        why = av_error_text(exc) if exc is not None else None  # PyAV's str() quotes the URL
+        log.debug("%s: damaged packet (%s: %s)", self.display_name, what, why)
         if self._errors_in_a_row >= MAX_CONSECUTIVE_ERRORS:
-            detail = f" ({av_error_text(exc)})" if exc is not None else ""
             raise SourceUnavailable(
                 f"{self.display_name}: {self._errors_in_a_row} damaged packets in a row, "
-                f"giving up{detail}"
+                f"giving up{f' ({why})' if why else ''}"
             )
 
     def packets(self) -> Iterator[av.Packet]:
