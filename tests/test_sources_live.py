@@ -254,6 +254,29 @@ def test_a_connection_joined_between_key_frames_starts_at_the_first_and_numbers_
     assert not any("behind the camera" in m for m in messages), messages
 
 
+def test_a_stop_ends_the_packets_while_they_are_skipped(tmp_path: Path) -> None:
+    """While packets are skipped (here those before the first key frame) no picture comes
+    out for the reader to see its stop at: ``close()`` waited for the skipping to end,
+    which a camera whose clock misled the catch-up never did. The demuxer sees it now."""
+    whole = write_video(tmp_path / "c.ts", frames=60, width=64, height=48, gop=20, b_frames=0)
+    joined = joined_between_key_frames(whole, tmp_path / "joined.ts", after=9)
+    demuxer = demux.Demuxer(str(joined), stamp_packets=True)
+    demuxer.stop = threading.Event()
+    read: list[int | None] = []
+
+    class StopAtTheThird:
+        def add(self, packet: av.Packet) -> None:
+            read.append(packet.pts)
+            if len(read) == 3:
+                demuxer.stop.set()  # type: ignore[union-attr]
+
+    demuxer.tap = StopAtTheThird()
+    try:
+        assert list(demuxer.packets()) == [] and len(read) == 3
+    finally:
+        demuxer.close()
+
+
 @pytest.mark.soak
 def test_connect_disconnect_cycles_keep_memory_bounded() -> None:
     """50 open/first frame/close cycles; RSS and threads must not grow with them.

@@ -10,11 +10,16 @@ by what it falls behind; the smallest value over the last
 :data:`WINDOW_SECONDS` is the stream's offset when it kept up, so the backlog
 of a packet is how far its value lies above that.
 
-The window forgets the past on purpose: a camera's clock drifts against
-ours (100 ppm is 6 ms a minute), and a stream that stopped keeping up more
-than a window ago shows a backlog of what it lost within the window, at
-least. A time stamp going back by more than :data:`STEP_BACK_SECONDS` is the
-camera's clock restarting, not a delay: the window starts again.
+The window forgets the past on purpose, but slowly: a camera's clock drifts
+against ours (100 ppm is 6 ms a minute), so the smallest offset that leaves
+the window is kept, rising by at most :data:`MAX_DRIFT` a second from there.
+A drift stays within that; a backlog that grows faster, however slowly (a
+stream decoded at 97 % of its camera's pace falls 1.8 s behind a minute), is
+never forgotten. A time stamp going back by more than
+:data:`STEP_BACK_SECONDS` is the camera's clock restarting, not a delay: the
+measure starts again. So does a backlog that skipping cannot bring down
+(:class:`CatchUp`): a camera whose clock runs slower than ours by more than
+the drift allowed.
 
 The demuxer measures it once a packet (:class:`~vstream.decoders.demux.Demuxer`):
 handed along with each picture, it ages the frames (:mod:`vstream.sources.live`);
@@ -41,6 +46,10 @@ WINDOW_SECONDS = 60.0
 STEP_BACK_SECONDS = 1.0
 """A time stamp this far before the latest is a restarted clock, not a packet read late."""
 
+MAX_DRIFT = 0.001
+"""How fast (seconds a second) the offset of a stream keeping up may rise once it has left
+the window: ten times a poor camera clock's drift against ours (100 ppm)."""
+
 WARN_SECONDS = 1.0
 """Behind by this much, for :data:`WARN_AFTER_SECONDS` of reading: the log says so."""
 
@@ -64,11 +73,19 @@ class Backlog:
         self._latest_pts = -float("inf")
         self._latest_read = -float("inf")
         """The latest read time seen (the wall clock may step back)."""
+        self._expired: tuple[float, float] | None = None
+        """``(read time, offset)`` of the smallest offset to have left the window: the floor
+        from there rises by :data:`MAX_DRIFT` a second at most."""
+
+    def restart(self) -> None:
+        """Measure from the next packet on, as if the stream started there."""
+        self._offsets.clear()
+        self._expired = None
 
     def behind(self, read_time: float, pts_seconds: float) -> float:
         """Seconds this packet was read later than the stream's pace allows (0 when in step)."""
         if pts_seconds < self._latest_pts - STEP_BACK_SECONDS:
-            self._offsets.clear()  # the camera's clock started again
+            self.restart()  # the camera's clock started again
             self._latest_pts = pts_seconds
         else:
             self._latest_pts = max(self._latest_pts, pts_seconds)
@@ -79,8 +96,19 @@ class Backlog:
             offsets.pop()
         offsets.append((read_time, offset))
         while offsets[0][0] < self._latest_read - self.window_seconds and len(offsets) > 1:
-            offsets.popleft()
-        return offset - offsets[0][1]
+            read, old = offsets.popleft()
+            if self._expired is None or old < self._drifted(read):
+                self._expired = (read, old)
+        floor = offsets[0][1]
+        if self._expired is not None:
+            floor = min(floor, self._drifted(read_time))
+        return offset - floor
+
+    def _drifted(self, read_time: float) -> float:
+        """The floor the expired offset allows at ``read_time``."""
+        assert self._expired is not None
+        read, offset = self._expired
+        return offset + MAX_DRIFT * max(0.0, read_time - read)
 
 
 KEY_FRAME_WAIT_SECONDS = 10.0
@@ -88,6 +116,13 @@ KEY_FRAME_WAIT_SECONDS = 10.0
 stream's start) before it lets decoding start without one: a stream may have none (intra
 refresh), and its decoder then recovers as the refresh sweeps the picture, which is better
 than nothing."""
+
+MISJUDGED_AFTER = (2.0, 1.0)
+"""``(factor, seconds)``: a catch-up that has skipped more of the stream than ``factor`` times
+the backlog it started from, plus ``seconds``, and is still behind at a key frame, is
+skipping no backlog (a backlog drains as fast as packets are read undecoded, much faster
+than the camera sends them): the stream's clock runs slower than ours. Decoding starts
+again there, and the backlog is measured afresh (:attr:`CatchUp.misjudged`)."""
 
 KEY_FRAME_WAIT_PACKETS = 1000
 """The same wait at a stream's start, in packets: the bound where packets have no time
@@ -106,7 +141,9 @@ class CatchUp:
 
     :meth:`skip` takes each packet as it is read, in the stream's order, with its backlog
     (:meth:`Backlog.behind`); :attr:`skipped` counts those it said to skip (each a picture
-    never decoded), :attr:`episodes` the times the stream fell behind the limit.
+    never decoded), :attr:`episodes` the times the stream fell behind the limit, and
+    :attr:`misjudged` those of them that skipping could not end (:data:`MISJUDGED_AFTER`):
+    the owner of the :class:`Backlog` restarts it then.
     """
 
     def __init__(
@@ -120,6 +157,9 @@ class CatchUp:
         self.skipping = False
         self.skipped = 0
         self.episodes = 0
+        self.misjudged = 0
+        self._episode: tuple[float, float] | None = None
+        """While skipping: the time stamp and the backlog the episode started at."""
         self._in_step_since: float | None = None
         """While skipping: the time stamp of the first packet read within half the limit."""
         self._waiting_since: float | None = None
@@ -135,6 +175,9 @@ class CatchUp:
         if self.waiting:
             return self._wait(pts_seconds, key_frame)
         if pts_seconds is None:  # no pace to measure: skipped with its neighbours
+            if self.skipping and key_frame:  # nor whether it caught up: decoding starts here
+                self.skipping, self._resumed_at = False, None
+                return False
             drop = self.skipping or self._resumed_at is not None
             self.skipped += drop
             return drop
@@ -148,7 +191,17 @@ class CatchUp:
             if limit is None or behind_seconds <= limit:
                 return False
             self.skipping, self._in_step_since = True, None
+            self._episode = (pts_seconds, behind_seconds)
             self.episodes += 1
+        elif (
+            limit is not None
+            and key_frame
+            and behind_seconds > limit / 2
+            and self._skipped_in_vain(pts_seconds)
+        ):
+            self.skipping, self._resumed_at = False, pts_seconds
+            self.misjudged += 1
+            return False
         elif limit is not None and behind_seconds <= limit / 2:
             if self._in_step_since is None:
                 self._in_step_since = pts_seconds
@@ -158,6 +211,14 @@ class CatchUp:
                 return False
         self.skipped += 1
         return True
+
+    def _skipped_in_vain(self, pts_seconds: float) -> bool:
+        """Whether the episode has skipped past any backlog it started from (see
+        :data:`MISJUDGED_AFTER`)."""
+        assert self._episode is not None
+        since, behind = self._episode
+        factor, seconds = MISJUDGED_AFTER
+        return pts_seconds - since > factor * behind + seconds
 
     def _wait(self, pts_seconds: float | None, key_frame: bool) -> bool:
         """:meth:`skip` before the stream's first key frame (a burst at the start is no

@@ -8,6 +8,7 @@ seeking, and skipping damaged data.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -87,6 +88,9 @@ class Demuxer:
         """The stamps of the packets still waiting for their pictures, by time stamp."""
         self.tap: Any = None
         """A :class:`~vstream.sources.base.PacketTap` given every packet, if set."""
+        self.stop: threading.Event | None = None
+        """Set by the reader's owner to end the packets while they are skipped (no picture
+        comes out of the decoder then for the reader to look at its own stop)."""
         self.corrupt_packets = 0
         self._errors_in_a_row = 0
         self._last_progress = time.monotonic()
@@ -184,6 +188,8 @@ class Demuxer:
                     if self.tap is not None and packet.size:
                         self.tap.add(packet)
                     if self.backlog is not None and packet.size and self._skip_or_stamp(packet):
+                        if self.stop is not None and self.stop.is_set():
+                            return
                         continue
                     yield packet
                 return
@@ -201,9 +207,21 @@ class Demuxer:
         assert self.backlog is not None
         read, pts = time.time(), self._seconds(packet.pts)
         behind = 0.0 if pts is None else self.backlog.behind(read, pts)
-        if self.catch_up is not None and self.catch_up.skip(pts, behind, packet.is_keyframe):
-            self._last_progress = time.monotonic()
-            return True
+        catch_up = self.catch_up
+        if catch_up is not None:
+            misjudged = catch_up.misjudged
+            if catch_up.skip(pts, behind, packet.is_keyframe):
+                self._last_progress = time.monotonic()
+                return True
+            if catch_up.misjudged > misjudged:
+                log.warning(
+                    "%s: skipping did not bring its backlog down (%.1f s behind still): "
+                    "the camera's clock runs slower than ours; measured afresh from here",
+                    self.display_name,
+                    behind,
+                )
+                self.backlog.restart()
+                behind = self.backlog.behind(read, pts) if pts is not None else 0.0
         if self._packet_stamps is not None and packet.pts is not None:
             self._stamp(packet.pts, PacketStamp(read, behind))
         return False

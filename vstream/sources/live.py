@@ -155,6 +155,7 @@ class LiveSource:
             max_behind_seconds=self._skip_limit(),
         )
         decoder.demuxer.tap = self.packet_tap
+        decoder.demuxer.stop = self._stop
         return decoder
 
     def _skip_limit(self) -> float | None:
