@@ -40,7 +40,8 @@ class SourceStats:
     reconnects: int = 0
     """Reconnection attempts (live sources), successful or not."""
     corrupt_packets: int = 0
-    """Damaged packets skipped while decoding."""
+    """Damaged packets: flagged by the demuxer (still decoded, FFmpeg concealing the damage,
+    so such a packet may have given a frame too) or refused by the decoder (skipped)."""
     packets_skipped: int = 0
     """Live sources: packets read and not decoded (each a frame lost, never counted in
     ``frames_decoded``): before a connection's first key frame, or the stream having fallen
