@@ -13,8 +13,10 @@ by FFmpeg and OpenCV (the reference), NVDEC's NV12 by the device resampler.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -43,6 +45,7 @@ from vstream.decoders.base import Picture
 from vstream.decoders.cpu import PyAVDecoder
 from vstream.decoders.demux import Demuxer
 from vstream.decoders.nvdec import NvdecDecoder
+from vstream.errors import SourceUnavailable
 from vstream.frame import ColourMatrix, ColourSpace
 from vstream.preprocess import Letterboxer
 
@@ -401,6 +404,48 @@ def test_a_stream_joined_between_key_frames_starts_at_its_first_and_counts_those
     assert pts and pts[0] == round(first_key, 6) and pts == sorted(pts)
     assert skipped > 0 and len(pictures) + skipped == len(read) and corrupt == 0
     assert len(tapped) == len(read), "the packet tap still gets every packet"
+    expected = [reference[t] for t in pts]
+    if kind == "cpu":
+        assert np.array_equal(letterboxed("cpu", pictures), letterboxed("cpu", expected))
+    else:
+        assert_same_pixels(letterboxed("cpu", expected), letterboxed("nvdec", pictures))
+
+
+@pytest.mark.parametrize("kind", DECODERS)
+def test_a_connection_cut_off_hands_out_the_pictures_its_decoder_held(
+    kind: str, tmp_path: Path
+) -> None:
+    """A live connection that ends on an error (reset, stalled) left in the decoder the
+    pictures it holds back for their turn (B-frames reorder them): their packets read,
+    they were lost uncounted at every such end. They come out first now, as at the end of
+    a stream: every packet read is a picture (FFmpeg's, pixel for pixel), then the error."""
+    whole = write_video(tmp_path / "c.ts", frames=40, width=64, height=48, gop=10)
+    reference = {round(p.pts_seconds, 6): p for p in decode("cpu", whole)[0]}
+    decoder = open_decoder(kind, whole, low_delay=True)
+
+    class CutOff:
+        """The opened container, whose reading the peer resets after 23 packets (as a
+        socket read fails: an OSError, which PyAV lets through)."""
+
+        def __init__(self, container: Any) -> None:
+            self.container = container
+
+        def demux(self, *streams: Any) -> Iterator[av.Packet]:
+            yield from itertools.islice(self.container.demux(*streams), 23)
+            raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.container, name)
+
+    decoder.demuxer.container = CutOff(decoder.demuxer.container)
+    pictures: list[Picture] = []
+    try:
+        with pytest.raises(SourceUnavailable, match="Connection reset by peer"):
+            pictures.extend(decoder.pictures())
+    finally:
+        decoder.close()
+    pts = [round(p.pts_seconds, 6) for p in pictures]
+    assert len(pictures) == 23 and pts == sorted(pts)
     expected = [reference[t] for t in pts]
     if kind == "cpu":
         assert np.array_equal(letterboxed("cpu", pictures), letterboxed("cpu", expected))

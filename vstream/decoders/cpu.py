@@ -28,6 +28,7 @@ from vstream.cores import auto_decoder_threads
 from vstream.decoders.base import Picture
 from vstream.decoders.colour import colour_space
 from vstream.decoders.demux import Demuxer
+from vstream.errors import SourceUnavailable
 from vstream.frame import PixelFormat
 from vstream.transfer import upload
 
@@ -159,21 +160,38 @@ class PyAVDecoder:
         )
 
     def pictures(self) -> Iterator[Picture]:
-        """Every picture of the stream in presentation order, skipping damaged packets."""
+        """Every picture of the stream in presentation order, skipping damaged packets.
+
+        A connection that ends on an error (:class:`SourceUnavailable`) first hands out
+        what the decoder holds back (pictures waiting for their turn, B-frames': whole,
+        their packets read), as the end of a stream does.
+        """
         demuxer = self.demuxer
-        for packet in demuxer.packets():
-            if packet.is_corrupt:
-                # Still decoded: FFmpeg's error concealment beats dropping a reference frame.
-                demuxer.damaged("flagged by the demuxer")
+        try:
+            for packet in demuxer.packets():
+                if packet.is_corrupt:
+                    # Still decoded: FFmpeg's error concealment beats dropping a reference.
+                    demuxer.damaged("flagged by the demuxer")
+                try:
+                    decoded = packet.decode()
+                except av.error.FFmpegError as exc:
+                    if not packet.is_corrupt:
+                        demuxer.damaged("decode", exc)
+                    continue
+                for frame in decoded:
+                    demuxer.progress()
+                    yield self._picture(frame)
+        except SourceUnavailable:
             try:
-                decoded = packet.decode()
-            except av.error.FFmpegError as exc:
-                if not packet.is_corrupt:
-                    demuxer.damaged("decode", exc)
-                continue
-            for frame in decoded:
-                demuxer.progress()
+                held = demuxer.stream.decode(None)
+            except av.error.FFmpegError:
+                held = []
+            for frame in held:
+                frame.time_base = (
+                    frame.time_base or demuxer.stream.time_base
+                )  # none without a packet
                 yield self._picture(frame)
+            raise
 
     def close(self) -> None:
         global _open_decoders

@@ -91,7 +91,7 @@ from vstream.decoders.base import Picture
 from vstream.decoders.colour import colour_space
 from vstream.decoders.demux import Demuxer
 from vstream.devices import indexed, same_device
-from vstream.errors import SourceError, first_line
+from vstream.errors import SourceError, SourceUnavailable, first_line
 from vstream.frame import ColourSpace, PixelFormat
 
 log = logging.getLogger(__name__)
@@ -752,15 +752,25 @@ class NvdecDecoder:
         return [*converted, *([None] if packet is None else [])]
 
     def pictures(self) -> Iterator[Picture]:
-        """Every picture of the stream in presentation order, in buffers vstream owns."""
-        for packet in self.demuxer.packets():
-            flush = packet.size == 0
-            if packet.is_corrupt:
-                self.demuxer.damaged("flagged by the demuxer")
-            for annex_b in self._annex_b(None if flush else packet):
-                for picture in self._decode(annex_b):
-                    self.demuxer.progress()
-                    yield picture
+        """Every picture of the stream in presentation order, in buffers vstream owns.
+
+        A connection that ends on an error (:class:`SourceUnavailable`) first hands out
+        what the filter and the parser hold back, flushed as at the end of a stream.
+        """
+        try:
+            for packet in self.demuxer.packets():
+                flush = packet.size == 0
+                if packet.is_corrupt:
+                    self.demuxer.damaged("flagged by the demuxer")
+                for annex_b in self._annex_b(None if flush else packet):
+                    for picture in self._decode(annex_b):
+                        self.demuxer.progress()
+                        yield picture
+        except SourceUnavailable:
+            if self._healthy and not self._ended:
+                for annex_b in self._annex_b(None):
+                    yield from self._decode(annex_b)
+            raise
 
     def close(self) -> None:
         """Park the decoder for the next pass (flushed), or drop it; release the input.
