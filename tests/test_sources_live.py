@@ -254,6 +254,31 @@ def test_a_connection_joined_between_key_frames_starts_at_the_first_and_numbers_
     assert not any("behind the camera" in m for m in messages), messages
 
 
+@pytest.mark.parametrize("where", ["camera clock", "reconnection"])
+def test_time_stamps_never_go_back(tmp_path: Path, where: str) -> None:
+    """Two ways a live stream's time stamps went back, which a tracker takes for a new
+    scene (every track forgotten, a crossing in progress lost): the camera's clock starting
+    again within a connection (here a recording of it: the same clip twice in one MPEG-TS),
+    and a connection that read faster than the wall clock (a burst the camera held for a
+    new client; here a recording read at full speed) followed by one anchored to the wall
+    clock. Each goes on after the last frame delivered, by the last step between two."""
+    clip = write_video(tmp_path / "c.ts", frames=50, width=64, height=48, gop=10, b_frames=0)
+    if where == "camera clock":
+        twice = tmp_path / "twice.ts"
+        twice.write_bytes(clip.read_bytes() * 2)
+        source = LiveSource(str(twice), options=SourceOptions(reconnect={"on_end": False}))
+    else:  # read again at its end, as a camera's stream is after it ends
+        policy = ReconnectPolicy(on_end=True, initial_delay_seconds=0.01)
+        source = LiveSource(str(clip), options=SourceOptions(reconnect=policy))
+    pts = [frame.pts_seconds for frame in itertools.islice(source, 100)]
+    source.close()
+    assert len(pts) == 100
+    steps = np.diff(pts)
+    assert steps.min() > 0, f"went back by {-steps.min():.3f} s at frame {steps.argmin() + 1}"
+    if where == "camera clock":  # one connection: the frames' own steps, throughout
+        assert steps == pytest.approx(0.04, abs=1e-3)
+
+
 def test_a_stop_ends_the_packets_while_they_are_skipped(tmp_path: Path) -> None:
     """While packets are skipped (here those before the first key frame) no picture comes
     out for the reader to see its stop at: ``close()`` waited for the skipping to end,

@@ -36,7 +36,7 @@ import torch
 
 from vstream.config.sources import FreshnessPolicy, SourceOptions
 from vstream.decoders import Decoder, open_decoder, resolve_decoder
-from vstream.decoders.backlog import WARN_AFTER_SECONDS, WARN_SECONDS
+from vstream.decoders.backlog import STEP_BACK_SECONDS, WARN_AFTER_SECONDS, WARN_SECONDS
 from vstream.decoders.base import PacketStamp, Picture
 from vstream.errors import SourceError, TransientError, describe
 from vstream.frame import Frame
@@ -45,6 +45,9 @@ from vstream.sources.base import PacketTap, ResumePoint, SourceState, SourceStat
 from vstream.uri import redact_uri, stream_name
 
 log = logging.getLogger(__name__)
+
+DEFAULT_FRAME_STEP_SECONDS = 0.04
+"""The step between two frames before one is seen (25 frames a second)."""
 
 
 def check_live_options(options: SourceOptions) -> None:
@@ -118,6 +121,11 @@ class LiveSource:
         self._behind_since: float | None = None
         """Read time of the first frame of the backlog now lasting (this connection's)."""
         self._behind_told = False
+        self._last_out: float | None = resume.pts_seconds if resume is not None else None
+        """The time stamp of the last frame delivered (or resumed after): the next is later."""
+        self._frame_step = DEFAULT_FRAME_STEP_SECONDS
+        """The latest step between two frames delivered: where a restarted clock's first
+        frame goes after the last one."""
 
     @property
     def state(self) -> SourceState:
@@ -253,19 +261,31 @@ class LiveSource:
                             skipped - self.stats.packets_skipped, joined_at, picture, last_pts
                         )
                     self.stats.packets_skipped = skipped
-                last_pts = picture.pts_seconds
-                if pts_offset is None:
-                    # Time stamps restart with every connection: continue them from the
-                    # wall clock, so the gap of a reconnection shows in the records.
-                    pts_offset = (now - started) - (picture.pts_seconds or 0.0)
+                previous, last_pts = last_pts, picture.pts_seconds
+                restarted = (
+                    previous is not None
+                    and last_pts is not None
+                    and last_pts < previous - STEP_BACK_SECONDS
+                )
+                if pts_offset is None or restarted:
+                    # Time stamps restart with every connection, and where the camera's
+                    # clock starts again: continue them from the wall clock, so the gap of a
+                    # reconnection shows in the records, after the last one delivered.
+                    pts_offset = self._anchor(now - started, picture.pts_seconds or 0.0)
                     if self.packet_tap is not None:
                         self.packet_tap.offset = pts_offset
-                    self._streaming(backoff, now, last_frame)
+                    if not restarted:
+                        self._streaming(backoff, now, last_frame)
                 pts = (
                     picture.pts_seconds + pts_offset
                     if picture.pts_seconds is not None
                     else now - started
                 )
+                if self._last_out is not None:
+                    # Never back (a tracker takes that for a new scene); a step taken once.
+                    if pts > self._last_out:
+                        self._frame_step = pts - self._last_out
+                    pts = max(pts, self._last_out)
                 if self.options.end_seconds is not None and pts >= self.options.end_seconds:
                     self.stats.frames_skipped += 1
                     self._end_reached = True
@@ -281,6 +301,7 @@ class LiveSource:
                 # camera then: the decoder's delay and the backlog are part of its age.
                 packet = picture.packet
                 captured = now if packet is None else self._captured(packet)
+                self._last_out = pts
                 yield picture.to_frame(self.stream_id, index, pts, captured)
             return None, last_frame
         except TransientError as exc:
@@ -289,6 +310,16 @@ class LiveSource:
             self.stats.corrupt_packets = corrupt_before + decoder.corrupt_packets
             self.stats.packets_skipped = skipped_before + decoder.packets_skipped
             decoder.close()
+
+    def _anchor(self, elapsed: float, first_pts: float) -> float:
+        """The offset from the camera's clock to the records' where that clock (re)starts at
+        ``first_pts``, ``elapsed`` seconds of wall clock into the run: the wall clock's,
+        unless that would not follow the last time stamp delivered (a connection that had
+        run ahead of the wall clock, reading a burst the camera held for it)."""
+        offset = elapsed - first_pts
+        if self._last_out is not None and first_pts + offset <= self._last_out:
+            offset = self._last_out + self._frame_step - first_pts
+        return offset
 
     def _captured(self, packet: PacketStamp) -> float:
         """When a frame's ``packet`` was sent, by the stream's pace: its read time less what
