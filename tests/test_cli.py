@@ -233,3 +233,37 @@ def test_the_last_collection_is_spared_only_after_cuda_was_used() -> None:
         "sys.modules['torch'] = torch\n"
     )
     assert freeze_count_after_a_command(stand_in) > 0
+
+
+@pytest.mark.parametrize("with_a_broken_file", [False, True])
+def test_a_reader_that_stops_early_ends_the_run_quietly_unless_something_failed(
+    tmp_path: Path, with_a_broken_file: bool
+) -> None:
+    """``vstream run ... | head -1``: the reader going away ends the run with status 0 and
+    no word; but a stream that failed too (a truncated file, said in its line) still makes
+    it 2, where the broken pipe hid it."""
+    sources = [{"id": "good", "uri": str(assets.SAMPLE_VIDEO)}]
+    if with_a_broken_file:
+        broken = tmp_path / "broken.mp4"
+        broken.write_bytes(assets.SAMPLE_VIDEO.read_bytes()[:3000])
+        sources.append({"id": "broken", "uri": str(broken)})
+    config = tmp_path / "p.yaml"
+    model = {"path": str(assets.DEMO_MODEL)}
+    pipeline = {"name": "p", "model": model, "sources": sources, "sinks": [{"type": "stdout"}]}
+    config.write_text(json.dumps({"pipelines": [pipeline]}))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vstream", "run", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    first = json.loads(process.stdout.readline())
+    process.stdout.close()  # as head does after its line
+    _, err = process.communicate(timeout=HANG)
+    assert first["stream"] == "good" and "Traceback" not in err
+    if with_a_broken_file:
+        assert process.returncode == 2
+        assert "stream broken: failed: cannot open" in err
+    else:
+        assert process.returncode == 0 and not err.strip(), err

@@ -357,13 +357,22 @@ def _expected_frames(engine: Any) -> int | None:
     return total or None
 
 
+def _failed(failures: list[BaseException]) -> int:
+    """The exit status of a run that ended on ``failures``: bad input, or a bug."""
+    return EXIT_BAD_INPUT if isinstance(failures[0], VstreamError) else EXIT_UNEXPECTED
+
+
 def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, single: bool) -> int:
     """The summary lines, and the exit status they amount to."""
     failures = engine.failures()
     if any(isinstance(f, BrokenPipeError) for f in failures):
-        # The reader of stdout went away (e.g. `| head`): stop quietly.
+        # The reader of stdout went away (e.g. `| head`): stop quietly, unless something
+        # else failed too (logged where it happened), which the exit status still says.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        failures = [f for f in failures if not isinstance(f, BrokenPipeError)]
+        if not failures:
+            return EXIT_OK
+        return _failed(failures)
     elapsed = engine.elapsed_seconds
     for stream in engine.summary():
         if quiet or stream.error is not None:
@@ -423,7 +432,7 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
     if not quiet and not failures:
         log.info("outputs: %s", "; ".join(_outputs(config, engine)))
     if failures:  # each was logged once, as one line, where it happened
-        return EXIT_BAD_INPUT if isinstance(failures[0], VstreamError) else EXIT_UNEXPECTED
+        return _failed(failures)
     if received == signal.SIGINT:
         return 130
     return EXIT_OK
