@@ -73,3 +73,27 @@ def test_a_webhook_header_ending_in_a_newline_is_refused_without_showing_it(
     err = capsys.readouterr().err
     assert "header Authorization holds a line break" in err
     assert "s3cr3t" not in err
+
+
+def test_two_pipelines_writing_one_file_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two JSON Lines sinks on one file truncated each other's lines (30 of 60 left), and
+    would cut back and rotate each other's; a file per pipeline through {pipeline} is fine."""
+
+    def pipeline(name: str, path: str) -> str:
+        return (
+            f"  - name: {name}\n    model: {{path: {assets.DEMO_MODEL}}}\n"
+            f"    sources: [{{id: {name}, uri: {assets.SAMPLE_VIDEO}}}]\n"
+            f"    sinks: [{{type: jsonl, path: '{path}'}}]\n"
+        )
+
+    config = tmp_path / "p.yaml"
+    config.write_text("pipelines:\n" + pipeline("a", "out.jsonl") + pipeline("b", "out.jsonl"))
+    assert main(["validate", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "pipelines[0].sinks[0] and pipelines[1].sinks[0] both write" in err
+    assert f"{tmp_path / 'out.jsonl'}; give each its own file" in err
+    each = pipeline("a", "{pipeline}.jsonl") + pipeline("b", "{pipeline}.jsonl")
+    config.write_text("pipelines:\n" + each)
+    assert main(["validate", str(config)]) == 0

@@ -43,7 +43,7 @@ from vstream.config.model import (
     provider_chain,
 )
 from vstream.config.secondary import MAX_SECONDARY, SecondaryConfig, check_kind, unique_names
-from vstream.config.sinks import FRAME_SINK_TYPES, SinkConfig
+from vstream.config.sinks import FRAME_SINK_TYPES, SinkConfig, fill
 from vstream.config.sources import SourceConfig
 from vstream.cores import PROCESS_FRAMES_PER_SECOND, counted_decoder_threads
 
@@ -360,6 +360,25 @@ class VstreamConfig(StrictModel):
                         "stream ids must be unique"
                     )
                 streams[source.id] = here
+        return pipelines
+
+    @field_validator("pipelines")
+    @classmethod
+    def _one_writer_a_file(cls, pipelines: list[PipelineConfig]) -> list[PipelineConfig]:
+        """Two JSON Lines sinks on one file would truncate, cut back and rotate each other's
+        lines (their paths compared with ``{pipeline}`` filled in)."""
+        writers: dict[str, str] = {}
+        for i, pipeline in enumerate(pipelines):
+            for j, sink in enumerate(pipeline.sinks):
+                if sink.type != "jsonl":
+                    continue
+                path = fill(sink.path, stream="{stream}", pipeline=pipeline.name)
+                here = f"pipelines[{i}].sinks[{j}]"
+                if path in writers:
+                    raise ValueError(
+                        f"{writers[path]} and {here} both write {path}; give each its own file"
+                    )
+                writers[path] = here
         return pipelines
 
     @field_validator("pipelines")
