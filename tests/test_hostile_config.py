@@ -97,3 +97,29 @@ def test_two_pipelines_writing_one_file_are_refused(
     each = pipeline("a", "{pipeline}.jsonl") + pipeline("b", "{pipeline}.jsonl")
     config.write_text("pipelines:\n" + each)
     assert main(["validate", str(config)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("redis://:s3cret@host:port/0", "Port could not be cast to integer value as 'port'"),
+        ("redis://:s3cret@host:6379/zero", "its database must be a number, got 'zero'"),
+        ("redis://:s3cret@host:6379/0?socket_timeout=abc", "Invalid value for 'socket_timeout'"),
+    ],
+    ids=["port", "database", "option"],
+)
+def test_a_redis_url_redis_py_cannot_use_is_refused_by_validate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str, said: str
+) -> None:
+    """validate passed these, then the run failed as it built the sink with a traceback's
+    "unexpected error" (or, for the database, wrote to database 0 without a word)."""
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        f"pipelines:\n  - name: p\n    model: {{path: {assets.DEMO_MODEL}}}\n"
+        f"    sources: [{{id: s, uri: {assets.SAMPLE_VIDEO}}}]\n"
+        f"    sinks: [{{type: redis, url: '{url}'}}]\n"
+    )
+    assert main(["validate", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "redis://***@host:" in err
+    assert "s3cret" not in err

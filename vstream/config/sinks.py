@@ -260,6 +260,15 @@ class RedisSinkConfig(SinkBase):
         parts = urlsplit(value)
         if parts.scheme not in ("redis", "rediss", "unix") or not (parts.hostname or parts.path):
             raise ValueError(f"must be a redis://, rediss:// or unix:// URL, got {redact(value)}")
+        database = parts.path.strip("/") if parts.scheme != "unix" else ""
+        if database and not database.isdigit():  # redis-py would write to database 0 instead
+            raise ValueError(f"its database must be a number, got {database!r} in {redact(value)}")
+        import redis  # here, not at import: only a config with a Redis sink needs it
+
+        try:  # what redis-py cannot use (a port, an option's value) is refused now
+            redis.Redis.from_url(value).close()
+        except ValueError as exc:
+            raise ValueError(f"{str(exc).rstrip('.')} in {redact(value)}") from None
         return value
 
     @field_validator("stream")
