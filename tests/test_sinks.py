@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -421,6 +422,34 @@ def test_a_full_disk_keeps_whole_lines_and_is_retried_until_space_is_freed(
     sink.close()
     assert whole_lines(path) == list(range(20)), "every record once, in order"
     assert sink.stats.dropped == 0
+
+
+def test_stdout_on_a_full_disk_keeps_every_record_once_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``vstream run > file`` on a disk that fills: stdout's buffer let the partial write
+    pass as written, so records were lost uncounted and the file kept half a line, then the
+    sink failed for good. Now the rest of a cut line goes first at the next write (stdout
+    cannot be cut back), the batch is retried until space is freed, and the file holds
+    every record once, in order."""
+    path = tmp_path / "stdout.jsonl"
+    monkeypatch.setattr(sys, "stdout", open(path, "w"))  # noqa: SIM115 (closed below)
+    line = len(json.dumps(result(0).to_record(), separators=(",", ":"))) + 1
+    disk = FullDisk(path, room=line * 7 + line // 2)  # the 8th line is cut in its middle
+    monkeypatch.setattr(os, "write", disk)
+    sink = BufferedSink(
+        JsonLinesSink(None), name="stdout", batch_records=5, overflow="block", retry=FAST_RETRY
+    )
+    sink.write([result(i) for i in range(20)])
+    assert eventually(lambda: disk.refused >= 3), "retried while the disk is full"
+    assert sink.state == "retrying" and "No space left on device" in (sink.outage or "")
+    assert sink.stats.delivered == 8, "seven whole lines and the one cut, finished first"
+    disk.free()
+    assert eventually(lambda: sink.stats.delivered == 20)
+    sink.close()
+    sys.stdout.close()
+    assert whole_lines(path) == list(range(20)), "every record once, in order"
+    assert (sink.state, sink.stats.dropped) == ("ok", 0)
 
 
 def test_any_other_write_error_fails_the_jsonl_sink_once(

@@ -43,7 +43,8 @@ class JsonLinesSink:
     line and :class:`~vstream.sinks.base.DeliveryError` says how many records
     did get in; the sink retries the rest with backoff until space is freed.
     A file is written with ``os.write`` (no buffer of its own) so that what
-    is in it is known to the byte.
+    is in it is known to the byte; so is stdout, where a line cut off cannot be
+    cut back and is finished first at the next write instead.
     """
 
     def __init__(
@@ -61,6 +62,8 @@ class JsonLinesSink:
         self.keep = keep
         self.records = 0
         self._fd: int | None = None
+        self._tail = b""
+        """Stdout only: the rest of a line cut off by a full disk, written before anything else."""
         self._size = 0
         """Bytes of whole lines in the file: where it is cut back to after a partial write."""
         if self.path is not None:
@@ -125,9 +128,7 @@ class JsonLinesSink:
 
     def _write_lines(self, records: Sequence[Record]) -> None:
         if self.path is None:
-            sys.stdout.write(b"".join(encode(r) for r in records).decode())
-            sys.stdout.flush()
-            self.records += len(records)
+            self._write_stdout([encode(r) for r in records])
             return
         if self._due_for_rotation():
             self._rotate()
@@ -153,6 +154,42 @@ class JsonLinesSink:
             ) from None
         self._size += written
         self.records += len(records)
+
+    def _write_stdout(self, lines: list[bytes]) -> None:
+        """``lines`` to stdout, through its file descriptor as a file is written, so that what
+        got out is known to the byte (``sys.stdout``'s buffer let a full disk's partial
+        write pass as written). A pipe or a redirected file cannot be cut back: a line cut
+        off there is finished first at the next write, and counted as delivered. A stdout
+        that is no file (replaced in-process: a test's capture, a notebook) is written as
+        text."""
+        try:
+            fd = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+            sys.stdout.write(b"".join(lines).decode())
+            sys.stdout.flush()
+            self.records += len(lines)
+            return
+        sys.stdout.flush()  # what was printed before goes first
+        tail, data = self._tail, memoryview(self._tail + b"".join(lines))
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        except OSError as exc:
+            if isinstance(exc, BrokenPipeError) or exc.errno not in (*DISK_FULL, errno.EAGAIN):
+                raise
+            whole = 0
+            if written < len(tail):
+                self._tail = tail[written:]
+            else:
+                whole, kept = self._whole_lines(lines, written - len(tail))
+                cut = written - len(tail) - kept
+                self._tail = lines[whole][cut:] if cut else b""
+                whole += bool(cut)
+            self.records += whole
+            raise DeliveryError(f"cannot write stdout: {exc.strerror}", delivered=whole) from None
+        self._tail = b""
+        self.records += len(lines)
 
     @staticmethod
     def _whole_lines(lines: list[bytes], written: int) -> tuple[int, int]:
@@ -195,8 +232,15 @@ class JsonLinesSink:
         self._opened_at = time.monotonic()
 
     def close(self, timeout: float = 0.0) -> int:
+        """Close the file; the record whose line was cut off on stdout and could not be
+        finished is the one never confirmed."""
         if self.path is None:
             sys.stdout.flush()
+            if self._tail:
+                try:
+                    self._write_stdout([])
+                except (OSError, DeliveryError):
+                    return 1
         elif self._fd is not None:
             os.close(self._fd)
             self._fd = None
