@@ -267,3 +267,25 @@ def test_a_reader_that_stops_early_ends_the_run_quietly_unless_something_failed(
         assert "stream broken: failed: cannot open" in err
     else:
         assert process.returncode == 0 and not err.strip(), err
+
+
+def test_a_run_whose_output_cannot_be_written_ends_with_status_2() -> None:
+    """``vstream run > /dev/full``: the kernel's own ENOSPC on every write. The records are
+    retried as on any full disk, then dropped and counted at the end; the run said
+    "outputs: records on stdout" and exited 0 with none written."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "vstream", "run", "--end", "1"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=HANG,
+        )
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert "25 records produced: 0 delivered, 25 dropped" in done.stderr
+    assert lines[-1] == (
+        "vstream: records not delivered: sink stdout (pipeline run): "
+        "cannot write stdout: No space left on device"
+    )
+    assert "outputs:" not in done.stderr and "Traceback" not in done.stderr

@@ -429,10 +429,14 @@ def _report(engine: Any, config: Any, received: int | None, *, quiet: bool, sing
         for line, directions in totals.items():
             counted = {d: sum(by_class.values()) for d, by_class in directions.items()}
             log.info("%s: line %s: %d in, %d out", reader.id, line, counted["in"], counted["out"])
-    if not quiet and not failures:
+    outages = engine.outages()  # each sink said what it dropped as it closed
+    if not quiet and not failures and not outages:
         log.info("outputs: %s", "; ".join(_outputs(config, engine)))
     if failures:  # each was logged once, as one line, where it happened
         return _failed(failures)
+    if outages:
+        log.error("records not delivered: %s", "; ".join(outages))
+        return EXIT_BAD_INPUT
     if received == signal.SIGINT:
         return 130
     return EXIT_OK

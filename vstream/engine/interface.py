@@ -199,6 +199,13 @@ class EngineBase:
         """One entry per stream still known to the engine."""
         return [StreamSummary.of(s) for s in self.readers()]
 
+    def outages(self) -> list[str]:
+        """Record sinks whose destination still took nothing when they closed (a full disk,
+        a broker down): what they last said, each. Their records were dropped, counted."""
+        return [
+            f"{s.label}: {s.outage}" for s in self._record_sinks() if getattr(s, "outage", None)
+        ]
+
     def failures(self) -> list[BaseException]:
         """What failed: the engine's own parts, streams and sinks, first-come."""
         found = self._own_failures()
