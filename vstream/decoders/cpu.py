@@ -187,9 +187,8 @@ class PyAVDecoder:
             except av.error.FFmpegError:
                 held = []
             for frame in held:
-                frame.time_base = (
-                    frame.time_base or demuxer.stream.time_base
-                )  # none without a packet
+                # A frame flushed without a packet has no time base of its own.
+                frame.time_base = frame.time_base or demuxer.stream.time_base
                 yield self._picture(frame)
             raise
 
