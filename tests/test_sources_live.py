@@ -244,9 +244,25 @@ def test_a_connection_joined_between_key_frames_starts_at_the_first_and_numbers_
     read = packet_times(joined)
     before = read.index(min(key_frames(joined)))
     assert before > 0, "the cut is between key frames"
-    source = LiveSource(str(joined), options=SourceOptions(reconnect={"on_end": False}))
+
+    class Counts:
+        """A packet tap that notes the count of packets skipped as each packet is read."""
+
+        def __init__(self) -> None:
+            self.offset = 0.0
+            self.seen: list[int] = []
+
+        def add(self, packet: av.Packet) -> None:
+            self.seen.append(source.stats.packets_skipped)
+
+    tap = Counts()
+    source = LiveSource(
+        str(joined), options=SourceOptions(reconnect={"on_end": False}), packet_tap=tap
+    )
     frames = list(source)
     assert source.stats.packets_skipped == before
+    # Counted as they are skipped, not when the first picture comes (0 until then).
+    assert tap.seen[: before + 1] == list(range(before + 1))
     assert [f.index for f in frames] == list(range(before, len(read)))
     messages = [r.getMessage() for r in caplog.records]
     told = f"joined between key frames: {before} packets before the first skipped"

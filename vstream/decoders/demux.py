@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import av
@@ -88,6 +88,8 @@ class Demuxer:
         """The stamps of the packets still waiting for their pictures, by time stamp."""
         self.tap: Any = None
         """A :class:`~vstream.sources.base.PacketTap` given every packet, if set."""
+        self.on_skip: Callable[[], None] | None = None
+        """Called after each packet skipped (:attr:`packets_skipped` counts it already)."""
         self.stop: threading.Event | None = None
         """Set by the reader's owner to end the packets while they are skipped (no picture
         comes out of the decoder then for the reader to look at its own stop)."""
@@ -212,6 +214,8 @@ class Demuxer:
             misjudged = catch_up.misjudged
             if catch_up.skip(pts, behind, packet.is_keyframe):
                 self._last_progress = time.monotonic()
+                if self.on_skip is not None:
+                    self.on_skip()
                 return True
             if catch_up.misjudged > misjudged:
                 log.warning(

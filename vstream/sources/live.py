@@ -236,6 +236,12 @@ class LiveSource:
         corrupt_before = self.stats.corrupt_packets
         skipped_before = self.stats.packets_skipped
         joined_at = skipped_before  # and after the packets before the first key frame
+        told = skipped_before  # the skipped packets said (logged) so far
+
+        def counted_now() -> None:  # each packet skipped counts at once, not at the next picture
+            self.stats.packets_skipped = skipped_before + decoder.packets_skipped
+
+        decoder.demuxer.on_skip = counted_now
         pts_offset: float | None = None
         last_pts: float | None = None
         self._behind_since, self._behind_told = None, False
@@ -247,7 +253,7 @@ class LiveSource:
                 self.stats.frames_decoded += 1
                 self.stats.corrupt_packets = corrupt_before + decoder.corrupt_packets
                 skipped = skipped_before + decoder.packets_skipped
-                if skipped > self.stats.packets_skipped:
+                if skipped > told:
                     if pts_offset is None:  # the connection's first picture
                         log.info(
                             "%s: joined between key frames: %d packets before the first "
@@ -257,10 +263,9 @@ class LiveSource:
                         )
                         joined_at = skipped
                     else:
-                        self._caught_up(
-                            skipped - self.stats.packets_skipped, joined_at, picture, last_pts
-                        )
-                    self.stats.packets_skipped = skipped
+                        self._caught_up(skipped - told, told == joined_at, picture, last_pts)
+                    told = skipped
+                self.stats.packets_skipped = skipped
                 previous, last_pts = last_pts, picture.pts_seconds
                 restarted = (
                     previous is not None
@@ -344,13 +349,10 @@ class LiveSource:
                 )
         return read - behind
 
-    def _caught_up(
-        self, count: int, joined_at: int, picture: Picture, last_pts: float | None
-    ) -> None:
-        """``count`` packets were skipped before ``picture`` to catch up: say so, the first
-        time in the connection as a warning (later ones are in the counters, and at debug
-        level); ``joined_at``: the count once the connection's first picture came."""
-        first = self.stats.packets_skipped == joined_at
+    def _caught_up(self, count: int, first: bool, picture: Picture, last_pts: float | None) -> None:
+        """``count`` packets were skipped before ``picture`` to catch up: say so, the
+        ``first`` time in the connection as a warning (later ones are in the counters, and
+        at debug level)."""
         gap = (
             f" (a {picture.pts_seconds - last_pts:.2f} s gap in the video)"
             if picture.pts_seconds is not None and last_pts is not None
