@@ -22,6 +22,21 @@ log = logging.getLogger("vstream.sinks")
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 """Write errors that pass once space is freed: retried, not a failure of the sink."""
 
+STDOUT_WAITS = DISK_FULL | {errno.EAGAIN}
+"""The same for stdout, which may also be a non-blocking pipe whose reader is behind."""
+
+
+def _write_all(fd: int, data: bytes) -> tuple[int, OSError | None]:
+    """Write ``data`` to ``fd`` until it is all in or a write fails (the kernel may take part
+    of it first): the bytes written, and the failure."""
+    view, written = memoryview(data), 0
+    try:
+        while written < len(view):
+            written += os.write(fd, view[written:])
+    except OSError as exc:
+        return written, exc
+    return written, None
+
 
 def encode(record: Record) -> bytes:
     """One line of the file: the record's JSON and a newline."""
@@ -127,31 +142,25 @@ class JsonLinesSink:
             ) from None
 
     def _write_lines(self, records: Sequence[Record]) -> None:
+        lines = [encode(r) for r in records]
         if self.path is None:
-            self._write_stdout([encode(r) for r in records])
+            self._write_stdout(lines)
             return
         if self._due_for_rotation():
             self._rotate()
         assert self._fd is not None
-        lines = [encode(r) for r in records]
-        data = memoryview(b"".join(lines))
-        written = 0
-        try:
-            while written < len(data):
-                written += os.write(self._fd, data[written:])
-        except OSError as exc:
-            if exc.errno not in DISK_FULL:
+        written, failure = _write_all(self._fd, b"".join(lines))
+        if failure is not None:
+            if failure.errno not in DISK_FULL:
                 # The sink fails and counts the whole batch lost: so the file holds none of
                 # it, and never half a line (EFBIG, EIO). A cut that fails too is left be.
                 with contextlib.suppress(OSError):
                     self._cut(self._size)
-                raise
+                raise failure
             whole, kept = self._whole_lines(lines, written)
             self._cut(self._size + kept)
             self.records += whole
-            raise DeliveryError(
-                f"cannot write {self.path}: {exc.strerror}", delivered=whole
-            ) from None
+            raise DeliveryError(f"cannot write {self.path}: {failure.strerror}", delivered=whole)
         self._size += written
         self.records += len(records)
 
@@ -170,14 +179,11 @@ class JsonLinesSink:
             self.records += len(lines)
             return
         sys.stdout.flush()  # what was printed before goes first
-        tail, data = self._tail, memoryview(self._tail + b"".join(lines))
-        written = 0
-        try:
-            while written < len(data):
-                written += os.write(fd, data[written:])
-        except OSError as exc:
-            if isinstance(exc, BrokenPipeError) or exc.errno not in (*DISK_FULL, errno.EAGAIN):
-                raise
+        tail = self._tail
+        written, failure = _write_all(fd, tail + b"".join(lines))
+        if failure is not None:
+            if failure.errno not in STDOUT_WAITS:  # a reader gone (EPIPE) among them
+                raise failure
             whole = 0
             if written < len(tail):
                 self._tail = tail[written:]
@@ -187,7 +193,7 @@ class JsonLinesSink:
                 self._tail = lines[whole][cut:] if cut else b""
                 whole += bool(cut)
             self.records += whole
-            raise DeliveryError(f"cannot write stdout: {exc.strerror}", delivered=whole) from None
+            raise DeliveryError(f"cannot write stdout: {failure.strerror}", delivered=whole)
         self._tail = b""
         self.records += len(lines)
 
