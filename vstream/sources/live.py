@@ -238,7 +238,7 @@ class LiveSource:
         joined_at = skipped_before  # and after the packets before the first key frame
         told = skipped_before  # the skipped packets said (logged) so far
 
-        def counted_now() -> None:  # each packet skipped counts at once, not at the next picture
+        def counted_now() -> None:  # the one place the count moves: at each packet skipped
             self.stats.packets_skipped = skipped_before + decoder.packets_skipped
 
         decoder.demuxer.on_skip = counted_now
@@ -265,7 +265,6 @@ class LiveSource:
                     else:
                         self._caught_up(skipped - told, told == joined_at, picture, last_pts)
                     told = skipped
-                self.stats.packets_skipped = skipped
                 previous, last_pts = last_pts, picture.pts_seconds
                 restarted = (
                     previous is not None
@@ -313,7 +312,6 @@ class LiveSource:
             return str(exc), last_frame
         finally:
             self.stats.corrupt_packets = corrupt_before + decoder.corrupt_packets
-            self.stats.packets_skipped = skipped_before + decoder.packets_skipped
             decoder.close()
 
     def _anchor(self, elapsed: float, first_pts: float) -> float:
