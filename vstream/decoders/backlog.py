@@ -19,7 +19,8 @@ never forgotten. A time stamp going back by more than
 :data:`STEP_BACK_SECONDS` is the camera's clock restarting, not a delay: the
 measure starts again. So does a backlog that skipping cannot bring down
 (:class:`CatchUp`): a camera whose clock runs slower than ours by more than
-the drift allowed.
+the drift allowed; its pace is learnt then (:attr:`CatchUp.clock_lag`), so that
+it is not misjudged again and again.
 
 The demuxer measures it once a packet (:class:`~vstream.decoders.demux.Demuxer`):
 handed along with each picture, it ages the frames (:mod:`vstream.sources.live`);
@@ -50,6 +51,11 @@ MAX_DRIFT = 0.001
 """How fast (seconds a second) the offset of a stream keeping up may rise once it has left
 the window: ten times a poor camera clock's drift against ours (100 ppm)."""
 
+MAX_PACE = 2.0
+"""The slowest camera clock allowed for (:meth:`Backlog.restart`): one running at half the
+pace of ours, a camera stamping 15 frames a second as 30. A stream falling behind faster
+than that is no clock's doing."""
+
 WARN_SECONDS = 1.0
 """Behind by this much, for :data:`WARN_AFTER_SECONDS` of reading: the log says so."""
 
@@ -62,7 +68,9 @@ class Backlog:
     """The backlog of a live stream's packets, one connection's worth (the module's docstring).
 
     :meth:`behind` takes each packet's read time (``time.time()``) and time stamp
-    (seconds, the stream's clock), in the order the packets come.
+    (seconds, the stream's clock), in the order the packets come. A second of the
+    stream's clock is taken to last :attr:`pace` seconds of ours: 1 until a camera whose
+    clock runs slow is found out (:meth:`restart`).
     """
 
     def __init__(self, window_seconds: float = WINDOW_SECONDS) -> None:
@@ -76,9 +84,15 @@ class Backlog:
         self._expired: tuple[float, float] | None = None
         """``(read time, offset)`` of the smallest offset to have left the window: the floor
         from there rises by :data:`MAX_DRIFT` a second at most."""
+        self.pace = 1.0
 
-    def restart(self) -> None:
-        """Measure from the next packet on, as if the stream started there."""
+    def restart(self, clock_lag: float = 0.0) -> None:
+        """Measure from the next packet on, as if the stream started there; a second of the
+        stream's clock lasting ``clock_lag`` seconds of ours more than it did
+        (:attr:`CatchUp.clock_lag`), up to :data:`MAX_PACE`."""
+        if clock_lag < 0:
+            raise ValueError(f"clock_lag must be 0 or more, got {clock_lag!r}")
+        self.pace = min(MAX_PACE, self.pace + clock_lag)
         self._offsets.clear()
         self._expired = None
 
@@ -90,7 +104,7 @@ class Backlog:
         else:
             self._latest_pts = max(self._latest_pts, pts_seconds)
         self._latest_read = max(self._latest_read, read_time)
-        offset = read_time - pts_seconds
+        offset = read_time - pts_seconds * self.pace
         offsets = self._offsets
         while offsets and offsets[-1][1] >= offset:
             offsets.pop()
@@ -122,7 +136,12 @@ MISJUDGED_AFTER = (2.0, 1.0)
 the backlog it started from, plus ``seconds``, and is still behind at a key frame, is
 skipping no backlog (a backlog drains as fast as packets are read undecoded, much faster
 than the camera sends them): the stream's clock runs slower than ours. Decoding starts
-again there, and the backlog is measured afresh (:attr:`CatchUp.misjudged`)."""
+again there, and the backlog is measured afresh (:attr:`CatchUp.misjudged`), at the clock's
+pace learnt from the episode (:attr:`CatchUp.clock_lag`)."""
+
+LAG_SPAN_SECONDS = 0.25
+"""The span of the stream in which a misjudged catch-up keeps the packet read least late,
+to learn the camera clock's pace from (:attr:`CatchUp.clock_lag`)."""
 
 KEY_FRAME_WAIT_PACKETS = 1000
 """The same wait at a stream's start, in packets: the bound where packets have no time
@@ -143,7 +162,7 @@ class CatchUp:
     (:meth:`Backlog.behind`); :attr:`skipped` counts those it said to skip (each a picture
     never decoded), :attr:`episodes` the times the stream fell behind the limit, and
     :attr:`misjudged` those of them that skipping could not end (:data:`MISJUDGED_AFTER`):
-    the owner of the :class:`Backlog` restarts it then.
+    the owner of the :class:`Backlog` restarts it then, with :attr:`clock_lag`.
     """
 
     def __init__(
@@ -158,8 +177,20 @@ class CatchUp:
         self.skipped = 0
         self.episodes = 0
         self.misjudged = 0
+        self.clock_lag = 0.0
+        """How much the backlog grew a second of the stream's clock, in the last misjudged
+        episode once any backlog it started from had been read: how much longer than a
+        second of ours a second of the camera's clock lasts, less what the backlog already
+        allowed for (see :meth:`Backlog.restart`). The slope of the packets read least late
+        (:attr:`_lows`), over at least ``max_behind_seconds`` and half a second of the stream;
+        a clock still found slow later is learnt again, more closely."""
         self._episode: tuple[float, float] | None = None
         """While skipping: the time stamp and the backlog the episode started at."""
+        self._lows: list[tuple[float, float]] = []
+        """While skipping, from where any backlog the episode started from could have been
+        read: the time stamp and backlog of the packet read least behind in each
+        :data:`LAG_SPAN_SECONDS` of the stream (the clock's slope is theirs: a packet is read
+        late by the network's jitter, never early)."""
         self._in_step_since: float | None = None
         """While skipping: the time stamp of the first packet read within half the limit."""
         self._waiting_since: float | None = None
@@ -191,18 +222,19 @@ class CatchUp:
             if limit is None or behind_seconds <= limit:
                 return False
             self.skipping, self._in_step_since = True, None
-            self._episode = (pts_seconds, behind_seconds)
+            self._episode, self._lows = (pts_seconds, behind_seconds), []
             self.episodes += 1
-        elif (
-            limit is not None
-            and key_frame
-            and behind_seconds > limit / 2
-            and self._skipped_in_vain(pts_seconds)
-        ):
+            self.skipped += 1
+            return True
+        assert limit is not None  # only a limit starts a catch-up
+        if self._could_have_drained(pts_seconds):
+            self._note_low(pts_seconds, behind_seconds)
+        if key_frame and behind_seconds > limit / 2 and self._skipped_in_vain(pts_seconds):
             self.skipping, self._resumed_at = False, pts_seconds
             self.misjudged += 1
+            self.clock_lag = self._lag()
             return False
-        elif limit is not None and behind_seconds <= limit / 2:
+        if behind_seconds <= limit / 2:
             if self._in_step_since is None:
                 self._in_step_since = pts_seconds
             if key_frame or pts_seconds - self._in_step_since > KEY_FRAME_WAIT_SECONDS:
@@ -212,6 +244,13 @@ class CatchUp:
         self.skipped += 1
         return True
 
+    def _could_have_drained(self, pts_seconds: float) -> bool:
+        """Whether the episode has skipped past the backlog it started from, and half of
+        :data:`MISJUDGED_AFTER`'s margin."""
+        assert self._episode is not None
+        since, behind = self._episode
+        return pts_seconds - since > behind + MISJUDGED_AFTER[1] / 2
+
     def _skipped_in_vain(self, pts_seconds: float) -> bool:
         """Whether the episode has skipped past any backlog it started from (see
         :data:`MISJUDGED_AFTER`)."""
@@ -219,6 +258,26 @@ class CatchUp:
         since, behind = self._episode
         factor, seconds = MISJUDGED_AFTER
         return pts_seconds - since > factor * behind + seconds
+
+    def _note_low(self, pts_seconds: float, behind_seconds: float) -> None:
+        lows = self._lows
+        if not lows or pts_seconds - lows[-1][0] >= LAG_SPAN_SECONDS:
+            lows.append((pts_seconds, behind_seconds))
+        elif behind_seconds < lows[-1][1]:
+            lows[-1] = (pts_seconds, behind_seconds)
+
+    def _lag(self) -> float:
+        """The slope (least squares) of the episode's :attr:`_lows` (:attr:`clock_lag`)."""
+        lows = self._lows
+        if len(lows) < 2:
+            return 0.0
+        mean_pts = sum(pts for pts, _ in lows) / len(lows)
+        mean_behind = sum(behind for _, behind in lows) / len(lows)
+        spread = sum((pts - mean_pts) ** 2 for pts, _ in lows)
+        if spread <= 0:
+            return 0.0
+        slope = sum((pts - mean_pts) * (behind - mean_behind) for pts, behind in lows) / spread
+        return max(0.0, slope)
 
     def _wait(self, pts_seconds: float | None, key_frame: bool) -> bool:
         """:meth:`skip` before the stream's first key frame (a burst at the start is no

@@ -218,13 +218,14 @@ class Demuxer:
                     self.on_skip()
                 return True
             if catch_up.misjudged > misjudged:
+                self.backlog.restart(catch_up.clock_lag)
                 log.warning(
                     "%s: skipping did not bring its backlog down (%.1f s behind still): "
-                    "the camera's clock runs slower than ours; measured afresh from here",
+                    "the camera's clock runs %.1f %% slower than ours; allowed for from here",
                     self.display_name,
                     behind,
+                    100 * (1 - 1 / self.backlog.pace),
                 )
-                self.backlog.restart()
                 behind = self.backlog.behind(read, pts) if pts is not None else 0.0
         if self._packet_stamps is not None and packet.pts is not None:
             self._stamp(packet.pts, PacketStamp(read, behind))
