@@ -871,3 +871,31 @@ def test_a_stream_added_again_with_its_id_gets_none_of_the_removed_ones_records(
     assert frames_by_stream(tmp_path / "out.jsonl")["cam"] == [*range(221), *range(233)]
     assert 'vstream_cluster_records_dropped_total{reason="removed"} 12.0' in dropped
     assert 'reason="duplicate"' not in dropped
+
+
+def test_a_stream_stuck_on_its_only_worker_fails_once_after_its_last_delivered_frame(
+    local_ray: RayConnection, tmp_path: Path
+) -> None:
+    """With no other worker to move it to, a stream whose worker hangs fails once, saying
+    so, and the run ends with every record delivered before the stall; it waited for ever
+    for a worker it had not stalled on."""
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    source = {"id": "s", "uri": str(VIDEO), "end_seconds": 4.0}
+    config = engine_config(tmp_path, [source], stall_timeout_seconds=5, workers=1)
+    engine = ClusterEngine(config, base_dir=tmp_path, worker_class=StuckWorker)
+    try:
+        engine.start()
+        wait_for(engine.files_done, 120, "the run to end")
+        described = engine.stream("s")
+        failures = engine.failures()
+    finally:
+        engine.stop()
+    assert described.placement["stalls"] == 1
+    assert len(failures) == 1
+    assert "stalled on every worker left (1 of cluster.workers: 1)" in str(failures[0])
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    frames = [r["frame"] for r in records]
+    # Up to the batch the worker hangs in (the one with frame 30), each once, in order.
+    assert frames == list(range(len(frames))) and 0 < len(frames) <= 30

@@ -34,9 +34,9 @@ serve`` and the API run on a cluster unchanged. It wires these together:
 - **Stuck workers**: a stream its worker reports as reading, whose records
   stop coming while the driver asks for them (a hung pipeline answers pulls
   with empty reports) and whose frames the worker stops taking, is moved
-  after ``cluster.stall_timeout_seconds`` to another worker, after its last
-  delivered frame, and counted (:meth:`ClusterStream.pulled
-  <vstream.cluster.stream.ClusterStream.pulled>`).
+  after ``cluster.stall_timeout_seconds`` to another worker (one it never stalled
+  on; with none left, it fails), after its last delivered frame, and counted
+  (:meth:`ClusterStream.pulled <vstream.cluster.stream.ClusterStream.pulled>`).
 
 Two threads. The *control* thread (:class:`~vstream.cluster.collect.Collector`)
 talks to the workers: it waits on their calls, notices losses and stalls,

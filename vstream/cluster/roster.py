@@ -63,8 +63,10 @@ class Roster:
             return
         loads = self._loads()
         for stream in waiting:
+            if self._stalled_everywhere(stream):
+                continue
             placement = choose_worker(
-                [w for w in loads.values() if self.slots[w.slot] is not stream.stalled_on],
+                [w for w in loads.values() if self.slots[w.slot] not in stream.stalled_on],
                 stream.config.decoder,
                 max_streams=self.cluster.max_streams_per_worker,
                 nvdec_sessions=self.cluster.nvdec_sessions_per_worker,
@@ -93,6 +95,20 @@ class Roster:
             )
             how = f"resumes after frame {stream.resume.index}" if stream.resume else "starts"
             log.info("stream %s %s on %s", stream.id, how, slot.name)
+
+    def _stalled_everywhere(self, stream: ClusterStream) -> bool:
+        """Whether ``stream`` stalled on every worker starting or ready: then it fails, once,
+        rather than wait for ever for a worker it may go to."""
+        live = [s for s in self.slots if s.state in ("starting", "ready")]
+        if not live or any(s not in stream.stalled_on for s in live):
+            return False
+        stream.fail(
+            StreamLost(
+                f"it stalled on every worker left ({len(live)} of cluster.workers: "
+                f"{self.cluster.workers}): nowhere to move it"
+            )
+        )
+        return True
 
     def lost(self, slot: WorkerSlot, error: BaseException) -> None:
         """A worker's process is gone: move its streams, start a replacement."""

@@ -84,7 +84,8 @@ class RemoteBug(Exception):
 
 
 class StreamLost(VstreamError):
-    """A stream's workers were lost more often than ``cluster.max_stream_moves`` allows."""
+    """A stream's workers were lost more often than ``cluster.max_stream_moves`` allows, or
+    it stalled on every worker left."""
 
 
 class ClusterStream:
@@ -116,8 +117,9 @@ class ClusterStream:
         self.removed = False
         self.stalls = 0
         """Times it was moved because its worker sent none of its records for too long."""
-        self.stalled_on: object | None = None
-        """The worker it last stalled on: it is not placed there again."""
+        self.stalled_on: list[object] = []
+        """The workers it stalled on: it is not placed on any of them again (a replacement
+        in the slot of one is another worker)."""
         self.idle_seconds = 0.0
         """Seconds of open pulls, while it read, that brought none of its records and saw its
         worker do nothing for it (:meth:`pulled`)."""
@@ -241,7 +243,7 @@ class ClusterStream:
     def stalled(self, worker: object) -> None:
         """Its worker is stuck: wait for another one, never ``worker`` again."""
         self.stalls += 1
-        self.stalled_on = worker
+        self.stalled_on.append(worker)
         self.lost_worker()
 
     def lost_worker(self) -> None:
