@@ -17,6 +17,7 @@ from vstream.analytics import (
     parse_line_spec,
 )
 from vstream.analytics.geometry import Segment
+from vstream.analytics.lines import LineCounter
 
 GATE = LineConfig(name="gate", start=(100, 200), end=(500, 200))  # left to right, at y = 200
 
@@ -107,6 +108,26 @@ def test_a_crossing_just_before_the_track_ends_still_counts(gone: str) -> None:
     assert [(e["direction"], e["track_id"]) for e in events(updates)] == [("in", 1)]
     assert events(updates)[0]["pts"] == pytest.approx(0.96)
     assert counts(updates)["gate"] == {"in": 1, "out": 0}
+
+
+def test_a_track_carried_across_only_by_predictions_is_not_counted_when_it_ends() -> None:
+    """A crossing pending when its track is forgotten counts if the track's last detection
+    saw it across; predicted boxes (frames the detector did not see) alone never do."""
+    line = LineCounter(LineConfig(name="gate", start=(0, 200), end=(400, 200)), 5.0, 0.1)
+
+    def seen(track: int, y: float, pts: float, predicted: bool) -> list:
+        point = np.array([[200.0, y]])
+        distances = line.place(point)
+        return line.observe(
+            np.array([track]), point, distances, np.array([0]), pts, str, predicted=predicted
+        )
+
+    for track, detected_across in [(1, False), (2, True)]:
+        assert seen(track, 150.0, 0.0, predicted=False) == []
+        assert seen(track, 215.0, 0.04, predicted=not detected_across) == []
+        assert seen(track, 230.0, 0.2, predicted=True) == [], "a prediction settles nothing"
+    counted = line.forget(frozenset(), str)
+    assert [(e.track_id, e.direction, e.pts) for e in counted] == [(2, "in", 0.04)]
 
 
 def test_a_track_that_ends_on_its_own_side_or_in_the_band_never_counts() -> None:

@@ -94,6 +94,47 @@ def test_loitering_once_per_visit() -> None:
     assert loiter["dwell_seconds"] == pytest.approx(2.0, abs=0.05)
 
 
+def test_a_track_no_longer_seen_does_not_go_on_loitering() -> None:
+    """It stood in the zone 9.6 s of a 10 s loitering limit and left the frame: the tracker
+    keeps it (lost) for 2 s, and loitering, judged on its detections, is never said; it
+    was said after it had gone, with a dwell longer than its exit's."""
+    dock = ZoneConfig(
+        name="dock", points=[(400, 100), (640, 100), (640, 300), (400, 300)], loiter_seconds=10
+    )
+    a = analytics(dock, tracking=TrackingConfig(track_buffer_seconds=2.0))
+    walker = Mover([(0, 350, 200), (0.5, 450, 200), (9.0, 520, 200), (10.2, 700, 200)])
+    frames = render([walker], fps=25, seconds=14, frame_size=(640, 360))
+    updates = run(a, frames, frame_size=(640, 360))
+    last_seen = max(f.pts for f in frames if len(f.boxes))
+    enter, leave = events(updates)
+    assert (enter["type"], leave["type"]) == ("zone_enter", "zone_exit")
+    assert leave["pts"] == pytest.approx(last_seen) and leave["dwell_seconds"] < 10
+
+
+def test_a_zone_entry_is_settled_by_a_detection_not_by_predictions() -> None:
+    """Detected every 8th frame, a walker at 100 px/s stops 10 px short of the zone; between
+    detections the tracker carries it on into the zone at its last velocity, and the next
+    detection finds it outside: no entry (and no exit). One that walks in is entered, once.
+    """
+
+    def walk(stop_x: float) -> list[dict]:
+        a = analytics()
+        found: list[dict] = []
+        for i in range(100):
+            pts, x = i / 25, min(100.0 + 4 * i, stop_x)
+            if i % 8 == 0:
+                box = np.array([[x - 20, 140.0, x + 20, 200.0]])
+                found += events([a.update(box, np.array([0.9]), np.array([0]), pts)])
+            else:
+                prediction = a.predict(pts)
+                found += events([a.observe(prediction.track_ids, prediction.boxes, pts, None,
+                                           predicted=True)])  # fmt: skip
+        return found
+
+    assert walk(190.0) == []
+    assert [e["type"] for e in walk(300.0)] == ["zone_enter"]
+
+
 def test_track_forgotten_inside_exits_when_last_seen() -> None:
     # Leaves the frame (no more detections) from inside a zone that touches the edge.
     edge_zone = ZoneConfig(name="dock", points=[(500, 100), (640, 100), (640, 300), (500, 300)])

@@ -14,11 +14,17 @@ or none yet. A crossing counts when all of this holds:
   the anchor's path (straight between two observations, also across frames
   where the object was hidden) last passed through the line must lie between
   ``start`` and ``end``;
-- the track is confirmed: detections without a track id never reach here.
+- the track is confirmed: detections without a track id never reach here;
+- a detection settles it: the tracker's predicted boxes (``detect_every``,
+  the frames the detector does not see) may start the wait, time stamped as
+  the object moves, or end it, but the object is counted only where the
+  detector finds it beyond the band, the wait past. A prediction carries an
+  object on at its last velocity: a car braking to a stop before the line
+  would be carried across it and counted.
 
 A track that ends while its crossing is pending (the object left the frame,
 or was hidden until the tracker forgot it, before ``min_seconds_on_side``
-had passed) counts when the tracker forgets it, if its last observation was
+had passed) counts when the tracker forgets it, if its last detection was
 still beyond the band on the new side: that is where the object was last
 seen, and jitter on the line is inside the band, so it never counts this
 way either. The event then comes ``track_buffer_seconds`` late, with the
@@ -74,6 +80,9 @@ class _TrackState:
     """Settled side: IN_SIDE, OUT_SIDE, or 0 before the track is first seen beyond the band."""
     pending_since: float | None = None
     """pts at which the anchor was first seen beyond the band on the other side."""
+    detected_across: bool = False
+    """While pending: the last detection (not a prediction) saw the anchor beyond the band
+    on the other side."""
     last_x: float = 0.0
     last_y: float = 0.0
     last_distance: float = 0.0
@@ -137,12 +146,15 @@ class LineCounter:
         pts: float,
         label_of: Callable[[int], str],
         attributes_of: AttributesOf | None = None,
+        *,
+        predicted: bool = False,
     ) -> list[Event]:
         """Step this frame's confirmed tracks by their anchor ``points`` and ``distances``
         (:meth:`place`); return the crossings this settles.
 
         ``attributes_of`` gives a track's secondary readings so far (a cascade), which the
-        line's ``attributes`` filter and its events use."""
+        line's ``attributes`` filter and its events use. ``predicted``: the tracker's
+        boxes, on a frame the detector did not see, which settle nothing (module doc)."""
         events = []
         for track_id, (x, y), distance, class_id in zip(
             track_ids.tolist(), points.tolist(), distances.tolist(), class_ids.tolist(), strict=True
@@ -153,7 +165,7 @@ class LineCounter:
             state.class_id = class_id
             if attributes_of is not None:
                 state.attributes = attributes_of(track_id) or state.attributes
-            direction, since = self._step(state, x, y, distance, pts)
+            direction, since = self._step(state, x, y, distance, pts, predicted)
             if direction is not None:
                 events.extend(self._count(track_id, state, direction, since, label_of))
         return events
@@ -188,9 +200,10 @@ class LineCounter:
         ]
 
     def _step(
-        self, state: _TrackState, x: float, y: float, distance: float, pts: float
+        self, state: _TrackState, x: float, y: float, distance: float, pts: float, predicted: bool
     ) -> tuple[Direction | None, float]:
-        """Advance one track by one observation; a settled crossing returns its direction."""
+        """Advance one track by one observation (``predicted``: the tracker's, not the
+        detector's); a settled crossing returns its direction."""
         if distance != 0.0:
             if state.last_distance != 0.0 and (distance > 0) != (state.last_distance > 0):
                 fraction = state.last_distance / (state.last_distance - distance)
@@ -202,38 +215,38 @@ class LineCounter:
             state.last_x, state.last_y, state.last_distance = x, y, distance
         side = IN_SIDE if distance > 0 else OUT_SIDE
         if abs(distance) <= self._bands[side]:
-            state.pending_since = None  # back in the band: the new side must be held anew
+            state.pending_since, state.detected_across = None, False  # held anew from here
             return None, pts
         if state.side == 0:
             state.side = side
             return None, pts
         if side == state.side:
-            state.pending_since = None
+            state.pending_since, state.detected_across = None, False
             return None, pts
         if state.pending_since is None:
             state.pending_since = pts
+        if not predicted:
+            state.detected_across = True
         since = state.pending_since
-        if pts - since < self.min_seconds:
+        if predicted or pts - since < self.min_seconds:
             return None, pts
         return self._settle(state, side), since
 
     def _settle(self, state: _TrackState, side: int) -> Direction | None:
         """The track is now on ``side``: the direction, if its path crossed the segment."""
-        state.side, state.pending_since = side, None
+        state.side, state.pending_since, state.detected_across = side, None, False
         on_segment = state.crossed_at is not None and 0.0 <= state.crossed_at <= 1.0
         return ("in" if side == IN_SIDE else "out") if on_segment else None
 
     def forget(self, live_track_ids: frozenset[int], label_of: Callable[[int], str]) -> list[Event]:
-        """Drop the state of tracks the tracker no longer holds; count their pending crossings.
-
-        A pending crossing means the track was last seen beyond the band on the
-        new side (coming back into the band or to its side clears it).
-        """
+        """Drop the state of tracks the tracker no longer holds; count their pending crossings
+        that the track's last detection saw beyond the band on the new side (coming back
+        into the band or to its side clears a pending crossing)."""
         events = []
         for track_id in [t for t in self._tracks if t not in live_track_ids]:
             state = self._tracks.pop(track_id)
             since = state.pending_since
-            if since is not None:
+            if since is not None and state.detected_across:
                 direction = self._settle(state, -state.side)
                 if direction is not None:
                     events.extend(self._count(track_id, state, direction, since, label_of))

@@ -148,9 +148,9 @@ class StreamAnalytics:
         Boxes are clipped to ``frame_size``; one wholly outside it is left out.
         ``still``: the picture has not changed since the last detection
         (:meth:`Tracker.predict`). The boxes then go through :meth:`observe`
-        exactly as detected ones: a line keeps one state per track whichever
-        kind of frame moved it, so a crossing is counted once, on the frame where
-        it happens, detected or predicted.
+        with ``predicted``: a line keeps one state per track whichever kind of
+        frame moved it, so a crossing is counted once, time stamped where the
+        object passed, detected or predicted; a detection settles it.
         """
         prediction = self.tracker.predict(pts_seconds, still=still)
         if frame_size is not None and len(prediction.boxes):
@@ -178,6 +178,7 @@ class StreamAnalytics:
         keypoints: np.ndarray | None = None,
         masks: Sequence[Mask | None] | None = None,
         placement: Placement | None = None,
+        predicted: bool = False,
     ) -> AnalyticsUpdate:
         """Run a frame's tracked boxes through the lines and zones.
 
@@ -188,7 +189,9 @@ class StreamAnalytics:
         (``(N, K, D)``, a pose model's) place the objects where ``anchor_keypoints`` says;
         ``masks`` (one per box, or None) are what zones counting by mask place objects by.
         ``placement``: these boxes placed already, with other streams' frames
-        (:func:`~vstream.analytics.placing.place`).
+        (:func:`~vstream.analytics.placing.place`). ``predicted``: the boxes are the
+        tracker's (:meth:`predict`), which move the lines' and zones' tracks but settle
+        no crossing, entry or exit (:mod:`~vstream.analytics.lines`).
         """
         if frame_size is not None and frame_size != self._placed_on:
             self._placed_on = frame_size
@@ -214,14 +217,31 @@ class StreamAnalytics:
                 if frame_size is not None:
                     line.set_frame_size(*frame_size)
                 events.extend(
-                    line.observe(ids, points, distances, classes, pts, self.label, attributes_of)
+                    line.observe(
+                        ids,
+                        points,
+                        distances,
+                        classes,
+                        pts,
+                        self.label,
+                        attributes_of,
+                        predicted=predicted,
+                    )
                 )
             for zone, inside, clear in zip(
                 self.zones, placement.inside, placement.clear, strict=True
             ):
                 events.extend(
                     zone.observe(
-                        ids, inside, clear, classes, pts, self.label, attributes_of, placed
+                        ids,
+                        inside,
+                        clear,
+                        classes,
+                        pts,
+                        self.label,
+                        attributes_of,
+                        placed,
+                        predicted=predicted,
                     )
                 )
             live = self.tracker.live_track_ids()

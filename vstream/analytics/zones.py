@@ -12,6 +12,14 @@ inside (it left the frame, or was lost for longer than the track buffer), the
 zone emits its exit at the time the object was last seen. So occupancy is
 always entries minus exits, and a briefly hidden object is still inside.
 
+The tracker's predicted boxes (``detect_every``: frames the detector does not
+see) may start or end the wait, as lines' do (:mod:`~vstream.analytics.lines`),
+but only a detection settles an entry or exit: a prediction carries an object
+on at its last velocity, into a zone it stopped short of. Seen means detected:
+the time an object was last seen, and the dwell that loitering is judged by,
+come from detections, so a track hidden (lost, not yet forgotten) does not go
+on loitering.
+
 The class filter is applied on entry, with the track's majority class then: a
 track that entered is followed to its exit even if its class changes.
 """
@@ -47,6 +55,7 @@ class _TrackState:
     entered_at: float = 0.0
     loitered: bool = False
     last_seen: float = 0.0
+    """pts of its last detection."""
     class_id: int = -1
     attributes: TrackAttributes = field(default_factory=lambda: NO_ATTRIBUTES)
     """The track's last secondary readings (kept here: the cascade forgets them with the track)."""
@@ -87,6 +96,8 @@ class ZoneMonitor:
         label_of: Callable[[int], str],
         attributes_of: AttributesOf | None = None,
         masks: Sequence[Mask | None] | None = None,
+        *,
+        predicted: bool = False,
     ) -> list[Event]:
         """Step this frame's confirmed tracks by where their anchors are (``inside`` and
         ``clear``, :meth:`place`); return entries, exits and loitering.
@@ -95,7 +106,8 @@ class ZoneMonitor:
         zone's ``attributes`` filter and its events use. ``masks`` (one per track, or None)
         place the tracks that have one where the zone counts by mask: inside when at least
         ``min_overlap`` of the mask is, with no dead band (the side must still be held
-        ``min_seconds``)."""
+        ``min_seconds``). ``predicted``: the tracker's boxes, on a frame the detector did not
+        see, which settle nothing (module doc)."""
         if self.config.count_by == "mask" and masks is not None:
             inside, clear = inside.copy(), clear.copy()  # the placement's are shared
             for i, mask in enumerate(masks):
@@ -109,7 +121,8 @@ class ZoneMonitor:
             state = self._tracks.get(track_id)
             if state is None:
                 state = self._tracks[track_id] = _TrackState()
-            state.last_seen = pts
+            if not predicted:
+                state.last_seen = pts
             if state.state != INSIDE:
                 state.class_id = class_id
             if attributes_of is not None:
@@ -117,14 +130,18 @@ class ZoneMonitor:
             if not is_clear:
                 state.pending_since = None  # on the border: the new side must be held anew
             else:
-                change = self._step(state, INSIDE if is_inside else OUTSIDE, pts)
+                change = self._step(state, INSIDE if is_inside else OUTSIDE, pts, predicted)
                 if change is not None:
                     events.append(self._event(change[0], track_id, state, change[1], label_of))
-        events.extend(self._loitering(pts, label_of))
+        if not predicted:
+            events.extend(self._loitering(pts, label_of))
         return events
 
-    def _step(self, state: _TrackState, side: int, pts: float) -> tuple[EventType, float] | None:
-        """Advance one track that is clear of the border; an entry or exit returns (type, pts)."""
+    def _step(
+        self, state: _TrackState, side: int, pts: float, predicted: bool
+    ) -> tuple[EventType, float] | None:
+        """Advance one track that is clear of the border (``predicted``: by the tracker's box,
+        not the detector's); an entry or exit returns (type, pts)."""
         if side == state.state:
             state.pending_since = None
             return None
@@ -134,7 +151,7 @@ class ZoneMonitor:
         if state.pending_since is None:
             state.pending_since = pts
         since = state.pending_since
-        if pts - since < self.min_seconds:
+        if predicted or pts - since < self.min_seconds:
             return None
         state.pending_since = None
         if side == OUTSIDE:
@@ -176,6 +193,8 @@ class ZoneMonitor:
             return []
         events = []
         for track_id, state in self._tracks.items():
+            if state.last_seen != pts:  # not detected in this frame: hidden, or gone
+                continue
             if state.state == INSIDE and not state.loitered and pts - state.entered_at >= limit:
                 state.loitered = True
                 events.append(self._event("loitering", track_id, state, pts, label_of))

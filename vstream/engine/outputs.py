@@ -29,7 +29,15 @@ from vstream.analytics.stream import StreamAnalytics
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.sinks import ClipsSinkConfig, VideoSinkConfig, fill
 from vstream.frame import Frame
-from vstream.results import KEYPOINTS, MASKS, NO_TRACK, Detections, FrameResult, label_for
+from vstream.results import (
+    KEYPOINTS,
+    MASKS,
+    NO_TRACK,
+    PREDICTED,
+    Detections,
+    FrameResult,
+    label_for,
+)
 from vstream.uri import publish_display
 
 if TYPE_CHECKING:
@@ -140,6 +148,7 @@ def recorded(
         keypoints=tracked.data.get(KEYPOINTS),
         masks=column.tolist() if (column := tracked.data.get(MASKS)) is not None else None,
         placement=placement,
+        predicted=PREDICTED in tracked.data,
     )
     return dataclasses.replace(
         kept,
