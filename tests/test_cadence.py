@@ -355,13 +355,12 @@ def test_batches_give_model_slots_only_to_frames_to_detect(model: Path) -> None:
     detector.infer = counting_infer  # type: ignore[method-assign]
     intake = Intake()
     stop = threading.Event()
-    for stream in ("a", "b"):
-        intake.register(stream, 32, FreshnessPolicy.BLOCK)
+    lanes = {stream: intake.register(stream, 32, FreshnessPolicy.BLOCK) for stream in "ab"}
     for i in range(12):
         for stream in ("a", "b"):
             frame = grey(i, i / 25, shade=20 * i)
             frame = Frame(frame.data, frame.pixel_format, 64, 48, stream, i, i / 25)
-            assert intake.put(stream, frame, stop)
+            assert intake.put(lanes[stream], frame, stop)
     cadences = {"a": Cadence(CadenceOptions(detect_every=3)), "b": None}
 
     def needs(arrival: Arrival) -> bool:

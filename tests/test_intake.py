@@ -41,11 +41,10 @@ def test_a_put_wakes_the_taker_and_a_take_wakes_only_the_lanes_it_took_from(
     counted: list[tuple[int, str]],
 ) -> None:
     intake = Intake()
-    for s in range(8):
-        intake.register(str(s), 2, FreshnessPolicy.BLOCK)
+    lanes = [intake.register(str(s), 2, FreshnessPolicy.BLOCK) for s in range(8)]
     stop = threading.Event()
-    for s in range(8):
-        assert intake.put(str(s), FRAME, stop)
+    for lane in lanes:
+        assert intake.put(lane, FRAME, stop)
     taker = id(intake._arrived)
     assert counted == [(taker, "notify")] * 8
     counted.clear()
@@ -58,12 +57,12 @@ def test_a_put_wakes_the_taker_and_a_take_wakes_only_the_lanes_it_took_from(
 
 def test_a_blocked_reader_goes_on_when_its_frame_is_taken() -> None:
     intake = Intake()
-    intake.register("cam", 1, FreshnessPolicy.BLOCK)
+    cam = intake.register("cam", 1, FreshnessPolicy.BLOCK)
     intake.register("other", 1, FreshnessPolicy.BLOCK)
     stop = threading.Event()
-    assert intake.put("cam", FRAME, stop)
+    assert intake.put(cam, FRAME, stop)
     done = threading.Event()
-    reader = threading.Thread(target=lambda: intake.put("cam", FRAME, stop) and done.set())
+    reader = threading.Thread(target=lambda: intake.put(cam, FRAME, stop) and done.set())
     reader.start()
     assert not done.wait(0.2), "the lane is full: the reader waits"
     assert [a.stream for a in intake.take(1, timeout=1.0)] == ["cam"]
@@ -74,12 +73,32 @@ def test_a_blocked_reader_goes_on_when_its_frame_is_taken() -> None:
 
 def test_latest_lanes_drop_and_count_the_oldest() -> None:
     intake = Intake()
-    intake.register("live", 2, FreshnessPolicy.LATEST)
+    live = intake.register("live", 2, FreshnessPolicy.LATEST)
     stop = threading.Event()
     for _ in range(5):
-        assert intake.put("live", FRAME, stop)
+        assert intake.put(live, FRAME, stop)
     assert intake.dropped("live") == 3
     assert intake.queued() == 2
     assert len(intake.take(10, timeout=1.0)) == 2
     assert intake.queued() == 0
-    assert intake.unregister("live") == 0
+    assert intake.unregister(live) == 0
+
+
+def test_a_stream_added_again_reads_through_a_lane_of_its_own() -> None:
+    """A removed stream's lane is out before its id is taken again; its reader's late frames
+    reach no lane, and taking it out again leaves the new one: the count of queued frames
+    stays what the lanes hold, and a take never waits on a frame that is not there."""
+    intake = Intake()
+    stop = threading.Event()
+    old = intake.register("cam", 2, FreshnessPolicy.BLOCK)
+    assert intake.put(old, FRAME, stop)
+    with pytest.raises(ValueError, match="'cam' is in the intake already"):
+        intake.register("cam", 2, FreshnessPolicy.BLOCK)
+    assert intake.unregister(old) == 1
+    new = intake.register("cam", 2, FreshnessPolicy.BLOCK)
+    assert not intake.put(old, FRAME, stop), "the old reader's frame goes nowhere"
+    assert intake.put(new, FRAME, stop)
+    assert intake.unregister(old) == 0
+    assert intake.queued() == intake.queued("cam") == 1
+    assert [a.lane for a in intake.take(4, timeout=1.0)] == [new]
+    assert intake.take(4, timeout=0.01) == []

@@ -84,11 +84,10 @@ def test_results_land_in_their_stream_with_its_coordinates_in_order(model: Path)
 def test_batches_mix_streams_round_robin_up_to_the_batch_size(model: Path) -> None:
     detector = Detector(model, device="cpu", batch_size=4)
     intake = Intake()
-    for stream in ("a", "b"):
-        intake.register(stream, 8, BLOCK)
+    lanes = {stream: intake.register(stream, 8, BLOCK) for stream in ("a", "b")}
     stop = threading.Event()
     for frame in frames_of("a", 8, 64, 48) + frames_of("b", 8, 64, 48, shade=5):
-        assert intake.put(frame.stream_id, frame, stop)
+        assert intake.put(lanes[frame.stream_id], frame, stop)
     batches: list[Batch] = []
     stages = OverlappedStages(detector, intake, batches.append, batch_timeout=1.0)
     stages.start()
@@ -213,10 +212,10 @@ def test_leaving_early_stops_every_thread(model: Path) -> None:
 def test_finish_drains_the_intake_and_abort_stops_a_blocked_pipeline(model: Path) -> None:
     detector = Detector(model, device="cpu", batch_size=2)
     intake = Intake()
-    intake.register("a", 16, BLOCK)
+    lane = intake.register("a", 16, BLOCK)
     stop = threading.Event()
     for frame in frames_of("a", 16, 64, 48):
-        intake.put("a", frame, stop)
+        intake.put(lane, frame, stop)
     # Nobody reads the delivered batches: the stages fill up and wait (backpressure).
     outlet: FrameQueue[Batch] = FrameQueue(1, FreshnessPolicy.BLOCK)
     blocked = threading.Event()
@@ -235,9 +234,9 @@ def test_finish_drains_the_intake_and_abort_stops_a_blocked_pipeline(model: Path
     assert stages.join(5) and not stages.alive
 
     drained: list[Batch] = []
-    intake.register("b", 16, BLOCK)
+    lane = intake.register("b", 16, BLOCK)
     for frame in frames_of("b", 5, 64, 48):
-        intake.put("b", frame, stop)
+        intake.put(lane, frame, stop)
     stages = OverlappedStages(detector, intake, drained.append, batch_timeout=0.01)
     stages.start()
     stages.finish()
@@ -297,10 +296,12 @@ def run_stages(detector: Detector, frames: list[Frame]) -> list[Batch]:
     """Every frame through the stages, as queued by stream; the batches in delivery order."""
     intake = Intake()
     stop = threading.Event()
-    for stream in dict.fromkeys(f.stream_id for f in frames):
-        intake.register(stream, len(frames), BLOCK)
+    lanes = {
+        s: intake.register(s, len(frames), BLOCK)
+        for s in dict.fromkeys(f.stream_id for f in frames)
+    }
     for frame in frames:
-        assert intake.put(frame.stream_id, frame, stop)
+        assert intake.put(lanes[frame.stream_id], frame, stop)
     delivered: list[Batch] = []
     stages = OverlappedStages(detector, intake, delivered.append, batch_timeout=0.01)
     stages.start()
@@ -445,9 +446,9 @@ def test_a_stage_bug_is_recorded_before_the_stages_end_report_runs(
 
     monkeypatch.setattr(module.log, "exception", slow_exception)
     intake = Intake()
-    intake.register("a", 8, BLOCK)
+    lane = intake.register("a", 8, BLOCK)
     for frame in frames_of("a", 8, 64, 48):
-        intake.put("a", frame, threading.Event())
+        intake.put(lane, frame, threading.Event())
     seen_at_end: list[BaseException | None] = []
     stages: OverlappedStages | None = None
 

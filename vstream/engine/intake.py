@@ -34,6 +34,8 @@ class Arrival:
     (decided as the batch is gathered: :mod:`vstream.engine.cadence`)."""
     still: bool = False
     """Not detected because the picture has not changed since the last detection."""
+    lane: Lane | None = None
+    """The lane it came through: which reader of ``stream`` (None: built outside an intake)."""
 
     @property
     def captured_at(self) -> float:
@@ -41,8 +43,12 @@ class Arrival:
         return self.frame.capture_time or self.received_at
 
 
-@dataclass
-class _Lane:
+@dataclass(eq=False)
+class Lane:
+    """One stream's queue, the handle its reader puts through: a stream removed and added
+    again under the same id gets a new lane, which the old reader's frames never reach."""
+
+    stream: str
     capacity: int
     policy: FreshnessPolicy
     frames: deque[Arrival]
@@ -65,32 +71,39 @@ class Intake:
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         """Where the taker waits for a frame."""
-        self._lanes: dict[str, _Lane] = {}
+        self._lanes: dict[str, Lane] = {}
         self._queued = 0
         """Frames in every lane together."""
         self._next = 0
 
-    def register(self, stream_id: str, capacity: int, policy: FreshnessPolicy) -> None:
+    def register(self, stream_id: str, capacity: int, policy: FreshnessPolicy) -> Lane:
+        """A new lane for ``stream_id``; ValueError while another has it (its owner must
+        :meth:`unregister` it first: two readers of one id would mix their frames)."""
         with self._lock:
+            if stream_id in self._lanes:
+                raise ValueError(f"stream {stream_id!r} is in the intake already")
             room = threading.Condition(self._lock)
-            self._lanes[stream_id] = _Lane(capacity, FreshnessPolicy(policy), deque(), room)
+            lane = Lane(stream_id, capacity, FreshnessPolicy(policy), deque(), room)
+            self._lanes[stream_id] = lane
+            return lane
 
-    def unregister(self, stream_id: str) -> int:
-        """Forget a stream; return how many of its frames were still queued."""
+    def unregister(self, lane: Lane) -> int:
+        """Take ``lane`` out; return how many of its frames were still queued (0 once out)."""
         with self._lock:
-            lane = self._lanes.pop(stream_id, None)
-            if lane is None:
+            if self._lanes.get(lane.stream) is not lane:
                 return 0
-            self._queued -= len(lane.frames)
+            del self._lanes[lane.stream]
+            queued = len(lane.frames)
+            lane.frames.clear()
+            self._queued -= queued
             lane.room.notify_all()  # its reader sees the stream is gone
-            return len(lane.frames)
+            return queued
 
-    def put(self, stream_id: str, frame: Frame, stop: threading.Event) -> bool:
-        """Queue ``frame`` by the stream's policy; False once ``stop`` is set or it is gone."""
+    def put(self, lane: Lane, frame: Frame, stop: threading.Event) -> bool:
+        """Queue ``frame`` by the lane's policy; False once ``stop`` is set or it is out."""
         with self._lock:
             while True:
-                lane = self._lanes.get(stream_id)
-                if lane is None or stop.is_set():
+                if self._lanes.get(lane.stream) is not lane or stop.is_set():
                     return False
                 if len(lane.frames) < lane.capacity:
                     break
@@ -100,7 +113,7 @@ class Intake:
                     self._queued -= 1
                     break
                 lane.room.wait(0.5)
-            lane.frames.append(Arrival(frame, stream_id, time.time()))
+            lane.frames.append(Arrival(frame, lane.stream, time.time(), lane=lane))
             self._queued += 1
             self._arrived.notify()
             return True
@@ -127,12 +140,15 @@ class Intake:
             start = self._next % len(lanes)
             order = lanes[start:] + lanes[:start]
             emptied: set[int] = set()
-            while len(batch) < limit and self._queued > len(batch):
+            while len(batch) < limit:
+                before = len(batch)
                 for lane in order:
                     if lane.frames and len(batch) < limit:
                         batch.append(lane.frames.popleft())
                         lane.taken += 1
                         emptied.add(id(lane))
+                if len(batch) == before:  # every lane empty
+                    break
             self._queued -= len(batch)
             self._next = start + 1
             for lane in order:

@@ -108,8 +108,10 @@ class Pipeline:
         self.streams: dict[str, StreamReader] = {}
         self.failure: BaseException | None = None
         """What stopped the stages, if a bug did; every stream then fails with it."""
-        self._retired: dict[str, StreamReader] = {}
-        """Removed streams whose reader thread has not ended yet (joined at shutdown)."""
+        self._retired: list[StreamReader] = []
+        """Removed streams whose reader thread has not ended yet (joined at shutdown), or
+        whose frames are still in the stages: one id may have several, removed and added
+        again."""
         self._lock = threading.Lock()
         self._taking = True
         self._stopping = threading.Event()
@@ -241,7 +243,7 @@ class Pipeline:
         with self._lock:
             failure = self.failure or self.stages.failure
             if not self._taking or failure is not None:
-                self.intake.unregister(reader.id)
+                reader.leave_intake()
             if not self._taking:
                 raise ShuttingDown(f"pipeline {self.name} is shutting down: no new streams")
             if failure is not None:
@@ -267,12 +269,16 @@ class Pipeline:
         its own, a blocked read at its timeout, and is joined at shutdown).
         """
         with self._lock:
-            reader = self.streams.pop(stream_id, None)
+            reader = self.streams.get(stream_id)
             if reader is None:
                 raise StreamNotFound(f"no stream {stream_id!r}")
-            self._retired[stream_id] = reader
+            # Retired before it leaves the streams: the stages find its frames' reader
+            # without the lock. Out of the intake as its id is freed: a stream added
+            # again under it at once gets a lane of its own.
+            self._retired.append(reader)
+            del self.streams[stream_id]
+            reader.leave_intake()
         reader.stop()
-        reader.leave_intake()
         if not reader.settle(SETTLE_SECONDS):
             log.warning(
                 "stream %s: %d frames not through after %g s; its counters may still change",
@@ -293,12 +299,15 @@ class Pipeline:
     def _reap(self) -> None:
         """Forget removed streams whose reader thread has ended."""
         with self._lock:
-            for stream_id, reader in list(self._retired.items()):
-                if not reader.running and reader.frames_in_flight == 0:
-                    del self._retired[stream_id]
+            self._retired = [r for r in self._retired if r.running or r.frames_in_flight]
 
-    def _reader(self, stream_id: str) -> StreamReader | None:
-        return self.streams.get(stream_id) or self._retired.get(stream_id)
+    def _reader(self, arrival: Arrival) -> StreamReader | None:
+        """The reader ``arrival`` came through: of a stream removed and added again under
+        its id, the frames still in the stages count on the reader that read them."""
+        reader = self.streams.get(arrival.stream)
+        if reader is not None and reader.lane is arrival.lane:
+            return reader
+        return next((r for r in self._retired if r.lane is arrival.lane), None)
 
     def _reader_ended(self, reader: StreamReader) -> None:
         with self._lock:
@@ -309,11 +318,11 @@ class Pipeline:
 
     def readers(self) -> list[StreamReader]:
         with self._lock:
-            return [*self.streams.values(), *self._retired.values()]
+            return [*self.streams.values(), *self._retired]
 
     def _needs_detection(self, arrival: Arrival) -> Decision | bool:
         """Whether the stream's cadence sends this frame to the model (preprocessing thread)."""
-        reader = self._reader(arrival.stream)
+        reader = self._reader(arrival)
         if reader is None or reader.cadence is None:
             return True
         adapting = reader.cadence.options.adapt_detect_every is not None
@@ -383,7 +392,7 @@ class Pipeline:
         frames: list[tuple[np.ndarray, np.ndarray, np.ndarray, float]] = []
         for position in positions:
             arrival, result = batch.arrivals[position], batch.results[position]
-            reader = self._reader(arrival.stream)
+            reader = self._reader(arrival)
             analytics = None if reader is None else reader.analytics
             if analytics is None or not arrival.detect:
                 continue
@@ -411,7 +420,7 @@ class Pipeline:
         groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
         owners: dict[tuple[int, tuple[int, ...]], StreamAnalytics] = {}
         for position in tracked:
-            reader = self._reader(batch.arrivals[position].stream)
+            reader = self._reader(batch.arrivals[position])
             analytics = None if reader is None else reader.analytics
             if analytics is None or not (analytics.lines or analytics.zones):
                 continue
@@ -463,7 +472,7 @@ class Pipeline:
             placed = self._place_together(batch, tracked)
             for position in positions:
                 arrival, result = batch.arrivals[position], batch.results[position]
-                reader = self._reader(arrival.stream)
+                reader = self._reader(arrival)
                 if reader is None:
                     finished[position] = result
                     continue
@@ -485,7 +494,7 @@ class Pipeline:
                 finished[position] = result
         records = [finished[position] for position in sorted(finished)]
         for arrival, error in batch.failures:
-            reader = self._reader(arrival.stream)
+            reader = self._reader(arrival)
             if reader is not None:
                 reader.counters.failed(1)
                 reader.fail(error)
@@ -539,7 +548,7 @@ class Pipeline:
         """First step of a graceful stop: every reader stops; queued frames stay to be processed."""
         with self._lock:
             self._taking = False
-            readers = [*self.streams.values(), *self._retired.values()]
+            readers = [*self.streams.values(), *self._retired]
         for reader in readers:
             reader.stop()
 
@@ -554,7 +563,7 @@ class Pipeline:
         :meth:`hurry`); stages still at work then are given up on, their frames counted."""
         self.stop_taking_frames()
         with self._lock:
-            readers = [*self.streams.values(), *self._retired.values()]
+            readers = [*self.streams.values(), *self._retired]
         for reader in readers:
             if not self._wait(reader.join, deadline):
                 log.error("stream %s: the reader did not stop in time", reader.id)

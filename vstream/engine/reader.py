@@ -151,7 +151,9 @@ class StreamReader:
             FreshnessPolicy.LATEST if live else FreshnessPolicy.BLOCK
         )
         self.policy = policy
-        intake.register(stream_id, config.queue_size if config is not None else 2, policy)
+        self.lane = intake.register(
+            stream_id, config.queue_size if config is not None else 2, policy
+        )
         self._thread = threading.Thread(target=self._run, name=f"reader-{stream_id}", daemon=True)
 
     @property
@@ -205,8 +207,8 @@ class StreamReader:
         The policy's drops are kept here: the intake forgets them with the stream
         (and counts a stream added again under the same id from zero).
         """
-        self._policy_dropped = self._intake.dropped(self.id)
-        self.counters.discarded(self._intake.unregister(self.id))
+        self.counters.discarded(self._intake.unregister(self.lane))
+        self._policy_dropped = self.lane.dropped  # final: out of the intake, no more puts
 
     def settle(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the thread to end and its frames to be counted.
@@ -273,7 +275,7 @@ class StreamReader:
         for frame in self._source:
             if gate is not None:  # its motion masks rasterised here, not on the shared thread
                 gate.prepare(frame.width, frame.height)
-            if not self._intake.put(self.id, frame, self._stop):
+            if not self._intake.put(self.lane, frame, self._stop):
                 self.counters.discarded(1, at_stop=True)  # decoded when the stop came
                 return
         if self.config is not None and not self._stop.is_set():
