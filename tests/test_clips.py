@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -113,6 +114,32 @@ def no_temp_files(directory: Path) -> bool:
 @pytest.fixture
 def video(tmp_path: Path) -> Path:
     return encode(tmp_path / "source.mp4")  # 5 s
+
+
+@pytest.fixture
+def held_writer(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """The clip writer held in its first remux until the test sets the event returned: clips
+    end while it is busy, however fast the machine."""
+    from vstream.clips import recorder as module
+
+    release = threading.Event()
+    remux = module.remux
+
+    def held(*args, **kwargs) -> None:
+        assert release.wait(HANG), "the test never released the writer"
+        remux(*args, **kwargs)
+
+    monkeypatch.setattr(module, "remux", held)
+    return release
+
+
+def record_on_many_streams(recorder: ClipRecorder, video: Path, streams: int) -> None:
+    """A clip being recorded on each of ``streams`` streams (an event at 2.0 s, its post-roll
+    not come yet), as at a shutdown."""
+    for n in range(streams):
+        ring = recorder.ring(f"cam{n}")
+        Feed(video).until(ring, 2.1)
+        assert recorder.trigger(f"cam{n}", {"n": n}, 2.0) is not None
 
 
 def test_ring_starts_at_a_keyframe_and_keeps_its_pre_roll(video: Path) -> None:
@@ -247,6 +274,140 @@ def test_events_merge_within_the_window_else_each_has_its_own_whole_clip(
     assert 3.0 <= first["end_pts"] <= 3.0 + 2 / FPS  # 1 s after its last event
     assert second["start_pts"] <= 1.6 < first["end_pts"]  # its own pre-roll, shared footage
     assert recorder.stats.extended == 1 and recorder.stats.clips == 2
+
+
+def test_clips_ending_together_are_all_written(
+    video: Path, tmp_path: Path, held_writer: threading.Event
+) -> None:
+    """A burst of events with ``merge=0`` (a group through a door: a clip each) and a
+    shutdown with many cameras end more clips at once than the writer takes in the
+    meantime: each waits for it, as its packets are in memory already."""
+    recorder = ClipRecorder(tmp_path / "clips", pre_roll=1.0, post_roll=1.0, merge=0)
+    try:
+        ring = recorder.ring("door")
+        feed = Feed(video)
+        feed.until(ring, 2.3)
+        burst = {recorder.trigger("door", {"track": n}, 2.0 + n / 100) for n in range(20)}
+        feed.until(ring)  # every post-roll ends while the writer is held
+        assert len(burst) == 20 and not recorder.recording()
+        record_on_many_streams(recorder, video, 20)
+        assert not recorder.flush(0)  # all ended, none written yet
+        held_writer.set()
+        assert recorder.flush(HANG)
+    finally:
+        recorder.close(HANG)
+    assert recorder.stats.clips == 40 and len(recorder.clips()) == 40
+    assert recorder.stats.failures == recorder.stats.dropped == 0
+
+
+def test_clips_dropped_for_a_writer_far_behind_are_counted_and_logged_once(
+    video: Path, tmp_path: Path, held_writer: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What remains of dropping: a writer behind by ``max_queued_bytes`` (here any clip
+    waiting), one error line for the episode, one line when the writer caught up."""
+    caplog.set_level(logging.DEBUG, logger="vstream.clips")
+    recorder = ClipRecorder(
+        tmp_path / "clips", pre_roll=0.5, post_roll=0.5, merge=0, max_queued_bytes=1
+    )
+    try:
+        ring = recorder.ring("door")
+        feed = Feed(video)
+        feed.until(ring, 2.1)
+        for n in range(5):
+            recorder.trigger("door", {"track": n}, 2.0 + n / 100)
+        feed.until(ring, 3.0)  # all five end; the first waits for the writer
+        assert recorder.stats.dropped == recorder.stats.failures == 4
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1, errors
+        assert "the writer is behind" in errors[0] and "max_queued_bytes 1" in errors[0]
+        held_writer.set()
+        wait_for(lambda: recorder.stats.clips == 1, HANG, "the first clip")
+        recorder.trigger("door", {"track": 5}, 3.2)  # the writer has nothing waiting: kept
+        feed.until(ring)
+        assert recorder.flush(HANG)
+    finally:
+        recorder.close()
+    assert recorder.stats.clips == 2 and recorder.stats.dropped == 4
+    assert "the writer caught up; writing clips again (4 dropped so far)" in caplog.text
+
+
+def test_close_names_and_counts_the_clips_it_gives_up_on(
+    video: Path, tmp_path: Path, held_writer: threading.Event, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer too slow for ``close``'s timeout (a stuck network share): the clips it has
+    not written are counted and named, not left silently to a daemon thread."""
+    caplog.set_level(logging.ERROR, logger="vstream.clips")
+    recorder = ClipRecorder(tmp_path / "clips", pre_roll=1.0, post_roll=1.0)
+    record_on_many_streams(recorder, video, 5)
+    ids = [c["id"] for c in recorder.recording()]
+    recorder.close(timeout=0.5)
+    assert recorder.stats.unwritten == recorder.stats.failures == 5
+    assert recorder.stats.clips == 0 and recorder.clips() == []
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "gave up after 0.5 s waiting for the writer: 5 clips unwritten" in line
+    assert sum(clip_id in line for clip_id in ids) == 3 and "and 2 more" in line
+    held_writer.set()  # the clip in hand is finished, the rest are not: the worker stops
+    wait_for(lambda: recorder.stats.clips == 1, HANG, "the clip being written at close")
+
+
+def test_a_b_frame_clip_ends_with_every_picture_it_describes(tmp_path: Path) -> None:
+    """With B-frames, the pictures shown just before a P-frame are decoded after it: a clip
+    cut at the first packet decoded past its end lacked them, its description not."""
+    video = encode(tmp_path / "source.mp4")
+    with av.open(str(video)) as container:
+        assert any(p.pts != p.dts for p in container.demux(video=0) if p.size), "B-frames"
+    events = (3.0, 3.1, 3.2, 3.3)
+    recorder = ClipRecorder(tmp_path / "clips", pre_roll=1.0, post_roll=1.0, merge=0)
+    try:
+        ring = recorder.ring("cam")
+        feed = Feed(video)
+        for pts in events:
+            feed.until(ring, pts + 0.2)
+            recorder.trigger("cam", {"n": pts}, pts)
+        feed.until(ring)
+        assert recorder.flush(HANG)
+    finally:
+        recorder.close()
+    clips = sorted(recorder.clips(), key=lambda c: c["events"][0]["pts"])
+    assert [c["events"][0]["pts"] for c in clips] == list(events)
+    for info in clips:
+        assert info["end_pts"] >= info["events"][0]["pts"] + 1.0
+        frames = decode(Path(info["path"]))
+        first = round(info["start_pts"] * FPS)
+        assert len(frames) == round((info["end_pts"] - info["start_pts"]) * FPS), info
+        assert [round(f.time * FPS) for f in frames] == list(range(len(frames)))
+        reds = [red(f) for f in frames]  # the source's pictures, each once, in order
+        assert all(abs(r - 8 * (first + i) % 256) <= 3 for i, r in enumerate(reds)), reds
+
+
+def test_no_clip_without_video_and_a_raw_stream_says_why(
+    video: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A raw H.264 stream's packets have no time stamps, so nothing places them in a clip:
+    one clear line, no clip id. A clip whose stream sent no picture is neither written nor
+    listed (a description alone would list a clip without video)."""
+    caplog.set_level(logging.ERROR, logger="vstream.clips")
+    clips = tmp_path / "clips"
+    recorder = ClipRecorder(clips, pre_roll=0.5, post_roll=0.5)
+    try:
+        raw = encode(tmp_path / "source.h264", 75, fmt="h264")
+        ring = recorder.ring("raw")
+        Feed(raw).until(ring)
+        assert ring.untimed == 75 and not ring.packets()
+        assert recorder.trigger("raw", {"n": 1}, 2.0) is None
+        assert recorder.trigger("raw", {"n": 2}, 2.5) is None
+        [line] = [r.getMessage() for r in caplog.records]
+        assert "'raw', whose packets have no time stamps (a raw H.264 or HEVC stream" in line
+        silent = Feed(video)
+        recorder.ring("silent").open(silent.stream)  # its demuxer stops before any packet
+        silent.container.close()
+        assert recorder.trigger("silent", {"n": 3}, 1.0, np.zeros((8, 8, 3), np.uint8))
+        assert recorder.flush(HANG)
+    finally:
+        recorder.close()
+    assert recorder.stats.failures == 3 and recorder.stats.clips == 0
+    assert recorder.clips() == [] and not (clips.exists() and list(clips.iterdir()))
+    assert "not written: no video packets" in caplog.records[-1].getMessage()
 
 
 def test_the_clips_of_a_run_hold_the_records_events_with_their_pts(tmp_path: Path) -> None:

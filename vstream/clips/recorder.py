@@ -12,8 +12,11 @@ starting its own, so a burst of events makes one clip, not one per frame;
 have their whole pre-roll and post-roll, so they may share footage. A worker
 thread then remuxes the
 original packets to MP4 (no re-encoding), writes the annotated snapshot as a
-JPEG, and the clip's description last, each file atomically. Retention keeps
-the directory within a count and a size, deleting the oldest clips first;
+JPEG, and the clip's description last, each file atomically. A clip that has
+ended waits for that thread however many end at once (a burst of events, a
+shutdown), its packets being in memory already; only a writer that falls
+``max_queued_bytes`` behind has clips dropped, each episode logged once.
+Retention keeps the directory within a count and a size, deleting the oldest clips first;
 ``min_free_bytes`` keeps clips from taking a disk's last space (which the
 records need more): below it, a clip is not written, counted, and the
 episode logged once.
@@ -60,6 +63,8 @@ Snapshot = Any
 """An RGB ``uint8`` ``(H, W, 3)`` picture (torch tensor on any device, or NumPy array)."""
 
 _STOP = object()
+CLIPS_NAMED = 3
+"""Clips a log line names by id; it counts the rest."""
 
 
 @dataclass
@@ -77,7 +82,12 @@ class ClipStats:
     failures: int = 0
     """Clips or snapshots that could not be written (disk full, no permission, no video)."""
     dropped: int = 0
-    """Finished captures dropped because the writer queue was full (also counted as failures)."""
+    """Finished captures dropped because the clips waiting for the writer held
+    ``max_queued_bytes`` already (also counted as failures)."""
+    unwritten: int = 0
+    """Clips :meth:`ClipRecorder.close` gave up on, the writer being too slow to write them
+    within its timeout (also counted as failures); the one being written then is among
+    them, though the worker may yet finish it if the process lives on."""
     deleted: int = 0
     """Clips deleted by retention."""
     skipped_low_space: int = 0
@@ -164,7 +174,11 @@ class ClipRecorder:
     however many events extend it. ``stall_seconds``: a clip whose stream
     sends no packet for this long is written with what it has.
     ``min_free_bytes``: a clip is written only while the directory's disk has
-    at least this much free (0: no check).
+    at least this much free (0: no check). ``max_queued_bytes``: the packets of
+    the clips waiting for the writer, each clip counted whole (footage clips
+    share counts once per clip); a clip ending past it is dropped, so that a
+    writer slower than the clips for long (a slow disk) cannot take all the
+    memory. A clip that :meth:`flush` or :meth:`close` ends is never dropped.
     """
 
     def __init__(
@@ -180,7 +194,7 @@ class ClipRecorder:
         max_clip_bytes: int = 256 * 1024 * 1024,
         ring_max_bytes: int = 64 * 1024 * 1024,
         jpeg_quality: int = 85,
-        queue_size: int = 16,
+        max_queued_bytes: int = 1024 * 1024 * 1024,
         stall_seconds: float = 10.0,
         format: str = "mp4",
         min_free_bytes: int = 0,
@@ -202,6 +216,7 @@ class ClipRecorder:
         self.stall_seconds = float(stall_seconds)
         self.format = format
         self.min_free_bytes = int(min_free_bytes)
+        self.max_queued_bytes = int(max_queued_bytes)
         self._space = FreeSpace(f"clips: {self.directory}", log)
         """Whether clips are being skipped for want of space (logged once per episode)."""
         self.stats = ClipStats()
@@ -216,7 +231,13 @@ class ClipRecorder:
         self._latest: dict[str, Capture] = {}
         """The clip each stream's next event may join (its newest)."""
         self._last_failure: str | None = None
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, queue_size))
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queued: dict[str, Capture] = {}
+        """Clips handed to the writer and not written yet (the one being written included)."""
+        self._queued_bytes = 0
+        self._behind = False
+        """Whether clips are being dropped for a writer behind by ``max_queued_bytes``
+        (logged once per episode)."""
         self._closed = False
         self._thread = threading.Thread(target=self._work, name="clips", daemon=True)
         self._thread.start()
@@ -273,6 +294,14 @@ class ClipRecorder:
                 return None
             if ring is None:
                 self._fail("no-ring", f"clips: event on {stream_id!r}, which has no packet ring")
+                return None
+            if ring.untimed and not ring.packets_added:
+                self._fail(
+                    "untimed",
+                    f"clips: no clip of {stream_id!r}, whose packets have no time stamps (a raw "
+                    "H.264 or HEVC stream; clips need a container or protocol that times them, "
+                    "as MP4, MPEG-TS, Matroska or RTSP do)",
+                )
                 return None
             current = self._latest.get(stream_id)
             if (
@@ -350,7 +379,8 @@ class ClipRecorder:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """End every clip being recorded now and wait until all are written; False on timeout."""
+        """End every clip being recorded now and wait until all are written, those that
+        ended before and wait for the writer included; False on timeout."""
         with self._lock:
             rings = list(self._rings.values())
         for ring in rings:
@@ -359,20 +389,40 @@ class ClipRecorder:
         return self._drain(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is being recorded, then stop the worker."""
-        self.flush(timeout)
+        """Write what is being recorded and what waits for the writer, then stop the worker.
+
+        ``timeout`` bounds the whole wait. The writer is a daemon thread, which
+        the process does not wait for: clips it has not written by then are
+        given up, counted (``unwritten``) and named in one error line, and the
+        worker stops after the clip in hand (which it may yet finish).
+        """
+        deadline = time.monotonic() + timeout
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
-        with suppress(queue.Full):
-            self._queue.put(_STOP, timeout=timeout)
-        self._thread.join(timeout)
+        if not self.flush(timeout):
+            with suppress(queue.Empty):  # the clips not started are not waited for any more
+                while True:
+                    self._queue.get_nowait()
+        self._queue.put(_STOP)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            unwritten = list(self._queued)
+        if unwritten:
+            self._count("unwritten", len(unwritten))
+            self._count("failures", len(unwritten))
+            more = len(unwritten) - CLIPS_NAMED
+            log.error(
+                "clips: closing, gave up after %g s waiting for the writer: %d clips unwritten "
+                "(%s%s)",
+                timeout, len(unwritten), ", ".join(unwritten[:CLIPS_NAMED]),
+                f" and {more} more" if more > 0 else "",
+            )  # fmt: skip
 
     def _drain(self, timeout: float) -> bool:
         done = threading.Event()
-        try:
-            self._queue.put(done.set, timeout=timeout)
-        except queue.Full:
-            return False
+        self._queue.put(done.set)
         return done.wait(timeout)
 
     # -- internals ---------------------------------------------------------------------------------
@@ -392,12 +442,57 @@ class ClipRecorder:
         self._last_failure = key
 
     def _captured(self, capture: Capture) -> None:
-        """A capture ended (on the demuxer's thread, usually): hand it to the writer."""
+        """A capture ended (on the demuxer's thread, usually): hand it to the writer.
+
+        Never blocks. Its packets are in memory already, so however many clips
+        end at once, each waits for the writer; only where those waiting hold
+        ``max_queued_bytes`` (the writer has been behind for long) is it dropped,
+        the episode logged once. A clip ended by :meth:`flush` is never dropped:
+        shutting down ends them all at once, and nothing comes after them.
+        """
+        clip_id = capture.context["id"]
+        flushed = capture.reason == "flushed"
+        with self._lock:
+            drop = (
+                not flushed
+                and bool(self._queued)
+                and self._queued_bytes + capture.bytes > self.max_queued_bytes
+            )
+            was_behind = self._behind
+            if not flushed:
+                self._behind = drop
+            if not drop:
+                self._queued[clip_id] = capture
+                self._queued_bytes += capture.bytes
+            waiting = self._queued_bytes
+        if not drop:
+            self._queue.put(capture)
+            if was_behind and not flushed:
+                log.info(
+                    "clips: the writer caught up; writing clips again (%d dropped so far)",
+                    self.stats.dropped,
+                )
+            return
+        capture.packets = []
+        self._count("dropped")
+        self._count("failures")
+        if was_behind:
+            log.debug("clips: clip %s dropped: the writer is behind", clip_id)
+        else:
+            log.error(
+                "clips: the writer is behind, %d bytes of clips waiting (max_queued_bytes %d): "
+                "clip %s dropped, and those ending until it catches up (counted)",
+                waiting, self.max_queued_bytes, clip_id,
+            )  # fmt: skip
+
+    def _write_queued(self, capture: Capture) -> None:
         try:
-            self._queue.put_nowait(capture)
-        except queue.Full:
-            self._count("dropped")
-            self._fail("queue", f"clips: writer queue full, clip {capture.context['id']} dropped")
+            self._write(capture)
+        finally:
+            capture.packets = []  # the memory goes back now, whatever the index keeps
+            with self._lock:
+                self._queued.pop(capture.context["id"], None)
+                self._queued_bytes -= capture.bytes
 
     def _work(self) -> None:
         while True:
@@ -410,7 +505,7 @@ class ClipRecorder:
                 return
             try:
                 if isinstance(job, Capture):
-                    self._write(job)
+                    self._write_queued(job)
                 else:
                     job()
             except Exception as exc:  # the worker must outlive any one clip
@@ -438,6 +533,17 @@ class ClipRecorder:
         clip_id: str = context["id"]
         picture = context.pop("picture", None)
         ready = context.pop("picture_ready", None)
+        template = capture.template
+        if template is None or not capture.packets:
+            # A snapshot and a description alone would list a clip that has no video.
+            why = (
+                "no codec parameters"
+                if template is None
+                else "no video packets (the stream ended or stalled before a keyframe)"
+            )
+            stream = context["stream"]
+            self._fail("empty", f"clips: clip {clip_id} of {stream!r} not written: {why}")
+            return
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -449,7 +555,6 @@ class ClipRecorder:
             )
             return
         if not self._room_for(clip_id):
-            capture.packets = []
             return
         written: list[str] = []
         info = ClipInfo(
@@ -475,22 +580,18 @@ class ClipRecorder:
                 written.append(name)
                 info.snapshot = name
                 self._count("snapshots")
-            if capture.packets and capture.template is not None:
-                fmt, suffix = container_for(capture.template, self.format)
-                name = clip_id + suffix
-                template, packets = capture.template, capture.packets
-                self._write_file(
-                    name,
-                    lambda path: write_atomic(path, lambda tmp: remux(tmp, template, packets, fmt)),
-                    "clip",
-                )
-                written.append(name)
-                info.clip = name
-                info.codec = template.codec
-                self._count("clips")
-            else:
-                why = "no video packets" if capture.template is not None else "no codec parameters"
-                self._fail("empty", f"clips: clip {clip_id} of {info.stream!r} has {why}")
+            fmt, suffix = container_for(template, self.format)
+            name = clip_id + suffix
+            packets = capture.packets
+            self._write_file(
+                name,
+                lambda path: write_atomic(path, lambda tmp: remux(tmp, template, packets, fmt)),
+                "clip",
+            )
+            written.append(name)
+            info.clip = name
+            info.codec = template.codec
+            self._count("clips")
             info.files = [*written, f"{clip_id}.json"]
             description = _describe(info, sum(_size(self.directory / n) for n in written))
             self._write_file(
@@ -502,8 +603,6 @@ class ClipRecorder:
                     (self.directory / name).unlink()
             self._fail("write", str(exc))
             return
-        finally:
-            capture.packets = []  # the memory goes back now, whatever the index keeps
         self._count("bytes_written", info.bytes)
         self.index.add(info)
         self._last_failure = None

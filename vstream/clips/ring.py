@@ -76,8 +76,10 @@ class Capture:
     """The packets of one clip being recorded: pre-roll from the ring, then live packets.
 
     ``start``/``end`` are on the pipeline's timeline. The capture ends with the
-    first packet whose decoding time reaches ``end`` (that packet excluded), so
-    every picture in it can be decoded.
+    first packet decoded at or after ``end`` that is shown after every picture
+    taken (that packet excluded), so that every picture in it can be decoded
+    and none shown before its last one is missing: with B-frames, the pictures
+    shown just before a reference picture are decoded after it, past ``end``.
     """
 
     start: float
@@ -88,6 +90,8 @@ class Capture:
     template: Template | None = None
     offset: float = 0.0
     packets: list[StoredPacket] = field(default_factory=list)
+    latest: StoredPacket | None = None
+    """The packet shown last of those taken (with B-frames, not the last one taken)."""
     bytes: int = 0
     done: bool = False
     reason: str = ""
@@ -105,10 +109,10 @@ class Capture:
     @property
     def last_seconds(self) -> float | None:
         """Pipeline time just after the last picture."""
-        if not self.packets:
+        latest = self.latest
+        if latest is None:
             return None
-        last = max(self.packets[-8:], key=lambda p: p.seconds)
-        return last.seconds + float(last.duration * last.time_base) + self.offset
+        return latest.seconds + float(latest.duration * latest.time_base) + self.offset
 
 
 @dataclass
@@ -148,6 +152,9 @@ class PacketRing:
         """Seconds added to a packet's own time to reach the pipeline's timeline."""
         self.packets_added = 0
         self.overflows = 0
+        self.untimed = 0
+        """Packets with no time stamp at all (a raw H.264 or HEVC elementary stream): not
+        kept, as nothing could place them in a clip."""
         self._lock = threading.Lock()
         self._gops: deque[_Gop] = deque()
         self._bytes = 0
@@ -198,7 +205,8 @@ class PacketRing:
             self.open(packet.stream)
         pts, dts = packet.pts, packet.dts
         if pts is None and dts is None:
-            return  # nothing to place it in time: a remuxed clip cannot use it either
+            self.untimed += 1  # nothing to place it in time: a remuxed clip cannot use it either
+            return
         # A demuxed packet is in its stream's time base: reading it from the packet
         # would make a new Fraction per packet.
         time_base, scale = self._time_base, self._scale
@@ -255,15 +263,22 @@ class PacketRing:
 
     def _take(self, capture: Capture, packet: StoredPacket) -> bool:
         """Give ``packet`` to ``capture``; True when the capture is complete."""
-        if not capture.packets and not packet.keyframe:
+        latest = capture.latest
+        if latest is None and not packet.keyframe:
             return False
-        if capture.packets and packet.decode_seconds + capture.offset >= capture.end:
+        if (
+            latest is not None
+            and packet.decode_seconds + capture.offset >= capture.end
+            and packet.seconds >= latest.seconds
+        ):  # past the end, and shown after every picture taken: none to come fills a hole
             capture.reason = "post-roll"
             return True
         if capture.bytes + len(packet.data) > capture.max_bytes:
             capture.reason = "size"
             return True
         capture.packets.append(packet)
+        if latest is None or packet.seconds > latest.seconds:
+            capture.latest = packet
         capture.bytes += len(packet.data)
         capture.last_packet = time.monotonic()
         return False
