@@ -4,14 +4,16 @@ checked by the pipelines file's models, and pictures as other tools hold them.""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import vstream
 from vstream.api import accepted_options
 from vstream.config import ConfigError, parse_config
-from vstream.frame import as_frame
+from vstream.frame import Frame, PixelFormat, as_frame
 
 SAMPLE = "vstream://sample.mp4"
 
@@ -132,6 +134,19 @@ def test_stream_id_names_the_stream_of_a_file_and_of_pictures(opencv_frames) -> 
     assert [r.stream_id for r in vstream.detect(opencv_frames[:1], device="cpu")] == ["0"]
     with pytest.raises(ConfigError, match="stream_id: 'a b' does not match"):
         vstream.detect(opencv_frames, stream_id="a b")
+
+
+def test_frames_of_their_own_stream_are_refused_a_stream_id_that_names_no_file(
+    tmp_path: Path,
+) -> None:
+    """A Frame brings its stream id, which ``{stream}`` puts in a sink's path: one that would
+    leave the sink's directory is refused as a config's would be, and nothing is written."""
+    frames = [Frame(torch.zeros((48, 64, 3), dtype=torch.uint8), PixelFormat.RGB24, 64, 48,
+                    "../escaped", i, i / 25) for i in range(3)]  # fmt: skip
+    sink = {"type": "video", "path": str(tmp_path / "videos" / "{stream}.mp4"), "encoder": "cpu"}
+    with pytest.raises(ValueError, match=r"picture 0: stream id '\.\./escaped' does not match"):
+        list(vstream.detect(frames, device="cpu", sinks=[sink]))
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 def test_a_detector_from_a_model_config_takes_the_keyword_options_too() -> None:

@@ -370,6 +370,49 @@ def test_close_is_idempotent_and_writes_after_it_are_refused(tmp_path: Path) -> 
         writer.write(torch.zeros((48, 64), dtype=torch.uint8))
 
 
+def test_a_stream_added_again_keeps_its_earlier_video(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stream removed and added again under its id (DELETE, then POST /streams) writes a
+    second video beside the first, said once; closing the second replaced the first."""
+    from vstream.config import parse_data
+    from vstream.engine.outputs import FrameOutputs
+    from vstream.frame import Frame, PixelFormat
+
+    write_video(tmp_path / "door.mp4", frames=2, width=64, height=48)
+    config = parse_data(
+        {
+            "pipelines": [
+                {
+                    "name": "p",
+                    "model": {"path": "vstream://demo.onnx"},
+                    "runtime": {"device": "cpu"},
+                    "sources": [{"id": "door", "uri": str(tmp_path / "door.mp4")}],
+                    "sinks": [{"type": "video", "path": "videos/{stream}.mp4", "encoder": "cpu"}],
+                }
+            ]
+        },
+        base_dir=tmp_path,
+    )
+    outputs = FrameOutputs(config.pipelines[0], torch.device("cpu"), {0: "person"})
+
+    def session(frames: int) -> None:
+        for i in range(frames):
+            picture = torch.full((48, 64, 3), 10 * i, dtype=torch.uint8)
+            frame = Frame(picture, PixelFormat.RGB24, 64, 48, "door", i, i / 25)
+            outputs.deliver(frame, FrameResult("door", i, i / 25, 64, 48, Detections.empty()), 25)
+
+    session(20)
+    outputs.remove_stream("door")
+    session(5)
+    outputs.close()
+    videos = tmp_path / "videos"
+    assert sorted(p.name for p in videos.iterdir()) == ["door-2.mp4", "door.mp4"]
+    assert ffprobe_frame_count(videos / "door.mp4") == 20
+    assert ffprobe_frame_count(videos / "door-2.mp4") == 5
+    assert "was written already in this run; this one goes to" in caplog.text
+
+
 def test_no_frames_no_file(tmp_path: Path) -> None:
     stats = VideoWriter(tmp_path / "out.mp4", 64, 48, 25, encoder="cpu").close()
     assert stats.frames_written == 0 and stats.failures == 0

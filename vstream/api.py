@@ -101,9 +101,14 @@ def as_frames(
 ) -> Iterator[Frame]:
     """Each picture as a :class:`Frame` (:func:`vstream.frame.as_frame`), numbered in order;
     all of stream ``stream_id`` where one is given, else pictures of stream "0" and frames of
-    their own."""
+    their own, whose stream ids are checked as a config's are (ValueError): they name the
+    stream's files (``{stream}`` in a sink's path) and topics."""
     for index, picture in enumerate(pictures):
         frame = as_frame(picture, channels, stream_id=stream_id or "0", index=index)
+        if stream_id is None and not re.fullmatch(NAME_PATTERN, frame.stream_id):
+            raise ValueError(
+                f"picture {index}: stream id {frame.stream_id!r} does not match {NAME_PATTERN}"
+            )
         yield (
             frame
             if stream_id is None or frame.stream_id == stream_id

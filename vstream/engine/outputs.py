@@ -182,6 +182,9 @@ class FrameOutputs:
         self.preview: Preview | None = None
         """The server's preview hub, when there is one (set by the engine)."""
         self._writers: dict[tuple[int, str], Any] = {}
+        self._opened: set[str] = set()
+        """The video files written in this run: a stream added again does not replace its
+        earlier video (:meth:`_fresh`)."""
         self.finished: dict[str, Any] = {}
         """The last counters (``VideoWriterStats``) of each video closed by :meth:`close`, by its
         target as logged: what a summary says was written or published."""
@@ -250,6 +253,8 @@ class FrameOutputs:
                     raise ValueError(
                         f"stream {owner} already writes it; put {{stream}} in the sink's path"
                     )
+                if not sink.live:
+                    target = self._fresh(target, stream)
                 writer = VideoWriter(
                     target if sink.live else Path(target), frame.width, frame.height,
                     fps or DEFAULT_FPS, encoder=sink.encoder, policy=sink.policy,
@@ -262,6 +267,23 @@ class FrameOutputs:
                 writer = _NoWriter()
             self._writers[key] = writer
             return writer
+
+    def _fresh(self, target: str, stream: str) -> str:
+        """``target``, or where it was written already in this run (a stream removed and
+        added again under its id), the first free ``name-2.mp4``, ``name-3.mp4``...: the
+        earlier video is kept, where the new one's closing would have replaced it."""
+        path, number = Path(target), 1
+        while str(path) in self._opened or (number > 1 and path.exists()):
+            number += 1
+            path = Path(target).with_stem(f"{Path(target).stem}-{number}")
+        if number > 1:
+            log.warning(
+                "stream %s: annotated video %s was written already in this run; this one "
+                "goes to %s",
+                stream, target, path,
+            )  # fmt: skip
+        self._opened.add(str(path))
+        return str(path)
 
     def _target(self, sink: VideoSinkConfig, stream: str) -> str:
         """The file or URL of ``stream``'s video: the sink's path with its placeholders filled."""
