@@ -383,6 +383,62 @@ def test_a_stream_added_again_while_its_old_reader_stops_gets_every_frame(
     assert len(records) == old.counters.frames_processed + 30
 
 
+def test_a_stream_removed_while_connecting_counts_against_the_limits_till_it_ends(
+    tmp_path: Path, batch_model: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A camera that takes the connection and never answers: removing its stream cannot cut
+    the attempt short (FFmpeg's open returns at its timeout), so its thread and socket live
+    on. Removal does not wait for it (no frame can come), and until it ends it counts
+    against ``limits.max_streams``: adding and removing such streams in a loop grew threads
+    and sockets without bound, past every limit."""
+    import socket
+
+    from vstream.config.sources import SourceConfig
+    from vstream.errors import LimitExceeded
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    taken: list[socket.socket] = []
+    accepting = threading.Thread(target=lambda: taken.append(listener.accept()[0]), daemon=True)
+    accepting.start()
+    url = f"rtsp://127.0.0.1:{listener.getsockname()[1]}/silent"
+    config = parse_data(
+        {
+            "limits": {"max_streams": 1},
+            "pipelines": [
+                {
+                    "name": "main",
+                    "model": {"path": str(batch_model)},
+                    "runtime": {"device": "cpu"},
+                    "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
+                }
+            ],
+        },
+        base_dir=tmp_path,
+    )
+    engine = Engine(config, base_dir=tmp_path)
+    engine.start()
+    pipeline = engine.pipelines["main"]
+    try:
+        engine.add_stream("main", SourceConfig(id="cam", uri=url, open_timeout_seconds=HANG))
+        accepting.join(HANG)
+        wait_for(lambda: engine.stream("cam").state == "connecting", HANG, "the attempt")
+        with caplog.at_level(logging.INFO, logger="vstream.engine"):
+            engine.remove_stream("cam")
+        assert "removed while connecting" in caplog.text
+        assert "not through" not in caplog.text
+        (leaving,) = pipeline.leaving()
+        assert leaving.running and engine.streams() == []
+        with pytest.raises(LimitExceeded, match=r"\(1 streams, 1 of them removed and still"):
+            engine.add_stream("main", SourceConfig(id="other", uri=url))
+        taken[0].close()  # the camera hangs up: the attempt ends
+        wait_for(lambda: not pipeline.leaving(), HANG, "the attempt to end")
+        write_video(tmp_path / "next.mp4", frames=2, width=160, height=120)
+        engine.add_stream("main", SourceConfig(id="other", uri=str(tmp_path / "next.mp4")))
+    finally:
+        engine.stop(timeout=30)
+        listener.close()
+
+
 def test_stream_counters_are_exact_under_concurrent_updates() -> None:
     counters = StreamCounters()
 

@@ -81,6 +81,9 @@ class Engine(EngineBase):
     def readers(self) -> list[StreamReader]:
         return [r for p in self.pipelines.values() for r in list(p.streams.values())]
 
+    def leaving(self) -> list[StreamReader]:
+        return [r for p in self.pipelines.values() for r in p.leaving()]
+
     def _owner(self, stream_id: str) -> Pipeline | None:
         return next((p for p in self.pipelines.values() if stream_id in p.streams), None)
 

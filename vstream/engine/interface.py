@@ -111,6 +111,10 @@ class EngineBase:
         """Every stream the engine knows now (a copy: safe to walk while streams change)."""
         raise NotImplementedError
 
+    def leaving(self) -> Sequence[StreamView]:
+        """Removed streams still holding their resources (counted against the limits)."""
+        return []
+
     def _stop(self, timeout: float) -> None:
         """Stop taking frames, finish those in flight, flush the sinks (once)."""
         raise NotImplementedError
@@ -178,14 +182,15 @@ class EngineBase:
             raise ShuttingDown("shutting down: no new streams")
         if self._find(source.id) is not None:
             raise StreamConflict(f"a stream with id {source.id!r} is already running")
-        views = self.readers()
+        views, leaving = self.readers(), self.leaving()
         check_limits(
             self.config.limits,
             source,
             pipeline=pipeline,
-            streams=len(views),
-            in_pipeline=sum(s.pipeline == pipeline for s in views),
+            streams=len(views) + len(leaving),
+            in_pipeline=sum(s.pipeline == pipeline for s in [*views, *leaving]),
             decoder_threads=self.decoder_threads(),
+            leaving=len(leaving),
         )
 
     def decoder_threads(self) -> int:
@@ -235,14 +240,17 @@ def check_limits(
     streams: int,
     in_pipeline: int,
     decoder_threads: int,
+    leaving: int = 0,
 ) -> None:
-    """Refuse ``source`` with :class:`LimitExceeded` if starting it would pass a limit."""
+    """Refuse ``source`` with :class:`LimitExceeded` if starting it would pass a limit;
+    ``leaving`` of the streams counted are removed ones still ending."""
+    some = f", {leaving} of them removed and still ending" if leaving else ""
     if streams >= limits.max_streams:
-        raise LimitExceeded(f"limits.max_streams reached ({limits.max_streams} streams)")
+        raise LimitExceeded(f"limits.max_streams reached ({limits.max_streams} streams{some})")
     if in_pipeline >= limits.max_streams_per_pipeline:
         raise LimitExceeded(
             f"limits.max_streams_per_pipeline reached in pipeline {pipeline} "
-            f"({limits.max_streams_per_pipeline} streams)"
+            f"({limits.max_streams_per_pipeline} streams{some})"
         )
     threads = decoder_threads + counted_decoder_threads(source.decoder_threads)
     if threads > limits.max_decoder_threads:

@@ -286,6 +286,12 @@ class Pipeline:
                 reader.frames_in_flight,
                 SETTLE_SECONDS,
             )
+        elif reader.running:
+            log.info(
+                "stream %s: removed while connecting; the attempt ends by its timeout, and "
+                "counts against the limits till then",
+                stream_id,
+            )
         if self.outputs is not None:
             self.outputs.remove_stream(stream_id)
         if self.cascade is not None:
@@ -319,6 +325,12 @@ class Pipeline:
     def readers(self) -> list[StreamReader]:
         with self._lock:
             return [*self.streams.values(), *self._retired]
+
+    def leaving(self) -> list[StreamReader]:
+        """Removed streams whose reader has not ended (a connection attempt runs till its
+        timeout): counted against the limits, as they hold a thread and a socket."""
+        with self._lock:
+            return [r for r in self._retired if r.running]
 
     def _needs_detection(self, arrival: Arrival) -> Decision | bool:
         """Whether the stream's cadence sends this frame to the model (preprocessing thread)."""

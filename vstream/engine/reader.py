@@ -35,6 +35,11 @@ log = logging.getLogger("vstream.engine")
 
 FPS_WINDOW_SECONDS = 5.0
 
+_CONNECTING = (SourceState.CONNECTING, SourceState.RECONNECTING)
+"""States in which a stopped reader hands out no more frames, however long it takes to end."""
+
+_SETTLE_STEP_SECONDS = 0.1
+
 
 class StreamCounters:
     """What happened to a stream's frames after its source, safe to update from any thread."""
@@ -142,6 +147,8 @@ class StreamReader:
         """The cascade's readings of the stream's objects, counted (the pipeline sets it when
         it has secondary models)."""
         self._stop = threading.Event()
+        self._stopped_in: SourceState | None = None
+        """The state :meth:`stop` found it in (closing the source changes it)."""
         self._policy_dropped: int | None = None
         """Frames the freshness policy dropped, kept by :meth:`leave_intake`; None till then."""
         self._source: Any = frames
@@ -211,13 +218,21 @@ class StreamReader:
         self._policy_dropped = self.lane.dropped  # final: out of the intake, no more puts
 
     def settle(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for the thread to end and its frames to be counted.
+        """Wait up to ``timeout`` s for the thread to end, or to wait for a connection (no
+        frame comes from there once stopped), and for its frames to be counted.
 
         Call after :meth:`stop`. Frames already in the stages are processed (or
-        fail) on their way: the counters are final once they are through.
+        fail) on their way: the counters are final once they are through. A
+        connection being opened cannot be cut short (FFmpeg's open returns at its
+        timeout): the thread may live on, holding nothing.
         """
         deadline = time.monotonic() + timeout
-        return self.join(timeout) and self.counters.wait_until(
+        while self.running and self._stopped_in not in _CONNECTING:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.join(min(_SETTLE_STEP_SECONDS, left))
+        return self.counters.wait_until(
             lambda: self.frames_in_flight == 0, max(0.0, deadline - time.monotonic())
         )
 
@@ -300,6 +315,8 @@ class StreamReader:
 
     def stop(self) -> None:
         """Ask the reader to stop taking frames; returns at once."""
+        if not self._stop.is_set():
+            self._stopped_in = self.state
         self._stop.set()
         self._intake.wake()
         if hasattr(self._source, "state"):  # sources may be closed from any thread;
