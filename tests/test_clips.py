@@ -728,3 +728,55 @@ def test_snapshots_are_scaled_as_torchvision_scales_them_without_importing_it(
         monkeypatch.setitem(sys.modules, name, None)  # importing any of it now raises
     assert torch.equal(downscale(picture, 123), expected)
     assert torch.equal(downscale(picture, 400), picture.permute(2, 0, 1))
+
+
+def test_a_crossing_counted_as_its_track_is_forgotten_gets_its_whole_pre_roll(
+    tmp_path: Path,
+) -> None:
+    """The engine's clip rings keep what its lines may date an event back by: a crossing
+    counted as its track is forgotten comes ``track_buffer_seconds`` (here 6 s) after the
+    object was last seen, dated where it was first seen across. The rings kept 3 s past the
+    pre-roll whatever the analytics said, and such a clip started 3 s late, without a word."""
+    import torch
+
+    from vstream.config import parse_data
+    from vstream.engine.outputs import FrameOutputs
+
+    video = encode(tmp_path / "long.mp4", frames=25 * 16)
+    config = parse_data(
+        {
+            "pipelines": [
+                {
+                    "name": "p",
+                    "model": {"path": "vstream://demo.onnx"},
+                    "runtime": {"device": "cpu"},
+                    "sources": [{"id": "cam", "uri": str(video)}],
+                    "analytics": {
+                        "lines": [{"name": "gate", "start": [0, 50], "end": [160, 50]}],
+                        "tracking": {"track_buffer_seconds": 6},
+                    },
+                    "sinks": [
+                        {
+                            "type": "clips",
+                            "directory": "clips",
+                            "pre_roll_seconds": 4,
+                            "post_roll_seconds": 1,
+                        }
+                    ],
+                }
+            ]
+        },
+        base_dir=tmp_path,
+    )
+    ((_, recorder),) = FrameOutputs(config.pipelines[0], torch.device("cpu"), {}).recorders
+    try:
+        ring = recorder.ring("cam")
+        feed = Feed(video)
+        feed.until(ring, 13.0)  # last seen across at 7 s, forgotten 6 s later
+        recorder.trigger("cam", {"type": "line_crossing"}, 7.0)
+        feed.until(ring)
+        assert recorder.flush(HANG)
+    finally:
+        recorder.close()
+    (info,) = recorder.clips()
+    assert info["start_pts"] <= 7.0 - 4.0, "the whole pre-roll"

@@ -175,7 +175,7 @@ class FrameOutputs:
         )
         self.videos = [s for s in config.sinks if isinstance(s, VideoSinkConfig)]
         self.recorders = [
-            (sink, _recorder(sink, config.name))
+            (sink, _recorder(sink, config))
             for sink in config.sinks
             if isinstance(sink, ClipsSinkConfig)
         ]
@@ -333,15 +333,32 @@ class FrameOutputs:
         return totals
 
 
-def _recorder(sink: ClipsSinkConfig, pipeline: str) -> Any:
+CLIP_MARGIN_SECONDS = 3.0
+"""What the clip rings keep beyond the pre-roll for an event's way from the demuxer through
+the model to its clip (see :func:`_recorder`)."""
+
+
+def _recorder(sink: ClipsSinkConfig, config: PipelineConfig) -> Any:
+    """The clip recorder of ``sink``. Its rings keep, beyond the pre-roll, the time an
+    event may come after its own ``pts``: a crossing is dated where the object was first
+    seen across, ``min_seconds_on_side`` before it is settled, or, counted as its track is
+    forgotten, ``track_buffer_seconds`` after it was last seen; a zone's exit so too. A
+    ring forgetting that footage gave those clips a short pre-roll, without a word."""
     from vstream.clips.index import Retention
     from vstream.clips.recorder import ClipRecorder
 
+    analytics = config.analytics
+    late = (
+        analytics.effective_tracking.track_buffer_seconds + analytics.min_seconds_on_side
+        if analytics.lines or analytics.zones
+        else 0.0
+    )
     return ClipRecorder(
-        fill(sink.directory, stream="", pipeline=pipeline),  # {stream}: refused by the config
+        fill(sink.directory, stream="", pipeline=config.name),  # {stream}: refused by the config
         pre_roll=sink.pre_roll_seconds,
         post_roll=sink.post_roll_seconds,
         merge=sink.merge_seconds,
+        margin=CLIP_MARGIN_SECONDS + late,
         retention=Retention(max_count=sink.max_count, max_bytes=sink.max_bytes),
         min_free_bytes=sink.min_free_bytes,
     )
