@@ -695,13 +695,17 @@ def test_a_recorder_made_in_python_has_the_clips_sinks_rolls(tmp_path: Path) -> 
 
 
 def test_a_clips_directory_fills_in_pipeline_and_refuses_stream(tmp_path: Path) -> None:
+    import torch
     from pydantic import ValidationError
 
+    from vstream.config import parse_data
     from vstream.config.sinks import ClipsSinkConfig
-    from vstream.engine.outputs import _recorder
+    from vstream.engine.outputs import FrameOutputs
 
-    sink = ClipsSinkConfig(type="clips", directory=str(tmp_path / "clips-{pipeline}"))
-    recorder = _recorder(sink, "main")
+    sink = {"type": "clips", "directory": str(tmp_path / "clips-{pipeline}")}
+    pipeline = {"name": "main", "model": {"path": "vstream://demo.onnx"}, "sinks": [sink]}
+    config = parse_data({"pipelines": [pipeline]}, base_dir=tmp_path)
+    ((_, recorder),) = FrameOutputs(config.pipelines[0], torch.device("cpu"), {}).recorders
     try:
         assert recorder.directory == tmp_path / "clips-main"
     finally:
