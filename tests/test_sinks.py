@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis
-from helpers import ManualClock, eventually, wait_for
+from helpers import ManualClock, eventually, free_port, wait_for
 
 from vstream.results import Detection, Detections, FrameResult
 from vstream.sinks import BufferedSink, DeliveryError, JsonLinesSink, RetryPolicy
@@ -893,3 +893,18 @@ def test_a_full_disk_in_one_streams_file_counts_the_records_before_it(tmp_path: 
         transport.send(records[2:])
     assert raised.value.delivered == 1  # b's record got in; a's did not
     transport.close(0)
+
+
+@pytest.mark.parametrize("host", ["no-such-broker.invalid", "127.0.0.1"])
+def test_mqtt_a_broker_out_of_reach_says_why_while_retried(host: str) -> None:
+    """A name that does not resolve (a compose service not up yet), a port nobody listens
+    on: retried, as either may come; the sink's outage said "not connected" and no more."""
+    port = free_port()
+    transport = MqttTransport(host=host, port=port)
+    sink = BufferedSink(transport, name="mqtt", retry=FAST_RETRY, flush_timeout=0.1)
+    sink.write([result(0)])
+    why = "cannot resolve no-such-broker.invalid: " if host != "127.0.0.1" else "Connection refused"
+    assert eventually(lambda: why in (sink.outage or "")), sink.outage
+    assert sink.state != "failed"
+    sink.close()
+    assert (sink.stats.delivered, sink.stats.dropped) == (0, 1)

@@ -274,8 +274,8 @@ class BufferedSink:
                 # every batch would otherwise write a line each.
                 self._count(dropped=len(batch), why=f"{reason}: {redact(str(error))}")
                 return
-            if not self._outage:
-                self._outage = redact(str(error))
+            first, self._outage = not self._outage, redact(str(error))  # the latest reason
+            if first:
                 log.warning(
                     "%s: %s; retrying, buffering up to %d records",
                     self.label,

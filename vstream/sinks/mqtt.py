@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -77,6 +78,9 @@ class MqttTransport:
         """Acknowledgements of the batch :meth:`send` is sending, not yet taken by it."""
         self._refused: str | None = None
         """Why the broker refused the connection for good (:data:`REFUSALS`)."""
+        self._unreachable: str | None = None
+        """Why the last attempt to connect failed (the host unknown, the port closed), until
+        one succeeds: said with each "not connected"."""
         self.client = mqtt.Client(
             callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
             client_id=client_id or "",
@@ -91,6 +95,7 @@ class MqttTransport:
         self.client.max_queued_messages_set(max_queued)
         self.client.on_publish = self._on_publish
         self.client.on_connect = self._on_connect
+        self.client.on_connect_fail = self._on_connect_fail
         self.client.on_disconnect = self._on_disconnect
         self.client.connect_async(host, port, keepalive=keepalive_seconds)
         self.client.loop_start()
@@ -107,6 +112,7 @@ class MqttTransport:
         reason_code: ReasonCode,
         properties: Properties | None,
     ) -> None:
+        self._unreachable = None
         if reason_code.is_failure and reason_code.getName() in REFUSALS:
             self._refused = f"{self.address} refused the connection: {reason_code}"
             client.disconnect()  # no reconnecting: the sink fails at its next send
@@ -114,6 +120,15 @@ class MqttTransport:
             log.warning("%s refused the connection: %s", self.address, reason_code)
         else:
             log.info("connected to %s", self.address)
+
+    def _on_connect_fail(self, client: mqtt.Client, userdata: object) -> None:
+        """paho says no more than that an attempt failed, from inside the ``except`` of the
+        attempt's ``OSError``: that error is the one being handled."""
+        error = sys.exception()
+        if isinstance(error, socket.gaierror):
+            self._unreachable = f"cannot resolve {self.host}: {error.strerror}"
+        elif isinstance(error, OSError):
+            self._unreachable = error.strerror or type(error).__name__
 
     def _on_disconnect(
         self,
@@ -146,7 +161,8 @@ class MqttTransport:
         if self._refused is not None:
             raise VstreamError(self._refused)
         if not self.client.is_connected():
-            raise DeliveryError(f"not connected to {self.address}")
+            why = f": {self._unreachable}" if self._unreachable else ""
+            raise DeliveryError(f"not connected to {self.address}{why}")
         pending: set[int] = set()
         for record in records:
             payload = encode_records(record)
