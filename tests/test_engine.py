@@ -329,16 +329,18 @@ def test_decoded_frames_add_up_to_processed_failed_dropped_and_skipped(
         assert (counts["frames_decoded"], counts["frames_processed"]) == (41, 10)
 
 
-def test_a_stream_added_again_while_its_old_reader_stops_gets_every_frame(
+def test_a_stream_added_again_as_it_is_removed_waits_for_the_removal_then_gets_every_frame(
     tmp_path: Path, batch_model: Path
 ) -> None:
-    """``DELETE`` and ``POST`` of one id at once: the new stream is added while the removed
-    one's reader is being stopped. It reads through a lane of its own, which the old reader
-    neither fills nor takes out of the intake as it goes: every frame of the new stream is
-    processed, in order, and the old one's frames add up. The old reader's leaving took the
-    new one's lane away, and the intake's count of queued frames went wrong (the model's
-    thread spun for ever on a frame it counted and could not find)."""
+    """``DELETE`` and ``POST`` of one id at once: an add that comes while the removal is at
+    work (stopping the old reader, waiting for its frames) is refused as a conflict, the
+    stream's videos, clips, readings and metrics being still the old one's; once removed,
+    the id is free, and the new stream reads through a lane of its own: every frame, in
+    order. The old reader's leaving took the new one's lane away, and the intake's count
+    of queued frames went wrong (the model's thread spun for ever on a frame it counted
+    and could not find)."""
     from vstream.config.sources import SourceConfig
+    from vstream.engine.errors import StreamConflict
 
     write_video(tmp_path / "loop.mp4", frames=20, width=160, height=120)
     write_video(tmp_path / "again.mp4", frames=30, width=160, height=120)
@@ -358,6 +360,8 @@ def test_a_stream_added_again_while_its_old_reader_stops_gets_every_frame(
     engine = Engine(config, base_dir=tmp_path)
     engine.start()
     pipeline = engine.pipelines["main"]
+    again = SourceConfig(id="cam", uri=str(tmp_path / "again.mp4"))
+    refused: list[str] = []
     try:
         engine.add_stream("main", SourceConfig(id="cam", uri=str(tmp_path / "loop.mp4"), loop=True))
         wait_for(lambda: engine.stream("cam").frames_processed >= 10, HANG, "10 frames")
@@ -365,18 +369,22 @@ def test_a_stream_added_again_while_its_old_reader_stops_gets_every_frame(
         stop = old.stop
 
         def stop_and_add_again() -> None:  # the POST, between the DELETE's steps
-            engine.add_stream("main", SourceConfig(id="cam", uri=str(tmp_path / "again.mp4")))
+            with pytest.raises(StreamConflict) as conflict:
+                engine.add_stream("main", again)
+            refused.append(str(conflict.value))
             stop()
 
         old.stop = stop_and_add_again  # type: ignore[method-assign]
         removed = pipeline.remove_stream("cam")
         old.stop = stop  # type: ignore[method-assign]
+        engine.add_stream("main", again)
         files_done(engine)
         assert pipeline.intake.queued() == 0
     finally:
         engine.stop(timeout=30)
-    again = engine.stream("cam").to_json()
-    assert (again["frames_processed"], again["frames_dropped"]) == (30, 0)
+    assert refused == ["the stream with id 'cam' is being removed; add it again once it is"]
+    added = engine.stream("cam").to_json()
+    assert (added["frames_processed"], added["frames_dropped"]) == (30, 0)
     assert removed is old and old.frames_in_flight == 0
     records = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r["frame"] for r in records][-30:] == list(range(30))

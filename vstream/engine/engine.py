@@ -81,6 +81,9 @@ class Engine(EngineBase):
     def readers(self) -> list[StreamReader]:
         return [r for p in self.pipelines.values() for r in list(p.streams.values())]
 
+    def being_removed(self, stream_id: str) -> bool:
+        return any(p.being_removed(stream_id) for p in self.pipelines.values())
+
     def leaving(self) -> list[StreamReader]:
         return [r for p in self.pipelines.values() for r in p.leaving()]
 

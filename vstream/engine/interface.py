@@ -111,6 +111,10 @@ class EngineBase:
         """Every stream the engine knows now (a copy: safe to walk while streams change)."""
         raise NotImplementedError
 
+    def being_removed(self, stream_id: str) -> bool:
+        """Whether a stream of this id is being removed (its id not free yet)."""
+        return False
+
     def leaving(self) -> Sequence[StreamView]:
         """Removed streams still holding their resources (counted against the limits)."""
         return []
@@ -182,6 +186,10 @@ class EngineBase:
             raise ShuttingDown("shutting down: no new streams")
         if self._find(source.id) is not None:
             raise StreamConflict(f"a stream with id {source.id!r} is already running")
+        if self.being_removed(source.id):
+            raise StreamConflict(
+                f"the stream with id {source.id!r} is being removed; add it again once it is"
+            )
         views, leaving = self.readers(), self.leaving()
         check_limits(
             self.config.limits,

@@ -108,6 +108,8 @@ class Pipeline:
         self.streams: dict[str, StreamReader] = {}
         self.failure: BaseException | None = None
         """What stopped the stages, if a bug did; every stream then fails with it."""
+        self._removing: set[str] = set()
+        """Ids :meth:`remove_stream` is at work on."""
         self._retired: list[StreamReader] = []
         """Removed streams whose reader thread has not ended yet (joined at shutdown), or
         whose frames are still in the stages: one id may have several, removed and added
@@ -267,17 +269,35 @@ class Pipeline:
         them: the reader returned has its final counters once those are counted
         (waited for up to :data:`SETTLE_SECONDS`; the reader's thread ends on
         its own, a blocked read at its timeout, and is joined at shutdown).
+        Until this returns the id is :meth:`being_removed`: the stream's videos,
+        clips, readings and metrics, kept by id, are still its own.
         """
         with self._lock:
             reader = self.streams.get(stream_id)
             if reader is None:
                 raise StreamNotFound(f"no stream {stream_id!r}")
-            # Retired before it leaves the streams: the stages find its frames' reader
-            # without the lock. Out of the intake as its id is freed: a stream added
-            # again under it at once gets a lane of its own.
+            # Each step seen by those who look without the lock: retired before it
+            # leaves the streams (the stages find its frames' reader so), its id taken
+            # meanwhile (an add checks it so).
+            self._removing.add(stream_id)
             self._retired.append(reader)
             del self.streams[stream_id]
             reader.leave_intake()
+        try:
+            self._retire(reader)
+        finally:
+            with self._lock:
+                self._removing.discard(stream_id)
+        log.info("stream %s: removed", stream_id)
+        return reader
+
+    def being_removed(self, stream_id: str) -> bool:
+        """Whether :meth:`remove_stream` is at work on ``stream_id``: it is not free yet."""
+        return stream_id in self._removing
+
+    def _retire(self, reader: StreamReader) -> None:
+        """Stop a stream taken out of the streams; wait for its frames; forget it by id."""
+        stream_id = reader.id
         reader.stop()
         if not reader.settle(SETTLE_SECONDS):
             log.warning(
@@ -299,8 +319,6 @@ class Pipeline:
         if self.metrics is not None:
             self.metrics.forget_stream(self.name, stream_id)
         self._reap()
-        log.info("stream %s: removed", stream_id)
-        return reader
 
     def _reap(self) -> None:
         """Forget removed streams whose reader thread has ended."""
