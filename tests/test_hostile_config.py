@@ -123,3 +123,92 @@ def test_a_redis_url_redis_py_cannot_use_is_refused_by_validate(
     err = capsys.readouterr().err
     assert said in err and "redis://***@host:" in err
     assert "s3cret" not in err
+
+
+@pytest.mark.parametrize(
+    ("server", "uri", "said"),
+    [
+        (
+            f"{{port: {'9' * 5000}}}",
+            assets.SAMPLE_VIDEO,
+            "1: server.port: cannot read '9999999999999999999999999999999999999...' as !!int: "
+            "Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits",
+        ),
+        (
+            "{allowed_paths: ['~nosuchuser_zz/x']}",
+            assets.SAMPLE_VIDEO,
+            "1: server.allowed_paths: ~nosuchuser_zz/x: no home directory for ~nosuchuser_zz "
+            "(no such user)",
+        ),
+        (
+            "{}",
+            "~nosuchuser_zz/clip.mp4",
+            "5: pipelines[0].sources[0].uri: ~nosuchuser_zz/clip.mp4: no home directory for "
+            "~nosuchuser_zz (no such user)",
+        ),
+        (
+            "{host: 2024-13-45}",
+            assets.SAMPLE_VIDEO,
+            "1: server.host: cannot read '2024-13-45' as !!timestamp: month must be in 1..12",
+        ),
+        (
+            "{host: !!foo x}",
+            assets.SAMPLE_VIDEO,
+            "1: server.host: cannot read 'x' as !!foo: unknown tag",
+        ),
+    ],
+    ids=["long-integer", "allowed-path-of-no-user", "source-of-no-user", "no-date", "unknown-tag"],
+)
+def test_a_value_python_cannot_build_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: str, uri: str, said: str
+) -> None:
+    """Python refuses these as PyYAML or a path check builds them: an integer past its
+    4300 digits, a date that is none, a tag it has no type for (ValueError, ConstructorError,
+    AttributeError), ``~name`` of no user (RuntimeError, which pydantic lets through). Each was
+    "unexpected error" with Python's words, and exit 1."""
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        f"server: {server}\n"
+        f"pipelines:\n  - name: p\n    model: {{path: {assets.DEMO_MODEL}}}\n"
+        f"    sources: [{{id: s, uri: '{uri}'}}]\n"
+        "    sinks: [{type: stdout}]\n"
+    )
+    assert main(["validate", str(config)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"vstream: {config}:{said}"]
+
+
+def test_through_the_api_a_dev_path_says_nothing_of_files_outside_allowed_paths(
+    tmp_path: Path,
+) -> None:
+    """``/dev/../etc/passwd`` was taken for a device before allowed_paths was checked: "is
+    not a V4L2 capture device" where the file existed, "no capture device" where not. A path
+    is a device's only where it lies in ``/dev`` once its ``..`` and links are resolved (a
+    link such as ``/dev/fd/3`` names a file), and a device refused through the API is refused
+    in the same words whether it exists or not."""
+    inside = tmp_path / "inside"
+    inside.mkdir()
+    outside = tmp_path / "outside.mp4"
+    outside.write_bytes(b"\0" * 64)
+
+    def refusal(uri: str) -> str:
+        with pytest.raises(ConfigError) as refused:
+            parse_source({"id": "s", "uri": uri}, base_dir=inside, allowed_paths=[str(inside)])
+        return str(refused.value)
+
+    with outside.open("rb") as held:
+        uris = [
+            f"/dev/..{outside}",
+            f"/dev/..{tmp_path}/no-such-file.mp4",
+            "/dev/video/../../etc/passwd",
+            "/dev/../etc/no-such-file",
+            f"/dev/fd/{held.fileno()}",
+            "/dev/fd/999999",
+            "~nosuchuser_zz/clip.mp4",
+        ]
+        said = {uri: refusal(uri) for uri in uris}
+    outside_message = (
+        f"uri: file sources through the API must lie under server.allowed_paths ({inside})"
+    )
+    assert said == dict.fromkeys(uris, outside_message)
+    for device in ("/dev/null", "/dev/no-such-device-zz"):
+        assert refusal(device) == f"uri: {device} is not a V4L2 capture device"

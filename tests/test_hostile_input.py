@@ -514,8 +514,10 @@ def test_files_outside_the_allowed_paths_are_refused_without_saying_if_they_exis
 @pytest.mark.parametrize(
     ("uri", "message"),
     [
-        ("/dev/video/../../etc/passwd", "/dev/video/../../etc/passwd is not a V4L2 capture device"),
-        ("/dev/video99", "no capture device /dev/video99"),
+        # A file outside the allowed paths, as its path says once its ``..`` are resolved.
+        ("/dev/video/../../etc/passwd", "must lie under server.allowed_paths"),
+        # Through the API a missing device reads as one that is not a device.
+        ("/dev/video99", "/dev/video99 is not a V4L2 capture device"),
         ("/dev/null", "/dev/null is not a V4L2 capture device"),
     ],
 )

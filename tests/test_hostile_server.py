@@ -10,6 +10,7 @@ real sockets, under ``server.connections`` bounds set short.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import resource
@@ -106,6 +107,29 @@ def answer(sock: socket.socket) -> bytes:
         while chunk := sock.recv(65536):
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+def exchange(sock: socket.socket, request: bytes) -> tuple[bytes, bytes]:
+    """Send ``request`` on a kept-alive connection: the response's head and body (as long as
+    its Content-Length says), or what came before the server closed the connection."""
+    sock.sendall(request)
+    data = b""
+    with contextlib.suppress(ConnectionResetError):
+        while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = re.search(rb"(?im)^content-length: *(\d+)", head)
+        while length is not None and len(body) < int(length[1]) and (chunk := sock.recv(65536)):
+            body += chunk
+        return head, body
+    return data, b""
+
+
+def request(server: ApiServer, method: str, path: str, body: bytes = b"") -> bytes:
+    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+    if body:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    return head.encode() + b"\r\n" + body
 
 
 def test_idle_connections_are_closed_after_the_idle_timeout() -> None:
@@ -278,3 +302,67 @@ def test_a_daemon_started_under_a_low_open_file_limit_raises_it_and_survives_a_f
     log = daemon.log()
     assert "Traceback" not in log
     assert log.count("idle the longest") == 1, log
+
+
+@pytest.fixture
+def every_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's loggers let every line through: one of a kind an earlier test logged in
+    the last 10 s would be held back (:data:`REPEATS`), and a line looked for missed."""
+    monkeypatch.setattr(REPEATS, "filter", lambda record: True)
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (
+            b'{"id": "x", "uri": "clip.mp4", "stride": ' + b"9" * 5000 + b"}",
+            "the body cannot be read: Exceeds the limit (4300 digits) for integer string "
+            "conversion: value has 5000 digits",
+        ),
+        (
+            b'{"id": "x", "uri": "~nosuchuser_zz/clip.mp4"}',
+            "uri: file sources through the API must lie under server.allowed_paths (",
+        ),
+    ],
+    ids=["long-integer", "home-of-no-user"],
+)
+@pytest.mark.usefixtures("every_line")
+def test_a_body_python_cannot_build_is_a_400_and_the_connection_lives_on(
+    engine: Engine, caplog: pytest.LogCaptureFixture, body: bytes, said: str
+) -> None:
+    """Python refuses an integer past its 4300 digits with a ValueError that is no
+    JSONDecodeError, and ``~name`` of no user with a RuntimeError that pydantic lets through:
+    each was a 500, a traceback in the log and a connection closed under the client."""
+    caplog.set_level(logging.DEBUG)
+    with serving(create_app(engine)) as server, connect(server) as sock:
+        head, answer = exchange(sock, request(server, "POST", "/streams", body))
+        assert head.startswith(b"HTTP/1.1 400 "), head + answer
+        assert json.loads(answer)["error"].startswith(said)
+        head, answer = exchange(sock, request(server, "GET", "/health"))
+        assert head.startswith(b"HTTP/1.1 200 "), "the connection was kept"
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+@pytest.mark.usefixtures("every_line")
+def test_an_unexpected_error_in_a_route_is_one_log_line_and_a_json_500(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Starlette's handler for any exception answers and then raises it again, for the
+    server: uvicorn logged a traceback ("Exception in ASGI application") and closed the
+    connection."""
+    caplog.set_level(logging.DEBUG)
+    app = create_app(engine)
+
+    @app.get("/fails")
+    def fails() -> None:
+        raise RuntimeError("a bug")
+
+    with serving(app) as server, connect(server) as sock:
+        head, answer = exchange(sock, request(server, "GET", "/fails"))
+        assert head.startswith(b"HTTP/1.1 500 "), head + answer
+        assert json.loads(answer) == {"error": "internal error (RuntimeError); see the server log"}
+        head, answer = exchange(sock, request(server, "GET", "/health"))
+        assert head.startswith(b"HTTP/1.1 200 "), "the connection was kept"
+    errors = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors] == ["GET /fails failed: RuntimeError: a bug"]
+    assert not errors[0].exc_info

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 import redis
 from helpers import ManualClock, eventually, free_port, wait_for
@@ -24,6 +25,7 @@ from vstream.sinks.base import encode_records
 from vstream.sinks.mqtt import MqttTransport
 from vstream.sinks.redis_streams import RedisStreamTransport
 from vstream.sinks.webhook import WebhookTransport
+from vstream.uri import webhook_display
 
 if TYPE_CHECKING:
     from servers import Server, Subscriber
@@ -631,10 +633,70 @@ def test_webhook_a_wrong_token_or_url_fails_the_sink_once(
     sink = BufferedSink(WebhookTransport(url=url), name="hook", batch_records=4, retry=FAST_RETRY)
     sink.write([result(i) for i in range(10)])
     assert eventually(lambda: sink.state == "failed")
-    assert str(sink.error) == f"webhook {url} answered HTTP {status}: {advice}"
+    shown = f"http://127.0.0.1:{webhook_server.server_port}/***"
+    assert str(sink.error) == f"webhook {shown} answered HTTP {status}: {advice}"
     sink.close()
     assert (sink.stats.failures, sink.stats.delivered, sink.stats.dropped) == (0, 0, 10)
     assert len(webhook_server.plan) == 4, "one request"  # type: ignore[attr-defined]
+
+
+WEBHOOK_SECRET = "XoXbSeCrEt0123"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            f"https://hooks.slack.com/services/T0001/B0001/{WEBHOOK_SECRET}",
+            "https://hooks.slack.com/***",
+        ),
+        (
+            f"http://u:pw@127.0.0.1:8080/api/webhooks/1/{WEBHOOK_SECRET}",
+            "http://127.0.0.1:8080/***",
+        ),
+        (f"https://example.com?token={WEBHOOK_SECRET}", "https://example.com/***"),
+        ("https://example.com", "https://example.com"),
+        ("https://example.com/", "https://example.com/"),
+        (f"hooks.slack.com/services/T0001/B0001/{WEBHOOK_SECRET}", "hooks.slack.com/***"),
+        (f"user:{WEBHOOK_SECRET}@hooks.example.com/in", "hooks.example.com/***"),
+    ],
+)
+def test_a_webhook_is_shown_as_its_host_with_its_path_masked(url: str, shown: str) -> None:
+    assert webhook_display(url) == shown
+
+
+def test_webhook_a_secret_in_its_path_is_never_shown_while_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Slack's and Discord's webhooks carry their secret in the path, which masking (user
+    information, query parameters) let through: the sink's outage, shown by ``/ready``, and
+    its log lines quoted the whole URL."""
+    caplog.set_level(logging.INFO)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/services/T0001/B0001/{WEBHOOK_SECRET}"
+    sink = BufferedSink(WebhookTransport(url=url), name="hook", retry=FAST_RETRY, flush_timeout=0)
+    sink.write([result(0)])
+    assert eventually(lambda: sink.outage)
+    assert sink.outage == f"webhook http://127.0.0.1:{port}/***: ConnectError: Connection refused"
+    sink.close()
+    assert caplog.records, "the outage and the totals were logged"
+    assert not [r.getMessage() for r in caplog.records if WEBHOOK_SECRET in r.getMessage()]
+
+
+def test_webhook_an_error_quoting_the_url_is_said_without_it() -> None:
+    """httpx's messages may quote the request's URL: only the error's type is said, and the
+    system's reason when there is one."""
+
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadError(f"error reading {request.url}", request=request)
+
+    transport = WebhookTransport(url=f"http://127.0.0.1:9/services/T0001/B0001/{WEBHOOK_SECRET}")
+    transport.client.close()
+    transport.client = httpx.Client(transport=httpx.MockTransport(fail))
+    with pytest.raises(DeliveryError) as raised:
+        transport.send([result(0).to_record()])
+    assert str(raised.value) == "webhook http://127.0.0.1:9/***: ReadError"
+    transport.close(0)
 
 
 def test_mqtt_records_arrive_intact_in_order_per_stream(

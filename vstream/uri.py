@@ -78,6 +78,22 @@ def publish_display(url: str) -> str:
     return f"{parts.scheme}://{address}{app}/{MASK}"
 
 
+def webhook_display(url: str) -> str:
+    """``url`` as it may be shown: ``scheme://host[:port]``, with ``/***`` for anything after.
+
+    A webhook's path is often its only credential (Slack's ``/services/T…/B…/SECRET``,
+    Discord's ``/api/webhooks/ID/TOKEN``), and nothing tells such a path from a plain
+    one; user information and query go with it.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:  # no scheme: hooks.example.com/services/...
+        scheme, rest = "", url
+    rest = rest.rpartition("@")[2]  # user information read as :func:`userinfo` reads it
+    host = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    after = rest[len(host) :]
+    return f"{scheme}{sep}{host}" + (f"/{MASK}" if after.strip("/") else after)
+
+
 def _mask_userinfo(line: str) -> str:
     """``line`` with everything from its first ``scheme://`` to its last ``@`` masked.
 

@@ -36,7 +36,7 @@ from vstream.cli.options import (
 from vstream.config.sinks import fill
 from vstream.engine.signals import FORCED_FLUSH_SECONDS
 from vstream.errors import VstreamError
-from vstream.uri import is_live, publish_display, redact
+from vstream.uri import is_live, publish_display, redact, webhook_display
 
 log = logging.getLogger("vstream")
 
@@ -324,7 +324,7 @@ def _place(sink: Any, engine: Any, stream: str, pipeline: str) -> str:
     if sink.type == "redis":
         return f"records to redis {redact(sink.url)} stream {filled(sink.stream)}"
     if sink.type == "webhook":
-        return f"records to webhook {redact(sink.url)}"
+        return f"records to webhook {webhook_display(sink.url)}"
     if sink.type == "video" and sink.live:
         target = publish_display(filled(sink.path))
         # No counters: the writer never opened, as no frame reached it.

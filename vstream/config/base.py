@@ -182,10 +182,16 @@ def resolve_path(value: str, info: ValidationInfo) -> Path:
 
     A ``vstream://`` address names a bundled file to read (:func:`input_path`); as a
     place to write or a folder it is refused, rather than read as a relative path.
+    ``~name`` of no user is a ValueError naming the value: Python raises RuntimeError,
+    which pydantic does not report but lets through (a 500, an "unexpected error").
     """
     if is_bundled(value):
         raise ValueError(f"{value}: vstream:// names a bundled file to read, not a place to write")
-    path = Path(value).expanduser()
+    try:
+        path = Path(value).expanduser()
+    except RuntimeError:
+        home = value.split("/", 1)[0]
+        raise ValueError(f"{value}: no home directory for {home} (no such user)") from None
     return (path if path.is_absolute() else base_dir(info) / path).resolve()
 
 

@@ -151,6 +151,15 @@ class _BoundedLoader(yaml.SafeLoader):
         raise _TooLarge(problem=f"{problem} (refused: an alias bomb?)", problem_mark=mark)
 
 
+_UNREADABLE = object()
+"""What :meth:`_Document._scalar` gives for a value it could not build (an issue says why)."""
+
+
+def _clip(text: str) -> str:
+    """``text`` cut to 40 characters: a value quoted in a message (a 5000-digit number)."""
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 class _Document:
     """Plain data built from YAML nodes, with the line of every key path."""
 
@@ -165,7 +174,7 @@ class _Document:
             return self._mapping(node, loc)
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*loc, i)) for i, item in enumerate(node.value)]
-        value = self._constructor.construct_object(node, deep=True)
+        value = self._scalar(node, loc)
         if isinstance(value, str) and "${" in value:
             return self._interpolate(value, loc, node.start_mark.line + 1)
         return value
@@ -180,7 +189,9 @@ class _Document:
                         for key, value in part.items():
                             result.setdefault(key, value)
                 continue
-            key = self._constructor.construct_object(key_node, deep=True)
+            key = self._scalar(key_node, loc)
+            if key is _UNREADABLE:
+                continue
             if isinstance(key, bool) and isinstance(key_node, yaml.ScalarNode):
                 # YAML 1.1 reads a plain on/off/yes/no as a boolean; as a key it is a name
                 # (a secondary model's ``on:``), so it is kept as written.
@@ -197,6 +208,31 @@ class _Document:
             self.lines[path] = line
             result[key] = self.build(value_node, path)
         return result
+
+    def _scalar(self, node: yaml.Node, loc: Loc) -> Any:
+        """The value of a scalar (or a key), else an issue and :data:`_UNREADABLE`.
+
+        PyYAML raises as it builds a value its tag promises and Python refuses:
+        ValueError for an integer of over 4300 digits (Python's limit) or a date
+        that is none (``2024-13-45``), ConstructorError for an unknown tag
+        (``!!foo``), AttributeError for ``!!timestamp`` on text that is not one.
+        """
+        try:
+            return self._constructor.construct_object(node, deep=True)
+        except (ValueError, AttributeError, yaml.YAMLError) as exc:
+            if node.tag not in self._constructor.yaml_constructors:
+                why = ": unknown tag"
+            elif isinstance(exc, ValueError):  # its first clause: not Python's advice after it
+                why = ": " + str(exc).split(";")[0]
+            else:
+                why = f": {exc.problem}" if isinstance(exc, yaml.MarkedYAMLError) else ""
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!", 1)
+            secret = any(part in _SECRET_KEYS for part in loc)
+            plain = isinstance(node, yaml.ScalarNode) and not secret
+            shown = repr(_clip(node.value)) if plain else "the value"
+            message = f"cannot read {shown} as {tag}{why}"
+            self.issues.append(ConfigIssue(format_path(loc), node.start_mark.line + 1, message))
+            return _UNREADABLE
 
     def _interpolate(self, value: str, loc: Loc, line: int) -> str:
         def substitute(match: re.Match[str]) -> str:

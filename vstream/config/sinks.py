@@ -26,6 +26,7 @@ from vstream.uri import (
     is_publish_url,
     publish_display,
     redact,
+    webhook_display,
 )
 
 
@@ -293,7 +294,7 @@ class WebhookSinkConfig(SinkBase):
     def _url(cls, value: str) -> str:
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"must be an http:// or https:// URL, got {redact(value)}")
+            raise ValueError(f"must be an http:// or https:// URL, got {webhook_display(value)}")
         return value
 
     @field_validator("headers")

@@ -166,16 +166,35 @@ class SourceOptions(CadenceOptions):
         return self
 
 
-def check_device(path: str) -> str:
-    """``path`` if it resolves to a real V4L2 capture device, else a ValueError."""
+def check_device(path: str, *, hide_missing: bool = False) -> str:
+    """``path`` if it resolves to a real V4L2 capture device, else a ValueError.
+
+    ``hide_missing``: the same message whether or not ``path`` exists (sources
+    through the API, which may not learn what lies outside ``allowed_paths``).
+    """
     resolved = os.path.realpath(path)
     try:
         info = os.stat(resolved)
     except OSError:
+        if hide_missing:
+            raise ValueError(f"{path} is not a V4L2 capture device") from None
         raise ValueError(f"no capture device {path}") from None
     if not stat.S_ISCHR(info.st_mode) or os.major(info.st_rdev) != V4L2_MAJOR:
         raise ValueError(f"{path} is not a V4L2 capture device")
     return resolved
+
+
+def _device_path(path: str) -> str | None:
+    """``path`` with its ``..`` resolved if it names something in ``/dev``, else None.
+
+    ``..`` is resolved by the text first (``/dev/../etc/passwd`` is ``/etc/passwd``),
+    then the links: a link in ``/dev`` to a file elsewhere (``/dev/fd/3``) names a file,
+    which must then lie under ``allowed_paths`` like any other.
+    """
+    normal = os.path.normpath(path)
+    if not normal.startswith("/dev/") or not os.path.realpath(normal).startswith("/dev/"):
+        return None
+    return normal
 
 
 def _allowed(path: Path, allowed: list[Path]) -> bool:
@@ -187,10 +206,11 @@ def check_source_uri(uri: str, info: ValidationInfo) -> str:
 
     With ``allowed_paths`` in the validation context (sources that arrive
     through the HTTP API), a file must resolve (symlinks followed) inside one
-    of those directories, and a refusal does not say whether the file
-    exists. A path the system cannot even look up (a name over 255 bytes) is
-    a ValueError like any other bad value. Messages quote the URI without
-    credentials.
+    of those directories, and a refusal does not say whether the file (or a
+    user's home, ``~name``) exists. A path is a device's only where it lies in
+    ``/dev`` once its ``..`` and links are resolved. A path the system cannot
+    even look up (a name over 255 bytes) is a ValueError like any other bad
+    value. Messages quote the URI without credentials.
     """
     uri = uri.strip()
     if not uri:
@@ -223,16 +243,21 @@ def check_source_uri(uri: str, info: ValidationInfo) -> str:
             if not parts.hostname:
                 raise ValueError(f"no host in {shown}")
             return uri
-    if uri.startswith("/dev/"):
-        return check_device(uri)
+    device = _device_path(uri)
+    if device is not None:
+        return check_device(device, hide_missing=allowed is not None)
     outside = (
         "file sources through the API must lie under server.allowed_paths "
         f"({', '.join(str(p) for p in allowed or ())})"
     )
     try:
         path = resolve_path(uri, info)
-    except OSError as exc:
-        raise ValueError(outside if allowed is not None else _unusable(uri, exc)) from None
+    except (OSError, ValueError) as exc:  # a name too long to look up; ~name of no user
+        if allowed is not None:
+            raise ValueError(outside) from None
+        if isinstance(exc, OSError):
+            raise ValueError(_unusable(uri, exc)) from None
+        raise
     if allowed is not None and not _allowed(path, [Path(p) for p in allowed]):
         raise ValueError(outside)
     try:

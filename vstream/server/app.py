@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vstream import __version__
 from vstream.config.loading import ConfigError
@@ -100,6 +101,39 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+class InternalErrors:
+    """ASGI middleware: an exception no handler took is logged in one line and answered 500.
+
+    Starlette's own handler for ``Exception`` sits outside every middleware and
+    raises the exception again once it has answered, for the server to log:
+    uvicorn then writes a traceback ("Exception in ASGI application") and
+    closes the connection, keep-alive or not. Here it goes no further. A
+    response already begun (a preview's stream) can only be cut short.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            log.error("%s %s failed: %s", scope["method"], scope["path"], describe(exc))
+            if not started:
+                message = f"internal error ({type(exc).__name__}); see the server log"
+                await error(500, message)(scope, receive, send)
+
+
 def create_app(engine: StreamEngine, token: str | None = None) -> FastAPI:
     """The API and the dashboard over ``engine``; with ``token``, requests without it get 401.
 
@@ -125,6 +159,7 @@ def create_app(engine: StreamEngine, token: str | None = None) -> FastAPI:
     app.state.preview = hub
 
     app.add_middleware(RequestGuard, sessions=sessions, allowed_hosts=server.allowed_hosts)
+    app.add_middleware(InternalErrors)  # added last: outside the guard, so it answers for it too
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -152,11 +187,6 @@ def create_app(engine: StreamEngine, token: str | None = None) -> FastAPI:
         # The client left while its body was read, or was cut off at the body timeout (and
         # answered 408 then): nobody to answer, and nothing wrong with the server to log.
         return Response(status_code=400)
-
-    @app.exception_handler(Exception)
-    async def internal(request: Request, exc: Exception) -> JSONResponse:
-        log.error("%s %s failed: %s", request.method, request.url.path, describe(exc))
-        return error(500, f"internal error ({type(exc).__name__}); see the server log")
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -195,6 +225,8 @@ def create_app(engine: StreamEngine, token: str | None = None) -> FastAPI:
             data = json.loads(body or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise VstreamError(f"the body is not valid JSON: {exc}") from None
+        except ValueError as exc:  # an integer of over 4300 digits, Python's limit
+            raise VstreamError(f"the body cannot be read: {str(exc).split(';')[0]}") from None
         pipeline, source = stream_request(data, engine.config, engine.base_dir)
         added = await run_in_threadpool(engine.add_stream, pipeline, source)
         return added.to_json()

@@ -8,7 +8,7 @@ import httpx
 
 from vstream.errors import VstreamError
 from vstream.sinks.base import DeliveryError, Record, encode_records
-from vstream.uri import redact_uri
+from vstream.uri import webhook_display
 
 _RETRYABLE_STATUS = {408, 425, 429}
 
@@ -24,6 +24,21 @@ _MISCONFIGURED_STATUS = {
 get the same, so the sink fails once, saying what to check."""
 
 
+def _reason(exc: httpx.HTTPError) -> str:
+    """Why a request failed, in words that cannot hold its URL: the error's type, and the
+    system's reason where there is one (``ConnectError: Connection refused``).
+
+    httpx's own messages may quote the URL, whose path may be the webhook's secret;
+    an OS error's reason is the system's text for its number.
+    """
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            return f"{type(exc).__name__}: {cause.strerror}"
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__
+
+
 class WebhookTransport:
     """POSTs each batch of records as a JSON array to ``url``.
 
@@ -37,7 +52,7 @@ class WebhookTransport:
         self, *, url: str, timeout: float = 5.0, headers: Mapping[str, str] | None = None
     ) -> None:
         self.url = url
-        self.address = f"webhook {redact_uri(url)}"
+        self.address = f"webhook {webhook_display(url)}"
         sent = httpx.Headers({"content-type": "application/json"})
         sent.update(dict(headers or {}))  # a user's Content-Type wins
         self.client = httpx.Client(timeout=timeout, headers=sent)
@@ -48,7 +63,7 @@ class WebhookTransport:
         except httpx.LocalProtocolError:  # its message quotes the header: never shown
             raise VstreamError(f"{self.address}: the request cannot be sent") from None
         except httpx.HTTPError as exc:
-            raise DeliveryError(f"{self.address}: {type(exc).__name__}: {exc}") from exc
+            raise DeliveryError(f"{self.address}: {_reason(exc)}") from exc
         status = response.status_code
         if status < 300:
             return
