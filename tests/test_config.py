@@ -399,3 +399,45 @@ def test_run_command_refuses_its_own_flags_with_a_config(workdir: Path) -> None:
         "vstream: error: --output, --track, --conf cannot be combined with a config file: "
         "set them in the config"
     ]
+
+
+COUNTING = GOOD.replace(
+    "    sinks:",
+    """    runtime: {device: cpu}
+    analytics:
+      lines:
+        - {name: gate, start: [0, 100], end: [320, 100], classes: [1, 7]}
+        - {name: all, start: [0, 200], end: [320, 200]}
+      zones:
+        - {name: pen, points: [[0, 0], [100, 0], [100, 100]], classes: [0]}
+        - {name: yard, points: [[0, 0], [300, 0], [300, 300]], classes: [2, 3]}
+    sinks:""",
+)
+
+
+def test_line_and_zone_classes_the_model_lacks_are_refused_naming_them(workdir: Path) -> None:
+    """A class id the model does not have was accepted, and its line or zone counted
+    nothing, silently; as secondary models' ``on.classes`` are, they are checked against
+    the model's classes by ``validate`` and when the pipeline is built."""
+    from vstream.engine.pipeline import Pipeline
+    from vstream.errors import ModelError
+
+    config = write_config(workdir, COUNTING)
+    refused = [
+        ("lines[0]", "line 'gate': classes [7]"),
+        ("zones[1]", "zone 'yard': classes [2, 3]"),
+    ]
+    which = "are not classes of the model, which has 0 a, 1 b"
+    done = run_cli("validate", config, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr_lines == [
+        f"vstream: {config}: pipelines[0].analytics.{where}: {what} {which}"
+        for where, what in refused
+    ]
+    with pytest.raises(ModelError) as error:
+        Pipeline.from_config(load_config(config).pipelines[0])
+    assert str(error.value) == "pipeline main: " + "; ".join(
+        f"analytics.{where}: {what} {which}" for where, what in refused
+    )
+    fixed = write_config(workdir, COUNTING.replace("1, 7", "1").replace("2, 3", "1"), "ok.yaml")
+    assert run_cli("validate", fixed, timeout=120).returncode == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from synthetic import Mover, render
 
 from tests.test_tracking_together import scene
 from vstream.analytics.geometry import anchor_points
@@ -55,13 +56,19 @@ def frames_of(seed: int, sizes: list[int]) -> list[tuple[np.ndarray, np.ndarray,
 def assert_placed_alone(analytics: StreamAnalytics, frame: tuple, placement) -> None:
     ids, boxes, keypoints = frame
     confirmed = ids > 0
-    points = anchor_points(np.asarray(boxes)[confirmed], analytics.config.anchor)
+    anchors = points = anchor_points(np.asarray(boxes)[confirmed], analytics.config.anchor)
+    seen = None
     if keypoints is not None and analytics.anchor_keypoints:
-        points = keypoint_points(points, keypoints[confirmed], analytics.anchor_keypoints)
+        points, seen = keypoint_points(anchors, keypoints[confirmed], analytics.anchor_keypoints)
+    elif analytics.anchor_keypoints:
+        seen = np.zeros(len(points), dtype=bool)
+    assert (placement.seen is None) == (seen is None)
     expected = {
         "confirmed": confirmed,
         "ids": ids[confirmed],
         "points": points,
+        "anchors": anchors,
+        **({"seen": seen} if seen is not None else {}),
         "distances": tuple(line.segment.signed_distance(points) for line in analytics.lines),
         "inside": tuple(zone.polygon.contains(points) for zone in analytics.zones),
         "clear": tuple(
@@ -135,3 +142,75 @@ def test_streams_placed_together_count_exactly_what_each_counts_alone() -> None:
             assert (want.line_counts, want.zone_occupancy) == (got.line_counts, got.zone_occupancy)
             kinds.update(event.type for event in want.events)
     assert {"line_crossing", "zone_enter", "zone_exit"} <= kinds
+
+
+def pairs(first: list, second: list) -> list[tuple]:
+    """The items of two lists side by side (of one length)."""
+    return list(zip(first, second, strict=True))
+
+
+def test_a_zone_along_one_streams_frame_edge_placed_together_counts_as_alone() -> None:
+    """Placing knows no frame size; each stream's zones then judge its own frame's edge. A
+    dock on the bottom edge of a 640 x 360 stream counts the truck the frame cuts off; in a
+    640 x 480 stream its bottom edge is a border like any other, and the truck is below it."""
+    dock = {"name": "dock", "points": [[200, 250], [440, 250], [440, 360], [200, 360]]}
+    config = AnalyticsConfig.model_validate({"tracking": {}, "zones": [dock]})
+    truck = Mover([(0, 320, 520), (2, 320, 390), (10, 320, 390), (12, 320, 620)], size=(160, 200))
+    sizes = [(640, 360), (640, 480)]
+    scenes = [render([truck], fps=25, seconds=14, frame_size=size) for size in sizes]
+    alone = [StreamAnalytics(config, ["truck"]) for _ in sizes]
+    together = [StreamAnalytics(config, ["truck"]) for _ in sizes]
+    found: list[list[str]] = [[], []]
+    for step in range(len(scenes[0])):
+        frames = [scene[step] for scene in scenes]
+        ids = [a.track(f.boxes, f.scores, f.class_ids, f.pts) for a, f in pairs(together, frames)]
+        placements = place(together[0], [(i, f.boxes, None) for i, f in pairs(ids, frames)])
+        for s, frame in enumerate(frames):
+            want = alone[s].update(frame.boxes, frame.scores, frame.class_ids, frame.pts, sizes[s])
+            got = together[s].observe(
+                ids[s], frame.boxes, frame.pts, sizes[s], placement=placements[s]
+            )
+            assert want.events == got.events and want.zone_occupancy == got.zone_occupancy
+            found[s] += [event.type for event in got.events]
+    assert found == [["zone_enter", "zone_exit"], []]
+
+
+def test_hidden_keypoints_placed_together_stand_where_each_stream_last_saw_them() -> None:
+    """Each stream remembers its own tracks' keypoint offsets: two streams of a person
+    standing by the line, the feet hidden at different times, placed together, get exactly
+    what each gets alone (and no crossing)."""
+    names = ("nose", "left_ankle", "right_ankle")
+    config = AnalyticsConfig.model_validate(
+        {
+            "tracking": {},
+            "anchor_keypoints": ["left_ankle", "right_ankle"],
+            "lines": [{"name": "gate", "start": [100, 200], "end": [500, 200]}],
+        }
+    )
+    standing = Mover([(0, 300, 214), (6, 300, 214)], jitter=0.5)
+    scenes = [render([standing], fps=25, seconds=6, seed=s) for s in range(2)]
+    hidden = [(2.0, 2.6), (3.0, 3.8)]
+    alone = [StreamAnalytics(config, ["person"], keypoint_names=names) for _ in scenes]
+    together = [StreamAnalytics(config, ["person"], keypoint_names=names) for _ in scenes]
+    crossings = 0
+    for step in range(len(scenes[0])):
+        frames = [scene[step] for scene in scenes]
+        keypoints = []
+        for s, frame in enumerate(frames):
+            feet = 0.2 if hidden[s][0] <= frame.pts < hidden[s][1] else 0.9
+            ((x1, y1, x2, y2),) = frame.boxes
+            middle = (x1 + x2) / 2
+            ankles = [[middle - 8, y2 - 22, feet], [middle + 8, y2 - 22, feet]]
+            keypoints.append(np.array([[[middle, y1 + 10, 0.9], *ankles]]))
+        ids = [a.track(f.boxes, f.scores, f.class_ids, f.pts) for a, f in pairs(together, frames)]
+        boxes = [f.boxes for f in frames]
+        placements = place(together[0], list(zip(ids, boxes, keypoints, strict=True)))
+        for s, frame in enumerate(frames):
+            want_ids = alone[s].track(frame.boxes, frame.scores, frame.class_ids, frame.pts)
+            want = alone[s].observe(want_ids, frame.boxes, frame.pts, keypoints=keypoints[s])
+            got = together[s].observe(
+                ids[s], frame.boxes, frame.pts, keypoints=keypoints[s], placement=placements[s]
+            )
+            assert want.events == got.events and want.line_counts == got.line_counts
+            crossings += len(got.events)
+    assert crossings == 0

@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from pydantic import ValidationError
+from scipy.spatial import ConvexHull
 from synthetic import Mover, events, render, run
 
 from vstream.analytics import AnalyticsConfig, StreamAnalytics, TrackingConfig, ZoneConfig
 from vstream.analytics.events import attributes_match
 from vstream.analytics.geometry import Polygon
+from vstream.analytics.placing import place
 
 # A 200 x 100 rectangle: x 200..400, y 150..250.
 PEN = ZoneConfig(name="pen", points=[(200, 150), (400, 150), (400, 250), (200, 250)])
@@ -372,3 +374,115 @@ def test_parse_zone_spec() -> None:
     ]:
         with pytest.raises(ValueError, match=message):
             parse_zone_spec(spec)
+
+
+def test_a_zone_no_object_is_ever_clear_of_the_border_in_is_refused() -> None:
+    """A sliver of 0.2 px² and a strip 10 px tall (no point of it farther than the 5 px dead
+    band from its border) were accepted and counted nothing, silently."""
+    sliver = ZoneConfig(name="pen", points=[(100, 100), (500, 100), (500, 100.001)])
+    strip = ZoneConfig(name="lane", points=[(100, 195), (500, 195), (500, 205), (100, 205)])
+    for zone in (sliver, strip):
+        said = rf"zone '{zone.name}': no point of it is farther than the dead band \(5 px\) "
+        with pytest.raises(ValidationError, match=said + r"from its border \(at most "):
+            AnalyticsConfig(zones=[zone])
+    wider = strip.model_copy(update={"points": [(100, 195), (500, 195), (500, 206), (100, 206)]})
+    assert AnalyticsConfig(zones=[wider]).zones == [wider]
+    assert AnalyticsConfig(zones=[strip], dead_band_pixels=4.9).zones == [strip]
+    # A concave zone whose every arm is thin but whose convex hull is not passes (the check
+    # is exact for convex zones only); one whose hull is thin too is refused.
+    thin_u = [(0, 0), (4, 0), (4, 80), (76, 80), (76, 0), (80, 0), (80, 84), (0, 84)]
+    assert AnalyticsConfig(zones=[ZoneConfig(name="u", points=thin_u)]).zones
+    with pytest.raises(ValidationError, match="zone 'v': no point of it"):
+        thin_v = [(0, 0), (100, 4), (200, 0), (200, 6), (0, 6)]
+        AnalyticsConfig(zones=[ZoneConfig(name="v", points=thin_v)])
+
+
+def test_refusing_a_convex_zone_agrees_with_where_objects_are_clear() -> None:
+    """The oracle: the border distance zones place objects by, on a 0.07 px grid. A random
+    convex zone is refused exactly when no point inside it is farther than the band from
+    its border (zones within 0.1 px of the band either way are left out)."""
+    rng = np.random.default_rng(5)
+    decided = {True: 0, False: 0}
+    for _ in range(100):
+        corners = rng.uniform(0, 1, (rng.integers(3, 7), 2)) * rng.uniform(8, 50, 2)
+        angle = rng.uniform(0, np.pi)
+        turn = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+        corners = corners @ turn.T + 100
+        hull = ConvexHull(corners)
+        points = [tuple(p) for p in corners[hull.vertices].tolist()]
+        polygon = Polygon(points)
+        low, high = corners.min(axis=0), corners.max(axis=0)
+        xs, ys = np.meshgrid(*(np.arange(a, b, 0.07) for a, b in zip(low, high, strict=True)))
+        grid = np.stack([xs.ravel(), ys.ravel()], axis=1)
+        widest = polygon.border_distance(grid[polygon.contains(grid)]).max(initial=0.0)
+        if abs(widest - 5.0) < 0.1:
+            continue
+        zone = ZoneConfig(name="z", points=points)
+        try:
+            AnalyticsConfig(zones=[zone])
+            refused = False
+        except ValidationError:
+            refused = True
+        assert refused == (widest < 5.0), (points, widest)
+        decided[refused] += 1
+    assert min(decided.values()) >= 10, decided
+
+
+# A dock drawn on the bottom of a 640 x 360 picture, and the same dock drawn past it.
+ON_EDGE = ZoneConfig(name="dock", points=[(200, 250), (440, 250), (440, 360), (200, 360)])
+PAST_EDGE = ON_EDGE.model_copy(update={"points": [(200, 250), (440, 250), (440, 400), (200, 400)]})
+# Drives in from below the frame and parks for 8 s, its rear 30 px past the bottom of the
+# picture (the camera sees its top only: its box is cut off, its anchor on the edge), then
+# backs out.
+TRUCK = Mover([(0, 320, 520), (2, 320, 390), (10, 320, 390), (12, 320, 620)], size=(160, 200))
+
+
+def test_a_zone_along_the_frame_edge_counts_objects_the_frame_cuts_off() -> None:
+    """Its edge along the frame's is no border: the truck was never clear of it, and never
+    inside. It is now, as in the same dock drawn past the edge (which always counted)."""
+    size = (640, 360)
+    frames = render([TRUCK], fps=25, seconds=14, frame_size=size)
+    on_edge = run(analytics(ON_EDGE), frames, frame_size=size)
+    past_edge = run(analytics(PAST_EDGE), frames, frame_size=size)
+    assert kinds(on_edge) == ["zone_enter", "zone_exit"]
+    assert events(on_edge) == events(past_edge)
+    assert [u.zone_occupancy for u in on_edge] == [u.zone_occupancy for u in past_edge]
+    # The dead band still holds on the dock's edges inside the picture.
+    nearby = Mover([(0, 320, 150), (2, 320, 253), (6, 320, 253), (8, 320, 150)])
+    frames = render([nearby], fps=25, seconds=10, frame_size=size)
+    assert kinds(run(analytics(ON_EDGE), frames, frame_size=size)) == []
+
+
+@pytest.mark.parametrize(
+    ("anchor", "at"),
+    [("center_right", (650, 200)), ("bottom_center", (320, 380)), ("bottom_right", (650, 380))],
+)
+def test_a_point_on_the_frames_far_edge_is_inside_a_zone_along_it(anchor, at) -> None:
+    """Inside tests put a point on a polygon's right or bottom edge outside; one on the
+    frame's far edge (a box the frame cuts off) is in the picture, so in a zone along it:
+    the whole picture here, which an object parked half out of it enters."""
+    size = (640, 360)
+    whole = ZoneConfig(name="all", points=[(0, 0), (640, 0), (640, 360), (0, 360)])
+    a = analytics(whole, anchor=anchor)
+    x, y = at  # the box's bottom centre, beyond the frame: the box is cut off
+    frames = render([Mover([(0, x, y), (2, x, y)])], fps=25, seconds=2, frame_size=size)
+    (placement,) = place(a, [(np.array([1]), frames[0].boxes, None)])
+    assert (placement.points == size).any() and not placement.inside[0].any()  # as drawn
+    assert kinds(run(a, frames, frame_size=size)) == ["zone_enter"]
+
+
+def test_a_zone_edge_is_left_out_of_the_border_only_where_it_is_off_the_frame() -> None:
+    zone = Polygon([(-50, 100), (700, 100), (700, 300), (300, 400), (100, 360), (-50, 300)])
+    # Edges: along y 100 (in the frame), along x 700 (past the right), a slant leaving the
+    # frame (partly in it), one from y 400 to y 360 (past the bottom, touching it), a slant
+    # partly in it, along x -50 (past the left).
+    assert zone.edges_off_frame(640, 360).tolist() == [False, True, False, True, False, True]
+    # The second edge cuts past the top-right corner, outside the frame.
+    corner = Polygon([(600, 100), (620, -30), (700, 20), (700, 100)])
+    assert corner.edges_off_frame(640, 360).tolist() == [False, True, True, False]
+    points = np.array([[320.0, 200.0], [630.0, 200.0]])
+    np.testing.assert_allclose(zone.border_distance(points), [100, 70])
+    np.testing.assert_allclose(
+        zone.border_distance(points, ~zone.edges_off_frame(640, 360)), [100, 100]
+    )
+    assert zone.border_distance(points, np.zeros(6, dtype=bool)).tolist() == [np.inf] * 2

@@ -142,15 +142,37 @@ class Polygon:
         inside = polygon_area([tuple(p) for p in clipped]) if len(clipped) > 2 else 0.0
         return min(1.0, inside / whole) if whole > 0 else 0.0
 
-    def border_distance(self, points: np.ndarray) -> np.ndarray:
-        """``(N,)`` distance in pixels from each point to the nearest edge."""
+    def border_distance(self, points: np.ndarray, edges: np.ndarray | None = None) -> np.ndarray:
+        """``(N,)`` distance in pixels from each point to the nearest edge; of ``edges`` only
+        (``(E,)`` bool, edge ``i`` from corner ``i`` to the next) where given, infinite
+        where that is none."""
         p = np.asarray(points, dtype=np.float64).reshape(-1, 2)
         x, y = p[:, 0:1], p[:, 1:2]
         ax, ay, ex, ey = self._ax, self._ay, self._ex, self._ey
         t = ((x - ax) * ex + (y - ay) * ey) / self._length2
         t = np.minimum(np.maximum(t, 0.0), 1.0)  # np.clip's own overhead is most of its cost
         dx, dy = x - (ax + t * ex), y - (ay + t * ey)
-        return np.sqrt((dx * dx + dy * dy).min(axis=1))
+        squared = dx * dx + dy * dy
+        if edges is not None:
+            squared = np.where(edges, squared, np.inf)
+        return np.sqrt(squared.min(axis=1))
+
+    def edges_off_frame(self, width: float, height: float) -> np.ndarray:
+        """``(E,)`` bool: the edges (edge ``i`` from corner ``i`` to the next) with no part
+        strictly inside the frame ``[0, width] x [0, height]``: along its edge, beyond it,
+        or cutting past one of its corners outside it."""
+        a, b = self.points, np.roll(self.points, -1, axis=0)
+        off = (
+            ((a[:, 0] >= width) & (b[:, 0] >= width))
+            | ((a[:, 0] <= 0) & (b[:, 0] <= 0))
+            | ((a[:, 1] >= height) & (b[:, 1] >= height))
+            | ((a[:, 1] <= 0) & (b[:, 1] <= 0))
+        )
+        outside = [
+            Segment((x1, y1), (x2, y2)).share_in_frame(width, height) == 0.0
+            for (x1, y1), (x2, y2) in zip(a.tolist(), b.tolist(), strict=True)
+        ]
+        return off | np.array(outside, dtype=bool)
 
 
 def rotated_iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:

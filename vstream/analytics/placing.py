@@ -7,13 +7,16 @@ objects that costs numpy calls, not arithmetic, and the streams of one pipeline
 share their lines and zones; so :func:`place` takes several streams' frames,
 stacks their boxes, asks every line and zone once, and hands each frame its own
 rows (:class:`Placement`), exactly what it would get alone: the arithmetic is
-row by row, the same operations on the same numbers.
+row by row, the same operations on the same numbers. What a stream remembers of
+its own tracks, where their keypoints were from their boxes when last seen
+(:class:`~vstream.analytics.shapes.KeypointOffsets`), then moves its rows whose
+keypoints are not seen (:func:`moved`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Protocol
 
@@ -56,6 +59,11 @@ class Placement:
     """Per zone, ``(M,)`` bool: the point is inside."""
     clear: tuple[np.ndarray, ...]
     """Per zone, ``(M,)`` bool: the point is farther than the dead band from its border."""
+    anchors: np.ndarray
+    """``(M, 2)``: each box's anchor (``points`` itself where no keypoints stand for them)."""
+    seen: np.ndarray | None
+    """``(M,)`` bool where keypoints stand for the objects: whether they were seen (the point
+    is theirs, not the box's anchor); None where they do not."""
 
 
 def place(analytics: Places, frames: Sequence[Tracked]) -> list[Placement]:
@@ -78,29 +86,71 @@ def place(analytics: Places, frames: Sequence[Tracked]) -> list[Placement]:
             raise ValueError(f"{len(ids)} track ids for {len(boxes)} boxes")
     ids, boxes = _stacked(each_ids), _stacked(each_boxes)
     confirmed = ids > 0
-    points = anchor_points(boxes[confirmed], analytics.config.anchor)
+    anchors = points = anchor_points(boxes[confirmed], analytics.config.anchor)
+    seen = None
     if keyed[0]:
         keypoints = _stacked([np.asarray(f[2]) for f in frames])
-        points = keypoint_points(points, keypoints[confirmed], analytics.anchor_keypoints)
-    columns = [line.place(points) for line in analytics.lines]
+        points, seen = keypoint_points(anchors, keypoints[confirmed], analytics.anchor_keypoints)
+    elif analytics.anchor_keypoints:  # frames without keypoints: none seen
+        seen = np.zeros(len(points), dtype=bool)
+    # A frame's row: confirmed, ids, points, where keypoints stand for objects the anchors
+    # and whether they were seen, each line's distances, each zone's inside and clear.
+    keyed_columns = [anchors, seen] if seen is not None else []
+    columns = [ids[confirmed], points, *keyed_columns]
+    columns.extend(line.place(points) for line in analytics.lines)
     for zone in analytics.zones:
         columns.extend(zone.place(points))
     if len(frames) == 1:
-        split = [[column] for column in (confirmed, ids[confirmed], points, *columns)]
+        split = [[column] for column in (confirmed, *columns)]
     else:
         # Each frame's rows: its boxes' among the stacked boxes, its confirmed ones' among
         # those; one np.split a column, not a slice a column a frame.
         ends = list(accumulate(len(i) for i in each_ids))[:-1]
         kept_ends = np.concatenate(([0], np.cumsum(confirmed)))[ends]
-        split = [np.split(confirmed, ends)] + [
-            np.split(column, kept_ends) for column in (ids[confirmed], points, *columns)
-        ]
-    # A frame's row: confirmed, ids, points, each line's distances, each zone's inside and clear.
-    zones = 3 + len(analytics.lines)
+        split = [np.split(confirmed, ends)] + [np.split(column, kept_ends) for column in columns]
+    lines = 3 + len(keyed_columns)
+    zones = lines + len(analytics.lines)
     return [
-        Placement(row[0], row[1], row[2], row[3:zones], row[zones::2], row[zones + 1 :: 2])
+        Placement(
+            row[0],
+            row[1],
+            row[2],
+            row[lines:zones],
+            row[zones::2],
+            row[zones + 1 :: 2],
+            anchors=row[3] if keyed_columns else row[2],
+            seen=row[4] if keyed_columns else None,
+        )
         for row in zip(*split, strict=True)
     ]
+
+
+def moved(
+    analytics: Places, placement: Placement, rows: np.ndarray, points: np.ndarray
+) -> Placement:
+    """``placement`` with the points at ``rows`` (of its confirmed tracks) moved to ``(R, 2)``
+    ``points``, and placed there (one stream's: its keypoints' offsets,
+    :class:`~vstream.analytics.shapes.KeypointOffsets`)."""
+    moved_points = placement.points.copy()
+    moved_points[rows] = points
+    distances = []
+    for line, column in zip(analytics.lines, placement.distances, strict=True):
+        distances.append(column.copy())
+        distances[-1][rows] = line.place(points)
+    inside, clear = [], []
+    for zone, is_inside, is_clear in zip(
+        analytics.zones, placement.inside, placement.clear, strict=True
+    ):
+        inside.append(is_inside.copy())
+        clear.append(is_clear.copy())
+        inside[-1][rows], clear[-1][rows] = zone.place(points)
+    return replace(
+        placement,
+        points=moved_points,
+        distances=tuple(distances),
+        inside=tuple(inside),
+        clear=tuple(clear),
+    )
 
 
 def _stacked(arrays: list[np.ndarray]) -> np.ndarray:

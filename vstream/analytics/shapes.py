@@ -2,11 +2,15 @@
 
 A pose model's keypoints can stand for an object instead of its box's anchor
 (``analytics.anchor_keypoints``: a person counted by the midpoint of the
-ankles). On frames the detector skips (cadence) the tracker predicts only
-boxes: :class:`ShapeMemory` keeps each confirmed track's last detected
-keypoints and oriented box, and moves them with the predicted box (its
-centre's shift, its width's and height's scale), so predicted records carry
-them too, marked predicted with their boxes.
+ankles). Where they are not seen (a passer-by hides the feet) the box's anchor
+alone would stand in, a foot or so from them: a person standing by a line
+would cross it and back. :class:`KeypointOffsets` keeps, per track, where the
+keypoints were from the box's anchor when last seen, and places the object
+there from its anchor while they are not. On frames the detector skips
+(cadence) the tracker predicts only boxes: :class:`ShapeMemory` keeps each
+confirmed track's last detected keypoints and oriented box, and moves them
+with the predicted box (its centre's shift, its width's and height's scale),
+so predicted records carry them too, marked predicted with their boxes.
 """
 
 from __future__ import annotations
@@ -45,10 +49,10 @@ def keypoint_indices(wanted: Sequence[str] | None, names: Sequence[str]) -> tupl
 
 def keypoint_points(
     fallback: np.ndarray, keypoints: np.ndarray, indices: Sequence[int]
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """``(N, 2)`` points: the mean of each object's keypoints at ``indices`` that are visible
     (score at least :data:`VISIBLE`; every one where the model gives no score), else
-    ``fallback`` (the box's anchor)."""
+    ``fallback`` (the box's anchor); and ``(N,)`` bool, whether any was visible."""
     chosen = np.asarray(keypoints, dtype=np.float64)[:, list(indices), :]
     if chosen.shape[-1] > 2:
         visible = chosen[..., 2] >= VISIBLE
@@ -58,7 +62,41 @@ def keypoint_points(
     total = (chosen[..., :2] * visible[..., None]).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = total / count[:, None]
-    return np.where(count[:, None] > 0, mean, np.asarray(fallback, dtype=np.float64))
+    seen = count > 0
+    return np.where(seen[:, None], mean, np.asarray(fallback, dtype=np.float64)), seen
+
+
+class KeypointOffsets:
+    """Per track, where the keypoints that stand for it were from its box's anchor when last
+    seen (module doc)."""
+
+    def __init__(self) -> None:
+        self._offsets: dict[int, tuple[float, float]] = {}
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def hold(
+        self, track_ids: np.ndarray, anchors: np.ndarray, points: np.ndarray, seen: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Remember the offsets of the tracks whose keypoints are ``seen`` (their ``points``
+        from their box's ``anchors``); return the rows of the others that have one, and
+        their anchors moved by it: where their keypoints stand now."""
+        rows, moved = [], []
+        for row, (track, (ax, ay), (px, py), visible) in enumerate(
+            zip(track_ids.tolist(), anchors.tolist(), points.tolist(), seen.tolist(), strict=True)
+        ):
+            if visible:
+                self._offsets[track] = (px - ax, py - ay)
+            elif (offset := self._offsets.get(track)) is not None:
+                rows.append(row)
+                moved.append((ax + offset[0], ay + offset[1]))
+        return np.array(rows, dtype=np.intp), np.array(moved, dtype=np.float64).reshape(-1, 2)
+
+    def forget(self, live: Collection[int]) -> None:
+        """Drop the tracks not in ``live`` (the tracker's live ids)."""
+        for track in [t for t in self._offsets if t not in live]:
+            del self._offsets[track]
 
 
 class ShapeMemory:

@@ -19,8 +19,8 @@ import numpy as np
 
 from vstream.analytics.events import AttributesOf, Direction, Event
 from vstream.analytics.lines import LineCounter
-from vstream.analytics.placing import Placement, place
-from vstream.analytics.shapes import ShapeMemory, keypoint_indices
+from vstream.analytics.placing import Placement, moved, place
+from vstream.analytics.shapes import KeypointOffsets, ShapeMemory, keypoint_indices
 from vstream.analytics.zones import ZoneMonitor
 from vstream.config.analytics import AnalyticsConfig
 from vstream.config.tracking import DEFAULT_CONF
@@ -69,6 +69,9 @@ class StreamAnalytics:
         self.anchor_keypoints = keypoint_indices(config.anchor_keypoints, keypoint_names)
         """Positions of the keypoints that stand for an object on lines and zones (none: the
         box's anchor)."""
+        self.keypoint_offsets = KeypointOffsets()
+        """Where each track's keypoints were from its box's anchor when last seen: where it
+        stands while they are not."""
         self.shapes = ShapeMemory()
         """Each track's last keypoints and oriented box, carried through predicted frames."""
         self.conf = conf
@@ -115,7 +118,8 @@ class StreamAnalytics:
 
         ``boxes`` are ``(N, 4)`` ``x1, y1, x2, y2`` pixels. ``frame_size``
         (``width, height``), when given, lets lines near the frame edge narrow
-        their dead band on the outer side.
+        their dead band on the outer side, and zones along it count objects the
+        frame cuts off (:mod:`~vstream.analytics.zones`).
         """
         track_ids = self.track(boxes, scores, class_ids, pts_seconds, embeddings=embeddings)
         return self.observe(track_ids, boxes, pts_seconds, frame_size, attributes_of=attributes_of)
@@ -205,6 +209,12 @@ class StreamAnalytics:
                 raise ValueError(
                     f"a placement of {len(placement.confirmed)} boxes for {len(track_ids)}"
                 )
+            if placement.seen is not None:
+                rows, held = self.keypoint_offsets.hold(
+                    placement.ids, placement.anchors, placement.points, placement.seen
+                )
+                if len(rows):
+                    placement = moved(self, placement, rows, held)
             ids, points = placement.ids, placement.points
             placed = (
                 [m for m, c in zip(masks, placement.confirmed.tolist(), strict=True) if c]
@@ -231,6 +241,9 @@ class StreamAnalytics:
             for zone, inside, clear in zip(
                 self.zones, placement.inside, placement.clear, strict=True
             ):
+                if frame_size is not None:
+                    zone.set_frame_size(*frame_size)
+                    inside, clear = zone.in_frame(points, inside, clear)
                 events.extend(
                     zone.observe(
                         ids,
@@ -245,6 +258,7 @@ class StreamAnalytics:
                     )
                 )
             live = self.tracker.live_track_ids()
+            self.keypoint_offsets.forget(live)
             for line in self.lines:
                 events.extend(line.forget(live, self.label))
             for zone in self.zones:

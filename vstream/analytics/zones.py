@@ -20,6 +20,15 @@ the time an object was last seen, and the dwell that loitering is judged by,
 come from detections, so a track hidden (lost, not yet forgotten) does not go
 on loitering.
 
+A zone drawn along the frame's edge (or past it) has no border there: an
+object the frame cuts off has its box, and so its anchor, clipped onto that
+edge, never clear of it, and would never be counted. With the frame size known
+(:meth:`ZoneMonitor.set_frame_size`) the zone's edges with no part strictly
+inside the frame are left out of the border, and a point on the frame's far
+edge (``x == width``, ``y == height``) is taken just inside the frame, as one
+on its near edge is by the inside test. A truck parked in a dock drawn on the
+bottom of the picture, its rear cut off, is inside.
+
 The class filter is applied on entry, with the track's majority class then: a
 track that entered is followed to its exit even if its class changes.
 """
@@ -70,6 +79,9 @@ class ZoneMonitor:
         self.dead_band = dead_band
         self.min_seconds = min_seconds
         self._classes = frozenset(config.classes) if config.classes is not None else None
+        self._frame_size: tuple[int, int] | None = None
+        self._border: np.ndarray | None = None
+        """``(E,)`` bool: the edges that are border at the frame size set; None: all of them."""
         self._tracks: dict[int, _TrackState] = {}
         self.occupancy = 0
         """Tracks inside now: entries minus exits."""
@@ -85,6 +97,35 @@ class ZoneMonitor:
         (farther than the dead band): what :meth:`observe` steps the tracks by
         (:mod:`~vstream.analytics.placing`)."""
         return self.polygon.contains(points), self.polygon.border_distance(points) > self.dead_band
+
+    def set_frame_size(self, width: int, height: int) -> None:
+        """Leave the edges along or past the frame's edge out of the border (module doc)."""
+        if self._frame_size == (width, height):
+            return
+        self._frame_size = (width, height)
+        off = self.polygon.edges_off_frame(width, height)
+        self._border = ~off if off.any() else None
+
+    def in_frame(
+        self, points: np.ndarray, inside: np.ndarray, clear: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``inside`` and ``clear`` of ``(N, 2)`` ``points`` (:meth:`place`, which knows no
+        frame: the placement of several streams' frames) at the frame size set: the same
+        where the zone does not reach the frame's edge, the usual case."""
+        border, size = self._border, self._frame_size
+        if border is None or size is None or not len(points):
+            return inside, clear
+        inside, clear = inside.copy(), clear.copy()  # the placement's are shared
+        edge = np.asarray(size, dtype=np.float64)
+        on_edge = points == edge  # on the frame's far edge: a box it cuts off
+        far = on_edge.any(axis=1)
+        if far.any():
+            just_inside = np.where(on_edge[far], np.nextafter(edge, 0.0), points[far])
+            inside[far] = self.polygon.contains(just_inside)
+        near = ~clear  # leaving edges out of the border only takes points farther from it
+        if near.any():
+            clear[near] = self.polygon.border_distance(points[near], border) > self.dead_band
+        return inside, clear
 
     def observe(
         self,

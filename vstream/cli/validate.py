@@ -5,7 +5,8 @@ Checked here: the YAML, every key and value against the config models
 (what ``serve`` refuses), that model and video files exist, that sink
 files can be written, that every model loads in ONNX Runtime and fits its
 ``imgsz`` and batch size (a secondary model: its input is an image, its outputs
-match its labels, the classes of its ``on`` are the detector's), and that Ray
+match its labels, the classes of its ``on`` are the detector's), that the
+classes of the lines and zones are the model's, and that Ray
 is installed when the config asks for a cluster or for worker processes
 (found, not imported). Left to run time, because they need the network or the
 device: reaching cameras and brokers, and CUDA itself.
@@ -22,7 +23,7 @@ from pathlib import Path
 from vstream.cli.args import EXIT_BAD_INPUT, EXIT_OK
 from vstream.cluster.connect import ray_installed, ray_missing
 from vstream.config import ConfigError, load_config
-from vstream.config.analytics import AnalyticsConfig
+from vstream.config.analytics import AnalyticsConfig, unknown_classes
 from vstream.errors import VstreamError
 
 
@@ -100,6 +101,8 @@ def validate_command(args: argparse.Namespace) -> int:
                 problems.append(f"{args.config}: pipelines[{i}].secondary[{j}]: {exc}")
         where = f"{args.config}: pipelines[{i}].analytics"
         problems += _filter_problems(where, pipeline.analytics, labels)
+        for place, problem in unknown_classes(pipeline.analytics, names or []):
+            problems.append(f"{where}.{place}: {problem}")
     for line in problems:
         print(f"vstream: {line}", file=sys.stderr)
     if problems:

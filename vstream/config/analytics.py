@@ -8,13 +8,26 @@ through. Coordinates are pixels of the original frame, ``x`` to the right and
 Degenerate geometry is refused when the config is read, not discovered when
 nothing is ever counted: a line needs two distinct points, a zone at least
 three points enclosing some area, with edges that never cross or touch each
-other (a "bow tie" has no one inside), and names are unique.
+other (a "bow tie" has no one inside), and names are unique. Against the dead
+band, which hides an object from a line or a zone border it is that close to:
+a line must be at least twice as long as the band is wide, and a zone must
+have some point farther than the band from its border (no object is ever
+clear of it otherwise: a zone 10 px wide with the default 5 px band). The zone
+test is exact for a convex zone; a concave one is refused when even its convex
+hull has no such point, so a thin concave zone may pass. A zone along the
+frame's edge, which is no border there (:mod:`vstream.analytics.zones`), is
+judged as drawn: drawn past the edge, it has the room it needs.
+
+Which classes a line or zone counts can only be checked against the model
+(:func:`unknown_classes`), when the pipeline is built or validated.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal, TypeAlias
 
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
@@ -174,6 +187,71 @@ def _shown(point: Point) -> str:
     return f"({point[0]:g}, {point[1]:g})"
 
 
+def _convex_hull(points: list[Point]) -> list[Point]:
+    """The corners of the convex hull of ``points``, counter-clockwise: the inside is where
+    :func:`_orientation` is positive for every edge (Andrew's monotone chain)."""
+    ordered = sorted(set(points))
+    chains: list[list[Point]] = []
+    for run in (ordered, ordered[::-1]):
+        chain: list[Point] = []
+        for point in run:
+            while len(chain) > 1 and _orientation(chain[-2], chain[-1], point) <= 0:
+                chain.pop()
+            chain.append(point)
+        chains.append(chain[:-1])
+    return chains[0] + chains[1]
+
+
+def _depths(hull: list[Point], point: Point) -> list[float]:
+    """How far ``point`` is inside each edge's line of a counter-clockwise convex polygon
+    (negative: outside it)."""
+    return [
+        _orientation(a, b, point) / math.dist(a, b)
+        for a, b in zip(hull, hull[1:] + hull[:1], strict=True)
+    ]
+
+
+def _eroded(hull: list[Point], distance: float) -> list[Point]:
+    """The part of a counter-clockwise convex polygon at least ``distance`` inside every edge
+    (clipped by each edge's line moved inwards; Sutherland-Hodgman)."""
+    region = hull
+    for a, b in zip(hull, hull[1:] + hull[:1], strict=True):
+        length = math.dist(a, b)
+        depth = [_orientation(a, b, p) / length - distance for p in region]
+        kept: list[Point] = []
+        for i, p in enumerate(region):
+            j = (i + 1) % len(region)
+            if depth[i] >= 0:
+                kept.append(p)
+            if depth[i] * depth[j] < 0:
+                q, share = region[j], depth[i] / (depth[i] - depth[j])
+                kept.append((p[0] + share * (q[0] - p[0]), p[1] + share * (q[1] - p[1])))
+        region = kept
+        if len(region) < 3:
+            return []
+    return region
+
+
+def _room(points: list[Point], distance: float) -> float | None:
+    """None where some point of the polygon's convex hull is farther than ``distance`` from
+    the hull's border, else the farthest any is (found to 0.1 %); a polygon's own points
+    are never farther from its border than from its hull's."""
+    hull = _convex_hull(points)
+    middle = (sum(p[0] for p in hull) / len(hull), sum(p[1] for p in hull) / len(hull))
+    if min(_depths(hull, middle)) > distance:
+        return None  # the usual zone, wide around its middle: no clipping needed
+    if polygon_area(_eroded(hull, distance)) > 1e-6:
+        return None
+    low, high = 0.0, distance
+    while high - low > 1e-3 * distance:
+        middle_distance = (low + high) / 2
+        if polygon_area(_eroded(hull, middle_distance)) > 1e-6:
+            low = middle_distance
+        else:
+            high = middle_distance
+    return high
+
+
 class ZoneConfig(StrictModel):
     """A zone: a polygon objects enter, stay in, and leave."""
 
@@ -248,7 +326,8 @@ class AnalyticsConfig(StrictModel):
         description="with a pose model: the keypoint (its name or number) that stands for "
         "each object on lines and zones instead of its box's anchor, or two whose midpoint "
         "does, e.g. [left_ankle, right_ankle]; only keypoints scoring 0.5 or more count "
-        "(one of two alone stands in), and an object with none of them uses its box's anchor",
+        "(one of two alone stands in); an object with none of them stands where they last were "
+        "from its box's anchor (at the anchor until they are first seen)",
     )
     dead_band_pixels: Annotated[Number(0.0, 10_000.0), Cli("--dead-band")] = Field(
         5.0,
@@ -262,6 +341,31 @@ class AnalyticsConfig(StrictModel):
             "a line (or of a zone border) before the crossing (or entry, exit) counts",
         )
     )
+
+    @model_validator(mode="after")
+    def _room_to_count(self) -> AnalyticsConfig:
+        # A line or zone the dead band hides every object from counts nothing, silently.
+        band = self.dead_band_pixels
+        problems = []
+        for line in self.lines:
+            length = math.dist(line.start, line.end)
+            if length < 2 * band:
+                problems.append(
+                    f"line {line.name!r} is {length:.3g} px long, shorter than twice the dead "
+                    f"band around it (2 x {band:g} px); draw it longer or lower dead_band_pixels"
+                )
+        for zone in self.zones:
+            widest = _room(list(zone.points), band) if band > 0 else None
+            if widest is not None:
+                problems.append(
+                    f"zone {zone.name!r}: no point of it is farther than the dead band "
+                    f"({band:g} px) from its border (at most {widest:.3g} px), so no object is "
+                    "ever inside; draw it wider (along the frame's edge it may extend past it) "
+                    "or lower dead_band_pixels"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @field_validator("lines", "zones")
     @classmethod
@@ -293,6 +397,50 @@ class AnalyticsConfig(StrictModel):
         records keep only those above ``conf`` (:func:`vstream.engine.outputs.analyze`).
         """
         return min(conf, self.effective_tracking.low_score) if self.enabled else conf
+
+
+def unknown_classes(
+    analytics: AnalyticsConfig, class_names: Mapping[int, str] | Sequence[str]
+) -> list[tuple[str, str]]:
+    """The lines and zones whose ``classes`` list ids the model does not have (they would
+    count nothing of them, silently): ``(where, message)``, ``where`` as ``lines[0]``.
+
+    ``class_names`` is the model's (``Detector.class_names``, or its metadata's), so this
+    runs when the pipeline is built or validated, not when the YAML is parsed. A model that
+    names no classes cannot be checked and is accepted.
+    """
+    if not class_names:
+        return []
+    known = set(class_names) if isinstance(class_names, Mapping) else set(range(len(class_names)))
+    found = []
+    places: list[tuple[str, str, list[LineConfig | ZoneConfig]]] = [
+        ("lines", "line", [*analytics.lines]),
+        ("zones", "zone", [*analytics.zones]),
+    ]
+    for section, kind, items in places:
+        for index, place in enumerate(items):
+            wanted: list[int] = place.classes or []
+            unknown = [c for c in wanted if c not in known]
+            if unknown:
+                found.append(
+                    (
+                        f"{section}[{index}]",
+                        f"{kind} {place.name!r}: classes {unknown} are not classes of the "
+                        f"model, which has {_listed(class_names)}",
+                    )
+                )
+    return found
+
+
+def _listed(class_names: Mapping[int, str] | Sequence[str]) -> str:
+    """The first 20 of a model's classes as ``0 person, 1 bicycle`` (and how many more)."""
+    items = (
+        sorted(class_names.items())
+        if isinstance(class_names, Mapping)
+        else list(enumerate(class_names))
+    )
+    shown = ", ".join(f"{i} {name}" for i, name in items[:20])
+    return shown + (f" and {len(items) - 20} more" if len(items) > 20 else "")
 
 
 _SPEC = re.compile(r"^(?P<name>[^=]*)=(?P<coords>.*)$")
@@ -364,4 +512,5 @@ __all__ = [
     "ZoneConfig",
     "parse_line_spec",
     "parse_zone_spec",
+    "unknown_classes",
 ]

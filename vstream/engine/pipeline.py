@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from vstream.analytics.placing import Placement, place
 from vstream.analytics.shapes import keypoint_indices
 from vstream.analytics.stream import StreamAnalytics
-from vstream.config.analytics import AnalyticsConfig
+from vstream.config.analytics import AnalyticsConfig, unknown_classes
 from vstream.config.model import RuntimeOptions
 from vstream.config.pipelines import PipelineConfig
 from vstream.config.secondary import SecondaryConfig
@@ -156,6 +156,9 @@ class Pipeline:
             keypoint_indices(config.analytics.anchor_keypoints, detector.keypoint_names)
         except ValueError as exc:
             raise ModelError(f"pipeline {config.name}: {exc}") from None
+        if unknown := unknown_classes(config.analytics, detector.class_names):
+            problems = "; ".join(f"analytics.{place}: {problem}" for place, problem in unknown)
+            raise ModelError(f"pipeline {config.name}: {problems}")
         cascade = _cascade(config.secondary, detector, config.analytics)
         built: list[BufferedSink] = [results_for(detector)] if collect else []  # type: ignore[list-item]
         try:
