@@ -33,7 +33,7 @@ from typing import Annotated, Literal, TypeAlias
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from vstream.config.base import NAME_PATTERN, Cli, Int, Name, Number, StrictModel
-from vstream.config.model import ClassName
+from vstream.config.model import ClassName, describe_classes
 from vstream.config.tracking import MAX_TRACK_SECONDS, TrackingConfig
 
 MAX_COORDINATE = 100_000.0
@@ -426,21 +426,10 @@ def unknown_classes(
                     (
                         f"{section}[{index}]",
                         f"{kind} {place.name!r}: classes {unknown} are not classes of the "
-                        f"model, which has {_listed(class_names)}",
+                        f"model, which has {describe_classes(class_names)}",
                     )
                 )
     return found
-
-
-def _listed(class_names: Mapping[int, str] | Sequence[str]) -> str:
-    """The first 20 of a model's classes as ``0 person, 1 bicycle`` (and how many more)."""
-    items = (
-        sorted(class_names.items())
-        if isinstance(class_names, Mapping)
-        else list(enumerate(class_names))
-    )
-    shown = ", ".join(f"{i} {name}" for i, name in items[:20])
-    return shown + (f" and {len(items) - 20} more" if len(items) > 20 else "")
 
 
 _SPEC = re.compile(r"^(?P<name>[^=]*)=(?P<coords>.*)$")

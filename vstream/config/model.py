@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -134,6 +135,18 @@ def _printable(label: str) -> str:
 ClassName = Annotated[
     str, Field(min_length=1, max_length=MAX_LABEL_LENGTH), AfterValidator(_printable)
 ]
+
+
+def describe_classes(class_names: Mapping[int, str] | Sequence[str]) -> str:
+    """The first 20 of a model's classes as ``0 person, 1 bicycle`` (and how many more): what
+    a message refusing a class id it lacks shows."""
+    items = (
+        sorted(class_names.items())
+        if isinstance(class_names, Mapping)
+        else list(enumerate(class_names))
+    )
+    shown = ", ".join(f"{i} {name}" for i, name in items[:20])
+    return shown + (f" and {len(items) - 20} more" if len(items) > 20 else "")
 
 
 class ProviderConfig(StrictModel):

@@ -42,6 +42,7 @@ from vstream.config.model import (
     ClassName,
     ImageSize,
     Std,
+    describe_classes,
 )
 from vstream.config.tracking import MAX_TRACK_SECONDS
 from vstream.errors import ModelError
@@ -265,7 +266,7 @@ def check_on_classes(
     if unknown:
         raise ModelError(
             f"secondary {model.name!r}: on.classes {unknown} are not classes of the detector, "
-            f"which has {_describe(class_names)}"
+            f"which has {describe_classes(class_names)}"
         )
 
 
@@ -283,16 +284,6 @@ def check_filter_labels(
             f"{place}: attribute {name!r} has no labels {unknown}; the model's labels are "
             f"{', '.join(labels[:20])}{more}"
         )
-
-
-def _describe(class_names: Mapping[int, str] | Sequence[str]) -> str:
-    items = (
-        sorted(class_names.items())
-        if isinstance(class_names, Mapping)
-        else list(enumerate(class_names))
-    )
-    shown = ", ".join(f"{i} {name}" for i, name in items[:20])
-    return shown + (f" and {len(items) - 20} more" if len(items) > 20 else "")
 
 
 __all__ = [
