@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import io
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
+from helpers import run_cli, write_video
 
 from vstream import assets
 from vstream.cli import main
@@ -97,6 +99,41 @@ def test_two_pipelines_writing_one_file_are_refused(
     each = pipeline("a", "{pipeline}.jsonl") + pipeline("b", "{pipeline}.jsonl")
     config.write_text("pipelines:\n" + each)
     assert main(["validate", str(config)]) == 0
+
+
+def test_an_output_on_an_input_is_refused_and_the_input_kept(tmp_path: Path) -> None:
+    """``-o`` mistyped as the video read (through a link too), or the model, or the records
+    and the annotated video on one file: each output destroyed what it replaced, the
+    input left empty, the model overwritten with records, exit 0 for some."""
+    video = write_video(tmp_path / "clip.mp4", frames=5, width=64, height=48)
+    (tmp_path / "link.mp4").symlink_to(video)
+    model = tmp_path / "model.onnx"
+    shutil.copy(assets.DEMO_MODEL, model)
+    size = video.stat().st_size
+    for flags, said in [
+        (["-o", "link.mp4"], "sinks[0] would write over pipelines[0].sources[0]"),
+        (["--model", "model.onnx", "-o", "model.onnx"], "would write over pipelines[0].model"),
+        (["-o", "same.mp4", "--save-video", "same.mp4"], "sinks[1] both write"),
+    ]:
+        done = run_cli("run", "--source", "clip.mp4", *flags, cwd=tmp_path)
+        assert (done.returncode, done.stdout) == (2, ""), done
+        assert said in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert video.stat().st_size == size
+    assert model.read_bytes() == assets.DEMO_MODEL.read_bytes()
+
+
+@pytest.mark.parametrize("command", [["bench", "--source"], ["doctor", "--quick", "--video"]])
+def test_a_url_given_for_a_file_is_refused_without_its_password(command: list[str]) -> None:
+    done = run_cli(*command, "rtsp://admin:hunter2@127.0.0.1:1/x")
+    assert done.returncode == 2 and "takes a" in done.stderr and "not a URL" in done.stderr
+    assert "hunter2" not in done.stderr
+
+
+def test_a_malformed_camera_url_is_one_line_not_an_internal_error(tmp_path: Path) -> None:
+    done = run_cli("run", "--source", "rtsp://admin:hunter2@[bad/x", "-o", tmp_path / "o.jsonl")
+    assert done.returncode == 2, done
+    assert "Invalid IPv6 URL" in done.stderr and "unexpected error" not in done.stderr
+    assert "hunter2" not in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -146,7 +146,10 @@ def stream_name(uri: str) -> str:
     scheme, _, rest = uri.partition("://")
     if info is not None:
         rest = rest[len(info) + 1 :]
-    parts = urlsplit(f"{scheme}://{rest}")
+    try:
+        parts = urlsplit(f"{scheme}://{rest}")
+    except ValueError:  # rtsp://[bad/x: refused, with its reasons, where the source is checked
+        return MASK
     stem = PurePosixPath(parts.path).stem
     return stem or parts.hostname or MASK
 

@@ -144,6 +144,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     if not args.source.is_file():
+        if ":/" in str(args.source):  # a URL, its credentials too: not said back
+            raise SourceError("--source takes a video file, not a URL")
         raise SourceError(f"video file not found: {args.source}")
     if args.ultralytics:
         import importlib.util

@@ -89,6 +89,8 @@ def _check_paths(args: argparse.Namespace) -> None:
 
     for flag, path in (("--model", args.model), ("--video", args.video)):
         if path is not None and not path.is_file():
+            if ":/" in str(path):  # a URL, its credentials too: not said back
+                raise VstreamError(f"{flag} takes a file, not a URL")
             raise VstreamError(f"{flag} {path}: no such file")
     if args.report is not None and not args.report.resolve().parent.is_dir():
         raise VstreamError(f"--report {args.report}: its folder does not exist")

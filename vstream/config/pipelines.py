@@ -12,6 +12,7 @@ against the directory of the config file, given as the validation context
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from vstream.assets import is_bundled
 from vstream.config.analytics import AnalyticsConfig, LineConfig, ZoneConfig
 from vstream.config.base import (
     Cli,
@@ -365,15 +367,29 @@ class VstreamConfig(StrictModel):
     @field_validator("pipelines")
     @classmethod
     def _one_writer_a_file(cls, pipelines: list[PipelineConfig]) -> list[PipelineConfig]:
-        """Two JSON Lines sinks on one file would truncate, cut back and rotate each other's
-        lines (their paths compared with ``{pipeline}`` filled in)."""
+        """Each file written by one sink, and none of them read. Two JSON Lines sinks on one
+        file would truncate, cut back and rotate each other's lines; a sink writing a
+        stream's video or a model would destroy it before it was read (``vstream run
+        --source clip.mp4 -o clip.mp4`` left clip.mp4 empty). Paths are compared resolved,
+        links followed, with ``{pipeline}`` filled in."""
+        read: dict[str, str] = {}
+        for i, pipeline in enumerate(pipelines):
+            if not is_bundled(pipeline.model.path):
+                read[os.path.realpath(pipeline.model.path)] = f"pipelines[{i}].model"
+            for j, source in enumerate(pipeline.sources):
+                if "://" not in source.uri and not source.uri.startswith("/dev/"):
+                    read[os.path.realpath(source.uri)] = f"pipelines[{i}].sources[{j}]"
         writers: dict[str, str] = {}
         for i, pipeline in enumerate(pipelines):
             for j, sink in enumerate(pipeline.sinks):
-                if sink.type != "jsonl":
+                if sink.type != "jsonl" and not (sink.type == "video" and not sink.live):
                     continue
-                path = fill(sink.path, stream="{stream}", pipeline=pipeline.name)
+                path = os.path.realpath(fill(sink.path, stream="{stream}", pipeline=pipeline.name))
                 here = f"pipelines[{i}].sinks[{j}]"
+                if path in read:
+                    raise ValueError(
+                        f"{here} would write over {read[path]}, {path}, as it reads it"
+                    )
                 if path in writers:
                     raise ValueError(
                         f"{writers[path]} and {here} both write {path}; give each its own file"
