@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import resource
 import selectors
@@ -29,7 +30,7 @@ from vstream.config import parse_config
 from vstream.config.pipelines import ConnectionsConfig
 from vstream.engine import Engine
 from vstream.server import ApiServer, create_app
-from vstream.server.connections import OPEN_FILES_CEILING, REPEATS, open_descriptors
+from vstream.server.connections import OPEN_FILES_CEILING, REPEATS
 
 CAP = 8
 SHORT = 0.5
@@ -68,6 +69,13 @@ def serving(app: FastAPI, **bounds: float) -> Iterator[ApiServer]:
         yield server
     finally:
         server.stop()
+
+
+def lowest_free_descriptor() -> int:
+    """The number the process's next descriptor would get."""
+    spare = os.dup(0)
+    os.close(spare)
+    return spare
 
 
 def plain_app() -> FastAPI:
@@ -237,8 +245,10 @@ def test_accept_errors_with_no_descriptor_left_are_one_line_per_interval(
         clients = [socket.socket() for _ in range(5)]
         try:
             # No descriptor left for this process: the server's accept() fails; connect() does
-            # not need one (the sockets are made above).
-            resource.setrlimit(resource.RLIMIT_NOFILE, (open_descriptors() - 1, hard))
+            # not need one (the sockets are made above). A new descriptor takes the lowest free
+            # number and fails at or above the limit, so the limit is that number: a count of
+            # those open would leave a closed one's number below it free.
+            resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free_descriptor(), hard))
             for sock in clients:
                 sock.connect(("127.0.0.1", server.port))
             failing = eventually(repeated, PATIENCE)
