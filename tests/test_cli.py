@@ -121,6 +121,18 @@ def test_random_bytes_named_mp4(tmp_path: Path) -> None:
     assert_one_line_error(result, "cannot open", "noise.mp4", "Invalid data")
 
 
+def test_a_run_failing_before_its_first_record_keeps_the_earlier_runs_output(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"frame": 0, "earlier": true}\n')
+    fake = tmp_path / "noise.mp4"
+    fake.write_bytes(np.random.default_rng(1).integers(0, 256, 50_000, dtype=np.uint8).tobytes())
+    result = run_cli("run", "--source", fake, "--output", out)
+    assert_one_line_error(result, "cannot open", "noise.mp4")
+    assert out.read_text() == '{"frame": 0, "earlier": true}\n'
+
+
 def test_truncated_video_keeps_the_records_before_the_damage(tmp_path: Path) -> None:
     video = write_video(tmp_path / "full.mp4", frames=60, options={"movflags": "faststart"})
     data = video.read_bytes()

@@ -527,6 +527,27 @@ def test_appending_to_a_file_that_ends_inside_a_line_starts_a_new_one(
     assert path.read_bytes().count(b"\n") == 4 and not caplog.text
 
 
+def test_a_replaced_file_keeps_its_earlier_records_until_the_first_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``append: false`` (``vstream run --output``) emptied the file as the sink opened, so a
+    run that failed on a corrupt input lost the last run's records for none of its own."""
+    path = tmp_path / "out.jsonl"
+    earlier = b"".join(encode_records(result(i).to_record()) + b"\n" for i in range(3))
+    path.write_bytes(earlier)
+    with caplog.at_level(logging.WARNING, logger="vstream.sinks"):
+        JsonLinesSink(path, append=False).close()
+    assert path.read_bytes() == earlier
+    assert "no record written, so the records of an earlier run in it are kept" in caplog.text
+    sink = JsonLinesSink(path, append=False)
+    assert path.read_bytes() == earlier
+    sink.send([result(7).to_record()])
+    assert [json.loads(line)["frame"] for line in path.read_bytes().splitlines()] == [7]
+    sink.send([result(8).to_record()])
+    sink.close()
+    assert [json.loads(line)["frame"] for line in path.read_bytes().splitlines()] == [7, 8]
+
+
 def test_rotation_goes_on_when_the_file_was_moved_away(tmp_path: Path) -> None:
     """Someone moved or deleted the file being written (logrotate, a cleanup): the rotation
     that renames it failed the sink for good."""

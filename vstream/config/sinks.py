@@ -175,7 +175,8 @@ class JsonlSinkConfig(SinkBase):
     append: Flag = Field(
         True,
         description="add to an existing file (a restarted daemon loses nothing); false "
-        "replaces it (vstream run --output)",
+        "replaces it at the first record written (vstream run --output: a run that fails "
+        "before one keeps the file as it was)",
     )
 
     @field_validator("path")

@@ -81,6 +81,9 @@ class JsonLinesSink:
         """Stdout only: the rest of a line cut off by a full disk, written before anything else."""
         self._size = 0
         """Bytes of whole lines in the file: where it is cut back to after a partial write."""
+        self._replaces = False
+        """The file holds an earlier run's records, emptied at this run's first write: a run
+        that fails before writing any (a corrupt input, a dead camera) leaves them be."""
         if self.path is not None:
             self._open(append=append)
         self._opened_at = time.monotonic()
@@ -92,7 +95,7 @@ class JsonLinesSink:
         changed in between; ``O_NONBLOCK`` keeps a pipe put there from blocking.
         """
         assert self.path is not None
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if append else os.O_TRUNC)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if append else 0)
         if (why := unfit_output(self.path)) is None:
             try:
                 make_parents(self.path)
@@ -106,6 +109,8 @@ class JsonLinesSink:
             raise VstreamError(f"cannot write output {self.path}: {why}")
         if append and self._size:
             self._end_the_last_line()
+        elif not append:
+            self._replaces, self._size = self._size > 0, 0
 
     def _end_the_last_line(self) -> None:
         """A file appended to that ends inside a line (a run killed mid-write, or a file
@@ -149,6 +154,9 @@ class JsonLinesSink:
         if self._due_for_rotation():
             self._rotate()
         assert self._fd is not None
+        if self._replaces:
+            self._cut(0)
+            self._replaces = False
         written, failure = _write_all(self._fd, b"".join(lines))
         if failure is not None:
             if failure.errno not in DISK_FULL:
@@ -250,6 +258,11 @@ class JsonLinesSink:
         elif self._fd is not None:
             os.close(self._fd)
             self._fd = None
+            if self._replaces:
+                log.warning(
+                    "%s: no record written, so the records of an earlier run in it are kept",
+                    self.path,
+                )
         return 0
 
     def __enter__(self) -> JsonLinesSink:
