@@ -173,10 +173,37 @@ def test_corrupt_model(tmp_path: Path) -> None:
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--imgsz", "640"], "fixed 320x320 input"),
         (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--save-video", "boxes.txt"], "unsupported file extension '.txt' for an annotated"),
     ],
 )
 def test_bad_arguments(args: list[str], fragment: str) -> None:
     assert_one_line_error(run_cli("run", *args), fragment)
+
+
+def test_the_summary_says_an_annotated_video_was_not_saved(tmp_path: Path) -> None:
+    """The summary listed a video never written (every frame came below ``min_free_bytes``)
+    among the outputs, as if it had been made."""
+    write_video(tmp_path / "clip.mp4", frames=6)
+    (tmp_path / "run.yaml").write_text(
+        f"""
+pipelines:
+  - name: main
+    model: {{path: {assets.DEMO_MODEL}}}
+    sources: [{{id: cam, uri: clip.mp4}}]
+    sinks:
+      - {{type: jsonl, path: out.jsonl}}
+      - {{type: video, path: saved.mp4}}
+      - {{type: video, name: low, path: unsaved.mp4, min_free_bytes: 1000000000000000}}
+"""
+    )
+    result = run_cli("run", tmp_path / "run.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    outputs = result.stderr_lines[-1]
+    assert outputs.endswith(
+        "annotated video saved.mp4; annotated video unsaved.mp4 not saved: its 6 frames "
+        "came while the disk was below min_free_bytes"
+    ), outputs
+    assert (tmp_path / "saved.mp4").exists() and not (tmp_path / "unsaved.mp4").exists()
 
 
 def test_unwritable_output(tmp_path: Path) -> None:

@@ -289,7 +289,7 @@ def _run(config: Any, base_dir: Path, signals: Any, *, quiet: bool, single: bool
     return status if signals.exit_status is None else signals.exit_status
 
 
-_SHOWN = {"jsonl": "records", "video": "annotated video", "clips": "event clips"}
+_SHOWN = {"jsonl": "records", "clips": "event clips"}
 
 
 def _outputs(config: Any, engine: Any) -> list[str]:
@@ -312,7 +312,7 @@ def _outputs(config: Any, engine: Any) -> list[str]:
 
 def _place(sink: Any, engine: Any, stream: str, pipeline: str) -> str:
     """Where one sink put one stream's output, as the summary names it."""
-    from vstream.sinks.video.writer import VideoWriterStats, publish_outcome
+    from vstream.sinks.video.writer import VideoWriterStats, file_outcome, publish_outcome
 
     def filled(template: str) -> str:
         return fill(template, stream=stream, pipeline=pipeline)
@@ -330,10 +330,13 @@ def _place(sink: Any, engine: Any, stream: str, pipeline: str) -> str:
         # No counters: the writer never opened, as no frame reached it.
         stats = engine.finished_videos().get(target, VideoWriterStats())
         return f"annotated video {publish_outcome(target, stats)}"
-    path = Path(filled(getattr(sink, "path", None) or sink.directory))
+    path = shown = Path(filled(getattr(sink, "path", None) or sink.directory))
     with contextlib.suppress(ValueError):
-        path = path.relative_to(Path.cwd())
-    return f"{_SHOWN[sink.type]} {path}"
+        shown = path.relative_to(Path.cwd())
+    if sink.type == "video":
+        stats = engine.finished_videos().get(str(path))
+        return f"annotated video {file_outcome(str(shown), stats)}"
+    return f"{_SHOWN[sink.type]} {shown}"
 
 
 def _expected_frames(engine: Any) -> int | None:

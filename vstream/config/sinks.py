@@ -341,6 +341,27 @@ def _publish_url(value: str) -> str:
     return value
 
 
+VIDEO_CONTAINERS = {
+    ".mp4": "mp4",
+    ".m4v": "mp4",
+    ".mov": "mov",
+    ".mkv": "matroska",
+    ".ts": "mpegts",
+}
+"""FFmpeg's muxer for each file extension an annotated video may have."""
+
+
+def video_container(path: str | Path) -> str:
+    """The FFmpeg muxer for the annotated video ``path``, from its extension, or ValueError."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in VIDEO_CONTAINERS:
+        raise ValueError(
+            f"{path}: unsupported file extension {suffix or '(none)'!r} for an annotated "
+            f"video; use one of {', '.join(sorted(VIDEO_CONTAINERS))}"
+        )
+    return VIDEO_CONTAINERS[suffix]
+
+
 def _video_target(value: str, info: ValidationInfo) -> str:
     if is_publish_url(value):
         return _publish_url(value)
@@ -349,6 +370,7 @@ def _video_target(value: str, info: ValidationInfo) -> str:
         raise ValueError(
             f"{redact(value.split('://', 1)[0])}:// is not an output; give a file path or {schemes}"
         )
+    video_container(value)
     return _stream_path(value, info)
 
 

@@ -21,20 +21,12 @@ from typing import Any
 
 import torch
 
+from vstream.config.sinks import video_container
 from vstream.diskspace import sync
 from vstream.errors import VstreamError
 
 TIME_BASE = Fraction(1, 90000)
 """Time base of the written stream: 90 kHz, fine enough for any frame timing."""
-
-CONTAINER_FORMATS = {
-    ".mp4": "mp4",
-    ".m4v": "mp4",
-    ".mov": "mov",
-    ".mkv": "matroska",
-    ".ts": "mpegts",
-}
-"""FFmpeg muxer for each supported file extension (the partial file has none of its own)."""
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -56,15 +48,10 @@ def partial_path(path: str | Path) -> Path:
 
 def container_format(path: str | Path) -> str:
     """The FFmpeg muxer for ``path``'s extension, or :class:`VideoWriteError`."""
-    suffix = Path(path).suffix.lower()
     try:
-        return CONTAINER_FORMATS[suffix]
-    except KeyError:
-        known = ", ".join(sorted(CONTAINER_FORMATS))
-        raise VideoWriteError(
-            f"annotated video {path}: unsupported file extension {suffix or '(none)'!r}; "
-            f"use one of {known}"
-        ) from None
+        return video_container(path)
+    except ValueError as exc:
+        raise VideoWriteError(str(exc)) from None
 
 
 def complete(partial: Path, path: Path) -> None:

@@ -516,6 +516,26 @@ class VideoWriter:
         )  # fmt: skip
 
 
+def file_outcome(shown: str, stats: VideoWriterStats | None) -> str:
+    """What became of an annotated video file, in words, for ``vstream run``'s summary.
+
+    ``stats`` is None for a video that never opened (its error logged where it
+    happened). A file not saved is said so, where listing its name would read as
+    a video made.
+    """
+    if stats is not None and stats.frames_written:
+        return shown
+    if stats is None:
+        why = "it could not be opened"
+    elif stats.failures:
+        why = "it failed"
+    elif stats.frames_skipped:
+        why = f"its {stats.frames_skipped} frames came while the disk was below min_free_bytes"
+    else:
+        why = "no frame reached it"
+    return f"{shown} not saved: {why}"
+
+
 def publish_outcome(target: str, stats: VideoWriterStats) -> str:
     """What became of a live output, in words: for its last log line and ``vstream run``'s summary.
 
