@@ -170,6 +170,7 @@ def test_corrupt_model(tmp_path: Path) -> None:
         (["--conf", "2"], "--conf: must be in [0, 1], got 2.0"),
         (["--max-det", "0"], "--max-det: must be in [1, 10000], got 0"),
         (["--classes", "a,b"], "--classes: must be integers"),
+        (["--classes", "0,99"], "classes to keep [99] (postprocess.classes, --classes) are not"),
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--imgsz", "640"], "fixed 320x320 input"),
         (["--bogus"], "unrecognized arguments: --bogus"),

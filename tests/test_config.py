@@ -441,3 +441,25 @@ def test_line_and_zone_classes_the_model_lacks_are_refused_naming_them(workdir: 
     )
     fixed = write_config(workdir, COUNTING.replace("1, 7", "1").replace("2, 3", "1"), "ok.yaml")
     assert run_cli("validate", fixed, timeout=120).returncode == 0
+
+
+def test_classes_to_keep_the_model_lacks_are_refused_naming_them(workdir: Path) -> None:
+    """``postprocess.classes: [0, 5]`` on a two-class model kept class 0 and nothing of 5,
+    silently (a typo, or ids of another model's numbering)."""
+    from vstream.engine.pipeline import Pipeline
+    from vstream.errors import ModelError
+
+    text = GOOD.replace(
+        "    sinks:", "    runtime: {device: cpu}\n    postprocess: {classes: [0, 5]}\n    sinks:"
+    )
+    config = write_config(workdir, text)
+    done = run_cli("validate", config, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr_lines == [
+        f"vstream: {config}: pipelines[0].postprocess.classes: [5] are not classes of the model, "
+        "which has 0 a, 1 b"
+    ]
+    with pytest.raises(ModelError, match=r"classes to keep \[5\] .* which has 0 a, 1 b$"):
+        Pipeline.from_config(load_config(config).pipelines[0])
+    fixed = write_config(workdir, text.replace("[0, 5]", "[1]"), "ok.yaml")
+    assert run_cli("validate", fixed, timeout=120).returncode == 0

@@ -26,7 +26,13 @@ import torch
 from pydantic import ValidationError
 
 from vstream.config.loading import ConfigError, ConfigIssue, issues_from
-from vstream.config.model import ModelConfig, PostprocessOptions, RuntimeOptions
+from vstream.config.model import (
+    ModelConfig,
+    PostprocessOptions,
+    RuntimeOptions,
+    absent_classes,
+    describe_classes,
+)
 from vstream.errors import ModelError
 from vstream.frame import Channels, Frame, as_frame
 from vstream.inference.plan import plan_runs
@@ -174,6 +180,12 @@ class Detector:
             for i in self.recognition.order
         ]
         self.class_names = self._class_names(model.names(), shapes)
+        if absent := absent_classes(postprocess.classes or (), self.class_names):
+            raise ModelError(
+                f"{self.model.spec.path.name}: classes to keep {absent} (postprocess.classes, "
+                f"--classes) are not classes of the model, which has "
+                f"{describe_classes(self.class_names)}"
+            )
         self.postprocessor = Postprocessor(
             self.output_format,
             postprocess,

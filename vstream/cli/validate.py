@@ -24,6 +24,7 @@ from vstream.cli.args import EXIT_BAD_INPUT, EXIT_OK
 from vstream.cluster.connect import ray_installed, ray_missing
 from vstream.config import ConfigError, load_config
 from vstream.config.analytics import AnalyticsConfig, unknown_classes
+from vstream.config.model import absent_classes, describe_classes
 from vstream.errors import VstreamError
 
 
@@ -92,6 +93,11 @@ def validate_command(args: argparse.Namespace) -> int:
             problems.append(f"{args.config}: pipelines[{i}].model: {exc}")
             spec = None
         names = pipeline.model.names() or (spec.class_names if spec is not None else None)
+        if absent := absent_classes(pipeline.postprocess.classes or (), names or []):
+            problems.append(
+                f"{args.config}: pipelines[{i}].postprocess.classes: {absent} are not classes "
+                f"of the model, which has {describe_classes(names or [])}"
+            )
         labels: dict[str, tuple[str, ...]] = {}
         for j, secondary in enumerate(pipeline.secondary):
             try:

@@ -33,7 +33,7 @@ from typing import Annotated, Literal, TypeAlias
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from vstream.config.base import NAME_PATTERN, Cli, Int, Name, Number, StrictModel
-from vstream.config.model import ClassName, describe_classes
+from vstream.config.model import ClassName, absent_classes, describe_classes
 from vstream.config.tracking import MAX_TRACK_SECONDS, TrackingConfig
 
 MAX_COORDINATE = 100_000.0
@@ -409,9 +409,6 @@ def unknown_classes(
     runs when the pipeline is built or validated, not when the YAML is parsed. A model that
     names no classes cannot be checked and is accepted.
     """
-    if not class_names:
-        return []
-    known = set(class_names) if isinstance(class_names, Mapping) else set(range(len(class_names)))
     found = []
     places: list[tuple[str, str, list[LineConfig | ZoneConfig]]] = [
         ("lines", "line", [*analytics.lines]),
@@ -420,7 +417,7 @@ def unknown_classes(
     for section, kind, items in places:
         for index, place in enumerate(items):
             wanted: list[int] = place.classes or []
-            unknown = [c for c in wanted if c not in known]
+            unknown = absent_classes(wanted, class_names)
             if unknown:
                 found.append(
                     (

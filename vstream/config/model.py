@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -147,6 +147,17 @@ def describe_classes(class_names: Mapping[int, str] | Sequence[str]) -> str:
     )
     shown = ", ".join(f"{i} {name}" for i, name in items[:20])
     return shown + (f" and {len(items) - 20} more" if len(items) > 20 else "")
+
+
+def absent_classes(
+    wanted: Iterable[int], class_names: Mapping[int, str] | Sequence[str]
+) -> list[int]:
+    """The ids of ``wanted`` a model whose classes are ``class_names`` lacks: a filter naming
+    them keeps or counts nothing of them, silently. A model that names none is not checked."""
+    if not class_names:
+        return []
+    known = set(class_names) if isinstance(class_names, Mapping) else set(range(len(class_names)))
+    return [c for c in wanted if c not in known]
 
 
 class ProviderConfig(StrictModel):
