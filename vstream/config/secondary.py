@@ -42,6 +42,7 @@ from vstream.config.model import (
     ClassName,
     ImageSize,
     Std,
+    absent_classes,
     describe_classes,
 )
 from vstream.config.tracking import MAX_TRACK_SECONDS
@@ -258,12 +259,7 @@ def check_on_classes(
     pipeline is built or validated, not when the YAML is parsed. A detector
     that names no classes cannot be checked and is accepted.
     """
-    wanted = model.on.classes
-    if not wanted or not class_names:
-        return
-    known = set(class_names) if isinstance(class_names, Mapping) else set(range(len(class_names)))
-    unknown = [c for c in wanted if c not in known]
-    if unknown:
+    if unknown := absent_classes(model.on.classes or (), class_names):
         raise ModelError(
             f"secondary {model.name!r}: on.classes {unknown} are not classes of the detector, "
             f"which has {describe_classes(class_names)}"
