@@ -275,6 +275,27 @@ def test_the_last_collection_is_spared_only_after_cuda_was_used() -> None:
     assert freeze_count_after_a_command(stand_in) > 0
 
 
+@pytest.mark.parametrize("module", ["vstream.config", "vstream.cli.run"])
+def test_ctrl_c_while_the_command_starts_is_one_line_and_status_130(module: str) -> None:
+    """Ctrl-C in the first half second (the commands' modules loading, as the ``vstream``
+    script imported its entry point) ended in a traceback of the import machinery."""
+    code = (
+        "import importlib.abc, os, signal, sys\n"
+        "class Interrupt(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        f"        if name == {module!r}:\n"
+        "            sys.meta_path.remove(self)\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from vstream.cli import main\n"  # what the console script runs
+        f"sys.exit(main(['validate', {str(CONFIGS / 'file.yaml')!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG
+    )
+    assert (done.returncode, done.stderr) == (130, "vstream: interrupted\n")
+
+
 @pytest.mark.parametrize("with_a_broken_file", [False, True])
 def test_a_reader_that_stops_early_ends_the_run_quietly_unless_something_failed(
     tmp_path: Path, with_a_broken_file: bool

@@ -13,7 +13,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vstream.cli import bench, doctor, evaluate, info, run, schema, serve, validate
 from vstream.cli.args import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNEXPECTED, Parser
 from vstream.errors import VstreamError
 from vstream.logs import setup_logging
@@ -21,25 +20,26 @@ from vstream.uri import redact
 
 log = logging.getLogger("vstream")
 
-COMMANDS = (run, info, evaluate, bench, serve, validate, schema, doctor)
-
 
 def build_parser() -> argparse.ArgumentParser:
+    # The commands' modules (the config's models among them: half a second) are imported
+    # here, inside main's handling of Ctrl-C, not as the entry point imports this module.
     from vstream import __version__
+    from vstream.cli import bench, doctor, evaluate, info, run, schema, serve, validate
 
     parser = Parser(prog="vstream", description="Object detection on video streams.")
     parser.add_argument("--version", action="version", version=f"vstream {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for command in COMMANDS:
+    for command in (run, info, evaluate, bench, serve, validate, schema, doctor):
         command.add_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``vstream`` command; returns the exit status."""
-    setup_logging("text", "info")
-    args = build_parser().parse_args(argv)
     try:
+        setup_logging("text", "info")
+        args = build_parser().parse_args(argv)
         return args.handler(args)
     except VstreamError as exc:
         log.error("error: %s", redact(str(exc)))
