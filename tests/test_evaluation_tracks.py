@@ -301,3 +301,93 @@ def test_eval_scores_a_run_of_the_sample_and_a_stream_named_for_it(tmp_path: Pat
     )
     assert main(["eval", str(renamed), "--stream", "entrance"]) == 0
     assert capsys.readouterr().out.startswith("mAP@0.5 1.000")
+
+
+def sample_truth() -> dict:
+    from vstream import assets
+
+    return json.loads(assets.SAMPLE_GROUND_TRUTH.read_text())
+
+
+def bad_bbox(lines: list[str]) -> list[str]:
+    record = json.loads(lines[3])
+    record["detections"][0]["bbox"][3] = float("nan")
+    return [*lines[:3], json.dumps(record), *lines[4:]]  # json writes NaN, as Python reads it
+
+
+def _without_ids(gt: dict) -> dict:
+    del gt["frames"][7]["ids"]
+    return gt
+
+
+def _unnamed_class(gt: dict) -> dict:
+    gt["frames"][3]["boxes"][1][4] = 9
+    return gt
+
+
+@pytest.mark.parametrize(
+    ("lines", "truth_change", "message"),
+    [
+        (
+            lambda ls: [*ls[:1], "[1, 2]", *ls[1:]],
+            None,
+            "{records}: line 2: Input should be an object",
+        ),
+        (
+            lambda ls: [ls[0].replace('"frame": 0', '"frame": 1e400')],
+            None,
+            "{records}: line 1: frame: Input should be a valid integer",
+        ),
+        (
+            bad_bbox,
+            None,
+            "{records}: line 4: detections[0].bbox[3]: Input should be a finite number",
+        ),
+        (
+            lambda ls: [ls[0][:40]],
+            None,
+            "{records}: line 1: Invalid JSON: EOF while parsing",
+        ),
+        (
+            None,
+            _without_ids,
+            "against {truth}: frames[7]: no ids, where other frames give them",
+        ),
+        (None, _unnamed_class, "against {truth}: frames[3].boxes[1]: class 9, of 4 names"),
+        (None, lambda gt: gt["frames"], "against {truth}: Input should be an object"),
+    ],
+    ids=["a list", "frame 1e400", "NaN bbox", "cut line", "ids missing", "class unnamed", "list"],
+)
+def test_eval_says_which_line_and_key_of_a_malformed_file_is_wrong(
+    tmp_path: Path, capsys, lines, truth_change, message: str
+) -> None:
+    """A record that was a list, or a frame of 1e400, was an internal error (exit 1, a Python
+    message); a ground truth box of a class it has no name for, too."""
+    from vstream.cli import main
+
+    records = [json.dumps(r) for r in sample_run_records()]
+    records_path, truth_path = tmp_path / "run.jsonl", tmp_path / "truth.json"
+    records_path.write_text("\n".join(lines(records) if lines else records) + "\n")
+    gt = sample_truth()
+    truth_path.write_text(json.dumps(truth_change(gt) if truth_change else gt))
+    assert main(["eval", str(records_path), str(truth_path)]) == 2
+    captured = capsys.readouterr()
+    shown = message.format(records=records_path, truth=truth_path)
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"vstream: error: cannot evaluate {shown}"), line
+    assert captured.out == ""
+
+
+def test_eval_says_a_run_of_part_of_the_video_leaves_the_rest_missed(
+    tmp_path: Path, capsys
+) -> None:
+    from vstream.cli import main
+
+    path = tmp_path / "sample.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in sample_run_records()[:5]))
+    assert main(["eval", str(path), "vstream://sample_ground_truth.json"]) == 0
+    report = capsys.readouterr().out.splitlines()
+    assert report[1] == (
+        "the records have 5 of the ground truth's 200 frames: the objects of the other 195 "
+        "count as missed (score a run of the whole video)"
+    )

@@ -11,10 +11,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from vstream.config.loading import format_path
 from vstream.errors import VstreamError
 from vstream.evaluation_tracks import (
     check_coverage,
@@ -107,6 +109,106 @@ def evaluate(
     return Accuracy(per_class=per_class, iou_threshold=iou_threshold)
 
 
+class _Input(BaseModel):
+    """What ``vstream eval`` reads of a file: the keys it uses, each of the JSON type it
+    needs (strict: a frame ``"3"`` or ``3.5`` is no frame number); other keys are let be."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0)]
+
+
+class _Detection(_Input):
+    bbox: tuple[Finite, Finite, Finite, Finite]
+    score: Finite
+    class_id: Count
+    track_id: int | None = None
+
+
+class _Event(_Input):
+    type: str | None = None
+    line: str | None = None
+    direction: str | None = None
+
+    @model_validator(mode="after")
+    def _crossing(self) -> _Event:
+        if self.type == "line_crossing" and (self.line is None or self.direction is None):
+            raise ValueError("a line_crossing event names its line and direction")
+        return self
+
+
+class _Record(_Input):
+    frame: Count
+    stream: str | None = None
+    pts: Finite | None = None
+    width: Count | None = None
+    height: Count | None = None
+    detections: list[_Detection]
+    events: list[_Event] = []
+
+
+class _TruthFrame(_Input):
+    frame: Count
+    boxes: list[tuple[Finite, Finite, Finite, Finite, Count]]
+    ids: list[int | str] | None = None
+
+    @model_validator(mode="after")
+    def _one_id_a_box(self) -> _TruthFrame:
+        if self.ids is not None and len(self.ids) != len(self.boxes):
+            raise ValueError(f"{len(self.ids)} ids for {len(self.boxes)} boxes")
+        return self
+
+
+class _Crossing(_Input):
+    direction: Literal["in", "out"]
+
+
+class _TruthLine(_Input):
+    name: str
+    crossings: list[_Crossing]
+
+
+class _GroundTruth(_Input):
+    names: list[str]
+    frames: list[_TruthFrame]
+    stream: str | None = None
+    video: str | None = None
+    width: Count | None = None
+    height: Count | None = None
+    fps: Annotated[Finite, Field(gt=0)] | None = None
+    lines: list[_TruthLine] = []
+
+    @model_validator(mode="after")
+    def _named_classes(self) -> _GroundTruth:
+        with_ids = [frame.ids is not None for frame in self.frames]
+        if any(with_ids) and not all(with_ids):
+            raise ValueError(
+                f"frames[{with_ids.index(False)}]: no ids, where other frames give them"
+            )
+        for i, frame in enumerate(self.frames):
+            for j, box in enumerate(frame.boxes):
+                if box[4] >= len(self.names):
+                    raise ValueError(
+                        f"frames[{i}].boxes[{j}]: class {box[4]}, of {len(self.names)} names"
+                    )
+        return self
+
+
+def _problem(text: str, model: type[_Input]) -> str | None:
+    """What is wrong with one JSON document ``text`` read as a ``model``, in one line: the
+    first of pydantic's errors as ``where: what`` (``frames[3].boxes[0]: ...``); or None."""
+    try:
+        model.model_validate_json(text)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        where = format_path(tuple(error["loc"]))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        return f"{where}: {message}" if where else message
+    return None
+
+
 def evaluate_files(
     records_path: Path,
     ground_truth_path: Path,
@@ -121,37 +223,43 @@ def evaluate_files(
     (:func:`~vstream.evaluation_tracks.select_stream`); records of a stream, frames or
     a frame size the ground truth does not have are refused, naming them
     (:func:`~vstream.evaluation_tracks.check_coverage`). Missing or malformed
-    files raise :class:`~vstream.errors.VstreamError`, naming the records file.
+    files raise :class:`~vstream.errors.VstreamError`, naming the file, the line
+    of a record and the key that is wrong.
     """
     for path in (records_path, ground_truth_path):
         if not path.is_file():
             raise VstreamError(f"file not found: {path}")
 
-    def malformed(exc: Exception) -> VstreamError:
-        return VstreamError(f"cannot evaluate {records_path}: malformed input ({exc})")
-
-    try:
-        with records_path.open(encoding="utf-8") as lines:
-            records = [json.loads(line) for line in lines if line.strip()]
-        ground_truth = json.loads(ground_truth_path.read_text(encoding="utf-8"))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise malformed(exc) from exc
+    records = []
+    with records_path.open(encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            if (why := _problem(line.strip(), _Record)) is not None:
+                raise VstreamError(f"cannot evaluate {records_path}: line {number}: {why}")
+            records.append(json.loads(line))
+    text = ground_truth_path.read_text(encoding="utf-8", errors="replace")
+    if (why := _problem(text, _GroundTruth)) is not None:
+        raise VstreamError(f"cannot evaluate against {ground_truth_path}: {why}")
+    ground_truth = json.loads(text)
     try:
         records = select_stream(records, ground_truth, stream)
         check_coverage(records, ground_truth, stream)
-    except ValueError as exc:  # which stream: said in the message, not malformed input
+    except ValueError as exc:  # which stream, which frames: said in the message
         raise VstreamError(f"cannot evaluate {records_path}: {exc}") from None
-    except (KeyError, TypeError) as exc:
-        raise malformed(exc) from exc
-    try:
-        report = [str(evaluate(records, ground_truth, iou_threshold))]
-        if has_identities(ground_truth) and has_tracks(records):
-            report.append(str(evaluate_tracks(records, ground_truth, iou_threshold)))
-        if ground_truth.get("lines"):
-            if not any("events" in record for record in records):
-                report.append("line counts: the records have no events (run with --line)")
-            else:
-                report.extend(str(count) for count in evaluate_line_counts(records, ground_truth))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise malformed(exc) from exc
+    report = [str(evaluate(records, ground_truth, iou_threshold))]
+    truth_frames = {frame["frame"] for frame in ground_truth["frames"]}
+    if missing := len(truth_frames - {record["frame"] for record in records}):
+        report.append(
+            f"the records have {len(truth_frames) - missing} of the ground truth's "
+            f"{len(truth_frames)} frames: the objects of the other {missing} count as missed "
+            "(score a run of the whole video)"
+        )
+    if has_identities(ground_truth) and has_tracks(records):
+        report.append(str(evaluate_tracks(records, ground_truth, iou_threshold)))
+    if ground_truth.get("lines"):
+        if not any("events" in record for record in records):
+            report.append("line counts: the records have no events (run with --line)")
+        else:
+            report.extend(str(count) for count in evaluate_line_counts(records, ground_truth))
     return report
