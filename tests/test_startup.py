@@ -53,8 +53,14 @@ def pipelines(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["run", "--help"], ["schema"], ["run", "--conf", "2"]],
-    ids=["help", "run-help", "schema", "bad-flag"],
+    [
+        ["--help"],
+        ["run", "--help"],
+        ["schema"],
+        ["run", "--conf", "2"],
+        ["bench", "--source", "absent.mp4"],
+    ],
+    ids=["help", "run-help", "schema", "bad-flag", "bench-without-its-file"],
 )
 def test_commands_without_a_model_import_no_model_stack(args: list[str]) -> None:
     _, modules = imported_by(*args)

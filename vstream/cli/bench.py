@@ -183,16 +183,16 @@ def _given_run_flags(args: argparse.Namespace) -> list[str]:
 
 
 def bench_command(args: argparse.Namespace) -> int:
-    import torch
-
-    from vstream.detector import Detector
-
     _apply_full(args)
     _check(args)
     config = build_run_config(
         args, _FLAGS, source=str(args.source), output=None, model=assets.DEMO_MODEL
     )
     pipeline = config.pipelines[0]
+    import torch  # after the arguments are checked: a typo is said without 2 s of loading
+
+    from vstream.detector import Detector
+
     # The stage threads run torch on one thread each; the stages measured alone do the same.
     torch.set_num_threads(1)
     if args.tune:
