@@ -212,3 +212,28 @@ def test_a_real_model_finds_the_references_boxes_on_the_fixed_path() -> None:
     scores = [s for r in fixed for s in r.detections.confidence.tolist()]
     assert min(scores) < 0.5 < max(scores), "scores like a real model's"
     assert agreement(boxes, reference.frames).recall >= 0.99
+
+
+def test_boxes_and_scores_that_are_not_finite_are_no_detections() -> None:
+    """An fp16 model's overflow: a box at infinity came out clipped to a line along the frame's
+    edge (``[320, 90, 320, 110]``, score 0.9), an infinite score as a detection scored inf.
+    Both paths drop them, and only them."""
+    output = clustered_yolov8(2, objects=10, seed=3)
+    clean = output.clone()
+    above = output[0, 4:].max(dim=0).values > 0.25
+    broken = above.nonzero()[:3, 0]
+    output[0, 0, broken[0]] = torch.inf
+    output[0, 3, broken[1]] = torch.nan
+    output[0, 4, broken[2]] = torch.inf
+    for broken_anchor in broken:
+        clean[0, 4:, broken_anchor] = 0.0  # what is left: the other boxes, all of them
+    exact = Postprocessor(OutputFormat.YOLOV8, PostprocessOptions(), CPU)
+    fixed = FixedShapes(exact)
+    fixed.window = fixed.rows = 512
+    expected = exact(clean, GEOMETRIES[:2]).numpy()
+    found = exact(output, GEOMETRIES[:2]).numpy()
+    assert np.isfinite(found).all()
+    np.testing.assert_array_equal(found, expected)
+    rows = fixed_rows(fixed, output)
+    assert rows is not None
+    np.testing.assert_array_equal(rows, expected)

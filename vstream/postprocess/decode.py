@@ -221,6 +221,17 @@ class Postprocessor:
         boxes = torch.gather(boxes, 1, query[..., None].expand(-1, -1, boxes.shape[-1]))
         return boxes, top.sigmoid(), index % classes
 
+    def wanted(
+        self, boxes: torch.Tensor, score: torch.Tensor, class_id: torch.Tensor, classes: int | None
+    ) -> torch.Tensor:
+        """Which rows are candidates: scored above ``conf``, of a class kept, and finite. A
+        box at infinity (an fp16 model's overflow) would be clipped to a line along the
+        frame's edge and pass for a detection; a NaN or infinite score ranks nothing."""
+        keep = (score > self.config.conf) & torch.isfinite(score) & torch.isfinite(boxes).all(-1)
+        if self.config.classes is not None:
+            keep &= self._class_allowed(class_id, classes)
+        return keep
+
     def _candidates(
         self, outputs: Sequence[torch.Tensor], classes: int | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -232,9 +243,7 @@ class Postprocessor:
         families), the best ones; rows come grouped by frame.
         """
         boxes, score, class_id, extra = self._rows(outputs)
-        keep = score > self.config.conf
-        if self.config.classes is not None:
-            keep &= self._class_allowed(class_id, classes)
+        keep = self.wanted(boxes, score, class_id, classes)
         limit = self.candidate_limit
         anchor = None
         if score.shape[1] > limit:
@@ -407,9 +416,7 @@ class FixedShapes:
         ordered, classes = post.ordered(outputs, len(geometries))
         boxes, score, class_id = post._dense(ordered)
         frames, anchors = score.shape
-        keep = score > post.config.conf
-        if post.config.classes is not None:
-            keep &= post._class_allowed(class_id, classes)
+        keep = post.wanted(boxes, score, class_id, classes)
         window = self._window_for(anchors)
         masked = torch.where(keep, score, torch.full_like(score, -torch.inf))
         score, anchor = masked.topk(window, dim=1)
