@@ -2,7 +2,8 @@
 
 ``GET /health`` on the container's own port: healthy when it answers
 ``{"status": "ok"}``; 401 (a token is configured) still means the service
-answers. Unhealthy when it does not answer, answers ``stopping``, or fails.
+answers. Unhealthy when it does not answer, answers ``stopping``, or fails
+(503 with the error where a pipeline has failed for good: a restart mends it).
 Standard library only, one request: nothing of the GPU is touched.
 """
 
@@ -24,7 +25,11 @@ def main() -> int:
     except urllib.error.HTTPError as exc:
         if exc.code == 401:
             return 0
-        print(f"unhealthy: {URL} answered {exc.code}", file=sys.stderr)
+        try:
+            why = f": {json.load(exc)['error']}"
+        except (OSError, ValueError, TypeError, KeyError):
+            why = ""
+        print(f"unhealthy: {URL} answered {exc.code}{why}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as exc:
         print(f"unhealthy: {URL}: {exc}", file=sys.stderr)

@@ -159,6 +159,7 @@ class _Service(http.server.BaseHTTPRequestHandler):
         ((200, {"status": "stopping"}), False),
         ((401, {"error": "missing or wrong bearer token"}), True),
         ((500, {"error": "internal error"}), False),
+        ((503, {"status": "failed", "error": "pipeline main has failed: bug"}), False),
         (None, False),
     ],
 )
@@ -184,6 +185,8 @@ def test_the_health_check_script(answer: tuple[int, dict[str, str]] | None, heal
             server.server_close()
     assert (done.returncode == 0) is healthy, done.stderr
     assert healthy or done.stderr.startswith("unhealthy: ")
+    if answer is not None and "error" in answer[1] and not healthy:
+        assert done.stderr.rstrip().endswith(f"answered {answer[0]}: {answer[1]['error']}")
 
 
 def test_the_compose_gpu_service_reserves_the_gpu_with_video() -> None:

@@ -251,6 +251,8 @@ pipelines:
     client = api(engine)
     reason = "pipeline main has failed: RuntimeError: injected bug"
     wait_for(lambda: reason in client.get("/ready").json()["reasons"], what=reason)
+    health = client.get("/health")  # liveness: only a restart mends it
+    assert (health.status_code, health.json()) == (503, {"status": "failed", "error": reason})
     refused = client.post("/streams", json={"id": "second", "uri": "clip.mp4"})
     assert refused.status_code == 503
     assert refused.json()["error"] == (

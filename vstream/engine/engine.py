@@ -137,6 +137,10 @@ class Engine(EngineBase):
             return ["shutting down"]
         return [reason for p in self.pipelines.values() for reason in p.not_ready()]
 
+    def broken(self) -> list[str]:
+        """What only a restart mends: pipelines whose stages died (a bug), each with why."""
+        return [why for p in self.pipelines.values() if (why := p.broken()) is not None]
+
     def files_done(self) -> bool:
         """Every stream has ended and its frames are through (or every sink has failed)."""
         return all(p.files_done or p.sinks_failed for p in self.pipelines.values())

@@ -64,6 +64,8 @@ class StreamEngine(Protocol):
 
     def not_ready(self) -> list[str]: ...
 
+    def broken(self) -> list[str]: ...
+
     def streams(self) -> list[StreamStatus]: ...
 
     def stream(self, stream_id: str) -> StreamStatus: ...
@@ -110,6 +112,11 @@ class EngineBase:
     def readers(self) -> Sequence[StreamView]:
         """Every stream the engine knows now (a copy: safe to walk while streams change)."""
         raise NotImplementedError
+
+    def broken(self) -> list[str]:
+        """What only a restart of the process mends, each with why (``/health`` says them):
+        none here; a cluster starts its lost workers again."""
+        return []
 
     def being_removed(self, stream_id: str) -> bool:
         """Whether a stream of this id is being removed (its id not free yet)."""

@@ -683,15 +683,17 @@ class Pipeline:
             f"pipeline {self.name}: the {stage} stage has been on one batch for {seconds:.0f} s"
             for stage, seconds in self.stages.stuck(self.stall_seconds)
         ]
-        if not self.stages.alive and not self._stopping.is_set():
-            failure = self.failure or self.stages.failure
-            why = (
-                f"has failed: {describe(failure)}"
-                if failure is not None
-                else "has no running model"
-            )
-            reasons.insert(0, f"pipeline {self.name} {why}")
+        if (broken := self.broken()) is not None:
+            reasons.insert(0, broken)
         return reasons
+
+    def broken(self) -> str | None:
+        """Why this pipeline can take no frame again (its stages died: a bug), or None."""
+        if self.stages.alive or self._stopping.is_set():
+            return None
+        failure = self.failure or self.stages.failure
+        why = f"has failed: {describe(failure)}" if failure is not None else "has no running model"
+        return f"pipeline {self.name} {why}"
 
     def samples(self) -> tuple[list[StreamSample], list[SinkSample]]:
         with self._lock:

@@ -189,9 +189,14 @@ def create_app(engine: StreamEngine, token: str | None = None) -> FastAPI:
         return Response(status_code=400)
 
     @app.get("/health")
-    def health() -> dict[str, str]:
-        """Liveness: the process answers."""
-        return {"status": "stopping" if engine.stopping.is_set() else "ok"}
+    def health() -> JSONResponse:
+        """Liveness: the process answers, and nothing in it is broken for good (a pipeline
+        whose stages died takes no frame again: a restart is what mends it)."""
+        if engine.stopping.is_set():
+            return JSONResponse({"status": "stopping"})
+        if broken := engine.broken():
+            return JSONResponse({"status": "failed", "error": "; ".join(broken)}, 503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/ready")
     def ready() -> JSONResponse:
