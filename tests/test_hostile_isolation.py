@@ -36,6 +36,7 @@ from secondary_models import batch_of_one_model
 from vstream.config import parse_config
 from vstream.engine import Engine
 from vstream.engine.cadence import Cadence, Decision
+from vstream.engine.interface import STARTING
 from vstream.engine.stages import OverlappedStages
 from vstream.frame import Frame
 from vstream.server import ApiServer, create_app
@@ -267,3 +268,32 @@ pipelines:
     wait_for(engine.files_done, what="vstream run's end: the queued frames are never taken")
     engine.stop()
     every_frame_counted(engine)
+
+
+def test_the_api_is_not_ready_until_the_configs_streams_are_added(
+    media: Path, api: ServeApi
+) -> None:
+    """``vstream serve`` answers before the engine starts: with no stream added yet, nothing
+    was wrong, so ``/ready`` said ready, then not ready as the camera connected."""
+    engine = Engine(
+        parse_config(
+            """
+pipelines:
+  - name: main
+    model: {path: model.onnx}
+    runtime: {device: cpu}
+    sources: [{id: first, uri: clip.mp4, loop: true}]
+    sinks: [{type: jsonl, path: out.jsonl}]
+""",
+            base_dir=media,
+        ),
+        base_dir=media,
+    )
+    client = api(engine)
+    try:
+        early = client.get("/ready")
+        assert (early.status_code, early.json()["reasons"]) == (503, [STARTING])
+        engine.start()
+        wait_for(lambda: client.get("/ready").status_code == 200, what="the stream to deliver")
+    finally:
+        engine.stop()

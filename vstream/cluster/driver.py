@@ -68,7 +68,7 @@ from vstream.cluster.worker import ClusterWorker, worker_config
 from vstream.config.pipelines import VstreamConfig
 from vstream.config.sources import SourceConfig
 from vstream.engine.errors import PipelineNotFound, StreamNotFound
-from vstream.engine.interface import EngineBase
+from vstream.engine.interface import STARTING, EngineBase
 from vstream.engine.pipeline import sink_samples
 from vstream.engine.status import StreamStatus, stream_sample
 from vstream.errors import LimitExceeded
@@ -110,6 +110,7 @@ class ClusterEngine(EngineBase):
         self.sinks: dict[str, list[Any]] = {}
         self._lock = threading.RLock()
         self._started_at: float | None = None
+        self._started = False
         self._stopped = False
         self._halt = threading.Event()
         self._connection = RayConnection(self.cluster)
@@ -171,6 +172,7 @@ class ClusterEngine(EngineBase):
             self._roster.place_waiting()
         self._collector.start()
         self._deliverer.start()
+        self._started = True
 
     @property
     def device(self) -> str:
@@ -280,6 +282,8 @@ class ClusterEngine(EngineBase):
         """Reasons the cluster is not ready: workers down or starting, streams not running."""
         if self.stopping.is_set():
             return ["shutting down"]
+        if not self._started:
+            return [STARTING]
         with self._lock:
             reasons = [f"worker {s.slot} is {s.state}" for s in self._slots if s.state != "ready"]
             for stream in self._roster.streams.values():

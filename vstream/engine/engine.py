@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from vstream.config.pipelines import VstreamConfig
 from vstream.config.sources import SourceConfig
 from vstream.engine.errors import PipelineNotFound, StreamNotFound
-from vstream.engine.interface import EngineBase
+from vstream.engine.interface import STARTING, EngineBase
 from vstream.engine.pipeline import Pipeline
 from vstream.engine.reader import StreamReader
 from vstream.engine.status import StreamStatus
@@ -48,6 +48,7 @@ class Engine(EngineBase):
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._started_at: float | None = None
+        self._started = False
         self._stopped = False
         try:
             for pipeline in config.pipelines:
@@ -71,6 +72,7 @@ class Engine(EngineBase):
         for pipeline_config in self.config.pipelines:
             for source in pipeline_config.sources:
                 self._start_stream(self.pipelines[pipeline_config.name], source)
+        self._started = True
 
     @property
     def device(self) -> str:
@@ -135,6 +137,8 @@ class Engine(EngineBase):
         """Reasons the engine is not ready; empty when every stream delivers frames."""
         if self.stopping.is_set():
             return ["shutting down"]
+        if not self._started:
+            return [STARTING]
         return [reason for p in self.pipelines.values() for reason in p.not_ready()]
 
     def broken(self) -> list[str]:

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 _POLL_SECONDS = 0.2
 
+STARTING = "starting: the config's streams are being added"
+"""``/ready``'s reason until :meth:`EngineBase.start` has added every stream of the config."""
+
 
 class StreamEngine(Protocol):
     """What the CLI and the HTTP API use of an engine, whichever runs the streams."""
@@ -99,6 +102,8 @@ class EngineBase:
     stopping: threading.Event
     _lock: threading.Lock | threading.RLock
     _started_at: float | None
+    _started: bool
+    """Every stream of the config added: until then, not ready (an API served before)."""
     _stopped: bool
 
     # -- the hooks ---------------------------------------------------------------------------
