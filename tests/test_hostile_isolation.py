@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers import (
+    HANG,
     frames_by_stream,
     run_cli,
     tiny_detector,
@@ -189,6 +190,45 @@ pipelines:
     finally:
         release.set()
     every_frame_counted(engine)
+
+
+def test_a_stream_removed_while_its_frames_are_held_counts_them_when_the_stop_gives_up(
+    media: Path, engines: StartEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A removed stream's frames in a stage given up on at the stop were never counted (the
+    count asked the intake by id, which forgot the stream at its removal): frames in flight
+    for ever."""
+    monkeypatch.setattr("vstream.engine.pipeline.SETTLE_SECONDS", 0.5)
+    release, reached = threading.Event(), threading.Event()
+    decide = Cadence.decide
+
+    def held(self: Cadence, frame: Frame, dropped: int = 0) -> Decision:
+        if frame.stream_id == "held" and frame.index == 3:
+            reached.set()
+            release.wait(60)
+        return decide(self, frame, dropped)
+
+    monkeypatch.setattr(Cadence, "decide", held)
+    engine = engines(
+        """
+pipelines:
+  - name: main
+    model: {path: model.onnx}
+    runtime: {device: cpu}
+    sources: [{id: held, uri: clip.mp4, detect_every: 2}]
+    sinks: [{type: jsonl, path: held.jsonl}]
+"""
+    )
+    try:
+        assert reached.wait(HANG), "the stage reached the frame it is held on"
+        reader = engine.pipelines["main"].streams["held"]
+        engine.remove_stream("held")  # its frames are not through: it waits, then goes on
+        assert reader.frames_in_flight > 0
+        engine.stop(timeout=1.0)
+    finally:
+        release.set()
+    assert reader.frames_in_flight == 0
+    assert reader.frames_dropped > 0
 
 
 def test_a_secondary_model_failing_at_run_time_fails_its_stream_alone_and_run_ends(

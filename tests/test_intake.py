@@ -68,7 +68,7 @@ def test_a_blocked_reader_goes_on_when_its_frame_is_taken() -> None:
     assert [a.stream for a in intake.take(1, timeout=1.0)] == ["cam"]
     assert done.wait(30), "taking its frame let the reader in"
     reader.join(30)
-    assert intake.queued("cam") == 1
+    assert intake.queued(cam) == 1
 
 
 def test_latest_lanes_drop_and_count_the_oldest() -> None:
@@ -77,7 +77,7 @@ def test_latest_lanes_drop_and_count_the_oldest() -> None:
     stop = threading.Event()
     for _ in range(5):
         assert intake.put(live, FRAME, stop)
-    assert intake.dropped("live") == 3
+    assert live.dropped == 3
     assert intake.queued() == 2
     assert len(intake.take(10, timeout=1.0)) == 2
     assert intake.queued() == 0
@@ -99,6 +99,6 @@ def test_a_stream_added_again_reads_through_a_lane_of_its_own() -> None:
     assert not intake.put(old, FRAME, stop), "the old reader's frame goes nowhere"
     assert intake.put(new, FRAME, stop)
     assert intake.unregister(old) == 0
-    assert intake.queued() == intake.queued("cam") == 1
+    assert intake.queued() == intake.queued(new) == 1 and intake.queued(old) == 0
     assert [a.lane for a in intake.take(4, timeout=1.0)] == [new]
     assert intake.take(4, timeout=0.01) == []

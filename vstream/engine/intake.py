@@ -55,7 +55,9 @@ class Lane:
     room: threading.Condition
     """Where this stream's reader waits for room (``block``); woken only for this lane."""
     dropped: int = 0
+    """Frames the ``latest`` policy dropped (final once the lane is out: no more puts)."""
     taken: int = 0
+    """Frames the stages took, which they must account for."""
 
 
 class Intake:
@@ -118,18 +120,6 @@ class Intake:
             self._arrived.notify()
             return True
 
-    def dropped(self, stream_id: str) -> int:
-        """Frames of ``stream_id`` dropped by its ``latest`` policy so far."""
-        with self._lock:
-            lane = self._lanes.get(stream_id)
-            return lane.dropped if lane is not None else 0
-
-    def taken(self, stream_id: str) -> int:
-        """Frames of ``stream_id`` taken by the stages so far (what they must account for)."""
-        with self._lock:
-            lane = self._lanes.get(stream_id)
-            return lane.taken if lane is not None else 0
-
     def take(self, limit: int, timeout: float) -> list[Arrival]:
         """Up to ``limit`` frames, round-robin over streams; waits up to ``timeout`` for one."""
         with self._lock:
@@ -159,13 +149,10 @@ class Intake:
     def _has_frames(self) -> bool:
         return self._queued > 0
 
-    def queued(self, stream_id: str | None = None) -> int:
-        """Frames waiting, for one stream or all."""
+    def queued(self, lane: Lane | None = None) -> int:
+        """Frames waiting, in one lane (none once it is out) or in all."""
         with self._lock:
-            if stream_id is not None:
-                lane = self._lanes.get(stream_id)
-                return len(lane.frames) if lane is not None else 0
-            return self._queued
+            return len(lane.frames) if lane is not None else self._queued
 
     def wake(self) -> None:
         """Wake every waiting reader and the taker, e.g. so that they see a stop flag."""

@@ -359,7 +359,7 @@ class Pipeline:
         if reader is None or reader.cadence is None:
             return True
         adapting = reader.cadence.options.adapt_detect_every is not None
-        dropped = self.intake.dropped(arrival.stream) if adapting else 0
+        dropped = reader.lane.dropped if adapting else 0
         return reader.cadence.decide(arrival.frame, dropped)
 
     def _analyze(
@@ -606,9 +606,10 @@ class Pipeline:
             log.error("pipeline %s: the model did not finish in time", self.name)
             self.stages.abort()
             self._wait(self.stages.join, time.monotonic() + 1.0)
-        for stream_id in list(self.streams):
-            reader = self.streams[stream_id]
-            reader.counters.discarded(self.intake.queued(stream_id) + self._abandoned(reader))
+        with self._lock:
+            readers = [*self.streams.values(), *self._retired]
+        for reader in readers:  # a removed one's lane is out, emptied: its abandoned frames
+            reader.counters.discarded(self.intake.queued(reader.lane) + self._abandoned(reader))
 
     def start_closing(self) -> None:
         """Close the pictures' outputs and start every sink's flush (they flush at once)."""
@@ -648,7 +649,7 @@ class Pipeline:
         after a clean finish; those in flight when a stage failed or was given up on."""
         counters = reader.counters
         delivered = counters.frames_processed + counters.frames_failed
-        return max(0, self.intake.taken(reader.id) - delivered)
+        return max(0, reader.lane.taken - delivered)
 
     @property
     def sinks_failed(self) -> bool:

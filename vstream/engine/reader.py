@@ -149,8 +149,6 @@ class StreamReader:
         self._stop = threading.Event()
         self._stopped_in: SourceState | None = None
         """The state :meth:`stop` found it in (closing the source changes it)."""
-        self._policy_dropped: int | None = None
-        """Frames the freshness policy dropped, kept by :meth:`leave_intake`; None till then."""
         self._source: Any = frames
         self._state = SourceState.CONNECTING
         live = config is not None and is_live(config.uri)
@@ -195,10 +193,7 @@ class StreamReader:
     @property
     def frames_dropped(self) -> int:
         """Frames the freshness policy dropped, plus those discarded at removal."""
-        policy = self._policy_dropped
-        if policy is None:
-            policy = self._intake.dropped(self.id)
-        return policy + self.counters.frames_discarded
+        return self.lane.dropped + self.counters.frames_discarded
 
     @property
     def frames_in_flight(self) -> int:
@@ -209,13 +204,9 @@ class StreamReader:
         return max(0, self.source_stats.frames_delivered - counted)
 
     def leave_intake(self) -> None:
-        """Take the stream out of the intake: its queued frames discarded, both counted.
-
-        The policy's drops are kept here: the intake forgets them with the stream
-        (and counts a stream added again under the same id from zero).
-        """
+        """Take the stream out of the intake: its queued frames discarded, counted (the
+        policy's drops stay on its lane; a stream added again under its id has a new one)."""
         self.counters.discarded(self._intake.unregister(self.lane))
-        self._policy_dropped = self.lane.dropped  # final: out of the intake, no more puts
 
     def settle(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the thread to end, or to wait for a connection (no
