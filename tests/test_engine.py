@@ -167,22 +167,32 @@ pipelines:
     assert expected in stderr
 
 
+def main_pipeline(
+    tmp_path: Path,
+    model: Path,
+    sources: list[dict[str, Any]],
+    *,
+    out: str | Path = "out.jsonl",
+    runtime: dict[str, Any] | None = None,
+    **top: Any,
+) -> VstreamConfig:
+    """A config of one pipeline ``main``: ``model`` on the CPU, batches of 2, records to
+    ``out``; ``top``: other top-level sections (``limits``)."""
+    pipeline = {
+        "name": "main",
+        "model": {"path": str(model)},
+        "runtime": runtime or {"device": "cpu", "batch_size": 2},
+        "sources": sources,
+        "sinks": [{"type": "jsonl", "path": str(out)}],
+    }
+    return parse_data({"pipelines": [pipeline], **top}, base_dir=tmp_path)
+
+
 def engine_config(tmp_path: Path, model: Path, streams: int, frames: int) -> VstreamConfig:
     for i in range(streams):
         write_video(tmp_path / f"s{i}.mp4", frames=frames, width=160, height=120)
-    return parse_data(
-        {
-            "pipelines": [
-                {
-                    "name": "main",
-                    "model": {"path": str(model)},
-                    "runtime": {"device": "cpu", "batch_size": 2},
-                    "sources": [{"id": f"s{i}", "uri": f"s{i}.mp4"} for i in range(streams)],
-                    "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
-                }
-            ]
-        },
-        base_dir=tmp_path,
+    return main_pipeline(
+        tmp_path, model, [{"id": f"s{i}", "uri": f"s{i}.mp4"} for i in range(streams)]
     )
 
 
@@ -252,19 +262,8 @@ def test_a_full_disk_is_retried_with_whole_lines_and_ready_says_why(
     filler = small_disk / "filler"
     filler.write_bytes(b"\0" * (120 * 1024))
     write_video(tmp_path / "s0.mp4", frames=60, width=160, height=120)
-    config = parse_data(
-        {
-            "pipelines": [
-                {
-                    "name": "main",
-                    "model": {"path": str(batch_model)},
-                    "runtime": {"device": "cpu", "batch_size": 2},
-                    "sources": [{"id": "s0", "uri": "s0.mp4"}],
-                    "sinks": [{"type": "jsonl", "path": str(small_disk / "out.jsonl")}],
-                }
-            ]
-        },
-        base_dir=tmp_path,
+    config = main_pipeline(
+        tmp_path, batch_model, [{"id": "s0", "uri": "s0.mp4"}], out=small_disk / "out.jsonl"
     )
     engine = Engine(config, base_dir=tmp_path)
     engine.start()
@@ -296,20 +295,7 @@ def test_decoded_frames_add_up_to_processed_failed_dropped_and_skipped(
     source = {"id": "s0", "uri": "s0.mp4", "start_seconds": 0.8, "stride": 2, "loop": loop}
     if not loop:
         source["end_seconds"] = 1.6
-    config = parse_data(
-        {
-            "pipelines": [
-                {
-                    "name": "main",
-                    "model": {"path": str(batch_model)},
-                    "runtime": {"device": "cpu", "batch_size": 2},
-                    "sources": [source],
-                    "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
-                }
-            ]
-        },
-        base_dir=tmp_path,
-    )
+    config = main_pipeline(tmp_path, batch_model, [source])
     engine = Engine(config, base_dir=tmp_path)
     engine.start()
     try:
@@ -344,19 +330,7 @@ def test_a_stream_added_again_as_it_is_removed_waits_for_the_removal_then_gets_e
 
     write_video(tmp_path / "loop.mp4", frames=20, width=160, height=120)
     write_video(tmp_path / "again.mp4", frames=30, width=160, height=120)
-    config = parse_data(
-        {
-            "pipelines": [
-                {
-                    "name": "main",
-                    "model": {"path": str(batch_model)},
-                    "runtime": {"device": "cpu", "batch_size": 2},
-                    "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
-                }
-            ]
-        },
-        base_dir=tmp_path,
-    )
+    config = main_pipeline(tmp_path, batch_model, [])
     engine = Engine(config, base_dir=tmp_path)
     engine.start()
     pipeline = engine.pipelines["main"]
@@ -409,19 +383,8 @@ def test_a_stream_removed_while_connecting_counts_against_the_limits_till_it_end
     accepting = threading.Thread(target=lambda: taken.append(listener.accept()[0]), daemon=True)
     accepting.start()
     url = f"rtsp://127.0.0.1:{listener.getsockname()[1]}/silent"
-    config = parse_data(
-        {
-            "limits": {"max_streams": 1},
-            "pipelines": [
-                {
-                    "name": "main",
-                    "model": {"path": str(batch_model)},
-                    "runtime": {"device": "cpu"},
-                    "sinks": [{"type": "jsonl", "path": "out.jsonl"}],
-                }
-            ],
-        },
-        base_dir=tmp_path,
+    config = main_pipeline(
+        tmp_path, batch_model, [], runtime={"device": "cpu"}, limits={"max_streams": 1}
     )
     engine = Engine(config, base_dir=tmp_path)
     engine.start()
