@@ -463,3 +463,43 @@ def test_classes_to_keep_the_model_lacks_are_refused_naming_them(workdir: Path) 
         Pipeline.from_config(load_config(config).pipelines[0])
     fixed = write_config(workdir, text.replace("[0, 5]", "[1]"), "ok.yaml")
     assert run_cli("validate", fixed, timeout=120).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("section", "where"),
+    [
+        (
+            "analytics: {lines: [{name: gate, start: [0, 50], end: [300, 50], classes: [1, 2]}]}",
+            "analytics.lines[0]: line 'gate': classes",
+        ),
+        (
+            "analytics: {zones: [{name: pen, points: [[0, 0], [200, 0], [200, 200]], "
+            "classes: [2]}]}",
+            "analytics.zones[0]: zone 'pen': classes",
+        ),
+        (
+            "secondary: [{name: colour, path: vstream://colour.onnx, on: {classes: [2]}}]",
+            "secondary[0]: secondary 'colour': on.classes",
+        ),
+    ],
+    ids=["line", "zone", "secondary"],
+)
+def test_classes_postprocess_drops_are_refused_where_a_filter_names_them(
+    section: str, where: str
+) -> None:
+    """``postprocess.classes: [0, 1]`` with a line counting class 2: the line never saw one,
+    and counted nothing of it, silently."""
+    text = f"""
+pipelines:
+  - name: main
+    model: {{path: vstream://demo.onnx}}
+    postprocess: {{classes: [0, 1]}}
+    {section}
+    sinks: [{{type: stdout}}]
+"""
+    with pytest.raises(ConfigError) as error:
+        parse_config(text)
+    assert str(error.value).endswith(
+        f"pipelines[0]: {where} [2] are never detected: postprocess.classes keeps [0, 1] alone"
+    ), str(error.value)
+    parse_config(text.replace("[0, 1]", "[0, 1, 2]"))

@@ -138,6 +138,32 @@ class PipelineConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _filtered_classes_are_kept(self) -> PipelineConfig:
+        """Refuse a line's, a zone's or a secondary model's classes that ``postprocess.classes``
+        drops: it would never see them, and count or read nothing of them, silently."""
+        kept = self.postprocess.classes
+        if kept is None:
+            return self
+        places = [
+            (f"analytics.lines[{i}]: line {item.name!r}: classes", item.classes)
+            for i, item in enumerate(self.analytics.lines)
+        ]
+        places += [
+            (f"analytics.zones[{i}]: zone {item.name!r}: classes", item.classes)
+            for i, item in enumerate(self.analytics.zones)
+        ]
+        places += [
+            (f"secondary[{i}]: secondary {model.name!r}: on.classes", model.on.classes)
+            for i, model in enumerate(self.secondary)
+        ]
+        for where, wanted in places:
+            if dropped := [c for c in wanted or () if c not in kept]:
+                raise ValueError(
+                    f"{where} {dropped} are never detected: postprocess.classes keeps {kept} alone"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _one_provider_order(self) -> PipelineConfig:
         provider_chain(self.model.providers, self.runtime.provider)
         return self
