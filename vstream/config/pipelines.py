@@ -144,7 +144,7 @@ class PipelineConfig(StrictModel):
         kept = self.postprocess.classes
         if kept is None:
             return self
-        places = [
+        places: list[tuple[str, list[int] | None]] = [
             (f"analytics.lines[{i}]: line {item.name!r}: classes", item.classes)
             for i, item in enumerate(self.analytics.lines)
         ]
