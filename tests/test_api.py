@@ -158,3 +158,41 @@ def test_a_detector_from_a_model_config_takes_the_keyword_options_too() -> None:
     assert detector.config.dtype == "float32" and str(detector.model.device) == "cpu"
     with pytest.raises(ConfigError, match=r"model\.dtype"):
         vstream.Detector(config, dtype="int3")
+
+
+@pytest.fixture(scope="module")
+def opencv_video() -> list[np.ndarray]:
+    """Every frame of the sample as OpenCV decodes them."""
+    cv2 = pytest.importorskip("cv2")
+    capture = cv2.VideoCapture(str(vstream.assets.SAMPLE_VIDEO))
+    frames = []
+    while (picture := capture.read()[1]) is not None:
+        frames.append(picture)
+    capture.release()
+    return frames
+
+
+def test_pictures_are_timed_by_their_fps_so_tracks_and_lines_count_as_the_files_do(
+    opencv_video, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pictures were all at 0 s: the tracker's clock stood still (no lost track forgotten,
+    confirmed at the second detection) and no line crossing was ever counted (0 in, 0 out
+    on the sample, where the file gives 3 in, 2 out)."""
+    options = {"track": True, "device": "cpu", "lines": ["gate=320,360,320,0"]}
+    from_file = list(vstream.detect(SAMPLE, **options))
+    with caplog.at_level("WARNING", logger="vstream"):
+        from_pictures = list(vstream.detect(opencv_video, fps=25, **options))
+    assert not caplog.records
+    assert len(from_pictures) == len(from_file) == 200
+    assert [r.pts_seconds for r in from_pictures] == pytest.approx(
+        [r.pts_seconds for r in from_file]
+    )
+    counts = from_file[-1].to_record()["lines"]
+    assert counts["gate"]["in"] and from_pictures[-1].to_record()["lines"] == counts
+    with caplog.at_level("WARNING", logger="vstream"):
+        untimed = list(vstream.detect(opencv_video[:10], **options))
+    assert [r.pts_seconds for r in untimed] == pytest.approx([i / 30 for i in range(10)])
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith("the pictures have no time: taken at 30 fps (give detect() their fps=")
+    with pytest.raises(ConfigError, match=r"fps: must be in \(0, 1000\], got 0"):
+        vstream.detect(opencv_video, fps=0)

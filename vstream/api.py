@@ -8,6 +8,7 @@ defaults, bounds and error semantics are the CLI's and the pipelines file's.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -35,8 +36,13 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
 )
 """Where each keyword option of :func:`detect` goes in the pipeline, by the field's name."""
 
-OWN = ("model", "stream_id", "secondary", "sinks", "track", "channels")
+OWN = ("model", "stream_id", "secondary", "sinks", "track", "channels", "fps")
 """:func:`detect`'s own keywords, which are no single field of a section."""
+
+PICTURE_FPS = 30.0
+"""The rate pictures with no time of their own are taken at when ``fps`` is not given."""
+
+log = logging.getLogger("vstream")
 
 
 def accepted_options() -> list[str]:
@@ -54,6 +60,7 @@ def detect(
     sinks: Iterable[dict[str, Any] | BaseModel] = (),
     track: bool = False,
     channels: Channels | None = None,
+    fps: float | None = None,
     **options: Any,
 ) -> Iterator[FrameResult]:
     """Detect objects in every frame of ``source``; one :class:`FrameResult` per frame, in order.
@@ -62,6 +69,9 @@ def detect(
     or any iterable of :class:`Frame` or pictures (numpy ``(H, W, 3)`` uint8, BGR
     unless ``channels="rgb"``; torch uint8, RGB unless ``channels="bgr"``;
     :func:`vstream.frame.as_frame`). ``model`` defaults to the bundled demo detector.
+    Pictures have no time: the ``n``-th is at ``n / fps`` seconds (tracking's, the lines'
+    and the zones' timings are in seconds; without ``fps`` they are taken at
+    :data:`PICTURE_FPS`, said once); a :class:`Frame` keeps its own.
 
     ``options`` are the fields of a pipelines file's ``model``, ``postprocess``,
     ``runtime``, source and ``analytics`` sections, by name (``conf=0.3``,
@@ -90,21 +100,47 @@ def detect(
             message = f"{stream_id!r} does not match {NAME_PATTERN}"
             raise ConfigError([ConfigIssue("stream_id", None, message)])
         sources = []
-        streams.append(as_frames(source, channels, stream_id))
+    if fps is not None and not (isinstance(fps, int | float) and 0 < fps <= 1000):
+        raise ConfigError([ConfigIssue("fps", None, f"must be in (0, 1000], got {fps!r}")])
     config = pipeline_config(sources, model, secondary, sinks, track, options)
+    if not isinstance(source, str | Path):
+        analytics = config.analytics
+        timed = analytics.tracking is not None or bool(analytics.lines or analytics.zones)
+        streams.append(as_frames(source, channels, stream_id, fps, timed=timed))
     pipeline = Pipeline.from_config(config, collect=True)
     return iterate(pipeline, pipeline.sinks[0], [*config.sources, *streams])  # type: ignore[arg-type]
 
 
 def as_frames(
-    pictures: Iterable[Frame | Any], channels: Channels | None = None, stream_id: str | None = None
+    pictures: Iterable[Frame | Any],
+    channels: Channels | None = None,
+    stream_id: str | None = None,
+    fps: float | None = None,
+    *,
+    timed: bool = False,
 ) -> Iterator[Frame]:
-    """Each picture as a :class:`Frame` (:func:`vstream.frame.as_frame`), numbered in order;
-    all of stream ``stream_id`` where one is given, else pictures of stream "0" and frames of
-    their own, whose stream ids are checked as a config's are (ValueError): they name the
-    stream's files (``{stream}`` in a sink's path) and topics."""
+    """Each picture as a :class:`Frame` (:func:`vstream.frame.as_frame`), numbered in order
+    and timed ``index / fps``; all of stream ``stream_id`` where one is given, else pictures
+    of stream "0" and frames of their own, whose stream ids are checked as a config's are
+    (ValueError): they name the stream's files (``{stream}`` in a sink's path) and topics.
+
+    ``timed``: the pipeline's timings are in seconds (tracking, lines, zones): pictures
+    all at 0 s stopped its clock (no track ever forgotten, no crossing counted), so
+    without ``fps`` they are taken at :data:`PICTURE_FPS`, and it is said once.
+    """
+    said = False
     for index, picture in enumerate(pictures):
-        frame = as_frame(picture, channels, stream_id=stream_id or "0", index=index)
+        if timed and fps is None and not said and not isinstance(picture, Frame):
+            log.warning(
+                "the pictures have no time: taken at %g fps (give detect() their fps= for "
+                "tracking's and the lines' timings in seconds)",
+                PICTURE_FPS,
+            )
+            said = True
+        pts_seconds = index / (fps or PICTURE_FPS)
+        frame = as_frame(
+            picture, channels, stream_id=stream_id or "0", index=index, pts_seconds=pts_seconds
+        )
         if stream_id is None and not re.fullmatch(NAME_PATTERN, frame.stream_id):
             raise ValueError(
                 f"picture {index}: stream id {frame.stream_id!r} does not match {NAME_PATTERN}"
