@@ -193,6 +193,21 @@ def test_one_object_detected_as_two_classes_is_one_track() -> None:
     assert tracker.num_tracks == 1
 
 
+def test_a_perfect_match_is_not_given_up_for_two_poor_ones() -> None:
+    """B walks behind A; the detector gives A's box and a loose second box beside it (IoU 0.54
+    with A, under ``duplicate_iou``). The assignment forced the most pairs: A's box went to
+    B's track (IoU 0.25 with B's prediction) and the loose box to A's, and the ids swapped
+    back a frame later. ByteTrack's solver, which may leave a pair out, keeps A on A."""
+    a, b, loose = [100, 100, 140, 140], [124, 100, 164, 140], [88, 100, 128, 140]
+    tracker = ByteTracker()
+    for i in range(10):
+        ids = tracker.update(np.array([a, b], float), [0.9, 0.9], [0, 0], i / 25)
+    assert ids.tolist() == [1, 2]
+    ids = tracker.update(np.array([a, loose], float), [0.9, 0.4], [0, 0], 10 / 25)
+    assert ids[0] == 1, ids
+    assert tracker.update(np.array([a, b], float), [0.9, 0.9], [0, 0], 11 / 25).tolist() == [1, 2]
+
+
 def test_class_flicker_keeps_one_track_reporting_the_majority() -> None:
     frames = render([Mover([(0, 50, 200), (4, 550, 200)])], fps=25, seconds=4)
     for i, frame in enumerate(frames):

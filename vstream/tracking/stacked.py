@@ -238,11 +238,31 @@ def match(
     return rows, cols, free_rows.nonzero()[0], free_cols.nonzero()[0]
 
 
+UNMATCHED_COST = 0.5
+"""What leaving a track or a detection unmatched costs, against the pairs' costs (at most 1):
+any allowed pair alone is worth taking, but two poor pairs (IoU 0.4 and 0.3: costs 0.6 and
+0.7) are not worth more than one perfect match and two left over (0 + 0.5 + 0.5), as with
+ByteTrack's ``lapjv(..., extend_cost=True, cost_limit=...)``."""
+
+
 def hungarian(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Minimum-cost assignment of a ``(rows, cols)`` cost with no pair left out that a finite
-    cost allows; infinite costs never match. Returns the matched rows and columns."""
+    """Minimum-cost assignment of a ``(rows, cols)`` cost in which any row or column may stay
+    unmatched at :data:`UNMATCHED_COST`; infinite costs never match. Returns the matched rows
+    and columns.
+
+    Solved as the square problem whose extra columns are each row's "unmatched" and extra
+    rows each column's (the usual extension): forcing the most pairs instead (the refused
+    ones at a large finite cost) gave an object's perfect box to a hidden neighbour's track,
+    and its own track a loose box beside it, to have two pairs rather than one.
+    """
     from scipy.optimize import linear_sum_assignment  # see ByteTracker.load_matcher
 
-    rows, cols = linear_sum_assignment(np.where(np.isfinite(cost), cost, 1e6))
-    good = np.isfinite(cost[rows, cols])
-    return rows[good].astype(np.int64), cols[good].astype(np.int64)
+    n_rows, n_cols = cost.shape
+    square = np.full((n_rows + n_cols, n_cols + n_rows), np.inf)
+    square[:n_rows, :n_cols] = cost
+    square[:n_rows, n_cols:][np.diag_indices(n_rows)] = UNMATCHED_COST
+    square[n_rows:, :n_cols][np.diag_indices(n_cols)] = UNMATCHED_COST
+    square[n_rows:, n_cols:] = 0.0
+    rows, cols = linear_sum_assignment(square)
+    pair = (rows < n_rows) & (cols < n_cols)
+    return rows[pair].astype(np.int64), cols[pair].astype(np.int64)
