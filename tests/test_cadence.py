@@ -468,6 +468,18 @@ def test_the_python_api_takes_detect_every_and_tracks_to_fill_the_gaps() -> None
     assert not any(d.predicted for r in results if r.frame_index % 4 == 0 for d in r.detections)
 
 
+@pytest.mark.parametrize("stride", [2, 3])
+def test_detect_every_counts_the_frames_a_stride_keeps(stride: int) -> None:
+    """``detect_every`` was counted in the file's frames, whose indices step by the stride:
+    ``--stride 3 --detect-every 3`` detected every frame kept, ``--stride 2`` every second."""
+    results = list(vstream.detect(SAMPLE, stride=stride, detect_every=3, end_seconds=4))
+    kept = [r.frame_index for r in results]
+    assert kept == list(range(0, 100, stride))
+    # The sample has objects in every frame: a detected frame has boxes not predicted.
+    detected = [r.frame_index for r in results if any(not d.predicted for d in r.detections)]
+    assert detected == kept[::3]
+
+
 # --- the motion gate ---------------------------------------------------------------------
 
 

@@ -4,9 +4,10 @@ Every-frame detection is bounded by the model: more streams per machine come
 from detecting less often. A stream's :class:`Cadence` decides, frame by
 frame and in the stream's order, whether the detector sees a frame:
 
-- ``detect_every: n``: frames whose index is ``n`` or more past the last
-  detected one (so a frame dropped by a live stream's ``latest`` policy
-  does not push the next detection back);
+- ``detect_every: n``: frames whose index is ``n`` kept frames or more past
+  the last detected one (so a frame dropped by a live stream's ``latest``
+  policy does not push the next detection back; with a file's ``stride``,
+  ``n`` counts the frames kept, whose indices step by the stride);
 - ``detect_fps: f``: the first frame at or after each tick of a ``1/f``
   second grid of stream time (pts), so the rate holds at any frame rate;
 - ``motion``: of the frames the rate allows, only those whose picture
@@ -77,10 +78,12 @@ class Decision(enum.Enum):
 class Cadence:
     """One stream's detection schedule and its counts (see the module docstring)."""
 
-    def __init__(self, options: CadenceOptions) -> None:
+    def __init__(self, options: CadenceOptions, stride: int = 1) -> None:
         from vstream.preprocess.motion import MotionGate
 
         self.options = options
+        self.stride = stride
+        """The source's index step between frames it keeps (a file's ``stride``)."""
         self.gate = MotionGate(options.motion) if options.motion is not None else None
         self._lock = threading.Lock()
         self.frames_detected = 0
@@ -127,7 +130,7 @@ class Cadence:
             not detect
             and self.every > self.options.detect_every
             and self._last_index is not None
-            and frame.index - self._last_index >= self.options.detect_every
+            and frame.index - self._last_index >= self.options.detect_every * self.stride
         )
         skipped_still = False
         if detect and not restart and self.gate is not None:
@@ -160,7 +163,7 @@ class Cadence:
             assert self._next_tick is not None
             return frame.pts_seconds >= self._next_tick - _PTS_TOLERANCE
         assert self._last_index is not None
-        return frame.index - self._last_index >= self.every
+        return frame.index - self._last_index >= self.every * self.stride
 
     def _adapt(self, dropped: int, pts: float) -> None:
         """Step ``every`` up on new drops (at most each ADAPT_STEP_SECONDS), down when calm."""

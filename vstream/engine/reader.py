@@ -141,7 +141,9 @@ class StreamReader:
         self.analytics: StreamAnalytics | None = None
         """The stream's tracker, lines and zones, when the pipeline has them or the stream's
         cadence needs a tracker."""
-        self.cadence = Cadence(config) if config is not None and config.cadence_on else None
+        self.cadence = (
+            Cadence(config, config.stride) if config is not None and config.cadence_on else None
+        )
         """Which frames the detector sees (:mod:`vstream.engine.cadence`); None: every frame."""
         self.attributes: StreamAttributeCounts | None = None
         """The cascade's readings of the stream's objects, counted (the pipeline sets it when
