@@ -207,6 +207,23 @@ pipelines:
     assert (tmp_path / "saved.mp4").exists() and not (tmp_path / "unsaved.mp4").exists()
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["info", "https://user:hunter2@models.example.com/m.onnx"],
+        ["run", "--model", "https://user:hunter2@models.example.com/m.onnx"],
+        ["bench", "--model", "rtsp://user:hunter2@models.example.com/m.onnx"],
+    ],
+    ids=["info", "run", "bench"],
+)
+def test_a_model_given_as_a_url_is_refused_without_its_password(args: list[str]) -> None:
+    """Made a path, ``https://user:pw@host`` became ``https:/user:pw@host``, which the
+    redaction of URLs does not find: "model file not found: .../https:/user:hunter2@..."."""
+    result = run_cli(*args)
+    assert_one_line_error(result, "expected a model file path, got a URL")
+    assert "hunter2" not in result.stderr + result.stdout
+
+
 def test_unwritable_output(tmp_path: Path) -> None:
     (tmp_path / "plain-file").write_text("not a directory")
     result = run_cli("run", "--output", tmp_path / "plain-file" / "dir" / "out.jsonl")

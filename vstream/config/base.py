@@ -201,6 +201,10 @@ def input_path(value: str, info: ValidationInfo) -> Path:
 
 
 def existing_file(value: str, info: ValidationInfo, what: str) -> str:
+    """``value`` as the path of an existing file; a URL is refused unquoted (made a path,
+    ``https://user:pass@host`` became ``https:/user:pass@host``, which no redaction finds)."""
+    if "://" in value and not is_bundled(value):
+        raise ValueError(f"expected a {what} path, got a URL")
     path = input_path(value, info)
     if not path.is_file():
         raise ValueError(f"{what} not found: {path}")
