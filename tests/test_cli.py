@@ -213,14 +213,16 @@ pipelines:
         ["info", "https://user:hunter2@models.example.com/m.onnx"],
         ["run", "--model", "https://user:hunter2@models.example.com/m.onnx"],
         ["bench", "--model", "rtsp://user:hunter2@models.example.com/m.onnx"],
+        ["run", "--output", "https://user:hunter2@example.com/records.jsonl"],
     ],
-    ids=["info", "run", "bench"],
+    ids=["info", "run", "bench", "output"],
 )
-def test_a_model_given_as_a_url_is_refused_without_its_password(args: list[str]) -> None:
+def test_a_file_given_as_a_url_is_refused_without_its_password(args: list[str]) -> None:
     """Made a path, ``https://user:pw@host`` became ``https:/user:pw@host``, which the
-    redaction of URLs does not find: "model file not found: .../https:/user:hunter2@..."."""
+    redaction of URLs does not find: "model file not found: .../https:/user:hunter2@...",
+    and an output went to a folder "https:" in the working one, the summary quoting it."""
     result = run_cli(*args)
-    assert_one_line_error(result, "expected a model file path, got a URL")
+    assert_one_line_error(result, "expected a file path, got a URL")
     assert "hunter2" not in result.stderr + result.stdout
 
 

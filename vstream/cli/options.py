@@ -226,7 +226,7 @@ def run_document(
     values: dict[Path_, Any],
     *,
     source: str,
-    output: Path | None,
+    output: str | None,
     model: Path,
     extras: RunExtras | None = None,
 ) -> dict[str, Any]:
@@ -279,7 +279,7 @@ class RunExtras:
     zones: tuple[Any, ...] = ()
     """``--zone NAME=X1,Y1,...`` (repeatable): :class:`~vstream.config.analytics.ZoneConfig`."""
     save_video: str | None = None
-    clips: Path | None = None
+    clips: str | None = None
     secondary: tuple[str, ...] = ()
     """``--secondary PATH`` (repeatable): each a secondary model named after its file."""
     on_classes: list[int] | None = None
@@ -360,7 +360,7 @@ def build_run_config(
     flags: dict[str, Option],
     *,
     source: str,
-    output: Path | None,
+    output: str | None,
     model: Path,
     extras: RunExtras | None = None,
 ) -> VstreamConfig:

@@ -86,7 +86,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         run,
         "--output",
         "-o",
-        type=Path,
         default=argparse.SUPPRESS,
         help="JSON Lines file, replaced if it exists (default: stdout)",
     )
@@ -98,7 +97,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     _own(
         run,
-        "--clips", type=Path, default=argparse.SUPPRESS, metavar="DIR",
+        "--clips", default=argparse.SUPPRESS, metavar="DIR",
         help="write an event clip (original video, pre- and post-roll) and a snapshot per event",
     )  # fmt: skip
     run.add_argument("--quiet", "-q", action="store_true", help="no progress or summary")

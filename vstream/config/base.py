@@ -183,10 +183,15 @@ def resolve_path(value: str, info: ValidationInfo) -> Path:
     A ``vstream://`` address names a bundled file to read (:func:`input_path`); as a
     place to write or a folder it is refused, rather than read as a relative path.
     ``~name`` of no user is a ValueError naming the value: Python raises RuntimeError,
-    which pydantic does not report but lets through (a 500, an "unexpected error").
+    which pydantic does not report but lets through (a 500, an "unexpected error"). A URL
+    is refused, unquoted.
     """
     if is_bundled(value):
         raise ValueError(f"{value}: vstream:// names a bundled file to read, not a place to write")
+    if "://" in value:
+        # Unquoted: made a path, https://user:pw@host becomes https:/user:pw@host (a folder
+        # "https:" is made for an output), which the redaction of URLs does not find.
+        raise ValueError("expected a file path, got a URL")
     try:
         path = Path(value).expanduser()
     except RuntimeError:
@@ -201,10 +206,6 @@ def input_path(value: str, info: ValidationInfo) -> Path:
 
 
 def existing_file(value: str, info: ValidationInfo, what: str) -> str:
-    """``value`` as the path of an existing file; a URL is refused unquoted (made a path,
-    ``https://user:pass@host`` became ``https:/user:pass@host``, which no redaction finds)."""
-    if "://" in value and not is_bundled(value):
-        raise ValueError(f"expected a {what} path, got a URL")
     path = input_path(value, info)
     if not path.is_file():
         raise ValueError(f"{what} not found: {path}")
