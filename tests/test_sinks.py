@@ -535,7 +535,7 @@ def test_a_replaced_file_keeps_its_earlier_records_until_the_first_write(
     path = tmp_path / "out.jsonl"
     earlier = b"".join(encode_records(result(i).to_record()) + b"\n" for i in range(3))
     path.write_bytes(earlier)
-    with caplog.at_level(logging.WARNING, logger="vstream.sinks"):
+    with caplog.at_level(logging.INFO, logger="vstream.sinks"):
         JsonLinesSink(path, append=False).close()
     assert path.read_bytes() == earlier
     assert "no record written, so the records of an earlier run in it are kept" in caplog.text

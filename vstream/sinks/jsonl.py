@@ -258,8 +258,8 @@ class JsonLinesSink:
         elif self._fd is not None:
             os.close(self._fd)
             self._fd = None
-            if self._replaces:
-                log.warning(
+            if self._replaces:  # said, not warned: the run's own failure is what to read
+                log.info(
                     "%s: no record written, so the records of an earlier run in it are kept",
                     self.path,
                 )
