@@ -111,9 +111,11 @@ from vstream.tracking.stacked import Blocks, Tracks, hungarian, match
 TENTATIVE, TRACKED, LOST = 0, 1, 2
 """Track states: not yet confirmed; confirmed and seen in the last frame; confirmed, unseen."""
 
-_PTS_TOLERANCE = 1e-6
-"""Seconds by which a span of pts may fall short of a multiple of the frame interval and still
-count as it (pts are rounded to their container's time base)."""
+_STEP_TOLERANCE = 0.25
+"""The part of a frame interval by which a span of pts may fall short of a multiple of it and
+still count as it: pts are rounded to their container's time base (a millisecond in
+Matroska: 30 fps steps of 33, 34 and 33 ms, so two steps span 66 or 67 ms where the last
+one says 68), and a span one frame shorter stays far below."""
 
 UNLIKE = 0.35
 """With appearance, a pair of track and detection whose cosine distance (in ``[0, 1]``,
@@ -700,7 +702,8 @@ def _confirm(
     docstring). ``pts`` and ``frame_steps``: per stream. Returns the ids given per stream."""
     stream = track_stream[rows]
     hits, lasted = tracks.hits[rows], pts[stream] - tracks.first_pts[rows]
-    spans = (hits >= 2) & (lasted >= (cfg.confirm_hits - 1) * frame_steps[stream] - _PTS_TOLERANCE)
+    needed = (cfg.confirm_hits - 1 - _STEP_TOLERANCE) * frame_steps[stream]
+    spans = (hits >= 2) & (lasted >= needed)
     ready = rows[
         (tracks.state[rows] == TENTATIVE)
         & ((hits >= cfg.confirm_hits) | spans)
