@@ -110,6 +110,23 @@ def test_a_fast_object_is_tracked_from_its_first_frames(fps: int) -> None:
     assert [int(i[0]) for i in ids[hits - 1 :]] == [1] * (len(frames) - hits + 1)
 
 
+def test_at_one_detection_a_second_a_false_box_does_not_join_an_object_far_away() -> None:
+    """The first match's gate grew with the velocity prior, some 30 box sizes a second: at
+    ``detect_fps: 1`` a false box and a real object 15 box sizes away a second later made one
+    track, confirmed at once, whose predictions flew off at 600 px/s (and the object lost it)."""
+    tracker = ByteTracker()
+    there = np.array([[680, 380, 720, 420]], float)
+    for i in range(101):
+        pts = i / 25
+        if i % 25:
+            predicted = tracker.predict(pts).boxes
+            assert i < 50 or np.abs(predicted - there).max() < 5, (pts, predicted)
+            continue
+        box = np.array([[80, 80, 120, 120]], float) if i == 0 else there
+        ids = tracker.update(box, [0.9], [0], pts)
+        assert ids.tolist() == ([-1] if i <= 25 else [1]), (pts, ids)
+
+
 def test_the_first_match_is_still_gated() -> None:
     """Far beyond what an object moves in a frame, a new detection is another object."""
     frames = render([Mover([(0, 40, 200), (0.04, 40, 200)], size=(80.0, 80.0))], 25, 0.04)

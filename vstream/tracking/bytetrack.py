@@ -129,6 +129,14 @@ its look alone, away from its prediction (:meth:`ByteTracker._reidentify`)."""
 REACH = 1.0
 """How far (in track sizes, plus one per second unseen) from its path a track may be
 re-identified."""
+FIRST_REACH = 1.5
+"""How far (in track sizes) a track's second detection may be from its first, however
+close together they come: the velocity prior's gate is about 1.3 at 25 fps."""
+FIRST_SPEED = kalman.INITIAL_VELOCITY_STD
+"""Track sizes per second a track's second detection may add to :data:`FIRST_REACH`: one
+standard deviation of the velocity prior, whose gate takes three (30 a second), so that at
+one detection a second a false box and a real object anywhere in the frame a second later
+made one track."""
 COVERED = 0.5
 """A detection whose box lies more than this share inside a higher-scoring detection's box
 has its vector ignored: its crop mostly shows the other object (the one in front)."""
@@ -232,7 +240,7 @@ def _lower_triangle(n: int) -> np.ndarray:
 class _Stacks:
     """What the association steps of one call share: the stacked tracks and detections."""
 
-    __slots__ = ("boxes", "det_stream", "predicted", "streams", "track_stream", "tracks")
+    __slots__ = ("boxes", "det_stream", "predicted", "pts", "streams", "track_stream", "tracks")
 
     def __init__(
         self,
@@ -241,10 +249,13 @@ class _Stacks:
         boxes: np.ndarray,
         det_stream: np.ndarray,
         streams: int,
+        pts: np.ndarray,
     ) -> None:
         self.tracks, self.track_stream = tracks, track_stream
         self.boxes, self.det_stream = boxes, det_stream
         self.streams = streams
+        self.pts = pts
+        """Each stream's time now."""
         self.predicted = kalman.cxcywh_to_xyxy(tracks.mean[:, :4])
 
     def pairs(self, rows: np.ndarray, dets: np.ndarray) -> Blocks:
@@ -259,7 +270,8 @@ class _Stacks:
         where it was, and an object moving more than about half its size per
         frame would never overlap it enough. Its detection may then instead lie
         within the track's predicted uncertainty (:func:`kalman.centre_distance2`,
-        wide for a new track) with a size IoU alone would accept
+        wide for a new track) and :data:`FIRST_REACH` plus :data:`FIRST_SPEED` per
+        second of its detection, with a size IoU alone would accept
         (:func:`_shape_iou`); the cost is the distance as a fraction of the gate.
         """
         if pairs.size == 0:
@@ -278,8 +290,15 @@ class _Stacks:
             distance2 = kalman.centre_distance2(
                 self.tracks.mean[rows], self.tracks.cov[rows], kalman.xyxy_to_cxcywh(boxes)
             )
-            near = (distance2 <= kalman.GATE_CHI2) & (
-                _shape_iou(self.predicted[rows], boxes) >= min_iou
+            seen = self.tracks.seen[rows]
+            centres = kalman.xyxy_to_cxcywh(boxes)[:, :2]
+            moved = np.sqrt(((centres - seen[:, :2]) ** 2).sum(axis=1))
+            since = self.pts[self.track_stream[rows]] - self.tracks.last_pts[rows]
+            reach = seen[:, 2:].max(axis=1) * (FIRST_REACH + FIRST_SPEED * since)
+            near = (
+                (distance2 <= kalman.GATE_CHI2)
+                & (moved <= reach)
+                & (_shape_iou(self.predicted[rows], boxes) >= min_iou)
             )
             cost[young] = np.minimum(
                 cost[young], np.where(near, distance2 / kalman.GATE_CHI2, np.inf)
@@ -556,7 +575,7 @@ def _step(
     low = (valid & (scores < limits.high)).nonzero()[0]
     confirmed = (tracks.state != TENTATIVE).nonzero()[0]
     tentative = (tracks.state == TENTATIVE).nonzero()[0]
-    stack = _Stacks(tracks, track_stream, boxes, det_stream, n)
+    stack = _Stacks(tracks, track_stream, boxes, det_stream, n, pts)
 
     # 1. High-score detections against every confirmed track, lost ones included.
     pairs = stack.pairs(confirmed, high)
