@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import HANG
 
 import vstream
 from vstream.api import accepted_options
@@ -196,3 +197,21 @@ def test_pictures_are_timed_by_their_fps_so_tracks_and_lines_count_as_the_files_
     assert said.startswith("the pictures have no time: taken at 30 fps (give detect() their fps=")
     with pytest.raises(ConfigError, match=r"fps: must be in \(0, 1000\], got 0"):
         vstream.detect(opencv_video, fps=0)
+
+
+def test_a_script_that_leaves_the_loop_early_without_closing_it_exits_cleanly() -> None:
+    """The pipeline's threads ran on into the interpreter's exit, which tore ONNX Runtime
+    down under a run: "terminate called without an active exception", SIGABRT (134)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import itertools, vstream\n"
+        "results = vstream.detect('vstream://sample.mp4', device='cpu')\n"
+        "print(sum(1 for _ in itertools.islice(results, 2)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG
+    )
+    assert (done.returncode, done.stdout) == (0, "2\n"), done.stderr
+    assert "terminate" not in done.stderr

@@ -15,6 +15,7 @@ which deliver them on threads of their own.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -854,11 +855,24 @@ def iterate(
         else pipeline.add_frames(str(i), source)
         for i, source in enumerate(sources)
     ]
+    finished = False
+
+    def finish() -> None:
+        nonlocal finished
+        if not finished:
+            finished = True
+            results.close()  # a caller that left early reads no more: never wait for it
+            pipeline.finish(timeout=30.0)
+
+    # A caller that leaves the loop early and never closes it leaves the threads running
+    # into the interpreter's exit, which tore down ONNX Runtime under a run: "terminate
+    # called without an active exception", SIGABRT. Stopped at exit, before that.
+    atexit.register(finish)
     try:
         yield from results
     finally:
-        results.close()  # a caller that left early reads no more: never wait for it
-        pipeline.finish(timeout=30.0)
+        atexit.unregister(finish)
+        finish()
     failure = pipeline.failure or next((r.error for r in readers if r.error is not None), None)
     if failure is not None:
         raise failure
