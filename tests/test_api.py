@@ -4,6 +4,7 @@ checked by the pipelines file's models, and pictures as other tools hold them.""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -215,3 +216,35 @@ def test_a_script_that_leaves_the_loop_early_without_closing_it_exits_cleanly() 
     )
     assert (done.returncode, done.stdout) == (0, "2\n"), done.stderr
     assert "terminate" not in done.stderr
+
+
+def test_a_script_that_never_stops_its_engine_exits_cleanly_with_its_records(
+    tmp_path: Path,
+) -> None:
+    """The same for ``vstream.Engine``: SIGABRT at exit, and the records its sink held lost.
+    Stopped at exit, every record of a frame processed is in the file."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        "pipelines:\n  - name: main\n    model: {path: vstream://demo.onnx}\n"
+        "    runtime: {device: cpu}\n"
+        "    sources: [{id: cam, uri: vstream://sample.mp4}]\n"
+        f"    sinks: [{{type: jsonl, path: {tmp_path / 'out.jsonl'}}}]\n"
+    )
+    code = (
+        "import vstream\n"
+        f"engine = vstream.Engine(vstream.load_config({str(config)!r}))\n"
+        "engine.start()\n"
+        "while engine.stream('cam').frames_processed < 5:\n"
+        "    engine.stopping.wait(0.05)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG
+    )
+    assert done.returncode == 0, done.stderr
+    frames = [
+        json.loads(line)["frame"] for line in (tmp_path / "out.jsonl").read_text().splitlines()
+    ]
+    assert len(frames) >= 5 and frames == list(range(len(frames)))

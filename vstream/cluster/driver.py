@@ -165,6 +165,7 @@ class ClusterEngine(EngineBase):
     def start(self) -> None:
         """Place every source of the config and start taking records."""
         self._started_at = time.monotonic()
+        self._stop_at_exit()
         with self._lock:
             for pipeline in self.config.pipelines:
                 for source in pipeline.sources:

@@ -67,6 +67,7 @@ class Engine(EngineBase):
         # (threads inherit it); never from a worker thread.
         torch.set_num_threads(self.config.pipelines[0].runtime.torch_threads)
         self._started_at = time.monotonic()
+        self._stop_at_exit()
         for pipeline in self.pipelines.values():
             pipeline.start()
         for pipeline_config in self.config.pipelines:

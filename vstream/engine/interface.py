@@ -15,6 +15,7 @@ name and a validated :class:`~vstream.config.sources.SourceConfig` first.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from collections.abc import Sequence
@@ -173,7 +174,14 @@ class EngineBase:
                 return
             self._stopped = True
             self.stopping.set()
+        atexit.unregister(self.stop)
         self._stop(timeout)
+
+    def _stop_at_exit(self) -> None:
+        """Have the interpreter's exit stop the engine if its user did not: its threads ran
+        on into the exit, which tore ONNX Runtime down under a run ("terminate called
+        without an active exception", SIGABRT) and lost what the sinks held. Call in start."""
+        atexit.register(self.stop)
 
     def hurry(self, seconds: float) -> None:
         """Cut a stop under way short (a second signal), from any thread: stop waiting for
