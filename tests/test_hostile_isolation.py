@@ -126,6 +126,23 @@ def every_frame_counted(engine: Engine) -> None:
     assert sink.stats.delivered + sink.stats.dropped == sum(s.frames_processed for s in statuses)
 
 
+def hold_frame(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """A bug that holds the shared preprocessing thread (what the loop of 1. did), injected:
+    at frame 3 of stream "held" it waits until the first event is set (60 s at most); the
+    second is set once it is there."""
+    release, reached = threading.Event(), threading.Event()
+    decide = Cadence.decide
+
+    def held(self: Cadence, frame: Frame, dropped: int = 0) -> Decision:
+        if frame.stream_id == "held" and frame.index == 3:
+            reached.set()
+            release.wait(60)
+        return decide(self, frame, dropped)
+
+    monkeypatch.setattr(Cadence, "decide", held)
+    return release, reached
+
+
 def test_a_time_stamp_jump_with_detect_fps_holds_neither_its_pipeline_nor_the_others(
     media: Path, engines: StartEngine
 ) -> None:
@@ -156,16 +173,8 @@ pipelines:
 def test_a_stage_held_is_named_by_ready_and_a_stop_gives_up_on_it_counting_every_frame(
     media: Path, engines: StartEngine, api: ServeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A bug that holds the shared preprocessing thread (what the loop of 1. did), injected."""
-    release = threading.Event()
-    decide = Cadence.decide
-
-    def held(self: Cadence, frame: Frame, dropped: int = 0) -> Decision:
-        if frame.stream_id == "held" and frame.index == 3:
-            release.wait(60)
-        return decide(self, frame, dropped)
-
-    monkeypatch.setattr(Cadence, "decide", held)
+    """The held preprocessing thread (:func:`hold_frame`) is named, then given up on."""
+    release, _ = hold_frame(monkeypatch)
     engine = engines(
         """
 pipelines:
@@ -199,16 +208,7 @@ def test_a_stream_removed_while_its_frames_are_held_counts_them_when_the_stop_gi
     count asked the intake by id, which forgot the stream at its removal): frames in flight
     for ever."""
     monkeypatch.setattr("vstream.engine.pipeline.SETTLE_SECONDS", 0.5)
-    release, reached = threading.Event(), threading.Event()
-    decide = Cadence.decide
-
-    def held(self: Cadence, frame: Frame, dropped: int = 0) -> Decision:
-        if frame.stream_id == "held" and frame.index == 3:
-            reached.set()
-            release.wait(60)
-        return decide(self, frame, dropped)
-
-    monkeypatch.setattr(Cadence, "decide", held)
+    release, reached = hold_frame(monkeypatch)
     engine = engines(
         """
 pipelines:
