@@ -56,8 +56,13 @@ def end_to_end(
     fps and the fairness between streams, the bytes handed to the host per
     frame and, with ``rss_at``, resident memory after that many frames and at
     the end. Every stream first runs enough frames to warm up every buffer;
-    those are processed, written out and not counted.
+    those are processed, written out and not counted. The clock stops at the last
+    result, before the pipeline shuts down. ``rss_at`` must be fewer frames than the
+    run's, or the end would be compared with itself.
     """
+    timed = streams * frames_per_stream
+    if rss_at is not None and not 0 < rss_at < timed:
+        raise ValueError(f"rss_at must be between 1 and {timed - 1} frames, got {rss_at}")
     sources = [
         looped_source(video, detector.device, f"s{i}", decoder_threads) for i in range(streams)
     ]
@@ -96,10 +101,14 @@ def end_to_end(
                 finished_at[result.stream_id] = now
                 if rss_at is not None and len(latencies) == rss_at:
                     rss_early = rss_bytes()
+                if len(latencies) == timed:
+                    # The last frame's result: the pipeline's shutdown is no frame's time.
+                    watch.stop(at=now)
             sink.send([r.to_record() for r in pending])
             if watch is None:
                 raise VstreamError(f"{video}: the pipeline ended during its warm-up")
-            watch.stop()
+            if len(latencies) < timed:  # a stream ended early: timed to the last result
+                watch.stop(at=max(finished_at.values(), default=watch.started_at))
     finally:
         for source in sources:
             source.close()

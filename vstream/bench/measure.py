@@ -21,6 +21,10 @@ import numpy as np
 _STATM = Path("/proc/self/statm")
 _STAT = Path("/proc/stat")
 
+MIN_SECONDS_FOR_OTHERS = 0.5
+"""Shortest run whose neighbours' CPU is reported: ``/proc/stat`` counts in ticks of 10 ms,
+so over a few milliseconds one tick more or less reads as whole cores."""
+
 
 def rss_bytes() -> int | None:
     """Resident memory of this process now, or None where ``/proc`` is not available."""
@@ -92,10 +96,11 @@ class Measurement:
 
     @property
     def others_cores(self) -> float | None:
-        """How many cores other processes kept busy on average during the run."""
-        if self.others_cpu_seconds is None or self.seconds <= 0:
+        """How many cores other processes kept busy on average during the run (at most the
+        machine's); None for a run too short to tell (:data:`MIN_SECONDS_FOR_OTHERS`)."""
+        if self.others_cpu_seconds is None or self.seconds < MIN_SECONDS_FOR_OTHERS:
             return None
-        return max(0.0, self.others_cpu_seconds / self.seconds)
+        return min(max(0.0, self.others_cpu_seconds / self.seconds), os.cpu_count() or 1)
 
     def to_dict(self) -> dict[str, Any]:
         others = self.others_cores
@@ -130,8 +135,10 @@ class Stopwatch:
         self.started_at, self._cpu = time.perf_counter(), time.process_time()
         return self
 
-    def stop(self) -> Stopwatch:
-        self.seconds = time.perf_counter() - self.started_at
+    def stop(self, at: float | None = None) -> Stopwatch:
+        """Stop the clocks; the wall clock ``at`` a ``time.perf_counter()`` instant if given
+        (the run's last result, just before this call), the CPU clock now."""
+        self.seconds = (time.perf_counter() if at is None else at) - self.started_at
         self.cpu_seconds = time.process_time() - self._cpu
         busy = machine_busy_seconds()
         if busy is not None and self._busy is not None:

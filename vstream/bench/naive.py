@@ -5,7 +5,8 @@ PyAV), letterbox it with numpy (``cv2.resize`` or FFmpeg's scaler for the
 resize), hand a numpy array to ``session.run``, decode the YOLOv8 output and
 run NMS in numpy; one frame after the other, on one thread. Nothing in it
 comes from vstream's pipeline, on purpose: it is what the pipeline is
-measured against. It reads YOLOv8-layout outputs only (``[1, 4 + nc, N]``).
+measured against. It reads YOLOv8-layout outputs only (``[1, 4 + nc, N]``), of a square
+input; :func:`unfit` says, before anything runs, when a model is not one of those.
 
 Also runnable as a process of its own, for whole-process comparisons::
 
@@ -20,7 +21,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import av
 import numpy as np
@@ -28,6 +29,9 @@ import numpy as np
 from vstream.bench.measure import Measurement, Stopwatch
 from vstream.errors import ModelError
 from vstream.inference.wheels import load_onnxruntime
+
+if TYPE_CHECKING:
+    from vstream.detector import Detector
 
 PAD = 114
 
@@ -116,7 +120,8 @@ def decode_output(
     iou: float = 0.45,
 ) -> list[tuple[float, float, float, float, float, int]]:
     """``(x1, y1, x2, y2, score, class)`` in frame pixels from a ``[1, 4 + nc, N]`` output."""
-    rows = output[0].T
+    # In float32: a float16 output would overflow with the class offsets below.
+    rows = output[0].T.astype(np.float32, copy=False)
     scores = rows[:, 4:].max(axis=1)
     keep = scores > conf
     rows, scores = rows[keep], scores[keep]
@@ -146,6 +151,28 @@ def session_for(model: Path, threads: int) -> Any:
     )
 
 
+def unfit(detector: Detector) -> str | None:
+    """Why the naive loop cannot run ``detector``'s model, in words, or None where it can.
+
+    Asked before the bench measures anything, so that a model of another family costs
+    the naive row only, said in one line, not every figure of the run.
+    """
+    from vstream.postprocess.formats import OutputFormat
+    from vstream.postprocess.tasks import Task
+
+    task, output_format = detector.task.task, detector.output_format
+    name = detector.model.spec.path.name
+    if task is not Task.DETECT or output_format is not OutputFormat.YOLOV8:
+        return (
+            f"it reads YOLOv8 detection outputs [1, 4+nc, N]; {name} is a {task.value} "
+            f"model of format {output_format.value}"
+        )
+    height, width = detector.model.input_size
+    if height != width:
+        return f"it letterboxes to a square input; {name} takes {width}x{height}"
+    return None
+
+
 def check_yolov8(output: np.ndarray) -> None:
     if output.ndim != 3 or not 5 <= output.shape[1] < output.shape[2]:
         raise ModelError(
@@ -158,7 +185,9 @@ def run_naive(
 ) -> Measurement:
     """Every frame (up to ``frames``) through the loop; latency from decoded frame to boxes."""
     session = session_for(model, threads)
-    name = session.get_inputs()[0].name
+    model_input = session.get_inputs()[0]
+    name = model_input.name
+    dtype = np.float16 if model_input.type == "tensor(float16)" else np.float32
     opencv = has_opencv()
     decoded: Iterator[Any] = opencv_frames(video) if opencv else pyav_frames(video)
     latencies: list[float] = []
@@ -174,6 +203,7 @@ def run_naive(
             size = (image.shape[1], image.shape[0])
         else:
             blob, gain, pad, size = pyav_letterbox(image, imgsz)
+        blob = blob.astype(dtype, copy=False)  # a float16 model takes float16
         (output,) = session.run(None, {name: blob})
         if not latencies:
             check_yolov8(output)

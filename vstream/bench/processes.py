@@ -93,14 +93,21 @@ def _row(measured: dict[str, Any], frames: int) -> dict[str, Any]:
 
 
 def compare_processes(
-    video: Path, model: Path, imgsz: int, run_options: list[str], *, ultralytics: bool
+    video: Path,
+    model: Path,
+    imgsz: int,
+    run_options: list[str],
+    *,
+    naive: bool = True,
+    ultralytics: bool,
 ) -> dict[str, dict[str, Any]]:
     """fps, CPU and peak memory of each process over the whole video, start to exit.
 
     ``run_options`` are the flags of ``vstream run`` the bench was given (its
     plan is otherwise automatic, as a user gets it). The naive loop makes its
     session as people usually do (ONNX Runtime's default threads), and
-    Ultralytics uses its own defaults (it has no such option).
+    Ultralytics uses its own defaults (it has no such option). ``naive``: False for a model
+    the naive loop cannot run (:func:`~vstream.bench.naive.unfit`), whose row is left out.
     """
     python = sys.executable
     rows: dict[str, dict[str, Any]] = {}
@@ -114,11 +121,11 @@ def compare_processes(
         )  # fmt: skip
         with records.open(encoding="utf-8") as lines:
             rows["vstream"] = _row(measured, sum(1 for _ in lines))
-        measured = _timed(
-            [python, "-m", "vstream.bench.naive", str(video), str(model), "--imgsz", str(imgsz)],
-            workdir,
-        )
-        rows["naive"] = _row(measured, json.loads(measured["stdout"].splitlines()[-1])["frames"])
+        if naive:
+            naive_loop = [python, "-m", "vstream.bench.naive", str(video), str(model)]
+            measured = _timed([*naive_loop, "--imgsz", str(imgsz)], workdir)
+            frames = json.loads(measured["stdout"].splitlines()[-1])["frames"]
+            rows["naive"] = _row(measured, frames)
         if ultralytics:
             env = dict(os.environ, YOLO_OFFLINE="1", YOLO_CONFIG_DIR=tmp)
             measured = _timed(

@@ -39,7 +39,8 @@ class BenchResults:
     model_alone: Measurement
     """The model as users measure it: default session, batch 1, run after run."""
     end_to_end: dict[int, Measurement]
-    naive: Measurement
+    naive: Measurement | None
+    """None where the naive loop cannot run the model (:func:`~vstream.bench.naive.unfit`)."""
     peak_rss_bytes: int
     soak: Measurement | None = None
     processes: dict[int, dict[str, dict[str, Any]]] | None = None
@@ -48,9 +49,10 @@ class BenchResults:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def single(self) -> Measurement:
-        """End to end with the fewest streams (one, unless told otherwise)."""
-        return self.end_to_end[min(self.end_to_end)]
+    def single(self) -> Measurement | None:
+        """End to end with one stream, what the in-process targets are stated for; None
+        where ``--streams`` left it out (another count's figures would be another measure)."""
+        return self.end_to_end.get(1)
 
 
 def machine() -> dict[str, Any]:
@@ -77,22 +79,26 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
+def _fps(run: Measurement | None) -> float | None:
+    return run.fps if run is not None else None
+
+
 def _process_fps(results: BenchResults, imgsz: int, side: str) -> float | None:
     row = (results.processes or {}).get(imgsz, {}).get(side)
     return row["fps"] if row is not None else None
 
 
 def ratios(results: BenchResults) -> dict[str, float | None]:
-    single, alone = results.single, results.model_alone.fps
+    single, alone, inference = results.single, results.model_alone.fps, results.stages["inference"]
     found: dict[str, float | None] = {
-        "end_to_end_over_model_alone": _ratio(single.fps, alone),
-        "end_to_end_over_naive": _ratio(single.fps, results.naive.fps),
-        "end_to_end_over_model_in_the_pipeline_plan": _ratio(
-            single.fps, results.stages["inference"].fps
-        ),
+        "end_to_end_over_model_alone": _ratio(_fps(single), alone),
+        "end_to_end_over_naive": _ratio(_fps(single), _fps(results.naive)),
+        "end_to_end_over_model_in_the_pipeline_plan": _ratio(_fps(single), inference.fps),
         "pipeline_cpu_ms_per_frame_outside_model": round(
-            single.cpu_ms_per_frame - results.stages["inference"].cpu_ms_per_frame, 3
-        ),
+            single.cpu_ms_per_frame - inference.cpu_ms_per_frame, 3
+        )
+        if single is not None
+        else None,
     }
     for streams, run in results.end_to_end.items():
         if streams > 1:
@@ -184,7 +190,7 @@ def to_json(results: BenchResults) -> dict[str, Any]:
         "stages": {name: m.to_dict() for name, m in results.stages.items()},
         "model_alone": results.model_alone.to_dict(),
         "end_to_end": {str(n): m.to_dict() for n, m in results.end_to_end.items()},
-        "naive": results.naive.to_dict(),
+        "naive": results.naive.to_dict() if results.naive is not None else None,
         "soak": results.soak.to_dict() if results.soak is not None else None,
         "processes": {str(k): v for k, v in results.processes.items()}
         if results.processes is not None
@@ -217,7 +223,8 @@ def render(results: BenchResults) -> str:
     rows: list[tuple[str, Measurement]] = [(f"{s} only", results.stages[s]) for s in STAGES]
     rows.append(("model alone (users' measure)", results.model_alone))
     rows += [(f"end to end, {n} stream(s)", m) for n, m in results.end_to_end.items()]
-    rows.append((f"naive ({results.naive.extra['decoder']})", results.naive))
+    if results.naive is not None:
+        rows.append((f"naive ({results.naive.extra['decoder']})", results.naive))
     if results.soak is not None:
         rows.append(("soak, 1 stream", results.soak))
     for name, m in rows:
@@ -232,10 +239,11 @@ def render(results: BenchResults) -> str:
             f"max deviation {100 * m.extra['fairness_max_deviation']:.1f}%; "
             f"{m.extra['device_bytes_per_frame']:.0f} bytes/frame to the host"
         )
-    lines.append(
-        f"naive: {results.naive.extra['device_bytes_per_frame']} bytes/frame through "
-        "session.run (input + output arrays)"
-    )
+    if results.naive is not None:
+        lines.append(
+            f"naive: {results.naive.extra['device_bytes_per_frame']} bytes/frame through "
+            "session.run (input + output arrays)"
+        )
     for imgsz, rows_ in sorted((results.processes or {}).items()):
         lines.append("")
         lines.append(f"whole processes, start to exit, imgsz {imgsz}:")
@@ -256,7 +264,7 @@ def render(results: BenchResults) -> str:
             lines.append(f"  {name:<18}{seconds:>7.3f} s{shown}")
     lines.append("")
     for name, value in ratios(results).items():
-        lines.append(f"{name.replace('_', ' ')}: {value}")
+        lines.append(f"{name.replace('_', ' ')}: {'not measured' if value is None else value}")
     if results.soak is not None:
         lines.append(f"soak RSS MB: {results.soak.extra['rss_mb_after_frames']}")
     lines.append(f"peak RSS of the bench process: {results.peak_rss_bytes / 2**20:.0f} MB")
@@ -284,7 +292,8 @@ def notes(results: BenchResults) -> list[str]:
     runs = {f"{s} only": m for s, m in results.stages.items()}
     runs["model alone"] = results.model_alone
     runs |= {f"end to end, {n} stream(s)": m for n, m in results.end_to_end.items()}
-    runs["naive"] = results.naive
+    if results.naive is not None:
+        runs["naive"] = results.naive
     if results.soak is not None:
         runs["soak"] = results.soak
     for name, m in runs.items():

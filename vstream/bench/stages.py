@@ -18,6 +18,7 @@ import itertools
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from vstream.bench.measure import Measurement, Stopwatch
@@ -122,9 +123,10 @@ def model_alone(model: Path, detector: Detector, frames: list[Frame], count: int
     """The model as users measure it: default session options, batch 1, run after run.
 
     The input is a real letterboxed frame of the video, in the model's own
-    input type; the session is ONNX Runtime's defaults on the detector's
-    device (every core, its own spin-waiting), what ``InferenceSession(path)``
-    gives.
+    input type, with the image sizes the pipeline binds (the input's) for the
+    DETR exports that take them; the session is ONNX Runtime's defaults on
+    the detector's device (every core, its own spin-waiting), what
+    ``InferenceSession(path)`` gives.
     """
     ort = load_onnxruntime()
     detector.preprocess(0, 0, frames[0])
@@ -133,7 +135,9 @@ def model_alone(model: Path, detector: Detector, frames: list[Frame], count: int
     if detector.device.type == "cuda":
         providers.insert(0, "CUDAExecutionProvider")
     session = ort.InferenceSession(str(model), providers=providers)
-    feed = {session.get_inputs()[0].name: image}
+    spec, (height, width) = detector.model.spec, detector.model.input_size
+    feed = {spec.input.name: image}
+    feed |= {s.name: np.array([[width, height]], s.numpy_dtype) for s in spec.size_inputs}
     for _ in range(WARMUP_RUNS):
         session.run(None, feed)
     latencies = []

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from vstream.errors import VstreamError
 
 REPEATS = 3
@@ -32,17 +34,26 @@ def _seconds(command: list[str]) -> float:
     return seconds
 
 
+def validate_config(folder: Path, model: Path, video: Path) -> Path:
+    """The pipelines file ``vstream validate`` is timed on, written in ``folder``: by the
+    YAML library, so that a path holding ``#``, ``,`` or braces is read back as given."""
+    config = folder / "pipelines.yaml"
+    pipeline = {
+        "name": "bench",
+        "model": {"path": str(model)},
+        "sources": [{"id": "video", "uri": str(video)}],
+        "sinks": [{"type": "jsonl", "path": str(folder / "out.jsonl")}],
+    }
+    config.write_text(yaml.safe_dump({"pipelines": [pipeline]}, sort_keys=False))
+    return config
+
+
 def startup_times(model: Path, video: Path, repeats: int = REPEATS) -> dict[str, Any]:
     """Median seconds of each command and of ``import torch``, and their ratios."""
     python = sys.executable
     model, video = model.resolve(), video.resolve()  # the config file's folder is elsewhere
     with tempfile.TemporaryDirectory(prefix="vstream-bench-") as tmp:
-        config = Path(tmp) / "pipelines.yaml"
-        config.write_text(
-            f"pipelines:\n  - name: bench\n    model: {{path: {model}}}\n"
-            f"    sources: [{{id: video, uri: {video}}}]\n"
-            f"    sinks: [{{type: jsonl, path: {Path(tmp) / 'out.jsonl'}}}]\n"
-        )
+        config = validate_config(Path(tmp), model, video)
         commands = {
             "import torch": [python, "-c", "import torch"],
             "vstream --help": [python, "-m", "vstream", "--help"],

@@ -92,9 +92,14 @@ def detector_for(
     )
 
 
-def measure_fps(detector: Detector, video: Path, streams: int, seconds: float) -> float:
-    """Frames per second of the whole pipeline over ``seconds`` of steady state."""
-    sources = [looped_source(video, detector.device, f"s{i}") for i in range(streams)]
+def measure_fps(
+    detector: Detector, video: Path, streams: int, seconds: float, decoder_threads: int = 0
+) -> float:
+    """Frames per second of the whole pipeline over ``seconds`` of steady state, each stream
+    decoded with ``decoder_threads`` (``--decoder-threads``; 0: FFmpeg's choice)."""
+    sources = [
+        looped_source(video, detector.device, f"s{i}", decoder_threads) for i in range(streams)
+    ]
     results = detect_iter(detector, sources)
     try:
         for _ in itertools.islice(results, WARMUP_FRAMES * streams):
@@ -124,8 +129,12 @@ def tune(
     device: str,
     cores: int,
     fixed_batch: int | None,
+    decoder_threads: int = 0,
 ) -> dict[str, Any]:
     """Every plausible plan measured for an equal share of ``budget_seconds``; the best marked.
+
+    The streams are decoded as the pipeline would decode them (``decoder_threads``), so
+    the plans share the cores with decoding as they will.
 
     The plans are measured in :data:`ROUNDS` rounds, the second in reverse
     order, and each keeps its best round: a neighbour's burst of work then
@@ -145,7 +154,9 @@ def tune(
     rounds: dict[Plan, list[float]] = {plan: [] for plan in plans}
     for round_ in range(ROUNDS):
         for plan in plans if round_ % 2 == 0 else plans[::-1]:
-            rounds[plan].append(measure_fps(detectors[plan], video, streams, share))
+            rounds[plan].append(
+                measure_fps(detectors[plan], video, streams, share, decoder_threads)
+            )
     measured = [
         {
             "concurrent_runs": plan.concurrent_runs,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vstream import assets
+from vstream.cli import doctor
 from vstream.cli.args import EXIT_OK, input_file, positive
 from vstream.cli.options import RUN_SECTIONS, add_flags, build_run_config
 from vstream.errors import SourceError, VstreamError
@@ -42,6 +43,17 @@ def stream_counts(text: str) -> list[int]:
     if not counts or counts[0] < 1:
         raise argparse.ArgumentTypeError(f"stream counts must be positive, got {text!r}")
     return counts
+
+
+def soak_frames(text: str) -> int:
+    """``--soak N``: more frames than the memory baseline, else its end is the baseline."""
+    value = positive(text)
+    if value <= RSS_BASELINE_FRAMES:
+        raise argparse.ArgumentTypeError(
+            f"must be more than {RSS_BASELINE_FRAMES} frames (RSS after "
+            f"{RSS_BASELINE_FRAMES} is its baseline), got {text}"
+        )
+    return value
 
 
 def image_sizes(text: str) -> list[int]:
@@ -83,9 +95,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     bench.add_argument(
         "--frames",
-        type=positive,
+        type=doctor.frames,
         default=200,
-        help="frames per run and per stream; short videos are looped (default 200)",
+        help=f"frames per run and per stream, 1 to {doctor.MAX_FRAMES}; short videos are looped "
+        "(default 200)",
     )
     bench.add_argument(
         "--streams",
@@ -94,9 +107,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     bench.add_argument(
         "--soak",
-        type=positive,
+        type=soak_frames,
         metavar="N",
-        help=f"also run one stream for N frames; RSS after {RSS_BASELINE_FRAMES} vs after N",
+        help=f"also run one stream for N frames (more than {RSS_BASELINE_FRAMES}); RSS after "
+        f"{RSS_BASELINE_FRAMES} vs after N",
     )
     bench.add_argument(
         "--ultralytics",
@@ -147,6 +161,11 @@ def _check(args: argparse.Namespace) -> None:
         if ":/" in str(args.source):  # a URL, its credentials too: not said back
             raise SourceError("--source takes a video file, not a URL")
         raise SourceError(f"video file not found: {args.source}")
+    if args.process_imgsz is not None and not args.ultralytics:
+        sizes = ",".join(map(str, args.process_imgsz))
+        raise VstreamError(
+            f"--process-imgsz {sizes} sizes the whole-process runs: give --ultralytics too"
+        )
     if args.ultralytics:
         import importlib.util
 
@@ -193,8 +212,9 @@ def bench_command(args: argparse.Namespace) -> int:
 
     from vstream.detector import Detector
 
-    # The stage threads run torch on one thread each; the stages measured alone do the same.
-    torch.set_num_threads(1)
+    # torch's threads as the engine sets them (--torch-threads), for the stages measured
+    # alone and the pipeline alike.
+    torch.set_num_threads(pipeline.runtime.torch_threads)
     if args.tune:
         return _tune(args, pipeline)
     detector = Detector.from_config(pipeline.model, pipeline.postprocess, pipeline.runtime)
@@ -227,6 +247,7 @@ def _tune(args: argparse.Namespace, pipeline: Any) -> int:
         device=probe.device.type,
         cores=available_cores(),
         fixed_batch=probe.model.spec.fixed_batch,
+        decoder_threads=pipeline.sources[0].decoder_threads,
     )
     if args.json:
         json.dump(found, sys.stdout, indent=2)
@@ -250,7 +271,7 @@ def _video(path: Path) -> tuple[str, bool]:
 def _measure(args: argparse.Namespace, pipeline: Any, detector: Any) -> Any:
     from vstream.bench.endtoend import end_to_end
     from vstream.bench.measure import peak_rss_bytes
-    from vstream.bench.naive import run_naive
+    from vstream.bench.naive import run_naive, unfit
     from vstream.bench.report import WHOLE_PROCESS_VIDEO, BenchResults
     from vstream.bench.stages import (
         decode_only,
@@ -262,11 +283,14 @@ def _measure(args: argparse.Namespace, pipeline: Any, detector: Any) -> Any:
     )
 
     model, decoder_threads = Path(pipeline.model.path), pipeline.sources[0].decoder_threads
-    height, width = detector.model.input_size
-    if height != width:
-        raise VstreamError(f"the naive baseline needs a square model input, got {width}x{height}")
+    width = detector.model.input_size[1]
     frames = args.frames
     video, whole_process_video = _video(args.source)
+    notes = []
+    # Before anything is measured: a model the naive loop cannot run costs its row only.
+    naive_unfit = unfit(detector)
+    if naive_unfit is not None:
+        notes.append(f"the naive loop did not run: {naive_unfit}")
     startup = None
     if args.startup:  # first, while nothing else of the bench runs
         from vstream.bench.startup import startup_times
@@ -280,7 +304,7 @@ def _measure(args: argparse.Namespace, pipeline: Any, detector: Any) -> Any:
         "postprocess": postprocess_only(detector, held, frames),
     }
     alone = model_alone(model, detector, held, frames)
-    naive = run_naive(args.source, model, width, 0, frames)
+    naive = run_naive(args.source, model, width, 0, frames) if naive_unfit is None else None
     streams = {
         n: end_to_end(detector, args.source, n, frames, decoder_threads=decoder_threads)
         for n in args.streams or DEFAULT_STREAMS
@@ -293,16 +317,17 @@ def _measure(args: argparse.Namespace, pipeline: Any, detector: Any) -> Any:
             1,
             args.soak,
             decoder_threads=decoder_threads,
-            rss_at=min(RSS_BASELINE_FRAMES, args.soak),
+            rss_at=RSS_BASELINE_FRAMES,
         )
     processes = None
-    notes = []
     if args.ultralytics:
         from vstream.bench.processes import compare_processes
 
         run_flags = _given_run_flags(args)
         processes = {
-            size: compare_processes(args.source, model, size, run_flags, ultralytics=True)
+            size: compare_processes(
+                args.source, model, size, run_flags, naive=naive_unfit is None, ultralytics=True
+            )
             for size in args.process_imgsz or [width]
         }
         if not whole_process_video:
@@ -338,6 +363,6 @@ def _measure(args: argparse.Namespace, pipeline: Any, detector: Any) -> Any:
         startup=startup,
         notes=notes,
     )
-    if naive.frames < frames:
+    if naive is not None and naive.frames < frames:
         results.notes.append(f"the naive loop reads the video once: {naive.frames} frames")
     return results
