@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import run_cli
+from helpers import run_cli, tiny_detector, write_video
 
 from vstream import decoders
 from vstream.assets import DEMO_MODEL, SAMPLE_VIDEO
 from vstream.cli import main
 from vstream.detector import Detector
-from vstream.doctor.accuracy import match_records
+from vstream.doctor import throughput
+from vstream.doctor.accuracy import demo_accuracy, match_records
 from vstream.doctor.report import Failed, Skipped
 from vstream.doctor.runner import CHECKS, Doctor, DoctorOptions
 from vstream.doctor.zero_copy import zero_copy
@@ -117,6 +119,51 @@ def test_one_failed_check_makes_the_exit_status_1(monkeypatch, capsys) -> None:
     assert checks["provider-cpu"]["detail"] == "RuntimeError: something unexpected"
     assert checks["zero-copy-cpu"]["status"] == "pass", "the other checks still ran"
     assert checks["provider-gpu"]["detail"] == "no usable GPU: --device cpu"
+
+
+def test_a_model_that_fixes_its_batch_is_checked_at_its_batch(tmp_path: Path, capsys) -> None:
+    """Ultralytics exports a batch of 1 by default: the checks run it at 1, not fail on 4."""
+    model = tiny_detector(tmp_path / "tiny.onnx")
+    argv = ["doctor", "--quick", "--device", "cpu", "--json", "--frames", "8", "--model", model]
+    assert main([str(arg) for arg in argv]) == 0
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["provider-cpu"]["status"] == "pass", checks["provider-cpu"]
+    assert checks["zero-copy-cpu"]["status"] == "pass", checks["zero-copy-cpu"]
+
+
+def test_the_demo_pair_given_by_relative_paths_is_scored(monkeypatch) -> None:
+    """The bundled demo named relative to the working folder is still the bundled demo:
+    scored against its ground truth (no records: mAP 0, failed), not skipped."""
+    monkeypatch.chdir(DEMO_MODEL.parent)
+    video = Path(os.path.relpath(SAMPLE_VIDEO))
+    with pytest.raises(Failed, match=r"< 0\.9"):
+        demo_accuracy([], Path(DEMO_MODEL.name), video)
+
+
+def test_the_end_to_end_figure_leaves_out_the_engine_start_and_stop(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """On a clock that only the engine moves: 100 s to start and to stop, 1 s a result.
+    Timed as the bench times it, from the end of the warm-up to the last result: 1 fps."""
+    from vstream.engine import pipeline
+
+    clock = [0.0]
+    real = pipeline.detect_iter
+
+    def slow_to_start_and_stop(*args: object, **options: object):
+        clock[0] += 100
+        try:
+            for result in real(*args, **options):
+                clock[0] += 1
+                yield result
+        finally:
+            clock[0] += 100
+
+    monkeypatch.setattr(pipeline, "detect_iter", slow_to_start_and_stop)
+    monkeypatch.setattr(throughput, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    detector = Detector(tiny_detector(tmp_path / "tiny.onnx"), device="cpu")
+    video = write_video(tmp_path / "clip.mp4", frames=10)
+    assert throughput.throughput(detector, video, 6)["end_to_end"] == 1.0
 
 
 def test_the_zero_copy_check_catches_a_buffer_that_is_not_the_bound_one() -> None:

@@ -2,7 +2,7 @@
 
 Every check that runs frames builds its detector, opens the video and runs
 the overlapped engine the same way, so that what one check proves holds for
-what another measures: the batch (:data:`BATCH`), the providers, the
+what another measures: the batch (:func:`batch_for`), the providers, the
 reader on the pipeline's CUDA stream. :class:`BindingSpy` records what ONNX
 Runtime itself says after each run, the evidence the zero-copy and copies
 checks rest on instead of vstream's own bookkeeping.
@@ -17,22 +17,32 @@ from pathlib import Path
 from typing import Any
 
 BATCH = 4
+"""Frames per model run, where the model does not fix its own."""
+
+
+def batch_for(model: Path) -> int:
+    """:data:`BATCH`, or the batch ``model`` fixes (Ultralytics exports 1 by default): the
+    checks prove the model as it is, not fail every one of them on its batch."""
+    from vstream.inference.model import open_for_inspection, read_model_spec
+
+    return read_model_spec(open_for_inspection(model, "model"), model).fixed_batch or BATCH
 
 
 def build_detector(
     model: Path, device: str, *, graphs: bool = False, provider: str = "auto"
 ) -> Any:
-    """A detector of :data:`BATCH` frames on ``device``; on CUDA, ``provider``
+    """A detector of :func:`batch_for` frames on ``device``; on CUDA, ``provider``
     (``runtime.provider``), or the CUDA provider with CUDA graphs when ``graphs``."""
     from vstream.detector import Detector
 
+    batch = batch_for(model)
     if device == "cpu":
-        return Detector(model, device=device, batch_size=BATCH)
+        return Detector(model, device=device, batch_size=batch)
     if provider == "tensorrt" and not graphs:
-        return Detector(model, device=device, batch_size=BATCH, provider=provider)
+        return Detector(model, device=device, batch_size=batch, provider=provider)
     cuda_options = {"enable_cuda_graph": "1"} if graphs else {}
     providers = [{"name": "cuda", "options": cuda_options}, {"name": "cpu"}]
-    return Detector(model, device=device, batch_size=BATCH, providers=providers)
+    return Detector(model, device=device, batch_size=batch, providers=providers)
 
 
 def open_video(
