@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import HANG, run_cli, write_video
-from onnx_models import constant_output_model
+from onnx_models import constant_output_model, family_model
 
 from vstream import assets
 from vstream.evaluation import evaluate
@@ -96,6 +97,33 @@ def test_info_describes_the_demo_model() -> None:
     assert "onnxruntime" in result.stdout
     for i, name in enumerate(GROUND_TRUTH["names"]):
         assert f"{i}={name}" in result.stdout
+
+
+def test_info_takes_the_model_flags_of_run(tmp_path: Path) -> None:
+    """An Ultralytics RT-DETR of no known release is told apart by --format only: ``info``
+    takes it (and --imgsz, --scores, ...), as ``run`` does, from the same definitions."""
+    from vstream.cli import build_parser
+
+    metadata = {"head": "RTDETRDecoder", "description": "Ultralytics RT-DETR-l model",
+                "names": str({0: "a", 1: "b"})}  # fmt: skip
+    outputs = {"output0": np.zeros((1, 300, 6), np.float32)}
+    model = family_model(tmp_path / "rtdetr.onnx", outputs, metadata=metadata)
+    asked = run_cli("info", model)
+    assert asked.returncode == 2 and "set --format rtdetr or --format rtdetr_topk" in asked.stderr
+    result = run_cli("info", model, "--format", "rtdetr")
+    assert result.returncode == 0, result.stderr
+    assert "format:   rtdetr (Ultralytics RT-DETR)" in result.stdout
+    assert_one_line_error(run_cli("info", "--imgsz", "7"), "error: --imgsz: must be an integer")
+    commands = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices
+
+    def flag(command: str, name: str) -> tuple:
+        action = next(a for a in commands[command]._actions if name in a.option_strings)
+        return action.help, action.choices, action.metavar
+
+    for name in ("--imgsz", "--resize", "--resize-mode", "--format", "--scores"):
+        assert flag("info", name) == flag("run", name), name
 
 
 def test_classes_filter(tmp_path: Path) -> None:

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Any
 
 from vstream import assets
 from vstream.cli.args import EXIT_OK
+from vstream.cli.options import add_flags, flag_issues, given
+from vstream.config.loading import ConfigError
+from vstream.config.model import ModelConfig
 from vstream.postprocess.formats import FAMILIES
+
+MODEL_FLAGS = {"--imgsz", "--resize", "--resize-mode", "--format", "--scores"}
+"""The model flags of ``vstream run`` that change what ``info`` says: the input size, the
+preprocessing, the family and its scores (a model that cannot be recognised needs one)."""
+
+_FLAGS: dict[str, Any] = {}
+"""The flags made from the config's model fields (:mod:`vstream.cli.options`), by flag."""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -19,6 +30,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="ONNX model file, or vstream://NAME for a bundled one (default: vstream://demo.onnx, "
         "the demo detector)",
     )
+    # Where Detector's own errors put them (model.format), so they are named as flags.
+    sections = ((("model",), ModelConfig),)
+    _FLAGS.update(add_flags(info.add_argument_group("model"), sections, only=MODEL_FLAGS))
     info.set_defaults(handler=info_command)
 
 
@@ -31,15 +45,19 @@ def info_command(args: argparse.Namespace) -> int:
     from vstream.inference.model import sized_input
     from vstream.inference.wheels import describe_runtime
 
-    detector = Detector(args.model, device="cpu")
+    options = {str(path[-1]): value for path, value in given(args).items()}
+    try:
+        detector = Detector(args.model, device="cpu", **options)
+    except ConfigError as exc:
+        raise flag_issues(exc, _FLAGS, "") from None
     spec = detector.model.spec
     height, width = detector.model.input_size
     family = FAMILIES[detector.output_format]
     pre = detector.preprocessing
     names = ", ".join(f"{k}={v}" for k, v in sorted(detector.class_names.items())) or "(none)"
     if detector.class_names:
-        given = detector.config.class_names is not None
-        names += f" (from {'the config' if given else spec.names_source})"
+        configured = detector.config.class_names is not None
+        names += f" (from {'the config' if configured else spec.names_source})"
     lines = [
         f"model:    {spec.path}",
         f"runtime:  {describe_runtime()}",
