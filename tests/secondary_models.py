@@ -79,24 +79,52 @@ def declaring_model(path: Path, values: int, *, metadata: dict[str, str] | None 
     return save_model(graph, path, metadata)
 
 
-def batch_of_one_model(path: Path, *, labels: int = 3) -> Path:
-    """A bad export: input ``[batch, 3, 16, 16]``, output fixed at ``[1, labels]``.
+def inputless_model(path: Path) -> Path:
+    """A model of no input at all: a constant ``[1, 3]`` output."""
+    constant = numpy_helper.from_array(np.ones((1, 3), np.float32), "constant")
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["constant"], ["output0"])],
+        "inputless_model",
+        [],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 3])],
+        initializer=[constant],
+    )
+    return save_model(graph, path)
 
-    The output is the mean over the batch, so a batch of one crop runs and any
-    larger one fails in ONNX Runtime at run time ("invalid dimensions for output").
+
+def batch_of_one_model(
+    path: Path, *, labels: int = 3, declared: bool = False, batch: int | str = "batch"
+) -> Path:
+    """A bad export: input ``[batch, 3, 16, 16]``, one output row whatever the batch.
+
+    The row is the sum over the batch of each crop's mean colour (``np.eye(3, labels)``
+    mixes it), so one crop alone is read as :func:`linear_model` reads it. ``declared``:
+    the output says so, ``[1, labels]``. Else it says ``[batch, labels]``, and nothing
+    shows the one row before a run (the axis summed over is computed from the values):
+    ONNX Runtime fails any batch of more crops at run time ("the computed output shape").
     """
-    w = numpy_helper.from_array(np.ones((3, labels), np.float32), "w")
+    initializers = [
+        numpy_helper.from_array(np.eye(3, labels, dtype=np.float32), "w"),
+        numpy_helper.from_array(np.zeros((), np.float32), "zero"),
+        numpy_helper.from_array(np.array([1], np.int64), "one_axis"),
+    ]
     nodes = [
         helper.make_node("GlobalAveragePool", ["images"], ["pooled"]),
         helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
         helper.make_node("MatMul", ["flat", "w"], ["mixed"]),
-        helper.make_node("ReduceMean", ["mixed"], ["output0"], axes=[0], keepdims=1),
+        # axes = [0], made of the values so that shape inference cannot know it
+        helper.make_node("ReduceMin", ["mixed"], ["least"], keepdims=0),
+        helper.make_node("Mul", ["least", "zero"], ["nought"]),
+        helper.make_node("Cast", ["nought"], ["first"], to=TensorProto.INT64),
+        helper.make_node("Reshape", ["first", "one_axis"], ["axes"]),
+        helper.make_node("ReduceSum", ["mixed", "axes"], ["output0"], keepdims=1),
     ]
+    rows = 1 if declared else "batch"
     graph = helper.make_graph(
         nodes,
         "batch_of_one_crop_model",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, 16, 16])],
-        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, labels])],
-        initializer=[w],
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [batch, 3, 16, 16])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [rows, labels])],
+        initializer=initializers,
     )
     return save_model(graph, path)

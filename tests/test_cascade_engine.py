@@ -283,7 +283,9 @@ def test_the_shipped_cascade_config_counts_warm_colours_and_keeps_ids_with_appea
 
     text = shipped.read_text()  # its vstream:// names work from any folder
     iou_only = tmp_path / "iou.yaml"
-    iou_only.write_text(text.replace("appearance: look", "appearance: null"))
+    # Gone from the secondary models too: an embedding neither tracked nor kept is refused.
+    without_look = re.sub(r"\n      - name: look\b.*?kind: embedding", "", text, flags=re.S)
+    iou_only.write_text(without_look.replace("appearance: look", "appearance: null"))
     plain = run_cli("run", iou_only)
     assert plain.returncode == 0, plain.stderr
     truth = json.loads(SAMPLE_VIDEO.with_name("sample_ground_truth.json").read_text())

@@ -12,13 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from secondary_models import linear_model
 
 from tests.helpers import run_cli
 from vstream import assets
+from vstream.analytics.events import NO_ATTRIBUTES
 from vstream.cascade.attributes import Attributes
 from vstream.cascade.counts import label_counts
+from vstream.cascade.stage import Cascade
 from vstream.config import parse_data
+from vstream.config.secondary import SecondaryConfig
 from vstream.engine import Engine
+from vstream.frame import Frame, PixelFormat
+from vstream.results import ATTRIBUTES, Detections, FrameResult
 
 
 def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -150,6 +157,46 @@ def test_label_counts_count_fresh_readings_only_and_each_label_of_a_multi_label_
         np.full(2, -1), np.ones(2), np.ones(2, bool), np.ones(2, bool), np.ones((2, 4)), None
     )
     assert label_counts(embedding, (), multi_label=False, threshold=0.5) == {}
+
+
+def test_a_model_that_gives_no_numbers_reads_nothing_counted_written_or_tracked(
+    tmp_path: Path,
+) -> None:
+    """A model whose every output is NaN (a broken export): its argmax would be the first
+    label. Its objects stay unread: no value in records, no count, no track reading, and
+    no vector for the tracker; its runs are still counted."""
+    nan = np.eye(3)
+    nan[0, 0] = np.nan
+    path = str(linear_model(tmp_path / "nan.onnx", nan))
+    configs = [
+        SecondaryConfig(name="kind", path=path),
+        SecondaryConfig(name="look", path=path, kind="embedding", keep_embedding=True),
+    ]
+    cascade = Cascade(configs, {0: "a"}, device="cpu", appearance="look")
+    cascade.counts("s")
+    picture = torch.full((40, 100, 3), 200, dtype=torch.uint8)
+    frame = Frame(picture, PixelFormat.RGB24, 100, 40, stream_id="s")
+    boxes = np.array([[0, 0, 40, 40], [50, 0, 90, 40]], np.float32)
+    detections = Detections(
+        boxes, np.full(2, 0.9, np.float32), np.zeros(2, int), [1, 2], class_names={0: "a"}
+    )
+    vectors = cascade.embed(frame, detections)
+    assert vectors is not None and not vectors.any()  # a row of zeros: no vector
+    result = cascade.apply(
+        frame,
+        FrameResult("s", 0, 0.0, 100, 40, detections),
+        detected=True,
+        live_tracks=[1, 2],
+        embeddings=vectors,
+    )
+    assert result.detections.data[ATTRIBUTES].tolist() == [None, None]
+    figures = {name: c.to_json() for name, c in cascade.stream_counts()["s"].items()}
+    assert {name: (f["fresh"], f["cached"], f["runs"]) for name, f in figures.items()} == {
+        "kind": (0, 0, 1),
+        "look": (0, 0, 1),
+    }
+    assert figures["kind"]["labels"] == {}
+    assert cascade.attributes_of("s")(1) is NO_ATTRIBUTES
 
 
 def test_the_run_summary_says_what_each_secondary_model_read(tmp_path: Path) -> None:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import torch
+from secondary_models import linear_model
 
 from vstream.cascade.attributes import AttributeCache, record_values
 from vstream.cascade.model import SecondaryOutput
+from vstream.cascade.stage import Cascade
+from vstream.config.secondary import SecondaryConfig
+from vstream.frame import Frame, PixelFormat
+from vstream.results import ATTRIBUTES, Detections, FrameResult
 
 
 class Reader:
@@ -15,15 +23,18 @@ class Reader:
     def __init__(self) -> None:
         self.frame = 0
         self.calls: list[list[int]] = []
+        self.broken: list[int] = []
+        """Detection rows read as NaN, as a broken model reads them."""
 
     def __call__(self, rows: np.ndarray) -> SecondaryOutput:
         self.calls.append(rows.tolist())
         n = len(rows)
         probabilities = np.zeros((n, 3), np.float32)
         probabilities[:, self.frame % 3] = 1
-        return SecondaryOutput(
-            np.full(n, self.frame, np.int64), np.full(n, 0.5, np.float32), probabilities, None
-        )
+        scores = np.full(n, 0.5, np.float32)
+        broken = np.isin(rows, self.broken)
+        probabilities[broken] = scores[broken] = np.nan
+        return SecondaryOutput(np.full(n, self.frame, np.int64), scores, probabilities, None)
 
 
 def box(size: float) -> list[float]:
@@ -96,6 +107,26 @@ def test_results_keep_detection_order_when_fresh_and_cached_mix() -> None:
     assert read.calls[-1] == [0]
     assert result.label_ids.tolist() == [1, 0, 0]
     assert result.fresh.tolist() == [True, False, False]
+
+
+def test_a_row_of_no_numbers_leaves_its_object_unread_and_its_tracks_reading_as_it_was() -> None:
+    """A NaN row's argmax is the first label: it would be written, counted and matched by the
+    lines' filters as one. It is no reading: neither fresh nor carried, and never kept."""
+    cache, read = AttributeCache(reinfer_seconds=1.0, regrow=4.0), Reader()
+    tracks, boxes = np.array([7, 8, 9]), np.array([box(20)] * 3, np.float32)
+    cache.resolve(tracks[:2], boxes[:2], 0.0, np.ones(2, bool), read)
+    read.frame, read.broken = 1, [0, 2]
+    result = cache.resolve(tracks, boxes, 1.0, np.ones(3, bool), read)
+    assert read.calls[-1] == [0, 1, 2]
+    assert result.read.tolist() == [False, True, False]
+    assert result.fresh.tolist() == [False, True, False]
+    assert result.label_ids.tolist() == [-1, 1, -1]
+    assert record_values(result, ("red", "green", "blue")) == [
+        None,
+        {"label": "green", "score": 0.5, "fresh": True},
+        None,
+    ]
+    assert cache.last(7).label_ids.tolist() == [0] and cache.last(9) is None
 
 
 def test_readings_of_ended_tracks_are_dropped_and_time_going_back_forgets_all() -> None:
@@ -179,3 +210,27 @@ def test_carried_gives_only_the_tracks_last_readings_and_reads_nothing() -> None
     assert not carried.fresh.any()
     assert carried.label_ids.tolist() == [-1, 2, -1, -1]
     assert len(cache) == 2  # nothing was added or dropped
+
+
+def test_a_frame_finished_after_its_streams_removal_keeps_no_readings(tmp_path: Path) -> None:
+    """A removed stream's frames still in the stages come through after its removal; readings
+    kept for them would be kept for ever (a slow leak of a long-running server)."""
+    path = linear_model(tmp_path / "c.onnx", np.eye(3))
+    cascade = Cascade([SecondaryConfig(name="c", path=str(path))], {0: "a"}, device="cpu")
+    cascade.counts("s")
+
+    def finish(pts: float) -> FrameResult:
+        picture = torch.zeros((40, 40, 3), dtype=torch.uint8)
+        frame = Frame(picture, PixelFormat.RGB24, 40, 40, stream_id="s", pts_seconds=pts)
+        boxes = np.array([[0, 0, 40, 40]], np.float32)
+        detections = Detections(boxes, np.ones(1, np.float32), np.zeros(1, int), [1])
+        result = FrameResult("s", 0, pts, 40, 40, detections)
+        return cascade.apply(frame, result, detected=True, live_tracks=[1])
+
+    finish(0.0)
+    assert len(cascade.readings("s")[0]) == 1
+    cascade.remove_stream("s")
+    late = finish(0.04)
+    assert late.detections.data[ATTRIBUTES][0]["c"]["fresh"]  # read, as it ever was
+    cascade.attributes_of("s")(1)  # as the lines' filters ask
+    assert cascade.readings("s") == {}

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import run_cli, tiny_detector, write_video
-from secondary_models import linear_model
+from secondary_models import batch_of_one_model, inputless_model, linear_model
 
 from vstream.config import ConfigError, parse_config
 from vstream.config.secondary import SecondaryConfig, check_on_classes
@@ -77,6 +77,12 @@ def test_no_secondary_is_an_empty_list(workdir: Path) -> None:
         ("- {name: c, path: colour.onnx, std: [1, 0, 1]}", "got 0"),
         ("- {name: c, path: colour.onnx, kind: embedding, labels: [a]}", "labels apply to a"),
         ("- {name: c, path: colour.onnx, keep_embedding: true}", "applies to kind embedding"),
+        (
+            "- {name: c, path: colour.onnx, threshold: 0.9}",
+            "c: threshold 0.9 applies with multi_label: true; without it a classifier gives "
+            "its best label whatever its score",
+        ),
+        ("- {name: c, path: colour.onnx, kind: embedding, threshold: 0.9}", "threshold apply"),
         ("- {name: c, path: colour.onnx, colour: red}", "unknown key 'colour'"),
         ("- {name: c, path: colour.onnx, crop: {round: up}}", "'nearest', 'floor' or 'subpix"),
         ("- {name: c, path: colour.onnx, crop: {mode: circle}}", "'stretch' or 'square'"),
@@ -170,6 +176,51 @@ def test_a_crop_round_in_the_metadata_that_is_no_rule_is_refused(workdir: Path) 
             {},
             "the model's metadata says it is of kind embedding, configured as kind classifier",
         ),
+        pytest.param(
+            lambda p: batch_of_one_model(p, declared=True, batch=2),
+            {},
+            "input 'images' [2, 3, 16, 16] and output 'output0' [1, 3] fix different batches",
+            id="two-fixed-batches",
+        ),
+        pytest.param(
+            inputless_model,
+            {},
+            "a secondary model takes one image input [batch, 3, height, width]; "
+            "this model takes no input",
+            id="no-input",
+        ),
+        pytest.param(
+            lambda p: linear_model(p, np.eye(3), metadata={"labels": '["car", "car", "bus"]'}),
+            {},
+            "bad.onnx: metadata labels listed twice: ['car']",
+            id="labels-twice",
+        ),
+        pytest.param(
+            lambda p: linear_model(p, np.eye(3), imgsz=("h", "w"), metadata={"imgsz": "[0, 16]"}),
+            {},
+            "the input size is dynamic and metadata imgsz='[0, 16]' is not one integer or "
+            "[height, width] above 0; set imgsz",
+            id="imgsz-zero",
+        ),
+        pytest.param(
+            lambda p: linear_model(p, np.eye(3), imgsz=("h", "w"), metadata={"imgsz": "True"}),
+            {},
+            "metadata imgsz='True' is not one integer or [height, width] above 0",
+            id="imgsz-bool",
+        ),
+        pytest.param(
+            lambda p: linear_model(p, np.eye(3), metadata={"mean": "[1e999, 0, 0]"}),
+            {},
+            "bad.onnx: metadata mean='[1e999, 0, 0]': each value must be a finite number, "
+            "got inf (allowed: [-1000, 1000])",
+            id="mean-infinite",
+        ),
+        pytest.param(
+            lambda p: linear_model(p, np.eye(3), metadata={"std": "[2000, 1, 1]"}),
+            {},
+            "bad.onnx: metadata std='[2000, 1, 1]': each value must be in (0, 1000], got 2000",
+            id="std-too-large",
+        ),
     ],
 )
 def test_a_model_that_does_not_fit_is_refused_in_one_line(
@@ -214,6 +265,24 @@ def test_tracking_appearance_names_an_embedding_model(workdir: Path) -> None:
         "kind embedding; this pipeline has none",
     ):
         parse_config(wrong, base_dir=workdir)
+
+
+def test_an_embedding_model_neither_tracked_nor_kept_is_refused(workdir: Path) -> None:
+    """Its vectors would go nowhere, read on every object for nothing."""
+    unused = "- {name: c, path: colour.onnx}\n- {name: look, path: colour.onnx, kind: embedding}"
+    with pytest.raises(ConfigError) as caught:
+        parse(workdir, unused)
+    assert str(caught.value).endswith(
+        "secondary[1]: secondary 'look' is an embedding read for nothing: name it in "
+        "analytics.tracking.appearance, or set keep_embedding: true"
+    )
+    assert "\n" not in str(caught.value)
+    kept = "- {name: look, path: colour.onnx, kind: embedding, keep_embedding: true}"
+    assert parse(workdir, kept).pipelines[0].secondary[0].keep_embedding
+    tracked = config_text("- {name: look, path: colour.onnx, kind: embedding}").replace(
+        "    sources:", "    analytics: {tracking: {appearance: look}}\n    sources:"
+    )
+    assert parse_config(tracked, base_dir=workdir).pipelines[0].analytics.tracking.appearance
 
 
 def test_vstream_validate_checks_each_secondary_model_in_one_line(workdir: Path) -> None:

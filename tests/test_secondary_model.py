@@ -20,7 +20,7 @@ import pytest
 import torch
 from fakes.fake_cuda import FakeGpu, host, on_cuda
 from helpers import as_tensor_frame
-from secondary_models import flatten_model, linear_model
+from secondary_models import batch_of_one_model, flatten_model, linear_model
 
 from vstream.assets import ASSETS_DIR
 from vstream.cascade import model as cascade_model
@@ -369,14 +369,32 @@ def test_a_session_per_bucket_reads_what_one_session_reads(tmp_path: Path, monke
         )
 
 
-def test_chunks_give_what_one_batch_gives(tmp_path: Path) -> None:
+@pytest.mark.parametrize("outputs", ["logits", "probabilities"])
+def test_chunks_give_what_one_batch_gives(tmp_path: Path, outputs: str) -> None:
+    """With ``outputs: probabilities`` nothing new is computed from the output buffer, so each
+    chunk's values must be copied out before the next chunk's run overwrites it."""
     path = linear_model(tmp_path / "c.onnx", RNG.normal(size=(3, 4)) * 5, imgsz=(16, 16))
     boxes = np.tile(BOXES, (5, 1)) + RNG.uniform(-3, 3, (25, 4)).astype(np.float32)
     boxes = np.clip(boxes, 0, [160, 120, 160, 120]).astype(np.float32)
-    small = SecondaryModel(config(path, max_batch=3)).run(rgb_frame(), boxes)
-    whole = SecondaryModel(config(path, max_batch=32)).run(rgb_frame(), boxes)
+    small = SecondaryModel(config(path, max_batch=3, outputs=outputs)).run(rgb_frame(), boxes)
+    whole = SecondaryModel(config(path, max_batch=32, outputs=outputs)).run(rgb_frame(), boxes)
     np.testing.assert_allclose(small.probabilities, whole.probabilities, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(small.label_ids, whole.label_ids)
+
+
+def test_a_model_whose_output_fixes_a_batch_of_one_reads_one_crop_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """Input ``[batch, ...]``, output ``[1, labels]``: ONNX Runtime refuses any other batch at
+    run time, so the model is bound at its output's batch and the crops run one by one."""
+    one = SecondaryModel(config(batch_of_one_model(tmp_path / "one.onnx", declared=True)))
+    assert one.max_batch == 1 and [b.size for b in one.buckets] == [1]
+    alone = SecondaryModel(config(linear_model(tmp_path / "c.onnx", np.eye(3))))
+    np.testing.assert_allclose(
+        one.run(rgb_frame(), BOXES).probabilities,
+        alone.run(rgb_frame(), BOXES).probabilities,
+        rtol=1e-5,
+    )
 
 
 def test_no_boxes_give_empty_columns(tmp_path: Path) -> None:

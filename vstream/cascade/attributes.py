@@ -39,7 +39,8 @@ class Attributes:
     fresh: np.ndarray
     """``(N,)`` bool: read in this frame (True) or carried from the track's last reading."""
     read: np.ndarray
-    """``(N,)`` bool: the object has a reading at all (it was selected by ``on``)."""
+    """``(N,)`` bool: the object has a reading at all (it was selected by ``on``, and the
+    model gave it numbers: :meth:`SecondaryOutput.readable`)."""
     embeddings: np.ndarray | None
     """``(N, D)`` float32 unit rows for an embedding model (zeros where unread), else None."""
     probabilities: np.ndarray | None
@@ -145,16 +146,25 @@ class AttributeCache:
         in that order (``lambda rows: model.run(frame, boxes[rows])``). It is
         called once per frame, with no rows when nothing is due. ``read_all``:
         every selected detection is due (its reading was made anyway).
+
+        A row read as no numbers (NaN, infinity: :meth:`SecondaryOutput.readable`)
+        leaves its detection unread in this frame, neither fresh nor carried, and
+        its track's last reading as it was.
         """
         track_ids = np.asarray(track_ids, dtype=np.int64)
         count = len(track_ids)
-        selected = np.asarray(selected, dtype=bool)
+        selected = np.array(selected, dtype=bool)  # a copy: unreadable rows leave it
         due = self.due(track_ids, boxes, pts)
         if read_all:
             due[:] = True
         due &= selected
         rows = np.flatnonzero(due)
         fresh = read(rows)
+        readable = fresh.readable()
+        if not readable.all():
+            selected[rows[~readable]] = False
+            due &= selected
+            rows, fresh = rows[readable], fresh.take(readable)
         carried = np.flatnonzero(selected & ~due)
         parts = [fresh, *(self._readings[int(track_ids[r])][2] for r in carried)]
         order = np.concatenate([rows, carried])

@@ -75,6 +75,21 @@ class SecondaryOutput:
             vectors.astype(np.float32, copy=False),
         )
 
+    def readable(self) -> np.ndarray:
+        """``(N,)`` bool: the rows that are a reading.
+
+        A row holding NaN or infinity (a broken model, or one that overflowed) is
+        not: its argmax would name the first label, counted and matched by the
+        lines' filters. Nor is an embedding of zeros, which has no direction (the
+        tracker takes it as no vector).
+        """
+        if self.embeddings is not None:
+            return np.isfinite(self.embeddings).all(axis=1) & self.embeddings.any(axis=1)
+        finite = np.isfinite(self.scores)
+        if self.probabilities is not None:
+            finite &= np.isfinite(self.probabilities).all(axis=1)
+        return finite
+
     def take(self, rows: np.ndarray) -> SecondaryOutput:
         """The rows ``rows`` (indices or a mask) of every column."""
         return SecondaryOutput(
@@ -261,12 +276,15 @@ class SecondaryModel:
             bucket.session.run_with_iobinding(bucket.binding, bucket.run_options)
         except Exception as exc:
             raise ModelError(f"secondary model {self.name}: {first_line(exc)}") from exc
-        values = self.output[:count].float()
+        values = self.output[:count]
         if self.spec.outputs == "embedding":
-            return torch.nn.functional.normalize(values, dim=1)
+            return torch.nn.functional.normalize(values.float(), dim=1)
         if self.spec.outputs == "logits":
-            values = values.sigmoid() if self.config.multi_label else values.softmax(dim=1)
-        return values
+            values = values.float()
+            return values.sigmoid() if self.config.multi_label else values.softmax(dim=1)
+        # Probabilities as the model gave them: copied, since the next chunk's run overwrites
+        # the buffer before the chunks are joined (float32's .float() would be a view of it).
+        return values.to(torch.float32, copy=True)
 
     def _columns(self, values: np.ndarray) -> SecondaryOutput:
         count = len(values)

@@ -92,27 +92,35 @@ class Cascade:
         self._lock = threading.Lock()
 
     def _cache(self, stream_id: str, index: int) -> AttributeCache:
+        """The stream's readings by model ``index``, kept from :meth:`counts` until
+        :meth:`remove_stream`. A stream not counted (a frame finished after its stream's
+        removal) gets a cache kept by nobody: one stored here would never be removed."""
         key = (stream_id, index)
         with self._lock:
             cache = self._caches.get(key)
             if cache is None:
                 config = self.models[index].config
-                cache = self._caches[key] = AttributeCache(config.reinfer_seconds, config.regrow)
+                cache = AttributeCache(config.reinfer_seconds, config.regrow)
+                if stream_id in self._counts:
+                    self._caches[key] = cache
             return cache
 
     def embed(self, frame: Frame, detections: Detections) -> np.ndarray | None:
         """``(N, D)`` unit rows: the appearance model's vector of every detection it selects
-        (zeros for the rest), for the tracker; None without an appearance model. Counted
-        as fresh readings of the model."""
+        (zeros for the rest, and for a row that is no reading:
+        :meth:`SecondaryOutput.readable`), for the tracker; None without an appearance
+        model. Counted as fresh readings of the model."""
         model = self.appearance
         if model is None:
             return None
         selected = model.select(detections.xyxy, detections.class_id)
         vectors = np.zeros((len(detections), model.spec.output_size), dtype=np.float32)
-        tally = ModelCounts(fresh=int(selected.sum()))
+        tally = ModelCounts()
         if selected.any():
             read = _timed_run(model, frame, detections.xyxy[selected], tally)
-            vectors[selected] = read.embeddings
+            readable = read.readable()
+            vectors[np.flatnonzero(selected)[readable]] = read.take(readable).embeddings
+            tally.fresh = int(readable.sum())
         with self._lock:
             counts = self._counts.get(frame.stream_id)
         self._add(counts, model, tally)
@@ -141,8 +149,9 @@ class Cascade:
         """The stream's figures per model, counted from now until it is removed.
 
         The engine asks for them as it adds the stream; a stream never asked
-        for (or removed) is counted in :meth:`totals` only, so a frame
-        delivered after its stream's removal brings back no figures.
+        for (or removed) is counted in :meth:`totals` only, and keeps no
+        readings, so a frame delivered after its stream's removal brings back
+        neither figures nor readings.
         """
         with self._lock:
             counts = self._counts.get(stream_id)

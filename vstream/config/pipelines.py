@@ -127,6 +127,22 @@ class PipelineConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _embeddings_are_used(self) -> PipelineConfig:
+        """Refuse an embedding model neither the tracker nor the records take: it would be run
+        on every object for nothing. After :meth:`_appearance_is_an_embedding`, whose message
+        names what ``tracking.appearance`` should be."""
+        tracking = self.analytics.tracking
+        appearance = tracking.appearance if tracking is not None else None
+        for index, model in enumerate(self.secondary):
+            if model.kind == "embedding" and model.name != appearance and not model.keep_embedding:
+                raise ValueError(
+                    f"secondary[{index}]: secondary {model.name!r} is an embedding read for "
+                    "nothing: name it in analytics.tracking.appearance, or set "
+                    "keep_embedding: true"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _attribute_filters_name_classifiers(self) -> PipelineConfig:
         places: list[tuple[str, LineConfig | ZoneConfig]]
         places = [("lines", item) for item in self.analytics.lines]

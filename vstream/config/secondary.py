@@ -54,6 +54,9 @@ MAX_SECONDARY = 8
 MAX_CROPS_PER_RUN = 256
 """Largest ``max_batch``: crops bound at once in one model run."""
 
+Mean = Number(-1000, 1000)
+"""A channel's mean, in input_range units; a model's metadata is held to it too."""
+
 CropMode = Literal["stretch", "square"]
 """How a box becomes the model input: the box stretched to fill it, or the square around
 the box's centre (side: the box's longer side), which keeps the object's proportions."""
@@ -165,7 +168,7 @@ class SecondaryConfig(StrictModel):
     input_range: Literal[1, 255] | None = Field(
         None, description="model input values 0..1 or 0..255; default: the metadata's, else 1"
     )
-    mean: tuple[Number(-1000, 1000), Number(-1000, 1000), Number(-1000, 1000)] | None = Field(
+    mean: tuple[Mean, Mean, Mean] | None = Field(
         None,
         description="per-channel (R, G, B) mean subtracted, in input_range units; default: "
         "the metadata's, else 0",
@@ -208,10 +211,10 @@ class SecondaryConfig(StrictModel):
 
     @model_validator(mode="after")
     def _fits_kind(self) -> SecondaryConfig:
+        """Refuse an option that would be ignored, silently, for this kind of model."""
         if self.kind == "embedding":
-            given = [
-                key for key in ("labels", "multi_label", "outputs") if key in self.model_fields_set
-            ]
+            keys = ("labels", "multi_label", "threshold", "outputs")
+            given = [key for key in keys if key in self.model_fields_set]
             if given:
                 raise ValueError(
                     f"{self.name}: {', '.join(given)} apply to a classifier; "
@@ -219,6 +222,11 @@ class SecondaryConfig(StrictModel):
                 )
         elif self.keep_embedding:
             raise ValueError(f"{self.name}: keep_embedding applies to kind embedding")
+        elif "threshold" in self.model_fields_set and not self.multi_label:
+            raise ValueError(
+                f"{self.name}: threshold {self.threshold} applies with multi_label: true; "
+                "without it a classifier gives its best label whatever its score"
+            )
         return self
 
 
@@ -286,6 +294,7 @@ __all__ = [
     "MAX_SECONDARY",
     "CropMode",
     "CropRound",
+    "Mean",
     "SecondaryConfig",
     "SecondaryCrop",
     "SecondaryOn",

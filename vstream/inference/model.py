@@ -362,17 +362,21 @@ def static_size(image: TensorSpec) -> tuple[int, int] | None:
 
 
 def metadata_size(metadata: dict[str, str]) -> tuple[int, int] | None:
-    """``(height, width)`` a model's metadata records as ``imgsz`` (one int or two), if any."""
+    """``(height, width)`` a model's metadata records as ``imgsz`` (one int or two), if any.
+
+    ``True`` is no size, though Python counts it an int (it would be read as 1x1).
+    """
     value = _literal(metadata.get("imgsz"))
-    if isinstance(value, int):
+    if _whole(value):
         return value, value
-    if (
-        isinstance(value, (list, tuple))
-        and len(value) == 2
-        and all(isinstance(v, int) for v in value)
-    ):
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(_whole(v) for v in value):
         return value[0], value[1]
     return None
+
+
+def _whole(value: Any) -> bool:
+    """An int, and not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def fitting_size(

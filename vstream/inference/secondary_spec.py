@@ -23,6 +23,10 @@ key            value                                    default
 ``std``        ``[r, g, b]`` in input_range units       ``[1, 1, 1]``
 ``outputs``    ``logits`` or ``probabilities``           ``logits``
 ============== ======================================== ==============
+
+A metadata value is held to the option's rule, with one line quoting it where
+it breaks it: labels each once, ``imgsz`` integers above 0, ``mean`` and
+``std`` within the options' ranges.
 """
 
 from __future__ import annotations
@@ -32,8 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vstream.config.model import MAX_LABELS
-from vstream.config.secondary import SecondaryConfig
+from pydantic import TypeAdapter, ValidationError
+
+from vstream.config.base import listed_twice
+from vstream.config.model import MAX_LABELS, Std
+from vstream.config.secondary import Mean, SecondaryConfig
 from vstream.errors import ModelError
 from vstream.inference.model import (
     INPUT_DTYPES,
@@ -85,10 +92,8 @@ class SecondarySpec:
     """``logits`` or ``probabilities`` (a classifier's); ``embedding`` for an embedding."""
     batch: int
     """Crops bound at once: the model's fixed batch, else ``max_batch``."""
-
-    @property
-    def fixed_batch(self) -> int | None:
-        return self.input.fixed_batch
+    fixed_batch: int | None
+    """The batch the model runs at where it fixes one (its input's, else its output's)."""
 
 
 def _choice(
@@ -109,6 +114,10 @@ def _choice(
     return found
 
 
+_CHANNEL_VALUES = {"mean": TypeAdapter(Mean), "std": TypeAdapter(Std)}
+"""The config's rule for one channel's ``mean`` or ``std``, which the metadata's are held to."""
+
+
 def _triple(config: SecondaryConfig, metadata: dict[str, str], key: str, default: float) -> Any:
     value = getattr(config, key)
     if value is not None:
@@ -116,26 +125,32 @@ def _triple(config: SecondaryConfig, metadata: dict[str, str], key: str, default
     found = _literal(metadata.get(key))
     if found is None:
         return (default,) * 3
-    if (
-        isinstance(found, list | tuple)
-        and len(found) == 3
-        and all(isinstance(v, int | float) for v in found)
-        and (key != "std" or all(v > 0 for v in found))
-    ):
-        return tuple(float(v) for v in found)
-    raise ModelError(
-        f"{Path(config.path).name}: metadata {key}={metadata[key]!r} is not three numbers"
-        + (" above 0" if key == "std" else "")
-    )
+    name, text = Path(config.path).name, metadata[key][:80]
+    if not (isinstance(found, list | tuple) and len(found) == 3):
+        raise ModelError(f"{name}: metadata {key}={text!r} is not three numbers")
+    try:
+        return tuple(float(_CHANNEL_VALUES[key].validate_python(v)) for v in found)
+    except ValidationError as exc:
+        reason = exc.errors()[0]["ctx"]["error"]
+        raise ModelError(f"{name}: metadata {key}={text!r}: each value {reason}") from None
 
 
 def _input_size(config: SecondaryConfig, image: TensorSpec, metadata: dict[str, str]) -> Any:
     name = Path(config.path).name
     fixed = static_size(image)
     requested = fitting_size(name, fixed, config.imgsz)
-    size = fixed or requested or metadata_size(metadata)
-    if size is None or min(size) <= 0:
+    size = fixed or requested
+    if size is not None:
+        return size
+    text = metadata.get("imgsz")
+    if text is None:
         raise ModelError(f"{name}: the input size is dynamic and not in the metadata; set imgsz")
+    size = metadata_size(metadata)
+    if size is None or min(size) <= 0:
+        raise ModelError(
+            f"{name}: the input size is dynamic and metadata imgsz={text[:80]!r} is not one "
+            "integer or [height, width] above 0; set imgsz"
+        )
     return size
 
 
@@ -159,6 +174,10 @@ def _labels(config: SecondaryConfig, metadata: dict[str, str]) -> tuple[str, ...
             raise ModelError(f"{path.name}: metadata labels {text[:80]!r} are not a list")
         labels = tuple(names[i] for i in range(len(names)))
     check_metadata_labels(path, f"metadata {key}", labels)
+    try:  # refused as the config's labels are: two outputs of one label would share its counts
+        listed_twice(labels, f"metadata {key}")
+    except ValueError as exc:
+        raise ModelError(f"{path.name}: {exc}") from None
     return labels
 
 
@@ -171,10 +190,12 @@ def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
     """
     path = Path(config.path)
     inputs = [tensor_spec(i) for i in session.get_inputs()]
-    image = inputs[0]
-    channels = image.shape[1] if len(image.shape) == 4 else None
-    if len(inputs) != 1 or len(image.shape) != 4 or (isinstance(channels, int) and channels != 3):
-        described = ", ".join(f"{i.name} {i.type_name} {list(i.shape)}" for i in inputs)
+    image = inputs[0] if len(inputs) == 1 else None
+    channels = image.shape[1] if image is not None and len(image.shape) == 4 else None
+    if image is None or len(image.shape) != 4 or (isinstance(channels, int) and channels != 3):
+        described = (
+            ", ".join(f"{i.name} {i.type_name} {list(i.shape)}" for i in inputs) or "no input"
+        )
         raise ModelError(
             f"{path.name}: a secondary model takes one image input [batch, 3, height, width]; "
             f"this model takes {described}"
@@ -202,7 +223,8 @@ def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
             f"{path.name}: output {output.name!r} must be [batch, values] with a known number "
             f"of values, got {list(output.shape)}"
         )
-    batch = image.fixed_batch or config.max_batch
+    fixed_batch = _fixed_batch(path, image, output)
+    batch = fixed_batch or config.max_batch
     tensors = [("input", image, (batch, 3, *size)), ("output", output, (batch, values))]
     check_io_budget(path.name, batch, tensors, config.max_io_mib)
     labels: tuple[str, ...] = ()
@@ -239,7 +261,25 @@ def read_secondary_spec(session: Any, config: SecondaryConfig) -> SecondarySpec:
             else _choice(config.outputs, config, metadata, "outputs", "logits")
         ),
         batch=batch,
+        fixed_batch=fixed_batch,
     )
+
+
+def _fixed_batch(path: Path, image: TensorSpec, output: TensorSpec) -> int | None:
+    """The batch ``path`` runs at where it fixes one, else None.
+
+    An export may fix its output's batch (``[1, labels]``) and not its input's:
+    ONNX Runtime would refuse any other batch at run time, failing every stream
+    at its first frame, so such a model runs at its output's batch. Input and
+    output fixing two batches cannot run at all: one line naming both shapes.
+    """
+    fixed = (image.fixed_batch, output.fixed_batch)
+    if None not in fixed and fixed[0] != fixed[1]:
+        raise ModelError(
+            f"{path.name}: input {image.name!r} {list(image.shape)} and output "
+            f"{output.name!r} {list(output.shape)} fix different batches"
+        )
+    return image.fixed_batch or output.fixed_batch
 
 
 def _range(config: SecondaryConfig, metadata: dict[str, str]) -> int:
