@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 import redis
-from helpers import eventually, tiny_detector, write_video
+from helpers import eventually, run_cli, tiny_detector, write_video
 
 from vstream import assets
 from vstream.cli import main
@@ -564,6 +564,33 @@ def test_validate_checks_sizes_against_the_model(
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "takes a fixed 320x320 input; imgsz 640x640 does not fit" in err, err
+
+
+@pytest.mark.parametrize(
+    ("model", "runtime", "message"),
+    [
+        ("dtype: float16", "", "demo.onnx: the model input is float32, the config says float16"),
+        ("format: yolov5", "", "4 class names for a model with 1995 classes"),
+        ("scores: softmax", "", "model.scores (softmax) is for the detr format"),
+        ("class_names: [a, b]", "", "demo.onnx: 2 class names for a model with 4 classes"),
+        ("max_io_mib: 4", "device: cuda", "more than max_io_mib (4 MiB)"),
+    ],
+    ids=["dtype", "format", "scores", "class-names", "io-at-the-gpu-batch"],
+)
+def test_validate_refuses_what_a_run_refuses_at_start(
+    tmp_path: Path, model: str, runtime: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each passed validate ("OK"), then failed ``vstream run`` at start (exit 2); the IO
+    budget was checked at the CPU's batch of 1 where a GPU runs 32."""
+    path = write_config(tmp_path, runtime=runtime)
+    path.write_text(path.read_text().replace("model: {path:", f"model: {{{model}, path:"))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1, err
+    if runtime:
+        return  # a GPU run: none here
+    done = run_cli("run", path, timeout=120)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize(

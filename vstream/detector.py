@@ -41,18 +41,15 @@ from vstream.inference.session import ModelSession
 from vstream.inference.wheels import load_onnxruntime
 from vstream.masks import box_windows, unpack_masks
 from vstream.postprocess.decode import FixedShapes, Postprocessor
+from vstream.postprocess.fit import fit_model
 from vstream.postprocess.formats import (
     FAMILIES,
     PREPROCESSING_FIELDS,
-    OutputFormat,
-    OutputInfo,
     Preprocessing,
-    Recognition,
-    class_count,
     resolve_preprocessing,
 )
 from vstream.postprocess.masks import mask_bits
-from vstream.postprocess.tasks import Task, TaskSpec, keypoint_names, recognise_model
+from vstream.postprocess.tasks import Task, TaskSpec
 from vstream.preprocess.letterbox import Letterboxer, LetterboxGeometry
 from vstream.preprocess.resample import Resampler
 from vstream.results import MASKS, FrameResult, split_by_frame
@@ -148,19 +145,18 @@ class Detector:
         self.plan = plan
         """How many runs the engine keeps in flight, with how many threads and buffers."""
         log.info("%s on %s: model runs: %s", Path(model.path).name, device, self.plan.describe())
-        if model.dtype != "auto" and self.model.spec.input.dtype_name != model.dtype:
-            raise ModelError(
-                f"{self.model.spec.path.name}: the model input is "
-                f"{self.model.spec.input.dtype_name}, the config says {model.dtype}"
-            )
-        self.task: TaskSpec
-        self.task, self.recognition = self._recognise(model)
-        """The task and the family, which output plays which part, and why (``vstream info``
-        prints them)."""
-        self.keypoint_names = keypoint_names(
-            self.task, self.model.spec.metadata, model.keypoint_names
+        fit = fit_model(
+            self.model.spec,
+            model,
+            self.model.input_size,
+            [tuple(t.shape) if t is not None else None for t in self.model.outputs],
         )
+        self.task: TaskSpec = fit.task
+        self.recognition = fit.recognition
+        """The family, which output plays which part, and why (``vstream info`` prints it)."""
+        self.keypoint_names = fit.keypoint_names
         """A pose model's keypoint names: the config's, the metadata's, COCO's for 17."""
+        self.class_names = fit.class_names
         self.output_format = self.recognition.format
         family = FAMILIES[self.output_format]
         self.preprocessing: Preprocessing
@@ -175,11 +171,6 @@ class Detector:
         )
         """One per model buffer, each remembering the padding of its own slots."""
         self.staging = HostStaging(pinned=self.model.device.type == "cuda")
-        shapes = [
-            self.task.detection_shape(tuple(self._fixed_outputs()[i].shape))
-            for i in self.recognition.order
-        ]
-        self.class_names = self._class_names(model.names(), shapes)
         if absent := absent_classes(postprocess.classes or (), self.class_names):
             raise ModelError(
                 f"{self.model.spec.path.name}: classes to keep {absent} (postprocess.classes, "
@@ -240,49 +231,6 @@ class Detector:
                 log.warning("%s: %s", Path(model.path).name, note)
         made, reasons = resolve_preprocessing(family, self.model.spec.metadata, config, files)
         return made, (*reasons, *notes)
-
-    def _fixed_outputs(self) -> list[torch.Tensor]:
-        """The model's preallocated outputs; an output sized only per run is refused here."""
-        for spec, tensor in zip(self.model.spec.outputs, self.model.outputs, strict=True):
-            if tensor is None:
-                raise ModelError(
-                    f"{self.model.spec.path.name}: the size of output {spec.name!r} is not "
-                    "fixed; a detector output must be"
-                )
-        return self.model.outputs  # type: ignore[return-value]
-
-    def _recognise(self, model: ModelConfig) -> tuple[TaskSpec, Recognition]:
-        spec = self.model.spec
-        outputs = [
-            OutputInfo(o.name, tuple(t.shape))
-            for o, t in zip(spec.outputs, self._fixed_outputs(), strict=True)
-        ]
-        return recognise_model(
-            outputs,
-            self.model.input_size,
-            spec.metadata,
-            [i.name for i in spec.size_inputs],
-            OutputFormat(model.format) if model.format is not None else None,
-            len(model.names() or spec.class_names),
-            model.scores,
-        )
-
-    def _class_names(
-        self, given: Mapping[int, str] | Sequence[str] | None, shapes: list[tuple[int, ...]]
-    ) -> dict[int, str]:
-        if given is None:
-            names = dict(self.model.spec.class_names)
-        elif isinstance(given, Mapping):
-            names = {int(k): str(v) for k, v in given.items()}
-        else:
-            names = dict(enumerate(given))
-        expected = class_count(self.output_format, shapes, self.recognition.no_object)
-        if names and expected is not None and len(names) != expected:
-            raise ModelError(
-                f"{self.model.spec.path.name}: {len(names)} class names for a model "
-                f"with {expected} classes"
-            )
-        return names
 
     @property
     def device(self) -> torch.device:

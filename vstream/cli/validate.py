@@ -4,7 +4,9 @@ Checked here: the YAML, every key and value against the config models
 (types, bounds, unknown keys), that the API is not exposed without a token
 (what ``serve`` refuses), that model and video files exist, that sink
 files can be written, that every model loads in ONNX Runtime and fits its
-``imgsz`` and batch size (a secondary model: its input is an image, its outputs
+``imgsz``, batch size (the device's, for its IO budget), ``dtype``, ``format``,
+``scores`` and ``class_names`` (:func:`~vstream.postprocess.fit.fit_model`, as the
+detector reads it; a secondary model: its input is an image, its outputs
 match its labels, the classes of its ``on`` are the detector's), that the
 classes of the lines and zones are the model's, and that Ray
 is installed when the config asks for a cluster or for worker processes
@@ -60,10 +62,26 @@ def _filter_problems(
     return problems
 
 
+def _sized_for(device: str) -> str:
+    """The device a model's batch is sized for, without torch: ``cuda`` where asked for, or
+    for ``auto`` where ONNX Runtime has a GPU provider (a run there takes the GPU's batch of
+    32 unless told; a run that finds no GPU falls back to the CPU's, well within)."""
+    if device.startswith("cuda"):
+        return "cuda"
+    if device == "auto":
+        from vstream.inference.wheels import load_onnxruntime
+
+        providers = load_onnxruntime().get_available_providers()
+        gpu = {"CUDAExecutionProvider", "TensorrtExecutionProvider"}
+        return "cuda" if gpu & set(providers) else "cpu"
+    return "cpu"
+
+
 def validate_command(args: argparse.Namespace) -> int:
     from vstream.config.secondary import check_on_classes
     from vstream.inference.model import check_model
     from vstream.inference.secondary_spec import check_secondary
+    from vstream.postprocess.fit import fit_model
 
     try:
         config = load_config(args.config)
@@ -82,17 +100,19 @@ def validate_command(args: argparse.Namespace) -> int:
                 f"{args.config}: processes: {ray_missing(f'processes {config.processes}')}"
             )
     for i, pipeline in enumerate(config.pipelines):
+        names = pipeline.model.names()
         try:
-            spec = check_model(
+            checked = check_model(
                 pipeline.model.path,
                 pipeline.model.imgsz,
                 pipeline.runtime.batch_size,
                 pipeline.model.max_io_mib,
+                _sized_for(pipeline.runtime.device),
             )
+            fit = fit_model(checked.spec, pipeline.model, checked.input_size, checked.output_shapes)
+            names = fit.class_names
         except VstreamError as exc:
             problems.append(f"{args.config}: pipelines[{i}].model: {exc}")
-            spec = None
-        names = pipeline.model.names() or (spec.class_names if spec is not None else None)
         if absent := absent_classes(pipeline.postprocess.classes or (), names or []):
             problems.append(
                 f"{args.config}: pipelines[{i}].postprocess.classes: {absent} are not classes "

@@ -472,23 +472,37 @@ def open_for_inspection(path: str | Path, what: str) -> Any:
         raise ModelError(f"cannot load {what} {path}: {first}") from None
 
 
+@dataclass(frozen=True)
+class CheckedModel:
+    """A detector model as :func:`check_model` found it fit."""
+
+    spec: ModelSpec
+    input_size: tuple[int, int]
+    """``(height, width)`` it runs at."""
+    output_shapes: list[tuple[int, ...] | None]
+    """Each output's shape at the batch it runs (None: sized only per run), in its order."""
+
+
 def check_model(
     path: str | Path,
     imgsz: int | tuple[int, int] | None,
     requested_batch: int | None,
     budget_mib: int,
-) -> ModelSpec:
+    device: str = "cpu",
+) -> CheckedModel:
     """Load ``path`` in ONNX Runtime (CPU) and check it fits the options, without torch.
 
     What ``vstream validate`` runs: the model loads, has one image input,
     its fixed size and batch (if any) fit ``imgsz`` and the batch size, and
-    its inputs and outputs at that batch fit ``budget_mib`` (the model's ``max_io_mib``),
-    as :class:`~vstream.inference.session.ModelSession` checks them before allocating.
+    its inputs and outputs at that batch (on ``device``, a type: ``cuda`` runs 32
+    unless asked) fit ``budget_mib`` (the model's ``max_io_mib``), as
+    :class:`~vstream.inference.session.ModelSession` checks them before allocating.
     """
     session = open_for_inspection(path, "model")
     spec = read_model_spec(session, Path(path))
     height, width = input_size(spec, imgsz)
-    batch = batch_size(spec, requested_batch)
+    batch = batch_size(spec, requested_batch, device)
     input_shape = (batch, 3, height, width)
-    check_detector_budget(spec, input_shape, output_shapes(spec, input_shape), budget_mib)
-    return spec
+    shapes = output_shapes(spec, input_shape)
+    check_detector_budget(spec, input_shape, shapes, budget_mib)
+    return CheckedModel(spec, (height, width), [shapes[o.name] for o in spec.outputs])
