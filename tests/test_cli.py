@@ -328,6 +328,8 @@ def test_ctrl_c_while_the_command_starts_is_one_line_and_status_130(module: str)
     script imported its entry point) ended in a traceback of the import machinery."""
     code = (
         "import importlib.abc, os, signal, sys\n"
+        # As from a terminal: a test runner's worker may ignore SIGINT, which children inherit.
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "class Interrupt(importlib.abc.MetaPathFinder):\n"
         "    def find_spec(self, name, path, target=None):\n"
         f"        if name == {module!r}:\n"
