@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +32,7 @@ from vstream.config import VstreamConfig, parse_data
 from vstream.config.base import Cli
 from vstream.engine import Engine
 from vstream.engine.reader import StreamCounters
+from vstream.engine.signals import REPEAT_SECONDS
 from vstream.sinks.base import DeliveryError
 from vstream.sinks.buffered import BufferedSink
 
@@ -98,6 +101,7 @@ def test_a_second_signal_arriving_inside_the_first_ones_handler_still_cuts_the_s
     from vstream.engine import signals as module
 
     monkeypatch.setattr(module, "FORCED_EXIT_SECONDS", 3600.0)  # no exit from this test
+    monkeypatch.setattr(module, "REPEAT_SECONDS", 0.0)  # sent again by a person, not repeated
     caplog.set_level(logging.INFO, logger=module.log.name)
     shutdown = module.ShutdownSignals()
     hurried: list[float] = []
@@ -120,6 +124,39 @@ def test_a_second_signal_arriving_inside_the_first_ones_handler_still_cuts_the_s
     assert shutdown.requested.is_set()
     assert (shutdown.received, shutdown.exit_status) == (signal.SIGTERM, 128 + signal.SIGTERM)
     wait_for(lambda: hurried == [module.FORCED_FLUSH_SECONDS], HANG, "the hurry thread")
+
+
+def test_a_signal_delivered_twice_at_once_is_taken_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``timeout`` sends its signal to the command, then to its process group: the second
+    came as the first was handled, and cut every stop short. Another signal still does."""
+    from vstream.engine import signals as module
+
+    monkeypatch.setattr(module, "FORCED_EXIT_SECONDS", 3600.0)  # no exit from this test
+    shutdown = module.ShutdownSignals()
+    shutdown._handle(signal.SIGTERM, None)
+    shutdown._handle(signal.SIGTERM, None)
+    assert shutdown.requested.is_set() and shutdown.forced is None
+    shutdown._handle(signal.SIGINT, None)  # another signal is no repeat
+    assert shutdown.forced == signal.SIGINT
+
+
+@pytest.mark.skipif(shutil.which("timeout") is None, reason="needs GNU timeout")
+def test_a_run_under_timeout_stops_gracefully_with_every_record(
+    tmp_path: Path, model: Path
+) -> None:
+    """``timeout 5 vstream run ...``, GNU timeout itself: a clean stop, nothing dropped."""
+    write_video(tmp_path / "clip.mp4", frames=20)
+    out = tmp_path / "out.jsonl"
+    done = subprocess.run(
+        ["timeout", "--preserve-status", "-s", "TERM", "5", sys.executable, "-m", "vstream",
+         "run", "--source", tmp_path / "clip.mp4", "--loop", "--realtime", "--model", model,
+         "-o", out],
+        capture_output=True, text=True, timeout=HANG,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "SIGTERM again" not in done.stderr and "dropped" not in done.stderr, done.stderr
+    frames = [json.loads(line)["frame"] for line in out.read_text().splitlines()]
+    assert f"{len(frames)} frames" in done.stderr
 
 
 def test_a_second_signal_cuts_the_flush_short_and_counts_what_is_left(
@@ -153,6 +190,7 @@ pipelines:
         # The second signal only once the first was taken: two sent at once can arrive as one.
         wait_for(lambda: any("SIGTERM: stopping" in x for x in logged), HANG, "the first signal")
         assert process.poll() is None, "the graceful stop waits on the webhook's flush"
+        time.sleep(REPEAT_SECONDS)  # sooner, it is taken for the first one delivered twice
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=HANG)
     finally:
