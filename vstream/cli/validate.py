@@ -69,11 +69,9 @@ def _sized_for(device: str) -> str:
     if device.startswith("cuda"):
         return "cuda"
     if device == "auto":
-        from vstream.inference.wheels import load_onnxruntime
+        from vstream.inference.wheels import has_gpu_provider, load_onnxruntime
 
-        providers = load_onnxruntime().get_available_providers()
-        gpu = {"CUDAExecutionProvider", "TensorrtExecutionProvider"}
-        return "cuda" if gpu & set(providers) else "cpu"
+        return "cuda" if has_gpu_provider(load_onnxruntime().get_available_providers()) else "cpu"
     return "cpu"
 
 

@@ -25,16 +25,11 @@ import torch
 from vstream.devices import indexed
 from vstream.errors import VstreamError
 from vstream.inference.model import ModelSpec, TensorSpec
+from vstream.inference.wheels import GPU_PROVIDERS, PROVIDER_NAMES, has_gpu_provider
 
 log = logging.getLogger("vstream")
 
-PROVIDER_NAMES = {
-    "tensorrt": "TensorrtExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "cpu": "CPUExecutionProvider",
-}
 PROVIDER_TITLES = {"tensorrt": "TensorRT", "cuda": "CUDA", "cpu": "CPU"}
-_GPU_PROVIDERS = ("tensorrt", "cuda")
 
 
 @dataclass(frozen=True)
@@ -69,7 +64,7 @@ def resolve_device(requested: str, available_providers: Sequence[str]) -> torch.
         raise VstreamError(f"unknown device {requested!r}; use auto, cpu, cuda or cuda:N")
     if requested == "cpu":
         return torch.device("cpu")
-    ort_has_cuda = any(PROVIDER_NAMES[p] in available_providers for p in _GPU_PROVIDERS)
+    ort_has_cuda = has_gpu_provider(available_providers)
     if torch.cuda.is_available() and ort_has_cuda:
         device = indexed("cuda" if requested == "auto" else requested)
         if device.index >= torch.cuda.device_count():
@@ -111,7 +106,7 @@ def session_providers(
             log.warning("execution provider %s is not available; skipped", choice.name)
             continue
         options = dict(choice.options)
-        if choice.name in _GPU_PROVIDERS:
+        if choice.name in GPU_PROVIDERS:
             options.setdefault("device_id", str(device.index or 0))
             handle = stream if stream is not None else torch.cuda.current_stream(device).cuda_stream
             if handle:  # ONNX Runtime treats stream 0 (torch's default) as "none given"

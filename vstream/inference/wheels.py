@@ -14,6 +14,7 @@ import functools
 import importlib
 import importlib.util
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -24,6 +25,19 @@ from vstream.errors import RuntimeNotInstalledError
 log = logging.getLogger("vstream")
 
 _WHEELS = ("onnxruntime", "onnxruntime-gpu")
+
+PROVIDER_NAMES = {
+    "tensorrt": "TensorrtExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+}
+"""ONNX Runtime's name of each execution provider a config may ask for."""
+GPU_PROVIDERS = ("tensorrt", "cuda")
+
+
+def has_gpu_provider(available: Sequence[str]) -> bool:
+    """Whether ONNX Runtime's ``available`` providers run on a GPU (no torch asked)."""
+    return any(PROVIDER_NAMES[p] in available for p in GPU_PROVIDERS)
 
 
 @dataclass(frozen=True)
