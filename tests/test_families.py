@@ -22,7 +22,7 @@ from helpers import run_cli
 from onnx_models import family_model
 from torch.profiler import ProfilerActivity, profile
 
-from vstream import Detector, Frame, ModelError, PixelFormat
+from vstream import Detector, Frame, ModelError, PixelFormat, assets
 from vstream.cli.info import info_command
 from vstream.postprocess.formats import OutputInfo, grid_cells, recognise
 from vstream.preprocess import Letterboxer, LetterboxGeometry
@@ -392,6 +392,66 @@ def test_mean_and_std_from_the_metadata(tmp_path: Path) -> None:
     detector = Detector(model, device="cpu")
     assert detector.preprocessing.mean == (0.5, 0.5, 0.5)
     assert any("from the model metadata" in r for r in detector.preprocessing_reasons)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ({"mean": "abc"}, "m.onnx: metadata mean='abc' is not three numbers"),
+        ({"std": "[0.2, 0.2]"}, "m.onnx: metadata std='[0.2, 0.2]' is not three numbers"),
+        ({"std": "[0.2, 0, 0.2]"}, "metadata std='[0.2, 0, 0.2]': each value must be in (0, "),
+        ({"mean": "[1e999, 0, 0]"}, "each value must be a finite number, got inf"),
+    ],
+    ids=["not-a-list", "two-values", "zero-std", "infinite-mean"],
+)
+def test_mean_or_std_in_the_metadata_that_is_no_normalisation_is_one_line(
+    tmp_path: Path, metadata: dict[str, str], message: str
+) -> None:
+    """Read as the family's default, a typo in a model's metadata normalised every frame
+    with other values than the model was trained on, without a word; ``vstream validate``
+    reads the metadata as a run does (the same check, at the same place)."""
+    raw = np.zeros((2, 300, 6), np.float32)
+    model = family_model(
+        tmp_path / "m.onnx", {"output0": raw}, metadata={**ULTRALYTICS, **metadata}
+    )
+    with pytest.raises(ModelError) as error:
+        Detector(model, device="cpu")
+    assert message in str(error.value) and "\n" not in str(error.value)
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        f"pipelines:\n  - name: p\n    model: {{path: {model}}}\n"
+        f"    sources: [{{id: s, uri: {assets.SAMPLE_VIDEO}}}]\n    sinks: [{{type: stdout}}]\n"
+    )
+    done = run_cli("validate", config)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"image_mean": "abc"}, "image_mean abc is not three numbers"),
+        ({"image_std": [0.2, -0.2, 0.2]}, "image_std [0.2, -0.2, 0.2]: each value must be in (0, "),
+        ({"image_std": 0}, "image_std 0: each value must be in (0, 1000], got 0"),
+    ],
+    ids=["not-numbers", "negative-std", "zero-std"],
+)
+def test_a_processor_files_mean_or_std_that_is_no_normalisation_is_one_line(
+    tmp_path: Path, values: dict, message: str
+) -> None:
+    """transformers takes one number or three; anything else was read as the family's
+    default (ImageNet's for detr) without a word, and a negative std flipped the image."""
+    processor = {**RTDETR_PROCESSOR, "do_normalize": True, **values}
+    model = hugging_face_folder(tmp_path / "rtdetr", processor)
+    with pytest.raises(ModelError) as error:
+        Detector(model, device="cpu")
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert str(tmp_path / "rtdetr" / "preprocessor_config.json") in str(error.value)
+
+
+def test_one_number_for_a_processor_files_mean_is_every_channels(tmp_path: Path) -> None:
+    processor = {**RTDETR_PROCESSOR, "do_normalize": True, "image_mean": 0.5, "image_std": 0.25}
+    detector = Detector(hugging_face_folder(tmp_path / "rtdetr", processor), device="cpu")
+    assert (detector.preprocessing.mean, detector.preprocessing.std) == ((0.5,) * 3, (0.25,) * 3)
 
 
 RTDETR_PROCESSOR = {

@@ -229,7 +229,7 @@ class Detector:
             notes = tuple(f"{processor.source}: {note}" for note in processor.notes)
             for note in notes:
                 log.warning("%s: %s", Path(model.path).name, note)
-        made, reasons = resolve_preprocessing(family, self.model.spec.metadata, config, files)
+        made, reasons = resolve_preprocessing(family, self.model.spec.channels, config, files)
         return made, (*reasons, *notes)
 
     @property

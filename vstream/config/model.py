@@ -13,6 +13,8 @@ from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
+    TypeAdapter,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -31,6 +33,7 @@ from vstream.config.base import (
     has_control_character,
     resolve_path,
 )
+from vstream.errors import ModelError
 
 
 class OutputFormat(str, enum.Enum):
@@ -86,7 +89,30 @@ IO_BUDGET_HELP = (
     "tensors is refused, before anything is allocated"
 )
 
+Mean = Number(-1000, 1000)
+"""A channel's mean, in input_range units; a model file's is held to it too."""
 Std = Number(0, 1000, open_low=True)
+"""A channel's divisor, in input_range units; a model file's is held to it too."""
+_CHANNEL_RULES = {"mean": TypeAdapter(Mean), "std": TypeAdapter(Std)}
+
+
+def model_channels(
+    shown: str, key: Literal["mean", "std"], value: Any
+) -> tuple[float, float, float]:
+    """The per-channel ``key`` a model's own files give (``value``, parsed from its metadata
+    or a ``preprocessor_config.json``), held to the config's rule for it: ModelError, one
+    line beginning with ``shown`` (where and what), for anything else. Read as the
+    family's default instead, a typo in a model's metadata normalised every frame wrong
+    without a word."""
+    if not (isinstance(value, list | tuple) and len(value) == 3):
+        raise ModelError(f"{shown} is not three numbers")
+    rule = _CHANNEL_RULES[key]
+    try:
+        red, green, blue = (float(rule.validate_python(v)) for v in value)
+    except ValidationError as exc:
+        reason = exc.errors()[0]["ctx"]["error"]
+        raise ModelError(f"{shown}: each value {reason}") from None
+    return red, green, blue
 
 
 def _image_size(value: Any) -> Any:
@@ -243,7 +269,7 @@ class ModelConfig(StrictModel):
         description="model input values 0..1 or 0..255; default: a preprocessor_config.json "
         "beside the model, else the family's",
     )
-    mean: tuple[Number(-1000, 1000), Number(-1000, 1000), Number(-1000, 1000)] | None = Field(
+    mean: tuple[Mean, Mean, Mean] | None = Field(
         None,
         description="per-channel (R, G, B) mean subtracted, in input_range units; default: "
         "the model metadata's mean, else a preprocessor_config.json beside the model, else "

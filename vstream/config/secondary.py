@@ -41,6 +41,7 @@ from vstream.config.model import (
     MAX_LABELS,
     ClassName,
     ImageSize,
+    Mean,
     Std,
     absent_classes,
     describe_classes,
@@ -53,9 +54,6 @@ MAX_SECONDARY = 8
 
 MAX_CROPS_PER_RUN = 256
 """Largest ``max_batch``: crops bound at once in one model run."""
-
-Mean = Number(-1000, 1000)
-"""A channel's mean, in input_range units; a model's metadata is held to it too."""
 
 CropMode = Literal["stretch", "square"]
 """How a box becomes the model input: the box stretched to fill it, or the square around
@@ -294,7 +292,6 @@ __all__ = [
     "MAX_SECONDARY",
     "CropMode",
     "CropRound",
-    "Mean",
     "SecondaryConfig",
     "SecondaryCrop",
     "SecondaryOn",

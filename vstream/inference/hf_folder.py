@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from vstream.config.model import ResizeMode
+from vstream.config.model import ResizeMode, model_channels
 from vstream.errors import ModelError
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
@@ -64,20 +64,17 @@ def _read_json(path: Path) -> Any:
         raise ModelError(f"cannot read {path}: {exc}") from None
 
 
-def _triple(value: Any) -> tuple[float, float, float] | None:
-    """Three finite numbers (a per-channel mean or std), else None."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        value = [value] * 3
-    if (
-        isinstance(value, list)
-        and len(value) == 3
-        and all(
-            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-            for v in value
-        )
-    ):
-        return float(value[0]), float(value[1]), float(value[2])
-    return None
+def _channels(
+    path: Path, config: Mapping[str, Any], key: Literal["mean", "std"]
+) -> tuple[float, float, float] | None:
+    """``image_mean`` or ``image_std`` (one number for all three channels, as transformers
+    takes it, or three), held to the config's rule for ``mean`` or ``std``; None where unset."""
+    value = config.get(f"image_{key}")
+    if value is None:
+        return None
+    three = [value] * 3 if isinstance(value, int | float) and not isinstance(value, bool) else value
+    shown = f"{path}: image_{key} {str(value)[:80]}"
+    return model_channels(shown, key, three)
 
 
 def _size(config: Mapping[str, Any]) -> tuple[ResizeMode | None, tuple[int, int] | None, str]:
@@ -136,9 +133,7 @@ def read_image_processor(model: Path) -> ImageProcessor | None:
     if config.get("do_normalize") is False:
         mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
     elif config.get("do_normalize") is True:
-        mean, std = _triple(config.get("image_mean")), _triple(config.get("image_std"))
-        if std is not None and 0.0 in std:
-            raise ModelError(f"{path}: image_std {list(std)} holds a zero")
+        mean, std = _channels(path, config, "mean"), _channels(path, config, "std")
     resample = config.get("resample")
     if resize_mode is not None and resample not in (None, 2):
         name = PIL_RESAMPLE.get(resample, repr(resample))

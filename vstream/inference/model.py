@@ -12,12 +12,12 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from vstream.config.base import has_control_character
-from vstream.config.model import MAX_LABELS
+from vstream.config.model import MAX_LABELS, model_channels
 from vstream.errors import ModelError
 from vstream.inference.hf_folder import ImageProcessor, read_id2label, read_image_processor
 
@@ -35,6 +35,8 @@ INPUT_DTYPES = ("float32", "float16")
 """Input element types the preprocessing can write."""
 
 DEFAULT_IMGSZ = 640
+CHANNEL_KEYS: tuple[Literal["mean", "std"], ...] = ("mean", "std")
+"""The metadata's per-channel normalisation, which a config's ``mean`` and ``std`` override."""
 MAX_METADATA_CHARS = 256 * 1024
 """Longest metadata value read as a list or a literal: names for about 8 000 classes."""
 
@@ -92,6 +94,8 @@ class ModelSpec:
     """The ``preprocessor_config.json`` beside the model, if any (Hugging Face folders)."""
     names_source: str = "metadata names"
     """Where :attr:`class_names` came from, for ``vstream info``."""
+    channels: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """The metadata's ``mean`` and ``std``, where it gives them (checked as the config's)."""
 
     @property
     def fixed_batch(self) -> int | None:
@@ -193,7 +197,14 @@ def read_model_spec(session: Any, path: Path) -> ModelSpec:
             raise ModelError(
                 f"{path.name}: output {out.name!r} has unsupported type {out.type_name}"
             )
-    metadata = read_metadata(session, path, ("names", "imgsz", "stride"))
+    metadata = read_metadata(session, path, ("names", "imgsz", "stride", *CHANNEL_KEYS))
+    channels = {
+        key: model_channels(
+            f"{path.name}: metadata {key}={metadata[key][:80]!r}", key, _literal(metadata[key])
+        )
+        for key in CHANNEL_KEYS
+        if key in metadata
+    }
     class_names = parse_class_names(metadata.get("names"))
     names_source = "metadata names"
     if not class_names:  # a Hugging Face folder: the names are in config.json
@@ -208,6 +219,7 @@ def read_model_spec(session: Any, path: Path) -> ModelSpec:
         size_inputs=tuple(others),
         processor=read_image_processor(path),
         names_source=names_source,
+        channels=channels,
     )
 
 

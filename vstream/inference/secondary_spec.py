@@ -34,13 +34,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pydantic import TypeAdapter, ValidationError
+from typing import Any, Literal
 
 from vstream.config.base import listed_twice
-from vstream.config.model import MAX_LABELS, Std
-from vstream.config.secondary import Mean, SecondaryConfig
+from vstream.config.model import MAX_LABELS, model_channels
+from vstream.config.secondary import SecondaryConfig
 from vstream.errors import ModelError
 from vstream.inference.model import (
     INPUT_DTYPES,
@@ -114,25 +112,17 @@ def _choice(
     return found
 
 
-_CHANNEL_VALUES = {"mean": TypeAdapter(Mean), "std": TypeAdapter(Std)}
-"""The config's rule for one channel's ``mean`` or ``std``, which the metadata's are held to."""
-
-
-def _triple(config: SecondaryConfig, metadata: dict[str, str], key: str, default: float) -> Any:
+def _triple(
+    config: SecondaryConfig, metadata: dict[str, str], key: Literal["mean", "std"], default: float
+) -> Any:
     value = getattr(config, key)
     if value is not None:
         return tuple(float(v) for v in value)
-    found = _literal(metadata.get(key))
-    if found is None:
+    if key not in metadata:
         return (default,) * 3
-    name, text = Path(config.path).name, metadata[key][:80]
-    if not (isinstance(found, list | tuple) and len(found) == 3):
-        raise ModelError(f"{name}: metadata {key}={text!r} is not three numbers")
-    try:
-        return tuple(float(_CHANNEL_VALUES[key].validate_python(v)) for v in found)
-    except ValidationError as exc:
-        reason = exc.errors()[0]["ctx"]["error"]
-        raise ModelError(f"{name}: metadata {key}={text!r}: each value {reason}") from None
+    text = metadata[key]
+    shown = f"{Path(config.path).name}: metadata {key}={text[:80]!r}"
+    return model_channels(shown, key, _literal(text))
 
 
 def _input_size(config: SecondaryConfig, image: TensorSpec, metadata: dict[str, str]) -> Any:

@@ -19,7 +19,6 @@ YOLOv5, as before.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -68,37 +67,21 @@ class Preprocessing:
         return None if offset == (0.0,) * 3 and divisor == (1.0,) * 3 else (offset, divisor)
 
 
-def _triple(text: str | None) -> tuple[float, float, float] | None:
-    """Three numbers from metadata such as ``[0.485, 0.456, 0.406]``, else None."""
-    try:
-        value = json.loads(text) if text else None
-    except ValueError:
-        return None
-    numbers = isinstance(value, list) and all(isinstance(v, int | float) for v in value)
-    if numbers and len(value) == 3:
-        return float(value[0]), float(value[1]), float(value[2])
-    return None
-
-
 PREPROCESSING_FIELDS = ("resize_mode", "input_range", "mean", "std")
 """The parts of :class:`Preprocessing` that each come from the first source that sets them."""
 
 
 def resolve_preprocessing(
     family: Preprocessing,
-    metadata: Mapping[str, str],
+    channels: Mapping[str, tuple[float, float, float]],
     config: Mapping[str, object],
     files: Sequence[tuple[str, Mapping[str, object]]] = (),
 ) -> tuple[Preprocessing, tuple[str, ...]]:
     """The preprocessing to run, each part from the first that sets it: the ``config`` (the
-    model config's values, None where unset), the model metadata (``mean``, ``std``), the
-    ``files`` beside the model (name, values), the family; with where each part came from,
-    one line each, for ``vstream info``."""
-    layers = [
-        ("the config", config),
-        ("the model metadata", {k: _triple(metadata.get(k)) for k in ("mean", "std")}),
-        *files,
-    ]
+    model config's values, None where unset), the model metadata's ``channels`` (``mean``,
+    ``std``), the ``files`` beside the model (name, values), the family; with where each
+    part came from, one line each, for ``vstream info``."""
+    layers = [("the config", config), ("the model metadata", channels), *files]
     chosen: dict[str, object] = {}
     reasons = []
     for name in PREPROCESSING_FIELDS:
