@@ -447,7 +447,7 @@ class RtspServer:
 
 def model_session(path: Path | str, **options: object):
     """A ModelSession from the same keyword options a Detector takes; one buffer unless asked."""
-    from vstream.detector import split_options
+    from vstream.config.detector_options import split_options
     from vstream.inference.session import ModelSession
 
     options.setdefault("in_flight", 1)

@@ -559,7 +559,7 @@ def _model_of(annotation: object) -> type[BaseModel] | None:
 def test_every_option_is_defined_once_and_reachable_from_flags_yaml_and_python() -> None:
     from vstream.config import ModelConfig, PostprocessOptions, RuntimeOptions, SourceOptions
     from vstream.config.analytics import AnalyticsConfig
-    from vstream.detector import split_options
+    from vstream.config.detector_options import split_options
 
     sections = {
         "model": ModelConfig,

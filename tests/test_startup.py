@@ -59,8 +59,18 @@ def pipelines(tmp_path: Path) -> Path:
         ["schema"],
         ["run", "--conf", "2"],
         ["bench", "--source", "absent.mp4"],
+        ["info", "absent.onnx"],
+        ["info", "--imgsz", "7"],
     ],
-    ids=["help", "run-help", "schema", "bad-flag", "bench-without-its-file"],
+    ids=[
+        "help",
+        "run-help",
+        "schema",
+        "bad-flag",
+        "bench-without-its-file",
+        "info-without-its-model",
+        "info-bad-flag",
+    ],
 )
 def test_commands_without_a_model_import_no_model_stack(args: list[str]) -> None:
     _, modules = imported_by(*args)

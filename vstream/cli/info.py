@@ -9,6 +9,7 @@ from typing import Any
 from vstream import assets
 from vstream.cli.args import EXIT_OK
 from vstream.cli.options import add_flags, flag_issues, given
+from vstream.config.detector_options import split_options
 from vstream.config.loading import ConfigError
 from vstream.config.model import ModelConfig
 from vstream.postprocess.formats import FAMILIES
@@ -41,15 +42,16 @@ def _shape(dims: Sequence[object]) -> str:
 
 
 def info_command(args: argparse.Namespace) -> int:
+    options = {str(path[-1]): value for path, value in given(args).items()}
+    try:  # before torch loads: a missing model or a bad flag is said at once
+        model, _, _ = split_options(args.model, options)
+    except ConfigError as exc:
+        raise flag_issues(exc, _FLAGS, "") from None
     from vstream.detector import Detector
     from vstream.inference.model import sized_input
     from vstream.inference.wheels import describe_runtime
 
-    options = {str(path[-1]): value for path, value in given(args).items()}
-    try:
-        detector = Detector(args.model, device="cpu", **options)
-    except ConfigError as exc:
-        raise flag_issues(exc, _FLAGS, "") from None
+    detector = Detector(model, device="cpu")
     spec = detector.model.spec
     height, width = detector.model.input_size
     family = FAMILIES[detector.output_format]
