@@ -404,8 +404,12 @@ def test_a_stream_added_again_keeps_its_earlier_video(
 
     session(20)
     outputs.remove_stream("door")
+    # The metrics' counters: a removed stream's frames stay counted (a fall would read as
+    # a reset to Prometheus, which would count the other streams' frames again).
+    assert outputs.stats()["video_frames_written"] == 20
     session(5)
     outputs.close()
+    assert outputs.stats()["video_frames_written"] == 25
     videos = tmp_path / "videos"
     assert sorted(p.name for p in videos.iterdir()) == ["door-2.mp4", "door.mp4"]
     assert ffprobe_frame_count(videos / "door.mp4") == 20

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -182,6 +183,11 @@ class FrameOutputs:
         self.preview: Preview | None = None
         """The server's preview hub, when there is one (set by the engine)."""
         self._writers: dict[tuple[int, str], Any] = {}
+        self._closing: list[Any] = []
+        """Writers taken out of :attr:`_writers` and being closed: still counted."""
+        self._closed_counts: Counter[str] = Counter()
+        """The last counters of every video closed: a stream's removal takes nothing from
+        the totals, which Prometheus would read as a reset and count its frames again."""
         self._opened: set[str] = set()
         """The video files written in this run: a stream added again does not replace its
         earlier video (:meth:`_fresh`)."""
@@ -291,11 +297,7 @@ class FrameOutputs:
 
     def remove_stream(self, stream_id: str) -> None:
         """Finish the stream's videos and forget its clip ring."""
-        with self._lock:
-            writers = [w for (_, s), w in self._writers.items() if s == stream_id]
-            self._writers = {k: w for k, w in self._writers.items() if k[1] != stream_id}
-        for writer in writers:
-            writer.close()
+        self._close_writers(lambda stream: stream == stream_id)
         for _, recorder in self.recorders:
             recorder.remove_stream(stream_id)
         if self.preview is not None:
@@ -303,31 +305,41 @@ class FrameOutputs:
 
     def close(self) -> None:
         """Finish every video (flushing its encoder) and every clip being written."""
-        with self._lock:
-            writers, self._writers = list(self._writers.values()), {}
-        for writer in writers:
-            stats = writer.close()
-            if stats is not None:
-                self.finished[writer.target] = stats
-                log.info(
-                    "annotated video %s: %d frames written, %d dropped, %d skipped for space",
-                    writer.target, stats.frames_written, stats.frames_dropped,
-                    stats.frames_skipped,
-                )  # fmt: skip
+        for writer, stats in self._close_writers(lambda stream: True):
+            self.finished[writer.target] = stats
+            log.info(
+                "annotated video %s: %d frames written, %d dropped, %d skipped for space",
+                writer.target, stats.frames_written, stats.frames_dropped, stats.frames_skipped,
+            )  # fmt: skip
         for _, recorder in self.recorders:
             recorder.close()
 
-    def stats(self) -> dict[str, int]:
-        """Frames written and dropped by the videos; clips written and failed."""
+    def _close_writers(self, chosen: Callable[[str], bool]) -> list[tuple[Any, Any]]:
+        """Close the videos of the ``chosen`` streams, their counters kept in the totals
+        throughout; each closed writer with its last counters (``VideoWriterStats``)."""
         with self._lock:
-            writers = list(self._writers.values())
-        totals = {"video_frames_written": 0, "video_frames_dropped": 0, "video_failures": 0}
+            writers = [w for (_, s), w in self._writers.items() if chosen(s)]
+            self._writers = {k: w for k, w in self._writers.items() if not chosen(k[1])}
+            self._closing.extend(writers)
+        closed = []
         for writer in writers:
-            stats = getattr(writer, "stats", None)
+            stats = writer.close()
+            with self._lock:
+                self._closing.remove(writer)
+                self._closed_counts.update(_counts(stats))
             if stats is not None:
-                totals["video_frames_written"] += stats.frames_written
-                totals["video_frames_dropped"] += stats.frames_dropped + stats.frames_skipped
-                totals["video_failures"] += stats.failures
+                closed.append((writer, stats))
+        return closed
+
+    def stats(self) -> dict[str, int]:
+        """Frames written and dropped by the videos (closed ones too); clips written and
+        failed."""
+        with self._lock:
+            writers = [*self._writers.values(), *self._closing]
+            counts = Counter(self._closed_counts)
+        for writer in writers:
+            counts.update(_counts(getattr(writer, "stats", None)))
+        totals = {key: counts[key] for key in VIDEO_COUNTS}
         totals["clips"] = sum(r.stats.clips for _, r in self.recorders)
         totals["clip_failures"] = sum(r.stats.failures for _, r in self.recorders)
         return totals
@@ -395,6 +407,20 @@ class _Fanout:
     def add(self, packet: Any) -> None:
         for ring in self.rings:
             ring.add(packet)
+
+
+VIDEO_COUNTS = ("video_frames_written", "video_frames_dropped", "video_failures")
+
+
+def _counts(stats: Any) -> dict[str, int]:
+    """A video's counters (``VideoWriterStats``, None for one never opened) as totalled."""
+    if stats is None:
+        return {}
+    return {
+        "video_frames_written": stats.frames_written,
+        "video_frames_dropped": stats.frames_dropped + stats.frames_skipped,
+        "video_failures": stats.failures,
+    }
 
 
 class _NoWriter:
