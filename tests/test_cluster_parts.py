@@ -391,3 +391,38 @@ def test_a_moved_stream_s_cadence_and_readings_add_up_over_its_workers() -> None
     figures.removed(stream)
     assert figures.stream_counts() == {}
     assert figures.totals()["colour"].labels == {"red": 5, "blue": 1}  # counters never fall
+
+
+def test_a_removal_while_the_metrics_are_read_leaves_the_totals_whole() -> None:
+    """The driver removes a stream under its lock (popped, then its figures kept); a scrape
+    that read the kept figures before it took that lock, and the streams after, lost the
+    stream from both, and the counter fell for one scrape (a reset to Prometheus)."""
+    from types import SimpleNamespace
+
+    from vstream.cascade.counts import ModelCounts
+    from vstream.cluster.stream import PipelineFigures
+
+    stream = SimpleNamespace(
+        id="s", pipeline="p", model_counts=lambda: {"colour": ModelCounts(fresh=10, runs=5)}
+    )
+    streams = {"s": stream}
+
+    class RemovedWhenTaken:
+        """The driver's lock, with the removal winning the race for it once."""
+
+        def __init__(self) -> None:
+            self.lock, self.race = threading.RLock(), True
+
+        def __enter__(self) -> None:
+            self.lock.acquire()
+            if self.race:
+                self.race = False
+                del streams["s"]
+                figures.removed(stream)
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+
+    figures = PipelineFigures("p", streams, RemovedWhenTaken())
+    assert figures.totals()["colour"].fresh == 10
+    assert streams == {} and figures.totals()["colour"].fresh == 10

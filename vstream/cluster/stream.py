@@ -339,6 +339,7 @@ class PipelineFigures:
     """
 
     def __init__(self, pipeline: str, streams: dict[str, ClusterStream], lock: Any) -> None:
+        """``lock``: the driver's, which guards ``streams`` and removals."""
         self.pipeline = pipeline
         self._streams = streams
         self._lock = lock
@@ -351,8 +352,12 @@ class PipelineFigures:
 
     def stream_counts(self) -> dict[str, dict[str, ModelCounts]]:
         with self._lock:
-            streams = [s for s in self._streams.values() if s.pipeline == self.pipeline]
-            return {s.id: counts for s in streams if (counts := s.model_counts())}
+            return self._stream_counts()
+
+    def _stream_counts(self) -> dict[str, dict[str, ModelCounts]]:
+        streams = [s for s in self._streams.values() if s.pipeline == self.pipeline]
+        return {s.id: counts for s in streams if (counts := s.model_counts())}
 
     def totals(self) -> dict[str, ModelCounts]:
-        return _summed(self._removed, *self.stream_counts().values())
+        with self._lock:  # a removal between two reads would take its stream from both
+            return _summed(self._removed, *self._stream_counts().values())
