@@ -212,6 +212,12 @@ def test_a_stream_added_to_one_pipeline_does_not_touch_the_other(
     added = client.post("/streams", json={"pipeline": "other", "id": "cam9", "uri": "clip.mp4"})
     assert added.status_code == 201 and added.json()["pipeline"] == "other"
     wait_for(lambda: client.get("/streams/cam9").json()["state"] == "finished", 120, "cam9")
+    again = client.post("/streams", json={"pipeline": "other", "id": "cam9", "uri": "clip.mp4"})
+    assert again.status_code == 409  # not "already running": what to do instead
+    assert again.json()["error"] == (
+        "a stream with id 'cam9' has finished; DELETE /streams/cam9 (its final counts), "
+        "then add it again"
+    )
     removed = client.delete("/streams/cam9").json()["removed"]
     assert removed["frames_processed"] == 10 and removed["frames_dropped"] == 0
     assert runtime.pipelines["main"].streams["cam1"].counters.frames_processed > before

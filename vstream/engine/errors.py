@@ -10,7 +10,7 @@ class StreamNotFound(VstreamError):
 
 
 class StreamConflict(VstreamError):
-    """A stream with the given id is already running (409)."""
+    """A stream with the given id is already there, running or ended (409)."""
 
 
 class PipelineNotFound(VstreamError):

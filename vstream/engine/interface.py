@@ -29,6 +29,7 @@ from vstream.engine.errors import ShuttingDown, StreamConflict, StreamNotFound
 from vstream.engine.status import StreamStatus, StreamSummary, StreamView
 from vstream.errors import LimitExceeded
 from vstream.metrics import LimitSample, Metrics
+from vstream.sources.base import SourceState
 
 if TYPE_CHECKING:
     from vstream.clips.catalogue import Catalogue
@@ -204,7 +205,14 @@ class EngineBase:
         """Refuse a new stream (under the lock) while stopping, on a taken id, past a limit."""
         if self.stopping.is_set():
             raise ShuttingDown("shutting down: no new streams")
-        if self._find(source.id) is not None:
+        taken = self._find(source.id)
+        if taken is not None:
+            state = taken.state
+            if state in (SourceState.FINISHED, SourceState.FAILED):
+                raise StreamConflict(
+                    f"a stream with id {source.id!r} has {state.value}; DELETE "
+                    f"/streams/{source.id} (its final counts), then add it again"
+                )
             raise StreamConflict(f"a stream with id {source.id!r} is already running")
         if self.being_removed(source.id):
             raise StreamConflict(
