@@ -161,8 +161,44 @@ def test_an_inference_error_fails_the_stream_once_and_every_stage_ends(
     monkeypatch.setattr(detector, "infer", broken)
     with pytest.raises(ModelError, match="out of memory"):
         list(detect_iter(detector, [frames_of("a", 10, 64, 48)]))
-    assert calls == [2], "the failed stream stops: its later frames are not run again"
+    assert calls == [2, 2], "run again once, then the stream stops: its later frames are not run"
     assert wait_for_no_stage_threads() == []
+
+
+def test_a_run_that_fails_once_costs_no_frame_and_is_said_and_counted(
+    model: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A moment short of device memory: the run again (stream by stream, once) works. A
+    batch of one stream failed for good at the first error; one of several left no trace
+    (no log line, no count: vstream_inference_errors_total stayed 0)."""
+    detector = Detector(model, device="cpu", batch_size=2, concurrent_runs=1)
+    real_infer = detector.infer
+    calls = []
+
+    def flaky(buffer: int, frames: int) -> torch.Tensor:
+        calls.append(frames)
+        if len(calls) == 3:
+            raise ModelError("inference failed: out of memory")
+        return real_infer(buffer, frames)
+
+    monkeypatch.setattr(detector, "infer", flaky)
+    intake = Intake()
+    lane = intake.register("a", 10, BLOCK)
+    for frame in frames_of("a", 10, 64, 48):
+        assert intake.put(lane, frame, threading.Event())
+    batches: list[Batch] = []
+    stages = OverlappedStages(detector, intake, batches.append, batch_timeout=1.0, name="main")
+    stages.start()
+    stages.finish()
+    assert stages.join(60)
+    assert [r.frame_index for b in batches for r in b.results] == list(range(10))
+    assert not any(b.failures for b in batches) and len(calls) == 6  # 5 runs, 1 again
+    assert [b.failed_runs for b in batches] == [0, 0, 1, 0, 0]
+    said = [r.getMessage() for r in caplog.records if "model run failed" in r.getMessage()]
+    assert said == [
+        "pipeline main: a model run failed (inference failed: out of memory); "
+        "its frames run again stream by stream"
+    ]
 
 
 def test_a_failing_frame_fails_only_its_own_stream(model: Path, monkeypatch) -> None:

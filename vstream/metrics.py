@@ -360,7 +360,8 @@ class Metrics:
         )
         self.inference_errors = Counter(
             "vstream_inference_errors",
-            "Batches with frames that failed (those frames have no records)",
+            "Model runs (or their postprocessing) that failed, each then run again stream by "
+            "stream (frames that failed again have no records: frames_failed)",
             ["pipeline"],
             registry=self.registry,
         )

@@ -533,8 +533,8 @@ class Pipeline:
                 reader.counters.failed(1)
                 reader.fail(error)
         if self.metrics is not None:
-            if batch.failures:
-                self.metrics.inference_errors.labels(self.name).inc()
+            if batch.failed_runs:
+                self.metrics.inference_errors.labels(self.name).inc(batch.failed_runs)
             if batch.arrivals:
                 self.metrics.inference_latency.labels(self.name).observe(
                     batch.preprocess_seconds + batch.inference_seconds + batch.postprocess_seconds

@@ -62,7 +62,9 @@ from vstream.config.sources import FreshnessPolicy
 from vstream.engine.cadence import Decision, undetected_result
 from vstream.engine.intake import Arrival, Intake
 from vstream.engine.queue import FrameQueue
+from vstream.errors import describe
 from vstream.frame import Frame
+from vstream.logs import Tally
 from vstream.results import FrameResult
 
 if TYPE_CHECKING:
@@ -126,6 +128,9 @@ class Batch:
     """The model's detector output, from inference until postprocessing."""
     done: bool = False
     """Results are final (the batch was run again stream by stream)."""
+    failed_runs: int = 0
+    """Its model runs (or their postprocessing) that failed, each then run again stream
+    by stream."""
     preprocess_seconds: float = 0.0
     inference_seconds: float = 0.0
     postprocess_seconds: float = 0.0
@@ -284,6 +289,9 @@ class OverlappedStages:
         Their frames in that batch and later ones fail without being delivered.
         """
         self._failed_lock = threading.Lock()
+        self.name = name
+        self._failed_runs = Tally()
+        """Model runs that failed, for a log line per interval (under ``_failed_lock``)."""
         self._busy: dict[int, tuple[str, float]] = {}
         """Stage threads at work on a batch, by thread id: the stage and since when
         (monotonic); what :meth:`stuck` reads."""
@@ -462,32 +470,41 @@ class OverlappedStages:
                 self._deliver(batch)
 
     def _rerun_by_stream(self, batch: Batch, error: Exception) -> None:
-        """Run ``batch`` again one stream at a time; only the streams that still fail lose frames.
+        """Run ``batch`` again one stream at a time, once: a run that failed for a moment
+        (device memory short) costs no frames, and of a fault that stays only the streams
+        that fail again lose theirs, with their later frames. Said in the log (a line per
+        interval) and counted (:attr:`Batch.failed_runs`): a batch of one stream failed
+        for good at the first error, and a retry that worked left no trace.
 
         Each stream's frames are letterboxed again into the first slots of the
         batch's own buffer, so no other batch is disturbed.
         """
+        batch.failed_runs += 1
+        with self._failed_lock:
+            count = self._failed_runs.add()
+        if count:
+            log.warning(
+                "pipeline %s: a model run failed (%s)%s; its frames run again stream by stream",
+                self.name, describe(error), f", {count} since the last line" * (count > 1),
+            )  # fmt: skip
         groups: dict[str, list[Arrival]] = {}
         for arrival in batch.arrivals:
             groups.setdefault(arrival.stream, []).append(arrival)
         results: list[FrameResult] = []
         kept: list[Arrival] = []
-        if len(groups) == 1:
-            self._fail(batch, batch.arrivals, error)
-        else:
-            for arrivals in groups.values():
-                try:
-                    alone = Batch(batch.buffer)
-                    for arrival in arrivals:
-                        alone.add(arrival)
-                    failed = alone.letterbox(self.model)
-                    if failed:  # the stream fails as a whole, with its first frame's error
-                        raise failed[0][1]
-                    raw = self.model.infer(batch.buffer, alone.detected) if alone.detected else None
-                    results += alone.postprocess(self.model, raw)
-                    kept += arrivals
-                except Exception as exc:
-                    self._fail(batch, arrivals, exc)
+        for arrivals in groups.values():
+            try:
+                alone = Batch(batch.buffer)
+                for arrival in arrivals:
+                    alone.add(arrival)
+                failed = alone.letterbox(self.model)
+                if failed:  # the stream fails as a whole, with its first frame's error
+                    raise failed[0][1]
+                raw = self.model.infer(batch.buffer, alone.detected) if alone.detected else None
+                results += alone.postprocess(self.model, raw)
+                kept += arrivals
+            except Exception as exc:
+                self._fail(batch, arrivals, exc)
         batch.arrivals = kept
         batch.results = results
         batch.raw = None
