@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -325,6 +326,42 @@ def _unnamed_class(gt: dict) -> dict:
     return gt
 
 
+def _frame_twice(gt: dict) -> dict:
+    gt["frames"].append({**gt["frames"][0], "boxes": [], "ids": []})
+    return gt
+
+
+def _id_twice(gt: dict) -> dict:
+    gt["frames"][3]["ids"][1] = gt["frames"][3]["ids"][0]
+    return gt
+
+
+def _inverted_box(gt: dict) -> dict:
+    gt["frames"][3]["boxes"][1] = [310, 78, 251, 140, 2]
+    return gt
+
+
+def _change_detections(
+    change: Callable[[list[dict]], None],
+) -> Callable[[list[str]], list[str]]:
+    """The record on line 4 (frame 3, of 5 detections) with ``change`` made to its detections."""
+
+    def lines(ls: list[str]) -> list[str]:
+        record = json.loads(ls[3])
+        change(record["detections"])
+        return [*ls[:3], json.dumps(record), *ls[4:]]
+
+    return lines
+
+
+def _track_twice(detections: list[dict]) -> None:
+    detections[0]["track_id"] = detections[2]["track_id"] = 5
+
+
+def _inverted_bbox(detections: list[dict]) -> None:
+    detections[1]["bbox"] = [251, 140, 310, 78]
+
+
 @pytest.mark.parametrize(
     ("lines", "truth_change", "message"),
     [
@@ -355,14 +392,38 @@ def _unnamed_class(gt: dict) -> dict:
         ),
         (None, _unnamed_class, "against {truth}: frames[3].boxes[1]: class 9, of 4 names"),
         (None, lambda gt: gt["frames"], "against {truth}: Input should be an object"),
+        (None, _frame_twice, "against {truth}: frames[200]: frame 0 again (frames[0] has it)"),
+        (None, _id_twice, "against {truth}: frames[3]: ids[1]: id 1 again (ids[0] has it)"),
+        (
+            _change_detections(_track_twice),
+            None,
+            "{records}: line 4: detections[2]: track_id 5 again (detections[0] has it)",
+        ),
+        (
+            None,
+            _inverted_box,
+            "against {truth}: frames[3].boxes[1]: box [310.0, 78.0, 251.0, 140.0, 2] has "
+            "x2 <= x1 or y2 <= y1 (x1, y1, x2, y2, class_id expected)",
+        ),
+        (
+            _change_detections(_inverted_bbox),
+            None,
+            "{records}: line 4: detections[1].bbox: bbox [251.0, 140.0, 310.0, 78.0] has "
+            "x2 < x1 or y2 < y1 (x1, y1, x2, y2 expected)",
+        ),
     ],
-    ids=["a list", "frame 1e400", "NaN bbox", "cut line", "ids missing", "class unnamed", "list"],
+    ids=[
+        *("a list", "frame 1e400", "NaN bbox", "cut line", "ids missing", "class unnamed"),
+        *("list", "frame twice", "id twice", "track twice", "inverted box", "inverted bbox"),
+    ],
 )
 def test_eval_says_which_line_and_key_of_a_malformed_file_is_wrong(
     tmp_path: Path, capsys, lines, truth_change, message: str
 ) -> None:
     """A record that was a list, or a frame of 1e400, was an internal error (exit 1, a Python
-    message); a ground truth box of a class it has no name for, too."""
+    message); a ground truth box of a class it has no name for, too. A frame listed twice, an
+    id or a track id twice in a frame, or an inverted box were scored (one entry of a frame
+    dropped, IDF1 above 1, an object no box can match): refused, as ambiguous."""
     from vstream.cli import main
 
     records = [json.dumps(r) for r in sample_run_records()]
@@ -391,3 +452,135 @@ def test_eval_says_a_run_of_part_of_the_video_leaves_the_rest_missed(
         "the records have 5 of the ground truth's 200 frames: the objects of the other 195 "
         "count as missed (score a run of the whole video)"
     )
+
+
+def write_files(tmp_path: Path, out: list[dict], gt: dict) -> tuple[Path, Path]:
+    """``out`` as JSON Lines and ``gt`` as JSON, for ``vstream eval``."""
+    records_path, truth_path = tmp_path / "out.jsonl", tmp_path / "truth.json"
+    records_path.write_text("".join(json.dumps(r) + "\n" for r in out))
+    truth_path.write_text(json.dumps(gt))
+    return records_path, truth_path
+
+
+def test_frames_the_ground_truth_does_not_list_are_scored_by_neither_metric(
+    tmp_path: Path, capsys
+) -> None:
+    """A ground truth of frames 0, 5 and 10 (5 listed with no objects), a run of every frame
+    with track 5 exactly on the object. Frames 1-4 and 6-9 may be ones nobody annotated: their
+    detections are no false positives, in mAP (which counted 8 of them) as in tracking. The one
+    on frame 5, listed as empty, is: ranked first (score 0.95), it gives precision 1/2 at
+    recall 1/2 and 2/3 at recall 1, so AP = 2/3 (envelope 2/3 throughout); MOTA = 1 - 1/2."""
+    from vstream.cli import main
+
+    gt = truth([("a", A)], [], [("a", A)])
+    for entry, frame in zip(gt["frames"], (0, 5, 10), strict=True):
+        entry["frame"] = frame
+    out = records(*[[(5, A)]] * 11)
+    out[5]["detections"][0]["score"] = 0.95
+    assert evaluate(out, gt).mean == pytest.approx(2 / 3)
+    result = evaluate_tracks(out, gt)
+    assert (result.false_positives, result.predicted_boxes, result.mota) == (1, 3, 0.5)
+
+    assert main(["eval", *map(str, write_files(tmp_path, out, gt))]) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "mAP@0.5 0.667 (thing 0.667)",
+        "8 of the records' 11 frames are not in the ground truth and are not scored (a frame "
+        'with no objects is listed with "boxes": [])',
+    ]
+
+
+def test_ids_null_are_no_identities(tmp_path: Path, capsys) -> None:
+    """``"ids": null`` passes the schema as no ids (as a frame without the key); scoring
+    tracks against it was a TypeError (exit 1)."""
+    from vstream.cli import main
+
+    gt = truth([("a", A)])
+    gt["frames"][0]["ids"] = None
+    out = records([(1, A)])
+    assert not has_identities(gt)
+    with pytest.raises(ValueError, match="1 boxes but 0 ids"):
+        evaluate_tracks(out, gt)
+    assert main(["eval", *map(str, write_files(tmp_path, out, gt))]) == 0
+    assert capsys.readouterr().out.splitlines() == ["mAP@0.5 1.000 (thing 1.000)"]
+
+
+def test_a_record_with_pts_null_is_not_timed(tmp_path: Path, capsys) -> None:
+    """``"pts": null`` passes the schema; checked against the ground truth's fps it was a
+    TypeError (exit 1). With no time stamp, there is nothing to check."""
+    from vstream.cli import main
+
+    gt = {**truth([("a", A)]), "fps": 25}
+    out = [{**records([(1, A)])[0], "pts": None}]
+    assert main(["eval", *map(str, write_files(tmp_path, out, gt))]) == 0
+    assert capsys.readouterr().out.startswith("mAP@0.5 1.000")
+
+
+def test_a_track_id_of_minus_1_is_a_track_like_any_other() -> None:
+    """-1 was the "never matched" mark of a truth object: a track -1 was kept as every new
+    object's match. Here truth a is A, b is B (IoU(A, B) = 60/140 = 0.43); track -1 at
+    [2, 0, 12, 10] overlaps both at 80/120 = 0.67, track 5 is A (IoU 1 with a, 0.43 with b).
+    The only pairing of both at IoU >= 0.5 is a-5, b-(-1): 2 matches, MOTA 1, as
+    py-motmetrics gives. Kept, a-(-1) left b only track 5 at 0.43: a miss and a false
+    positive, MOTA 0."""
+    gt = truth([("a", A), ("b", [4, 0, 14, 10])])
+    scores = {
+        track: evaluate_tracks(records([(track, [2, 0, 12, 10]), (5, A)]), gt) for track in (-1, 7)
+    }
+    for result in scores.values():
+        assert (result.matches, result.misses, result.false_positives) == (2, 0, 0)
+        assert result.mota == 1.0
+    assert scores[-1] == scores[7]
+
+
+def test_eval_refuses_an_iou_of_0(tmp_path: Path, capsys) -> None:
+    """At IoU 0 every pair of boxes matched: a run with its one box far from the object's
+    scored mAP 1.000 and MOTA 1.000."""
+    from vstream.cli import main
+
+    paths = [*map(str, write_files(tmp_path, records([(1, FAR)]), truth([("a", A)])))]
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", *paths, "--iou", "0"])
+    assert exit_.value.code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "argument --iou: must be above 0 (and at most 1), got 0" in line
+    assert main(["eval", *paths, "--iou", "1"]) == 0
+    assert capsys.readouterr().out.startswith("mAP@1 0.000")
+
+
+def test_eval_reads_files_with_a_byte_order_mark(tmp_path: Path, capsys) -> None:
+    """A file saved with a UTF-8 byte-order mark (as Notepad does) was invalid JSON."""
+    from vstream.cli import main
+
+    records_path, truth_path = tmp_path / "run.jsonl", tmp_path / "truth.json"
+    lines = "".join(json.dumps(r) + "\n" for r in sample_run_records())
+    records_path.write_text(lines, encoding="utf-8-sig")
+    truth_path.write_text(json.dumps(sample_truth()), encoding="utf-8-sig")
+    assert main(["eval", str(records_path), str(truth_path)]) == 0
+    assert capsys.readouterr().out.startswith("mAP@0.5 1.000")
+
+
+def test_records_that_name_no_stream_are_said_so() -> None:
+    """They were "the records hold None"."""
+    gt = {**truth([("a", A)]), "stream": "cam"}
+    out = records([(1, A)])
+    with pytest.raises(
+        ValueError,
+        match=r"no records of stream 'cam'; the records name no stream \(a run of one source\): "
+        r'to score them, name none \(no --stream, no "stream" in the ground truth\)$',
+    ):
+        evaluate(out, gt)
+    mixed = [*out, {**out[0], "stream": "cam1"}]
+    with pytest.raises(ValueError, match=r"2 streams \(\(no stream id\), cam1\)"):
+        evaluate_tracks(mixed, {**gt, "stream": None})
+    with pytest.raises(ValueError, match=r"the records hold \(no stream id\), cam1$"):
+        evaluate_tracks(mixed, gt, stream="cam")
+
+
+def test_eval_takes_a_box_clipped_to_nothing(tmp_path: Path, capsys) -> None:
+    """``vstream run`` clips boxes to the frame, so one past its edge is written with x2 == x1:
+    a false positive, not malformed (an inverted one, x2 < x1, is refused)."""
+    from vstream.cli import main
+
+    out = records([(1, A), (2, [640, 0, 640, 10])])
+    assert main(["eval", *map(str, write_files(tmp_path, out, truth([("a", A)])))]) == 0
+    assert "false positives 1," in capsys.readouterr().out

@@ -8,7 +8,8 @@ down exactly, and the tests check them on cases small enough to count by hand.
 Ground truth is the detection ground truth of :mod:`vstream.evaluation`,
 extended compatibly:
 
-- each frame may carry ``"ids"``, one object identity per box, in box order;
+- each frame may carry ``"ids"``, one object identity per box, in box order, no
+  two alike;
 - a top-level ``"lines"`` may list counting lines with their true crossings:
   ``{"name": "gate", "start": [x, y], "end": [x, y], "anchor": "bottom_center",
   "crossings": [{"frame": 41, "id": 3, "direction": "in"}, ...]}``.
@@ -114,16 +115,14 @@ def select_stream(
     if stream is not None and named is not None and stream != named:
         raise ValueError(f"the ground truth is of stream {named!r}, not {stream!r}")
     wanted = stream if stream is not None else named
-    present = sorted({str(r.get("stream")) for r in records})
+    present = sorted({r.get("stream") for r in records}, key=str)
     if wanted is not None:
         records = [r for r in records if r.get("stream") == wanted]
         if not records:
-            raise ValueError(
-                f"no records of stream {wanted!r}; the records hold {', '.join(present)}"
-            )
+            raise ValueError(f"no records of stream {wanted!r}; {_held(present)}")
     elif len(present) > 1:
         raise ValueError(
-            f"the records hold {len(present)} streams ({', '.join(present)}) and the ground "
+            f"the records hold {len(present)} streams ({_names(present)}) and the ground "
             'truth is of one: name it (vstream eval --stream ID, or "stream" in the ground truth)'
         )
     seen: set[int] = set()
@@ -136,6 +135,22 @@ def select_stream(
             )
         seen.add(frame)
     return records
+
+
+def _names(streams: Sequence[str | None]) -> str:
+    """Stream ids for a message; None (records without ``"stream"``) as ``(no stream id)``."""
+    return ", ".join("(no stream id)" if name is None else str(name) for name in streams)
+
+
+def _held(streams: Sequence[str | None]) -> str:
+    """What streams the records hold, for a message that names another one. Records of a
+    run of one source may have no ``"stream"``: they are scored when no stream is named."""
+    if streams == [None]:
+        return (
+            "the records name no stream (a run of one source): to score them, name none "
+            '(no --stream, no "stream" in the ground truth)'
+        )
+    return f"the records hold {_names(streams)}"
 
 
 def check_coverage(
@@ -183,7 +198,11 @@ def check_coverage(
     fps = ground_truth.get("fps")
     if fps:
         late = next(
-            (r for r in records if "pts" in r and abs(r["pts"] - r["frame"] / fps) > 0.5 / fps),
+            (
+                r
+                for r in records
+                if r.get("pts") is not None and abs(r["pts"] - r["frame"] / fps) > 0.5 / fps
+            ),
             None,
         )
         if late is not None:
@@ -195,8 +214,9 @@ def check_coverage(
 
 
 def has_identities(ground_truth: Mapping[str, Any]) -> bool:
-    """Whether the ground truth gives object identities (``"ids"`` in its frames)."""
-    return any("ids" in frame for frame in ground_truth.get("frames", []))
+    """Whether the ground truth gives object identities (``"ids"`` in its frames; ``null``
+    is none, as the ground truth's schema reads it)."""
+    return any(frame.get("ids") is not None for frame in ground_truth.get("frames", []))
 
 
 def has_tracks(records: Iterable[Mapping[str, Any]]) -> bool:
@@ -208,7 +228,7 @@ def _truth_by_frame(ground_truth: Mapping[str, Any]) -> dict[int, tuple[np.ndarr
     truth = {}
     for frame in ground_truth["frames"]:
         boxes = [box[:4] for box in frame["boxes"]]
-        ids = list(frame.get("ids", []))
+        ids = list(frame.get("ids") or [])
         if len(ids) != len(boxes):
             raise ValueError(
                 f"frame {frame['frame']}: {len(boxes)} boxes but {len(ids)} ids in the ground truth"
@@ -292,13 +312,16 @@ def _match_frame(
     hyp_ids: Sequence[int],
     last_match: Mapping[Any, int],
 ) -> list[tuple[int, int]]:
-    """One frame's truth-to-track pairs: kept correspondences first, then Hungarian."""
+    """One frame's truth-to-track pairs: kept correspondences first, then Hungarian. A truth
+    object never matched has no entry in ``last_match`` (None), never a track id: any int,
+    -1 too, can be a track's."""
     pairs = []
     free_gt = np.ones(len(gt_ids), dtype=bool)
     free_hyp = np.ones(len(hyp_ids), dtype=bool)
     column = {track_id: h for h, track_id in enumerate(hyp_ids)}
     for g, gt_id in enumerate(gt_ids):
-        h = column.get(last_match.get(gt_id, -1))
+        previous = last_match.get(gt_id)
+        h = column.get(previous) if previous is not None else None
         if h is not None and free_hyp[h] and close[g, h]:
             pairs.append((g, h))
             free_gt[g] = free_hyp[h] = False

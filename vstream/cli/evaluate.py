@@ -33,7 +33,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="ground-truth JSON, or vstream://NAME for a bundled one (default: "
         "vstream://sample_ground_truth.json, the sample video's)",
     )
-    evaluate.add_argument("--iou", type=fraction, default=0.5, help="match IoU (default 0.5)")
+    evaluate.add_argument(
+        "--iou", type=iou_threshold, default=0.5, help="match IoU, above 0 (default 0.5)"
+    )
     evaluate.add_argument(
         "--stream",
         metavar="ID",
@@ -41,6 +43,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "(default: the ground truth's \"stream\", else the records' only stream)",
     )
     evaluate.set_defaults(handler=eval_command)
+
+
+def iou_threshold(text: str) -> float:
+    """A match IoU: a fraction, but not 0. At 0 every pair of boxes, however far apart,
+    would match (IoU >= 0), and a run that misses everything would score 1.000."""
+    value = fraction(text)
+    if value == 0.0:
+        raise argparse.ArgumentTypeError(f"must be above 0 (and at most 1), got {text}")
+    return value
 
 
 def eval_command(args: argparse.Namespace) -> int:
