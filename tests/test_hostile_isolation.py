@@ -171,9 +171,14 @@ pipelines:
 
 
 def test_a_stage_held_is_named_by_ready_and_a_stop_gives_up_on_it_counting_every_frame(
-    media: Path, engines: StartEngine, api: ServeApi, monkeypatch: pytest.MonkeyPatch
+    media: Path,
+    engines: StartEngine,
+    api: ServeApi,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The held preprocessing thread (:func:`hold_frame`) is named, then given up on."""
+    """The held preprocessing thread (:func:`hold_frame`) is named, then given up on (the
+    stop's line named "the model" whatever held it)."""
     release, _ = hold_frame(monkeypatch)
     engine = engines(
         """
@@ -199,6 +204,7 @@ pipelines:
     finally:
         release.set()
     every_frame_counted(engine)
+    assert "pipeline main: the preprocess stage did not finish in time" in caplog.text
 
 
 def test_a_stream_removed_while_its_frames_are_held_counts_them_when_the_stop_gives_up(

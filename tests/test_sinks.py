@@ -100,6 +100,34 @@ def test_hurry_cuts_a_long_backoff_short_and_counts_what_is_left() -> None:
     assert (sink.stats.delivered, sink.stats.dropped) == (0, 3)
 
 
+def test_a_full_blocking_sink_says_it_holds_the_pipeline_back() -> None:
+    """A receiver that takes nothing (a stdout pipe nobody reads): with ``block`` the writer
+    waits, and so the model; a stop that waits in vain names this sink, not "the model"."""
+    release = threading.Event()
+
+    class Stuck(FlakyTransport):
+        def send(self, records: Sequence[dict]) -> None:
+            self.attempts += 1
+            release.wait(120)
+
+    transport = Stuck()
+    sink = BufferedSink(transport, name="t", capacity=2, batch_records=1, overflow="block")
+    writer = threading.Thread(target=sink.write, args=([result(i) for i in range(1, 4)],))
+    try:
+        sink.write([result(0)])
+        assert eventually(lambda: transport.attempts == 1)  # in hand, the buffer empty
+        assert not sink.holding_back
+        writer.start()
+        wait_for(lambda: sink.holding_back, what="the third record to wait for room")
+        assert writer.is_alive()
+    finally:
+        release.set()
+        if writer.ident is not None:
+            writer.join(60)
+        sink.close()
+    assert not sink.holding_back and sink.stats.delivered == 4
+
+
 def test_hurry_cuts_short_a_close_already_waiting_for_a_stuck_send() -> None:
     """The second signal comes while the first one's close waits for a send that hangs (a
     receiver that took the connection and never answers): that wait had its end fixed when

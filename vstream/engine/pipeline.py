@@ -604,13 +604,22 @@ class Pipeline:
         self._stopping.set()
         self.stages.finish()
         if not self._wait(self.stages.join, deadline):
-            log.error("pipeline %s: the model did not finish in time", self.name)
+            log.error("pipeline %s: %s did not finish in time", self.name, self._holdup())
             self.stages.abort()
             self._wait(self.stages.join, time.monotonic() + 1.0)
         with self._lock:
             readers = [*self.streams.values(), *self._retired]
         for reader in readers:  # a removed one's lane is out, emptied: its abandoned frames
             reader.counters.discarded(self.intake.queued(reader.lane) + self._abandoned(reader))
+
+    def _holdup(self) -> str:
+        """What a stop waited on in vain: the stages at work, and the sinks they wait for."""
+        stages = sorted({stage for stage, _ in self.stages.stuck(0.0)})
+        text = f"the {' and '.join(stages)} stage" if stages else "the model"
+        full = [sink.label for sink in self.sinks if getattr(sink, "holding_back", False)]
+        if full:
+            text += f", waiting for room in the full buffer of {', '.join(full)},"
+        return text
 
     def start_closing(self) -> None:
         """Close the pictures' outputs and start every sink's flush (they flush at once)."""

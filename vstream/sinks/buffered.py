@@ -134,6 +134,12 @@ class BufferedSink:
         return len(self._buffer)
 
     @property
+    def holding_back(self) -> bool:
+        """Whether a write waits for room (``block``: the buffer is full), and so the
+        pipeline's results, and its model, wait for this sink."""
+        return self.overflow == "block" and len(self._buffer) >= self.capacity
+
+    @property
     def state(self) -> str:
         """``ok``, ``retrying`` (destination unavailable) or ``failed``."""
         if self.error is not None:
