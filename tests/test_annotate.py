@@ -383,3 +383,20 @@ def test_labels_show_the_cascade_labels_after_the_class() -> None:
     # Wherever the atlas inks the text, the label is not plain background.
     colour = torch.tensor(class_colour(1), dtype=torch.int32)
     assert torch.equal((inked != colour).any(dim=-1), ink > 0)
+
+
+def test_the_scenes_of_sizes_no_longer_seen_are_let_go() -> None:
+    """Each size's scene holds whole-picture tensors, and an annotator lives as long as its
+    pipeline: streams of ever new sizes (cameras added and removed) grew it without end."""
+    from vstream.annotate.annotator import MAX_SCENES
+
+    annotator = Annotator(show_status=False)
+    det = Detection((10.0, 10.0, 30.0, 30.0), 0.9, 3, "cross")
+    kept = grey_frame(64, 48)
+    first = annotator.annotate(kept, result(det, width=64, height=48))
+    for width in range(66, 66 + 2 * MAX_SCENES, 2):
+        annotator.annotate(grey_frame(width, 48), result(det, width=width, height=48))
+        annotator.annotate(kept, result(det, width=64, height=48))  # in use all along
+    assert len(annotator._scenes) == MAX_SCENES
+    assert ("cpu", 64, 48) in annotator._scenes
+    assert torch.equal(annotator.annotate(kept, result(det, width=64, height=48)), first)

@@ -72,6 +72,8 @@ ZONE_HIGHLIGHT = (255, 64, 160)
 # Rows of the device colour table after the class palette.
 _STATUS, _LINE, _LINE_HOT, _ZONE, _ZONE_HOT = range(PALETTE_SIZE, PALETTE_SIZE + 5)
 _EXTRA_COLOURS = (STATUS_BACKGROUND, LINE_COLOUR, LINE_HIGHLIGHT, ZONE_COLOUR, ZONE_HIGHLIGHT)
+MAX_SCENES = 16
+"""Picture sizes (with devices) whose scenes an annotator keeps: more than its streams'."""
 
 
 def class_colour(key: int) -> tuple[int, int, int]:
@@ -282,12 +284,15 @@ class Annotator:
         return max(12, round(height * self.scale / 36))
 
     def _scene(self, device: torch.device, width: int, height: int) -> _Scene:
+        """The scene of pictures of this size, the :data:`MAX_SCENES` used last kept: an
+        annotator lives as long as its pipeline, and each size's scene holds whole-picture
+        tensors (a zone's fill), so streams of ever new sizes grew it without end."""
         key = (str(device), width, height)
-        scene = self._scenes.get(key)
-        if scene is None:
-            with self._lock:
-                scene = self._scenes.get(key) or self._build_scene(device, width, height)
-                self._scenes[key] = scene
+        with self._lock:
+            scene = self._scenes.pop(key, None) or self._build_scene(device, width, height)
+            self._scenes[key] = scene  # the most recently used last
+            while len(self._scenes) > MAX_SCENES:
+                del self._scenes[next(iter(self._scenes))]
         return scene
 
     def _build_scene(self, device: torch.device, width: int, height: int) -> _Scene:
