@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import run_cli, tiny_detector, write_video
 
 from vstream.config import ConfigError, load_config, parse_config, parse_source
@@ -503,3 +504,205 @@ pipelines:
         f"pipelines[0]: {where} [2] are never detected: postprocess.classes keeps [0, 1] alone"
     ), str(error.value)
     parse_config(text.replace("[0, 1]", "[0, 1, 2]"))
+
+
+MERGED = """
+pipelines:
+  - name: main
+    model: {path: model.onnx}
+    sources:
+      - &cam {id: cam1, uri: clip.mp4, loop: false, queue_size: 2}
+      - OVERRIDE
+    sinks:
+      - {type: jsonl, path: out.jsonl}
+"""
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "<<: *cam\n        id: cam2\n        loop: true",
+        "id: cam2\n        <<: *cam\n        loop: true",
+        "{<<: [*cam, {id: cam9}], id: cam2, loop: true}",
+    ],
+    ids=["after", "before", "list"],
+)
+def test_a_key_written_beside_a_merge_wins_as_pyyaml_reads_it(workdir: Path, item: str) -> None:
+    """``- <<: *cam`` then ``id: cam2`` was refused as a duplicate key: in YAML's merge the
+    keys written win, wherever they stand (PyYAML's own reading is the oracle)."""
+    text = MERGED.replace("OVERRIDE", item)
+    written = yaml.safe_load(text)["pipelines"][0]["sources"]
+    assert written[1] == {"id": "cam2", "uri": "clip.mp4", "loop": True, "queue_size": 2}
+    sources = parse_config(text, base_dir=workdir).pipelines[0].sources
+    assert [(s.id, s.loop, s.queue_size) for s in sources] == [
+        (s["id"], s["loop"], s["queue_size"]) for s in written
+    ]
+
+
+def test_of_merged_mappings_the_first_listed_wins_and_of_two_merges_the_later(
+    workdir: Path,
+) -> None:
+    """``<<: [*a, *b]``: a key of ``*a`` wins (yaml.org/type/merge.html; PyYAML 6.0.4 gives
+    ``*b``'s for keys of two characters or more, yaml/pyyaml#953, so the spec is the
+    oracle). Two ``<<`` keys in one mapping: the later wins, as PyYAML reads it."""
+    text = MERGED.replace(
+        "- OVERRIDE",
+        "- &b {id: cam2, uri: clip.mp4, queue_size: 3, loop: true}\n"
+        "      - {<<: [*cam, *b], id: cam3}\n"
+        "      - {<<: *cam, <<: *b, id: cam4}",
+    )
+    assert yaml.safe_load(text)["pipelines"][0]["sources"][3]["queue_size"] == 3
+    sources = parse_config(text, base_dir=workdir).pipelines[0].sources
+    assert [(s.id, s.queue_size, s.loop) for s in sources[2:]] == [
+        ("cam3", 2, False),
+        ("cam4", 3, True),
+    ]
+
+
+def test_a_key_written_before_a_merge_keeps_its_line(workdir: Path) -> None:
+    """The mapping merged after a key gave that key the anchor's line: an error in the value
+    written pointed at the line of the value it had replaced."""
+    text = MERGED.replace("OVERRIDE", "queue_size: 0\n        id: cam2\n        <<: *cam")
+    assert errors_of(workdir, text) == [
+        f"{workdir / 'pipelines.yaml'}:6: pipelines[0].sources[1].queue_size: "
+        "must be in [1, 64], got 0"
+    ]
+
+
+@pytest.mark.parametrize("merged", ["5", "[*cam, 5]", ""], ids=["scalar", "in-list", "empty"])
+def test_a_merge_of_something_not_a_mapping_is_one_line(workdir: Path, merged: str) -> None:
+    """``<<: 5`` was ignored without a word; PyYAML refuses it."""
+    text = MERGED.replace("OVERRIDE", f"<<: {merged}\n        id: cam2\n        uri: clip.mp4")
+    with pytest.raises(yaml.YAMLError, match="for merging"):
+        yaml.safe_load(text)
+    shown = "'5'" if merged else "''"
+    assert errors_of(workdir, text) == [
+        f"{workdir / 'pipelines.yaml'}:6: pipelines[0].sources[1]: cannot merge {shown}: "
+        "<< takes a mapping or a list of mappings"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        ("['']", "class_names[0]: String should have at least 1 character"),
+        ("[a, 2]", "class_names[1]: Input should be a valid string (got 2)"),
+        ("{x: a}", "class_names.x: String should match pattern '^\\d{1,6}$' (got 'x')"),
+        ("{0: a, 1: ''}", "class_names.1: String should have at least 1 character"),
+    ],
+    ids=["empty-name", "number", "key", "empty-value"],
+)
+def test_a_class_names_error_is_one_line_naming_the_key(
+    workdir: Path, names: str, expected: str
+) -> None:
+    """``class_names`` is a list or a mapping: each error came once per kind, its path
+    holding pydantic's names of them (``class_names.list[function-after[_printable(),
+    constrained-str]][0]``), and the kind the value was not said it should be one."""
+    text = GOOD.replace("{path: model.onnx}", f"{{path: model.onnx, class_names: {names}}}")
+    assert errors_of(workdir, text) == [
+        f"{workdir / 'pipelines.yaml'}:3: pipelines[0].model.{expected}"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("form", "name"),
+    [
+        ("${CAM_PASSWORD-fallback}", "CAM_PASSWORD"),
+        ("${CAM_PASSWORD:fallback}", "CAM_PASSWORD"),
+        ("${CAM_PASSWORD:?must be set}", "CAM_PASSWORD"),
+        ("${CAM_PASSWORD", "CAM_PASSWORD"),
+        ("${CAM_PASSWORD:-${OTHER}}", "CAM_PASSWORD"),
+        ("${ CAM_PASSWORD }", None),
+    ],
+)
+def test_an_interpolation_vstream_does_not_read_is_refused(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, form: str, name: str | None
+) -> None:
+    """Any ``${`` but ``${VAR}`` and ``${VAR:-default}`` was left as it stood, and became
+    the camera's password; it is refused now, naming the variable and no more of it."""
+    monkeypatch.delenv("CAM_PASSWORD", raising=False)
+    text = GOOD.replace("clip.mp4", f"'rtsp://viewer:{form}@10.0.0.21/live'")
+    example = name or "NAME"
+    assert errors_of(workdir, text) == [
+        f"{workdir / 'pipelines.yaml'}:6: pipelines[0].sources[0].uri: unsupported "
+        f"interpolation ${{{name or ''}...}}: write ${{{example}}} or ${{{example}:-default}}, "
+        "or $${ for a literal ${"
+    ]
+
+
+def test_a_dollar_brace_is_written_as_two_dollars(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CAM_PASSWORD", "pa${ss")  # a value is never read for ${
+    text = GOOD.replace("clip.mp4", "'rtsp://viewer:${CAM_PASSWORD}@cam/$${x}'")
+    uri = parse_config(text, base_dir=workdir).pipelines[0].sources[0].uri
+    assert uri == "rtsp://viewer:pa${ss@cam/${x}"
+
+
+NUMBERS = """
+server:
+  port: ${PORT}
+  token: ${TOKEN:-}
+processes: ${PROCESSES:-1}
+pipelines:
+  - name: main
+    model: {path: model.onnx}
+    sources:
+      - id: ${CAM_ID}
+        uri: clip.mp4
+        loop: ${LOOP}
+        max_behind_seconds: ${BEHIND:-2.5}
+    sinks:
+      - {type: mqtt, host: h, password: '${MQTT_PASSWORD}'}
+"""
+
+
+def test_a_whole_variable_gives_a_number_or_boolean_where_the_key_takes_one(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``port: ${PORT}`` was refused whatever PORT held ("must be an integer, got '9090'"):
+    a value from the environment is text. It reads now as YAML reads its text in its place,
+    where the key refuses text; a text key keeps the text (a password of digits)."""
+    env = {
+        "PORT": "9090",
+        "TOKEN": "12345678",
+        "PROCESSES": "auto",
+        "CAM_ID": "0042",
+        "LOOP": "true",
+        "MQTT_PASSWORD": "123456",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    config = parse_config(NUMBERS, base_dir=workdir)
+    source = config.pipelines[0].sources[0]
+    assert (config.server.port, config.processes, source.loop) == (9090, "auto", True)
+    assert (source.id, source.max_behind_seconds) == ("0042", 2.5)
+    token = config.server.token
+    assert token is not None and token.get_secret_value() == "12345678"
+    sink = config.pipelines[0].sinks[0]
+    assert sink.password.get_secret_value() == "123456"
+
+    monkeypatch.setenv("PORT", "99999")
+    monkeypatch.setenv("LOOP", "1")
+    monkeypatch.setenv("PROCESSES", "4")
+    assert [line.split(": ", 1)[1] for line in errors_of(workdir, NUMBERS)] == [
+        "server.port: must be in [0, 65535], got 99999",
+        "pipelines[0].sources[0].loop: Input should be a valid boolean (got '1')",
+    ]
+
+
+def test_an_empty_classes_list_is_refused_from_yaml_and_from_the_flag(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``classes: []`` (or ``--classes "$IDS"`` with IDS empty) kept no class: every frame
+    had 0 detections, and nothing said why."""
+    from vstream.cli import main
+
+    rule = "an empty list keeps no class: list at least one class id, or leave it out to keep "
+    text = GOOD.replace("    sinks:", "    postprocess: {classes: []}\n    sinks:")
+    assert errors_of(workdir, text) == [
+        f"{workdir / 'pipelines.yaml'}:7: pipelines[0].postprocess.classes: {rule}every class"
+    ]
+    source, model = str(workdir / "clip.mp4"), str(workdir / "model.onnx")
+    assert main(["run", "--source", source, "--model", model, "--classes", ""]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"vstream: error: --classes: {rule}every class"]

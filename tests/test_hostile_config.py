@@ -249,3 +249,53 @@ def test_through_the_api_a_dev_path_says_nothing_of_files_outside_allowed_paths(
     assert said == dict.fromkeys(uris, outside_message)
     for device in ("/dev/null", "/dev/no-such-device-zz"):
         assert refusal(device) == f"uri: {device} is not a V4L2 capture device"
+
+
+@pytest.mark.parametrize(
+    ("section", "flags"),
+    [
+        ("server:\n", ["--port", "0"]),
+        ("server: 8080\n", ["--host", "127.0.0.1"]),
+        ("server: [a]\n", ["--port", "0"]),
+        ("logging:\n", ["--log-level", "debug"]),
+    ],
+    ids=["empty-server", "number-server", "list-server", "empty-logging"],
+)
+def test_a_flag_into_a_section_that_is_no_mapping_gets_validates_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, flags: list[str]
+) -> None:
+    """``server:`` with its lines commented out, and ``vstream serve --port 0``: the flag was
+    set into None, a TypeError (exit 1) where ``validate`` refuses the section (exit 2)."""
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        f"{section}pipelines:\n  - name: p\n    model: {{path: {assets.DEMO_MODEL}}}\n"
+        f"    sources: [{{id: s, uri: {assets.SAMPLE_VIDEO}}}]\n"
+        "    sinks: [{type: stdout}]\n"
+    )
+    assert main(["validate", str(config)]) == 2
+    (refused,) = capsys.readouterr().err.splitlines()
+    assert (
+        refused.startswith(f"vstream: {config}:1: ") and "should be a valid dictionary" in refused
+    )
+    assert main(["serve", str(config), *flags]) == 2
+    assert capsys.readouterr().err.splitlines() == [refused.replace(": ", ": error: ", 1)]
+
+
+def test_a_refused_interpolation_shows_no_value_and_no_text_around_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A default written in the file (``${PW-hunter2}``) or a variable's value may be a
+    password: the message refusing a form names the variable and the key alone."""
+    monkeypatch.setenv("MQTT_USER", "s3cr3t-user")
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        f"pipelines:\n  - name: p\n    model: {{path: {assets.DEMO_MODEL}}}\n"
+        f"    sources: [{{id: s, uri: {assets.SAMPLE_VIDEO}}}]\n"
+        "    sinks:\n      - type: mqtt\n        host: h\n"
+        "        username: ${MQTT_USER}\n        password: xx${PW-hunter2}yy\n"
+    )
+    assert main(["validate", str(config)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"vstream: {config}:9: pipelines[0].sinks[0].password: unsupported interpolation "
+        "${PW...}: write ${PW} or ${PW:-default}, or $${ for a literal ${"
+    ]

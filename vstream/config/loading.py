@@ -30,7 +30,21 @@ from vstream.uri import redact_uri
 
 Loc = tuple[str | int, ...]
 
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_ENV = re.compile(
+    r"\$\$\{"
+    r"|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>(?:[^}$]|\$(?!\{))*))?\}"
+    r"|\$\{(?P<other>[A-Za-z_][A-Za-z0-9_]*)?[^}]*\}?"
+)
+"""What a ``${`` starts: ``$${`` (a literal ``${``), ``${NAME}`` or ``${NAME:-default}`` (the
+two forms read), else any other to its ``}`` (a shell's ``${NAME-x}`` or ``${NAME:?}``, an
+unclosed ``${NAME``, a nested default): refused, since left as it is it would become the value
+(a camera's password), and its name, if one follows, kept for the message."""
+_TYPED_TAGS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"}
+"""What a whole ``${VAR}`` may read as, for a key that refuses text (:func:`_validate`)."""
+_INT_KEY = re.compile(r"-?[0-9]{1,20}")
+"""How pydantic writes an integer key of a mapping in a loc (:func:`_key_in`)."""
+_KEY = "[key]"
+"""The last part pydantic adds to the loc of an error in a mapping's key."""
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _SECRET_KEYS = {"password", "token", "headers", "username"}
 """Keys whose values are never quoted in an error."""
@@ -160,12 +174,37 @@ def _clip(text: str) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _shown(node: yaml.Node, loc: Loc) -> str:
+    """How a message quotes ``node``'s value: clipped, and never under a secret key."""
+    secret = any(part in _SECRET_KEYS for part in loc)
+    plain = isinstance(node, yaml.ScalarNode) and not secret
+    return repr(_clip(node.value)) if plain else "the value"
+
+
+def _unresolved(match: re.Match[str]) -> str:
+    """Why a ``${...}`` was not replaced; it names the variable, never a value or the text
+    around it (a password's other characters)."""
+    name = match.group("name")
+    if name is not None:
+        return f"environment variable {name} is not set (write ${{{name}:-default}} for a default)"
+    other = match.group("other")
+    example = other or "NAME"
+    return (
+        f"unsupported interpolation ${{{other or ''}...}}: write ${{{example}}} or "
+        f"${{{example}:-default}}, or $${{ for a literal ${{"
+    )
+
+
 class _Document:
     """Plain data built from YAML nodes, with the line of every key path."""
 
     def __init__(self) -> None:
+        self.data: Any = None
         self.lines: dict[Loc, int] = {}
         self.issues: list[ConfigIssue] = []
+        self.from_env: dict[Loc, tuple[str, Any]] = {}
+        """Values that were one whole ``${VAR}``: their text and the number or boolean that
+        text reads as in YAML (:func:`_validate`)."""
         self._constructor = yaml.SafeLoader("")
 
     def build(self, node: yaml.Node, loc: Loc) -> Any:
@@ -180,14 +219,16 @@ class _Document:
         return value
 
     def _mapping(self, node: yaml.MappingNode, loc: Loc) -> dict[Any, Any]:
+        """The keys written in ``node``, and those its ``<<`` merges where none is written.
+
+        YAML's merge as PyYAML reads it: a key written wins wherever it stands, so it is
+        no duplicate of a merged one; only the keys written are checked for duplicates.
+        """
         result: dict[Any, Any] = {}
+        merges: list[yaml.Node] = []
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE_TAG:
-                merged = self.build(value_node, loc)
-                for part in merged if isinstance(merged, list) else [merged]:
-                    if isinstance(part, dict):
-                        for key, value in part.items():
-                            result.setdefault(key, value)
+                merges.append(value_node)
                 continue
             key = self._scalar(key_node, loc)
             if key is _UNREADABLE:
@@ -205,9 +246,32 @@ class _Document:
             path = (*loc, key)
             if key in result:
                 self.issues.append(ConfigIssue(format_path(path), line, "duplicate key"))
-            self.lines[path] = line
+            self.lines.setdefault(path, line)  # a merge, built after, keeps the line written
             result[key] = self.build(value_node, path)
-        return result
+        return {**self._merged(merges, loc), **result}
+
+    def _merged(self, merges: list[yaml.Node], loc: Loc) -> dict[Any, Any]:
+        """What the ``<<`` values ``merges`` bring in, as PyYAML merges them.
+
+        Each is a mapping or a list of mappings; a later ``<<`` wins over an earlier one,
+        and the first mapping of a list over the next. They are built in that order of
+        precedence, so that a key's line is that of the mapping its value comes from.
+        """
+        parts: list[yaml.Node] = []  # least precedence first
+        for value_node in merges:
+            items = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            parts.extend(reversed(items))
+        built: list[dict[Any, Any]] = []
+        for part in reversed(parts):
+            if isinstance(part, yaml.MappingNode):
+                built.append(self._mapping(part, loc))
+                continue
+            message = f"cannot merge {_shown(part, loc)}: << takes a mapping or a list of mappings"
+            self.issues.append(ConfigIssue(format_path(loc), part.start_mark.line + 1, message))
+        merged: dict[Any, Any] = {}
+        for mapping in reversed(built):
+            merged.update(mapping)
+        return merged
 
     def _scalar(self, node: yaml.Node, loc: Loc) -> Any:
         """The value of a scalar (or a key), else an issue and :data:`_UNREADABLE`.
@@ -227,35 +291,56 @@ class _Document:
             else:
                 why = f": {exc.problem}" if isinstance(exc, yaml.MarkedYAMLError) else ""
             tag = node.tag.replace("tag:yaml.org,2002:", "!!", 1)
-            secret = any(part in _SECRET_KEYS for part in loc)
-            plain = isinstance(node, yaml.ScalarNode) and not secret
-            shown = repr(_clip(node.value)) if plain else "the value"
-            message = f"cannot read {shown} as {tag}{why}"
+            message = f"cannot read {_shown(node, loc)} as {tag}{why}"
             self.issues.append(ConfigIssue(format_path(loc), node.start_mark.line + 1, message))
             return _UNREADABLE
 
     def _interpolate(self, value: str, loc: Loc, line: int) -> str:
+        """``value`` with each ``${...}`` replaced: by the variable, else its default; an unset
+        variable without one, or a form not read, is an issue (:func:`_unresolved`).
+
+        The replacement is one pass over what the file says: a variable's value is never
+        read for ``${``, so a password may hold one.
+        """
+
         def substitute(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in os.environ:
+            name, default = match.group("name", "default")
+            if name is None and match.group(0) == "$${":
+                return "${"
+            if name is not None and name in os.environ:
                 return os.environ[name]
-            if default is not None:
+            if name is not None and default is not None:
                 return default
-            self.issues.append(
-                ConfigIssue(
-                    format_path(loc),
-                    line,
-                    f"environment variable {name} is not set (write ${{{name}:-default}} "
-                    "for a default)",
-                )
-            )
+            self.issues.append(ConfigIssue(format_path(loc), line, _unresolved(match)))
             return ""
 
-        return _ENV.sub(substitute, value)
+        text = _ENV.sub(substitute, value)
+        whole = _ENV.fullmatch(value)
+        if whole is not None and whole["name"] is not None:
+            self._note_typed(text, loc)
+        return text
+
+    def _note_typed(self, text: str, loc: Loc) -> None:
+        """Note the number or boolean ``text`` reads as in YAML (``8080``, ``true``), if any:
+        ``port: ${PORT}`` then reads as ``port: 8080`` would, where the key refuses text.
+        Quoted or not: a variable has no type to keep, and in a flow mapping
+        (``{port: '${PORT}'}``) the quotes are needed.
+
+        Only a scalar's tag is resolved, never a structure: a value cannot change the file's.
+        """
+        tag = self._constructor.resolve(yaml.ScalarNode, text, (True, False))
+        if tag not in _TYPED_TAGS:
+            return
+        try:
+            scalar = self._constructor.construct_object(yaml.ScalarNode(tag, text), deep=True)
+        except ValueError:  # an integer of over 4300 digits: left as text, refused as text
+            return
+        self.from_env[loc] = (text, scalar)
 
 
-def parse_yaml(text: str, source: str | None = None) -> tuple[Any, dict[Loc, int]]:
-    """The data in ``text`` and the line of each key path; raises :class:`ConfigError`."""
+def parse_yaml(text: str, source: str | None = None) -> _Document:
+    """The data in ``text``, the line of each key path and the values from a whole ``${VAR}``;
+    raises :class:`ConfigError`."""
     if len(text) > MAX_CONFIG_BYTES:
         raise ConfigError([ConfigIssue("", None, _too_long())], source)
     try:
@@ -269,10 +354,10 @@ def parse_yaml(text: str, source: str | None = None) -> tuple[Any, dict[Loc, int
     if node is None:
         raise ConfigError([ConfigIssue("", 1, "the file is empty")], source)
     document = _Document()
-    data = document.build(node, ())
+    document.data = document.build(node, ())
     if document.issues:
         raise ConfigError(document.issues, source)
-    return data, document.lines
+    return document
 
 
 def _too_long() -> str:
@@ -287,20 +372,48 @@ def _line_of(loc: Loc, lines: Mapping[Loc, int]) -> int | None:
     return None
 
 
-def _data_loc(loc: Loc, data: Any) -> Loc:
-    """``loc`` without the tags pydantic adds for tagged unions (a sink's ``type``)."""
+_ABSENT = object()
+"""What :func:`_key_in` gives for a part of a loc that is no key or index of the data."""
+
+
+def _key_in(data: Any, part: str | int) -> Any:
+    """The key or index of ``data`` that ``part`` names, else :data:`_ABSENT`.
+
+    pydantic names a mapping's integer key as text where a validator made the keys
+    text (``class_names: {0: person}``).
+    """
+    if isinstance(data, dict):
+        if part in data:
+            return part
+        if isinstance(part, str) and _INT_KEY.fullmatch(part) and int(part) in data:
+            return int(part)
+    elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+        return part
+    return _ABSENT
+
+
+def _data_loc(loc: Loc, data: Any) -> tuple[Loc, bool]:
+    """``loc`` as a key path of ``data``, and whether its last part named a union's member.
+
+    pydantic adds parts the data has no key for, which the user never wrote: a tagged
+    union's tag (a sink's ``type``), a plain union's member (``list[...]`` and
+    ``dict[...]`` in ``class_names``) and ``[key]`` after a key it refuses; they are left
+    out. A member's name is no identifier, as every field's is: a part that names a key
+    the data lacks (a missing key, a default checked) is kept.
+    """
     kept: list[str | int] = []
+    member = False
     for part in loc:
-        if isinstance(data, dict) and part not in data and data.get("type") == part:
-            continue
+        key = _key_in(data, part)
+        if key is _ABSENT and isinstance(part, str):
+            tag = isinstance(data, dict) and data.get("type") == part
+            member = not part.isidentifier() and part != _KEY
+            if tag or member or part == _KEY:
+                continue
+        member = False
         kept.append(part)
-        if isinstance(data, dict):
-            data = data.get(part)
-        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
-            data = data[part]
-        else:
-            data = None
-    return tuple(kept)
+        data = None if key is _ABSENT else data[key]
+    return tuple(kept), member
 
 
 def _allowed_keys(model: type[BaseModel], loc: Loc, data: Any) -> list[str] | None:
@@ -375,20 +488,26 @@ def issues_from(
     lines: Mapping[Loc, int],
     model: type[BaseModel],
 ) -> list[ConfigIssue]:
-    """pydantic's errors as config issues with key paths and lines."""
-    issues: list[ConfigIssue] = []
+    """pydantic's errors as config issues with key paths and lines.
+
+    When every member of a union refuses a value, each says why: the member of the
+    value's shape (a list for a list) what is wrong inside it, the others only that the
+    value is not of their type ("should be a valid dictionary"). Those are left out
+    where another error lies at or below the same key, which says more.
+    """
+    located = []
     for error in exc.errors(include_url=False):
-        loc = _data_loc(tuple(error["loc"]), data)
+        loc, member = _data_loc(tuple(error["loc"]), data)
         if error["type"] == "union_tag_invalid":
             loc = (*loc, "type")
-        issue = ConfigIssue(
-            format_path(loc),
-            _line_of(loc, lines),
-            _message(error, loc, model, data),
-        )
-        if issue not in issues:
-            issues.append(issue)
-    return issues
+        located.append((error, loc, member and error["type"].endswith("_type")))
+    explained = {loc[:end] for _, loc, other in located if not other for end in range(len(loc) + 1)}
+    issues: dict[ConfigIssue, None] = {}
+    for error, loc, other in located:
+        if not (other and loc in explained):
+            message = _message(error, loc, model, data)
+            issues.setdefault(ConfigIssue(format_path(loc), _line_of(loc, lines), message))
+    return list(issues)
 
 
 def load_config(
@@ -422,15 +541,30 @@ def parse_config(
     overrides: Mapping[tuple[str | int, ...], Any] | None = None,
 ) -> VstreamConfig:
     """Validate a pipelines file given as text (see :func:`load_config`)."""
-    data, lines = parse_yaml(text, source)
+    document = parse_yaml(text, source)
+    data = document.data
     if not isinstance(data, dict):
         raise ConfigError([ConfigIssue("", 1, "must be a mapping with a 'pipelines' key")], source)
     for key_path, value in (overrides or {}).items():
-        node = data
-        for part in key_path[:-1]:
-            node = node.setdefault(part, {}) if isinstance(node, dict) else node[part]
-        node[key_path[-1]] = value
-    return parse_data(data, base_dir=base_dir, lines=lines, source=source)
+        _override(data, key_path, value)
+    return parse_data(
+        data, base_dir=base_dir, lines=document.lines, source=source, from_env=document.from_env
+    )
+
+
+def _override(data: dict[Any, Any], key_path: Loc, value: Any) -> None:
+    """Set ``value`` at ``key_path`` in ``data``, making the sections on the way.
+
+    A section the file has but not as a mapping (``server:`` with each of its lines
+    commented out) is left as it is: validation refuses it with the line ``vstream
+    validate`` gives, where setting a key in it would crash.
+    """
+    node: Any = data
+    for part in key_path[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            return
+    node[key_path[-1]] = value
 
 
 def parse_data(
@@ -439,14 +573,77 @@ def parse_data(
     base_dir: Path | None = None,
     lines: Mapping[Loc, int] | None = None,
     source: str | None = None,
+    from_env: Mapping[Loc, tuple[str, Any]] | None = None,
 ) -> VstreamConfig:
-    """Validate a config document given as data (what YAML or the CLI flags describe)."""
+    """Validate a config document given as data (what YAML or the CLI flags describe).
+
+    ``from_env``: the values that were one whole ``${VAR}`` (:func:`_validate`).
+    """
     try:
-        return VstreamConfig.model_validate(data, context={"base_dir": base_dir or Path.cwd()})
+        return _validate(data, {"base_dir": base_dir or Path.cwd()}, from_env or {})
     except ValidationError as exc:
         raise ConfigError(issues_from(exc, data, lines or {}, VstreamConfig), source) from None
     except OSError as exc:
         raise ConfigError([_path_issue(exc)], source) from None
+
+
+def _validate(
+    data: Any, context: dict[str, Any], from_env: Mapping[Loc, tuple[str, Any]]
+) -> VstreamConfig:
+    """``data`` validated, a whole ``${VAR}`` read as YAML would read its text in its place
+    where the key refuses text: ``port: ${PORT}`` as ``port: 8080``, ``loop: ${LOOP}`` as
+    ``loop: true``.
+
+    The key decides, since YAML alone would make a password of digits a number, which a
+    text key refuses: a value goes back to text where the key refuses its number too for
+    its type, so that the error, if any, is about the text. Each value changes at most
+    twice, so this ends; a config without an error is validated once.
+    """
+    retyped: set[Loc] = set()
+    while True:
+        try:
+            return VstreamConfig.model_validate(data, context=context)
+        except ValidationError as exc:
+            if not _retype(exc, data, from_env, retyped):
+                raise
+
+
+def _retype(
+    exc: ValidationError,
+    data: Any,
+    from_env: Mapping[Loc, tuple[str, Any]],
+    retyped: set[Loc],
+) -> bool:
+    """Change the values from ``${VAR}`` that ``exc`` refuses (see :func:`_validate`): text to
+    its number or boolean once, back where that is refused for its type; whether any changed.
+    A value a ``vstream serve`` flag replaced is not the text noted, and is left alone."""
+    for_its_type: dict[Loc, bool] = {}  # each refused value: whether for its type
+    for error in exc.errors(include_url=False):
+        loc = _data_loc(tuple(error["loc"]), data)[0]
+        if loc in from_env:
+            for_its_type[loc] = for_its_type.get(loc, False) or error["type"].endswith("_type")
+    changed = False
+    for loc, wrong_type in for_its_type.items():
+        text, scalar = from_env[loc]
+        if loc not in retyped:
+            retyped.add(loc)
+            changed |= _swap(data, loc, text, scalar)
+        elif wrong_type:
+            changed |= _swap(data, loc, scalar, text)
+    return changed
+
+
+def _swap(data: Any, loc: Loc, old: Any, new: Any) -> bool:
+    """Put ``new`` at ``loc`` in ``data`` if ``old`` itself is there; whether it was."""
+    parent = data
+    for part in loc[:-1]:
+        key = _key_in(parent, part)
+        parent = None if key is _ABSENT else parent[key]
+    key = _key_in(parent, loc[-1])
+    if key is _ABSENT or parent[key] is not old:
+        return False
+    parent[key] = new
+    return True
 
 
 def _path_issue(exc: OSError) -> ConfigIssue:

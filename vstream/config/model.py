@@ -361,6 +361,18 @@ class PostprocessOptions(StrictModel):
         '("mask": {"size", "counts"}) or polygons ("polygon": [[x, y, x, y, ...], ...])',
     )
 
+    @field_validator("classes")
+    @classmethod
+    def _some_classes(cls, value: list[int] | None) -> list[int] | None:
+        """An empty list would keep no detection, without a word: it is an empty variable
+        (``--classes "$IDS"``), not a wish."""
+        if value == []:
+            raise ValueError(
+                "an empty list keeps no class: list at least one class id, or leave it out to "
+                "keep every class"
+            )
+        return value
+
 
 class RuntimeOptions(StrictModel):
     """Where and how a pipeline runs: device, batching, buffers, threads."""
