@@ -237,3 +237,20 @@ def test_boxes_and_scores_that_are_not_finite_are_no_detections() -> None:
     rows = fixed_rows(fixed, output)
     assert rows is not None
     np.testing.assert_array_equal(rows, expected)
+
+
+def test_both_paths_keep_a_box_past_the_input_from_suppressing_another_frames() -> None:
+    """Frame 1's box reaches past the input's top-left (-40..4); the exact path's offsets used
+    to move it onto frame 0's box of the last class, at the bottom-right (280..320), which
+    it then suppressed. The fixed path, per frame without offsets, always kept both."""
+    output = torch.zeros((2, 4 + 3, 2100))
+    output[0, :4, 0] = torch.tensor([300.0, 300.0, 40.0, 40.0])
+    output[0, 4 + 2, 0] = 0.8
+    output[1, :4, 0] = torch.tensor([-18.0, -18.0, 44.0, 44.0])
+    output[1, 4 + 0, 0] = 0.9
+    exact = Postprocessor(OutputFormat.YOLOV8, PostprocessOptions(), CPU)
+    square = [GEOMETRIES[2]] * 2
+    expected = [[0, 280, 280, 320, 320, 0.8, 2], [1, 0, 0, 4, 4, 0.9, 0]]
+    np.testing.assert_allclose(exact(output, square).numpy(), expected, rtol=1e-6)
+    fixed = FixedShapes(exact)
+    np.testing.assert_allclose(fixed.unpack(fixed(output, square).numpy()), expected, rtol=1e-6)

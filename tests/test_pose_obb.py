@@ -26,12 +26,13 @@ from vstream.analytics.geometry import rotated_iou_matrix
 from vstream.analytics.shapes import ShapeMemory, keypoint_indices
 from vstream.assets import ASSETS_DIR, COLOUR_MODEL
 from vstream.cli import main
-from vstream.config import PipelineConfig
+from vstream.config import PipelineConfig, PostprocessOptions
 from vstream.engine.pipeline import Pipeline
 from vstream.parity import MATCH_IOU, REQUIRED, agreement, keypoint_distances
+from vstream.postprocess import OutputFormat, Postprocessor
 from vstream.postprocess.formats import OutputInfo, class_count
 from vstream.postprocess.nms import probabilistic_iou, rotated_nms
-from vstream.postprocess.tasks import recognise_model
+from vstream.postprocess.tasks import Task, TaskSpec, recognise_model
 from vstream.preprocess import LetterboxGeometry
 from vstream.results import KEYPOINTS, OBB, rotated_corners
 
@@ -393,3 +394,109 @@ def test_rotated_boxes_and_skeletons_are_drawn_where_opencv_draws_them() -> None
     hidden = np.zeros((height, width), np.uint8)
     cv2.line(hidden, (140, 180), (260, 80), 1, thickness=1)  # inside the limb (1, 2), ends off
     assert _near(hidden > 0, ours & ~(box > 0), 0) == 0, "no limb to a keypoint not visible"
+
+
+def dense_rows(rows: list[list[float]], task: TaskSpec) -> torch.Tensor:
+    """A one-class YOLOv8-layout output ``[1, 4 + 1 + extra, 8]`` whose first anchors hold
+    ``rows`` (``cx, cy, w, h, score``, then the task's values)."""
+    output = torch.zeros((1, 5 + task.extra, 8))
+    output[0, :, : len(rows)] = torch.tensor(rows).reshape(-1, 5 + task.extra).T
+    return output
+
+
+@pytest.mark.parametrize(
+    ("task", "broken"),
+    [
+        (TaskSpec(Task.OBB, extra=1), [[math.nan], [math.inf]]),
+        (
+            TaskSpec(Task.POSE, extra=6, keypoints=(2, 3)),
+            [[math.nan, 50, 0.9, 60, 60, 0.9], [40, 50, 0.9, 60, 60, -math.inf]],
+        ),
+        (TaskSpec(Task.POSE, extra=4, keypoints=(2, 2)), [[40, 50, math.inf, 60], [math.nan] * 4]),
+    ],
+    ids=["obb angle", "pose keypoints", "pose keypoints without scores"],
+)
+def test_rows_with_a_non_finite_angle_or_keypoint_are_no_detections(
+    task: TaskSpec, broken: list[list[float]]
+) -> None:
+    """An fp16 head's overflow in what the task adds: a NaN angle made the whole oriented box
+    NaN (``null`` in the records, and it suppressed nothing), a NaN keypoint reached the
+    records. Such rows are dropped, as rows with a non-finite box are, and only they."""
+    finite = [0.5] * task.extra
+    boxes = [[100, 100, 40, 20, 0.9], [200, 200, 40, 20, 0.8], [260, 60, 40, 20, 0.7]]
+    values = [*broken, finite]
+    output = dense_rows([box + extra for box, extra in zip(boxes, values, strict=True)], task)
+    post = Postprocessor(OutputFormat.YOLOV8, PostprocessOptions(), torch.device("cpu"), task=task)
+    found = post(output, [LetterboxGeometry.fit(320, 320, 320, 320)]).numpy()
+    expected_scores = [
+        box[4] for box, extra in zip(boxes, values, strict=True) if np.isfinite(extra).all()
+    ]
+    assert found[:, 5].tolist() == pytest.approx(expected_scores)
+    assert np.isfinite(found).all()
+
+
+def test_a_pose_batch_without_detections_gives_no_rows() -> None:
+    """Keypoints of no detection were reshaped to ``(0, -1)``, which torch refuses: a pose
+    model's empty scene failed the postprocess."""
+    task = TaskSpec(Task.POSE, extra=6, keypoints=(2, 3))
+    post = Postprocessor(OutputFormat.YOLOV8, PostprocessOptions(), torch.device("cpu"), task=task)
+    found = post(dense_rows([], task), [LetterboxGeometry.fit(320, 320, 320, 320)])
+    assert found.shape == (0, 7 + 6)
+
+
+SEG_PROTOS = OutputInfo("output1", (1, 32, 160, 160))
+
+
+@pytest.mark.parametrize(
+    ("outputs", "metadata", "size", "family", "shape"),
+    [
+        ([OutputInfo("output0", (1, 20, 38)), SEG_PROTOS], {"end2end": "True"}, 640, "end2end",
+         (1, 20, 6)),
+        ([OutputInfo("output0", (1, 50, 57))], {"end2end": "True", "task": "pose",
+         "kpt_shape": "[17, 3]"}, 640, "end2end", (1, 50, 6)),
+        ([OutputInfo("output0", (1, 5, 7))], {"end2end": "True", "task": "obb"}, 640, "end2end",
+         (1, 5, 6)),
+        ([OutputInfo("output0", (1, 116, 84)), OutputInfo("output1", (1, 32, 16, 16))], {}, 64,
+         "yolov8", (1, 84, 84)),
+        ([OutputInfo("output0", (1, 116, 8400)), SEG_PROTOS], {}, 640, "yolov8", (1, 84, 8400)),
+        ([OutputInfo("output0", (1, 25200, 117)), SEG_PROTOS], {}, 640, "yolov5", (1, 25200, 85)),
+    ],
+    ids=["end2end seg, 20 rows", "end2end pose, 50 rows", "end2end obb, 5 rows",
+         "yolov8 seg at 64 px, 84 anchors", "yolov8 seg", "yolov5 seg"],
+)  # fmt: skip
+def test_the_tasks_values_come_off_the_axis_that_leaves_a_layout(
+    outputs: list[OutputInfo],
+    metadata: dict[str, str],
+    size: int,
+    family: str,
+    shape: tuple[int, ...],
+) -> None:
+    """They were taken off the shorter of the last two axes: an end-to-end export with fewer
+    rows than values per row (a small max_det), or a dense head with fewer anchors than
+    channels (a small input), lost them off the wrong one."""
+    task, found = recognise_model(outputs, (size, size), metadata)
+    assert (found.format.value, task.detection_shape(outputs[0].shape)) == (family, shape)
+
+
+def test_an_output_too_small_for_the_tasks_values_is_refused_naming_both_readings() -> None:
+    outputs = [OutputInfo("output0", (1, 20, 30)), SEG_PROTOS]
+    with pytest.raises(ModelError) as error:
+        recognise_model(outputs, (640, 640))
+    message = str(error.value)
+    assert "[1, 20, 30] cannot hold 32 segment values per box" in message
+    assert "[B, 4+nc+32, N]" in message and "[B, K, 6+32]" in message and "\n" not in message
+
+
+def test_an_end_to_end_pose_model_with_fewer_rows_than_values_is_read(tmp_path: Path) -> None:
+    """max_det 50 at export: ``[1, 50, 57]``, read whole (not as 50 - 51 channels)."""
+    rows = np.zeros((1, 50, 6 + 17 * 3), np.float32)
+    rows[0, 0, :4] = to_input(np.array([[10.0, 50.0], [200.0, 400.0]])).ravel()
+    rows[0, 0, 4:6] = [0.9, 1]
+    points = np.stack([np.linspace(20, 180, 17), np.linspace(60, 400, 17)], axis=1)
+    rows[0, 0, 6:] = np.concatenate([to_input(points), np.ones((17, 1))], axis=1).ravel()
+    metadata = {**E2E_METADATA, "task": "pose", "kpt_shape": "[17, 3]"}
+    model = constant_output_model(tmp_path / "pose.onnx", rows, metadata=metadata)
+    (result,) = Detector(model, device="cpu", batch_size=1).detect([odd_frame()])
+    (found,) = result.detections.records()
+    assert found["bbox"] == pytest.approx([10, 50, 200, 400], abs=0.01)
+    assert np.allclose(np.asarray(found["keypoints"])[:, :2], points, atol=0.01)

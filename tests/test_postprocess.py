@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torchvision
 from onnx_models import constant_output_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -15,6 +16,7 @@ from vstream import Detector, Frame, ModelError, PixelFormat
 from vstream.config import PostprocessOptions
 from vstream.postprocess import OutputFormat, Postprocessor, recognise
 from vstream.postprocess.formats import OutputInfo
+from vstream.postprocess.tasks import recognise_model
 from vstream.preprocess import LetterboxGeometry
 from vstream.transfer import transfers
 
@@ -307,3 +309,123 @@ def test_model_output_that_fits_no_format_is_refused(tmp_path: Path) -> None:
     model = constant_output_model(tmp_path / "bad.onnx", np.zeros((1, 4, 4), np.float32))
     with pytest.raises(ModelError, match=r"cannot tell the detector output format.*\[1, 4, 4\]"):
         Detector(model, device="cpu")
+
+
+def torchvision_kept(output: torch.Tensor, conf: float, iou: float) -> list[set[int]]:
+    """Per frame of a yolov8 ``output``, the anchors kept by ``torchvision.ops.nms`` run on
+    each class of that frame alone, in float32: the oracle of per-frame, per-class NMS."""
+    kept = []
+    for rows in output.transpose(1, 2):
+        score, cls = rows[:, 4:].max(dim=1)
+        boxes = torch.cat([rows[:, :2] - rows[:, 2:4] / 2, rows[:, :2] + rows[:, 2:4] / 2], 1)
+        frame: set[int] = set()
+        for c in cls[score > conf].unique():
+            anchors = ((score > conf) & (cls == c)).nonzero()[:, 0]
+            frame |= set(anchors[torchvision.ops.nms(boxes[anchors], score[anchors], iou)].tolist())
+        kept.append(frame)
+    return kept
+
+
+def kept_anchors(post: Postprocessor, output: torch.Tensor, size: int) -> list[set[int]]:
+    """Per frame, the anchors (rows of the model output) the postprocessor keeps."""
+    geometry = LetterboxGeometry.fit(size, size, size, size)
+    detections, rows = post.decode(output, [geometry] * len(output))
+    frame = detections[:, 0].long()
+    return [set(rows[frame == f].tolist()) for f in range(len(output))]
+
+
+def test_boxes_reaching_past_the_input_suppress_only_their_own_frame_and_class() -> None:
+    """A box past the input's top-left (negative coordinates) shifted by its group's offset
+    landed on the previous group's bottom-right box and suppressed it: another class of its
+    frame, or the last class of the frame before."""
+    far = (600, 600, 80, 80)  # 560..640: the input's bottom-right corner
+    past = (-30, -30, 80, 80)  # -70..10: mostly above and left of the input
+    frames = torch.cat(
+        [
+            yolov8_output([(*far, 1, 0.8)], nc=2, n=8),
+            yolov8_output([(*past, 0, 0.9)], nc=2, n=8),  # frame 1, class 0: after frame 0's 1
+            yolov8_output([(*far, 0, 0.8), (*past, 1, 0.9)], nc=2, n=8),  # one frame, 2 classes
+        ]
+    )
+    config = PostprocessOptions()
+    post = Postprocessor(OutputFormat.YOLOV8, config, CPU, (640, 640))
+    assert kept_anchors(post, frames, 640) == [{0}, {0}, {0, 1}]
+    assert kept_anchors(post, frames, 640) == torchvision_kept(frames, config.conf, config.iou)
+
+
+def test_a_frame_keeps_the_same_boxes_wherever_it_sits_in_the_batch() -> None:
+    """32 copies of one frame of small, crowded boxes of the last classes at 1280: the offsets
+    that kept groups apart grew with the frame's place (float32 steps of a quarter pixel at
+    frame 31), so later copies kept other boxes. Every copy must keep what per-class NMS of
+    that frame alone keeps."""
+    rng = np.random.default_rng(0)
+    size, classes, anchors = 1280, 80, 2000
+    frame = np.zeros((1, 4 + classes, anchors), np.float32)
+    centres = rng.uniform(0, size, (anchors // 20, 2)).repeat(20, axis=0)
+    frame[0, 0:2] = (centres + rng.normal(0, 1.5, (anchors, 2))).T
+    frame[0, 2:4] = rng.uniform(6, 10, (2, anchors))
+    frame[0, 4 + rng.integers(classes - 4, classes, anchors), np.arange(anchors)] = rng.uniform(
+        0.1, 1.0, anchors
+    )
+    batch = torch.from_numpy(frame).repeat(32, 1, 1)
+    config = PostprocessOptions(max_det=anchors)
+    post = Postprocessor(OutputFormat.YOLOV8, config, CPU, (size, size))
+    (expected,) = torchvision_kept(batch[:1], config.conf, config.iou)
+    kept = kept_anchors(post, batch, size)
+    assert [f for f, found in enumerate(kept) if found != kept[0]] == []
+    assert kept[0] == expected
+
+
+def test_a_transposed_yolov8_output_is_refused_by_name(tmp_path: Path) -> None:
+    """``[B, N, 4+nc]`` (anchors first) read as YOLOv8 was transposed again and found nothing;
+    with the class names it fell to a class count error that did not say why."""
+    v8 = yolov8_output([(32, 32, 20, 10, 0, 0.9)], nc=3, n=84).numpy()  # 84 cells at 64x64
+    transposed = np.ascontiguousarray(v8.transpose(0, 2, 1))
+    forced = constant_output_model(tmp_path / "forced.onnx", transposed, imgsz=(64, 64))
+    with pytest.raises(ModelError, match=r"\[1, 84, 7\] .*more rows \(84\) than columns \(7\)"):
+        Detector(forced, device="cpu", format="yolov8")
+    names = {"names": str({0: "a", 1: "b", 2: "c"})}
+    named = constant_output_model(tmp_path / "n.onnx", transposed, imgsz=(64, 64), metadata=names)
+    with pytest.raises(ModelError, match=r"\[1, 84, 7\] holds 4\+3 values .* YOLOv8 .*transposed"):
+        Detector(named, device="cpu")
+    (found,) = Detector(
+        constant_output_model(tmp_path / "v8.onnx", v8, imgsz=(64, 64)), device="cpu"
+    ).detect([Frame(torch.zeros((64, 64, 3), dtype=torch.uint8), PixelFormat.RGB24, 64, 64)])
+    assert found.detections.xyxy.tolist() == [pytest.approx([22, 27, 42, 37])]
+
+
+@pytest.mark.parametrize(
+    ("shape", "columns"),
+    [
+        ((100, 7), "batch, x1, y1, x2, y2, class, score: YOLOv7's --end2end"),
+        ((100, 6), "x1, y1, x2, y2, score, class"),
+    ],
+)
+def test_a_detection_list_without_a_batch_axis_is_named_not_called_a_classifier(
+    shape: tuple[int, int], columns: str
+) -> None:
+    """NMS exported inside the model (YOLOv7's ``--end2end``) leaves ``[N, 7]`` or ``[N, 6]``
+    rows: they were refused as "class scores" of a classification model."""
+    with pytest.raises(ModelError) as error:
+        recognise_model([OutputInfo("output", shape)], (640, 640))
+    message = str(error.value)
+    assert f"output {list(shape)}: detections after NMS inside the model ({columns})" in message
+    assert "[B, K, 6]" in message and "\n" not in message
+    with pytest.raises(ModelError, match=r"\[1, 1000\] of class scores: a classification model"):
+        recognise_model([OutputInfo("output", (1, 1000))], (224, 224))
+
+
+def test_a_box_far_off_in_one_frame_leaves_the_other_frames_suppressed_as_alone() -> None:
+    """An overflowing head's box at 1e30 in frame 0 made every offset 1e30 wide: in float32
+    the next frame's boxes all collapsed onto one point, and overlapped boxes stopped
+    suppressing each other."""
+    frames = torch.cat(
+        [
+            yolov8_output([(1e30, 1e30, 10, 10, 0, 0.9)], nc=2, n=8),
+            yolov8_output([(100, 100, 20, 20, 0, 0.9), (102, 100, 20, 20, 0, 0.8)], nc=2, n=8),
+        ]
+    )
+    config = PostprocessOptions()
+    post = Postprocessor(OutputFormat.YOLOV8, config, CPU)
+    assert kept_anchors(post, frames, 320) == [{0}, {0}]
+    assert kept_anchors(post, frames, 320) == torchvision_kept(frames, config.conf, config.iou)

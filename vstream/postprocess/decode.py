@@ -222,12 +222,24 @@ class Postprocessor:
         return boxes, top.sigmoid(), index % classes
 
     def wanted(
-        self, boxes: torch.Tensor, score: torch.Tensor, class_id: torch.Tensor, classes: int | None
+        self,
+        boxes: torch.Tensor,
+        score: torch.Tensor,
+        class_id: torch.Tensor,
+        classes: int | None,
+        extra: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Which rows are candidates: scored above ``conf``, of a class kept, and finite. A
-        box at infinity (an fp16 model's overflow) would be clipped to a line along the
-        frame's edge and pass for a detection; a NaN or infinite score ranks nothing."""
+        """Which rows are candidates: scored above ``conf``, of a class kept, and finite, with
+        the task's ``extra`` values (:meth:`_rows`) where given. A box at infinity (an fp16
+        model's overflow) would be clipped to a line along the frame's edge and pass for a
+        detection; a NaN or infinite score ranks nothing. A non-finite OBB angle makes the
+        whole rotated box NaN, which suppresses nothing and reaches the tracker and the
+        records. A pose row with a non-finite keypoint is dropped whole too, not mended: the
+        row came out of the same overflowing head, and a keypoint without a score (``D``
+        2) has no way to say it is missing; readers of keypoints can count on numbers."""
         keep = (score > self.config.conf) & torch.isfinite(score) & torch.isfinite(boxes).all(-1)
+        if extra is not None:
+            keep &= torch.isfinite(extra).all(-1)
         if self.config.classes is not None:
             keep &= self._class_allowed(class_id, classes)
         return keep
@@ -243,7 +255,7 @@ class Postprocessor:
         families), the best ones; rows come grouped by frame.
         """
         boxes, score, class_id, extra = self._rows(outputs)
-        keep = self.wanted(boxes, score, class_id, classes)
+        keep = self.wanted(boxes, score, class_id, classes, extra)
         limit = self.candidate_limit
         anchor = None
         if score.shape[1] > limit:
@@ -317,9 +329,13 @@ class Postprocessor:
         if not self.family.nms:
             order = _group_by_frame(frame, score)
         else:
-            groups = frame * (classes or 1) + class_id
-            suppress = rotated_nms if obb else batched_nms
-            kept = suppress(boxes, score, groups, self.config.iou)
+            per_frame = classes or 1
+            groups = frame * per_frame + class_id  # a box suppresses only boxes of its group
+            if obb:
+                kept = rotated_nms(boxes, score, groups, self.config.iou)
+            else:
+                count = len(geometries) * per_frame
+                kept = batched_nms(boxes, score, groups, self.config.iou, count)
             order = kept[torch.argsort(frame[kept], stable=True)]  # NMS gives decreasing score
         frame = frame[order]
         if frame.numel() > self.config.max_det:  # only then can a frame hold more than max_det
@@ -490,7 +506,7 @@ def _keypoints_to_frame_pixels(
     points = values.reshape(len(values), *shape).clone()
     xy = (points[..., 0:2] - geometry[:, None, 0:2]) / geometry[:, None, 2:4]
     points[..., 0:2] = torch.minimum(xy.clamp(min=0.0), geometry[:, None, 4:6])
-    return points.reshape(len(values), -1)
+    return points.reshape(values.shape)
 
 
 def _fitting(count: int, least: int) -> int:

@@ -14,7 +14,9 @@ rows, YOLOv5 (three anchors a cell) ``3 G``; DETR-like models have a fixed
 number of queries (300 in most exports), which is neither. A single
 ``[B, Q, 4 + nc]`` output is RT-DETR only where the metadata says so
 (Ultralytics writes its ``description`` and ``head``); without, it is read as
-YOLOv5, as before.
+YOLOv5, as before, unless there are ``nc`` class names: then no objectness column
+fits, and it is refused as a YOLOv8 output transposed (or an RT-DETR without its
+metadata).
 """
 
 from __future__ import annotations
@@ -149,6 +151,14 @@ KNOWN_LAYOUTS = (
     "yolo_nas boxes [B, G, 4] + scores [B, G, nc]"
 )
 
+TRANSPOSED_YOLOV8 = (
+    "a YOLOv8 output transposed to [B, N, 4+nc] (anchors before channels), which vstream "
+    "does not read: export it as Ultralytics does, [B, 4+nc, N]"
+)
+"""Why an output with more rows than columns and ``4 + nc`` columns is refused: read as
+YOLOv8 it would be transposed once more (nothing found), read as YOLOv5 or YOLOX its first
+class would be taken for objectness."""
+
 
 @dataclass(frozen=True)
 class OutputInfo:
@@ -257,8 +267,14 @@ def _one_output(
         return named, why + f"; output [B, {rows}, 6]"
     if cols == 6 and rows <= END_TO_END_MAX_DETECTIONS and rows not in (cells, 3 * cells):
         return OutputFormat.END_TO_END, f"output [B, {rows}, 6]: x1 y1 x2 y2 score class rows"
-    if 5 <= rows < cols:
+    if 5 <= rows <= cols:
         return OutputFormat.YOLOV8, f"output [B, 4+{rows - 4}, {cols}]: channels before anchors"
+    if class_names and cols - 4 == class_names:
+        raise ModelError(
+            f"output {out.name} {list(out.shape)} holds 4+{class_names} values per row for "
+            f"{class_names} class names, no objectness: {TRANSPOSED_YOLOV8}; or RT-DETR "
+            "queries without metadata naming RT-DETR (--format rtdetr)"
+        )
     if cols >= 6 and rows == 3 * cells:
         return OutputFormat.YOLOV5, (
             f"output [B, {rows}, 5+{cols - 5}]: {rows} rows = 3 anchors x {cells} cells at "
@@ -406,6 +422,12 @@ def _recognise(
     """The family alone, as :func:`recognise` finds it."""
     if forced is not None and FAMILIES[forced].outputs == 1:
         check_output_shape(forced, outputs[0].shape)
+        _, rows, cols = outputs[0].shape
+        if forced is OutputFormat.YOLOV8 and rows > cols:
+            raise ModelError(
+                f"output {_shapes(outputs)} does not fit the yolov8 format [B, 4+nc, N]: more "
+                f"rows ({rows}) than columns ({cols}), as in {TRANSPOSED_YOLOV8}"
+            )
         return Recognition(forced, (0,), (f"model.format is {forced.value}",))
     if forced is not None:
         found = _several_outputs(outputs, input_size, extra_inputs) if len(outputs) > 1 else None

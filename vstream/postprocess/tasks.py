@@ -67,13 +67,28 @@ class TaskSpec:
     score)."""
 
     def detection_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        """``shape`` of a detection output without the task's values per box: they lie on
-        the shorter of the last two axes (channels before anchors in ``[B, 4+nc+extra, N]``,
-        after them in the end-to-end ``[B, K, 6+extra]``)."""
+        """``shape`` of a detection output without the task's values per box, taken off the
+        axis where what is left is a layout: the columns of an end-to-end ``[B, K, 6+extra]``
+        (whatever ``K``, even below ``6 + extra``: a small ``max_det``), else the channels of
+        ``[B, 4+nc+extra, N]`` (even above ``N``: a small input), else the columns of rows
+        after channels (YOLOv5-seg's ``[B, N, 5+nc+extra]``). Only a dense head of exactly
+        ``6 + extra`` anchors would be misread, and its anchors are ``21 h w`` at an input of
+        ``32 h x 32 w`` (strides 8, 16, 32): never the 7, 38 or 57 of OBB, segmentation and
+        COCO pose. ModelError where no reading fits."""
         if not self.extra or len(shape) != 3:
             return shape
-        axis = 1 if shape[1] < shape[2] else 2
-        return tuple(d - self.extra if i == axis else d for i, d in enumerate(shape))
+        batch, rows, cols = shape
+        if cols - self.extra == 6:  # x1 y1 x2 y2 score class
+            return batch, rows, 6
+        if 5 <= rows - self.extra <= cols:
+            return batch, rows - self.extra, cols
+        if rows > cols - self.extra >= 6:
+            return batch, rows, cols - self.extra
+        raise ModelError(
+            f"output {list(shape)} cannot hold {self.extra} {self.task.value} values per box: "
+            f"not [B, 4+nc+{self.extra}, N] (channels first, {rows} channels), nor "
+            f"[B, K, 6+{self.extra}] or [B, N, 5+nc+{self.extra}] (rows first, {cols} columns)"
+        )
 
     def detection_outputs(self, outputs: Sequence[OutputInfo]) -> list[OutputInfo]:
         """The outputs the detection family is recognised from, as if the task added nothing."""
@@ -172,6 +187,28 @@ RECOGNISERS: tuple[TaskRecogniser, ...] = (_segment, _pose, _obb)
 """Tried in order; the first that answers names the task (none: plain detection)."""
 
 
+NMS_LISTS: dict[int, str] = {
+    6: "x1, y1, x2, y2, score, class",
+    7: "batch, x1, y1, x2, y2, class, score: YOLOv7's --end2end",
+}
+"""Columns of the ``[N, 6]`` and ``[N, 7]`` detection lists that NMS inside a model leaves."""
+
+
+def _two_dimensional(out: OutputInfo) -> str:
+    """Why one 2-D output is refused: class scores, or the detection list of an NMS export
+    (whose rows of six or seven values a classifier of six or seven classes shares)."""
+    shape = list(out.shape)
+    listed = NMS_LISTS.get(out.shape[1])
+    if listed is None:
+        return f"one output {out.name} {shape} of class scores: {NOT_DETECTORS['classify']}"
+    return (
+        f"one output {out.name} {shape}: detections after NMS inside the model ({listed}) "
+        "without a batch axis, a layout vstream does not read (export with Ultralytics' "
+        f"nms=True or end2end: [B, K, 6]); if it is a classifier's scores of "
+        f"{out.shape[1]} classes: {NOT_DETECTORS['classify']}"
+    )
+
+
 def recognise_task(outputs: Sequence[OutputInfo], metadata: Mapping[str, str]) -> TaskSpec:
     """The task of a model with these outputs and metadata; a model that is no detector, or
     of a task vstream does not read, is refused in one line that says what it is."""
@@ -179,10 +216,7 @@ def recognise_task(outputs: Sequence[OutputInfo], metadata: Mapping[str, str]) -
     if named in NOT_DETECTORS:
         raise ModelError(f"metadata task={named}: {NOT_DETECTORS[named]}")
     if len(outputs) == 1 and len(outputs[0].shape) == 2 and not named:
-        raise ModelError(
-            f"one output {outputs[0].name} {list(outputs[0].shape)} of class scores: "
-            f"{NOT_DETECTORS['classify']}"
-        )
+        raise ModelError(_two_dimensional(outputs[0]))
     for recogniser in RECOGNISERS:
         spec = recogniser(outputs, metadata)
         if spec is not None:

@@ -17,14 +17,18 @@ reproduces the same picture on the device, without a full-size conversion:
   and rounded as OpenCV rounds.
 
 The work depends on the model input's size, not the picture's: a 4K frame
-costs what a 720p one does. Measured against OpenCV on this project's videos
-(``tests/test_reference_letterbox.py``), every value is equal but a few in a
-hundred thousand, which differ by one level where OpenCV's vector code rounds
-the last columns of a row differently. Every step is a tensor operation into
-scratch buffers made once per picture size, so the same code runs on any
-device (the tests run it on the CPU) and allocates nothing per frame. On a
-CPU it costs about 2 ms for a 720p frame, three times what FFmpeg and OpenCV
-take, which is why CPU frames do not come here.
+costs what a 720p one does. Measured against OpenCV (``cv2.resize`` of the
+same RGB pictures, and the reference letterbox of
+``tests/test_reference_letterbox.py`` on this project's videos), a downscale
+is equal in every value. An upscale (a picture smaller than the model input)
+is not: some values are one level off, anywhere in the picture (10 to 40 in a
+hundred thousand on the videos letterboxed to 1280, up to 150 on random
+pictures upscaled twice), where OpenCV's upscaling rounds a blend
+differently; that step is not reproduced here. Every step is a tensor
+operation into scratch buffers made once per picture size, so the same code
+runs on any device (the tests run it on the CPU) and allocates nothing per
+frame. On a CPU it costs about 2 ms for a 720p frame, three times what FFmpeg
+and OpenCV take, which is why CPU frames do not come here.
 """
 
 from __future__ import annotations
