@@ -143,6 +143,7 @@ def test_bench_prints_a_table_by_default(tiny: tuple[Path, Path]) -> None:
     ("args", "fragment"),
     [
         (["--source", "/nonexistent/video.mp4"], "video file not found"),
+        (["--source", "/tmp"], "/tmp is a directory, not a video file"),
         (["--model", "/nonexistent/model.onnx"], "model file not found"),
         (["--streams", "0"], "stream counts must be positive"),
         (["--threads", "-1"], "--threads: must be in [0, 64], got -1"),

@@ -142,6 +142,13 @@ def test_missing_video(tmp_path: Path) -> None:
     assert_one_line_error(result, "video file not found", "absent.mp4")
 
 
+def test_a_directory_given_as_the_video_is_called_one(tmp_path: Path) -> None:
+    """It was "video file not found" for a path that is there."""
+    (tmp_path / "clips.mp4").mkdir()
+    result = run_cli("run", "--source", tmp_path / "clips.mp4")
+    assert_one_line_error(result, "clips.mp4 is a directory, not a video file")
+
+
 def test_random_bytes_named_mp4(tmp_path: Path) -> None:
     fake = tmp_path / "noise.mp4"
     fake.write_bytes(np.random.default_rng(0).integers(0, 256, 50_000, dtype=np.uint8).tobytes())

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ from helpers import run_cli, write_video
 from onnx_models import constant_output_model
 
 from vstream.errors import SourceError
-from vstream.sources import SourceState, open_source
+from vstream.sources import SourceState, VideoFileSource, open_source
 
 FRAMES = 60
 
@@ -85,6 +87,19 @@ def test_truncated_mkv_is_reported_after_its_frames(tmp_path: Path) -> None:
     assert [f.index for f in frames] == list(range(len(frames)))
 
 
+def test_a_truncated_mp4_with_its_index_in_front_is_reported_after_its_frames(
+    tmp_path: Path,
+) -> None:
+    """Its index (before the pictures: ``faststart``) lists every sample, those cut off
+    too: fewer pictures than its samples (edit lists aside) is truncation."""
+    whole = write_video(tmp_path / "clip.mp4", frames=FRAMES, options={"movflags": "faststart"})
+    source = open_source(str(truncate(whole)))
+    frames = []
+    with pytest.raises(SourceError, match=f"of {FRAMES} frames decoded"):
+        frames.extend(source)
+    assert 0 < len(frames) < FRAMES
+
+
 def test_mp4_cut_before_its_index_cannot_be_opened(tmp_path: Path) -> None:
     cut = truncate(write_video(tmp_path / "clip.mp4", frames=FRAMES))
     with pytest.raises(SourceError, match=r"cannot open .*truncated\.mp4"):
@@ -112,6 +127,31 @@ def test_cli_reads_past_damage_then_fails(tmp_path: Path, model: Path) -> None:
     produced = records(out)
     assert len(produced) > FRAMES // 2
     assert produced[-1]["frame"] > FRAMES // 2
+
+
+def test_a_directory_is_called_one(tmp_path: Path) -> None:
+    folder = tmp_path / "clip.mp4"
+    folder.mkdir()
+    with pytest.raises(
+        SourceError, match=rf"^{re.escape(str(folder))} is a directory, not a video file$"
+    ):
+        VideoFileSource(folder)
+
+
+def test_a_song_with_cover_art_has_no_video(tmp_path: Path) -> None:
+    """An MP3's cover picture is a video stream marked ``attached_pic``: it was read as
+    a one-frame video, then called truncated against the song's duration."""
+    cover = write_video(tmp_path / "cover.png", frames=1, width=32, height=32, codec="png",
+                        pix_fmt="rgb24")  # fmt: skip
+    song = tmp_path / "song.mp3"
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "sine=duration=1", "-i", str(cover),
+         "-map", "0:a", "-map", "1:v", "-c:a", "libmp3lame", "-c:v", "copy",
+         "-disposition:v", "attached_pic", str(song)],
+        check=True, timeout=60,
+    )  # fmt: skip
+    with pytest.raises(SourceError, match=r"song\.mp3 has no video stream \(only cover art\)$"):
+        open_source(str(song))
 
 
 GARBAGE = random.Random(0).randbytes(50_000)

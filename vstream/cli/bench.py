@@ -23,6 +23,7 @@ from vstream import assets
 from vstream.cli import doctor
 from vstream.cli.args import EXIT_OK, input_file, positive
 from vstream.cli.options import RUN_SECTIONS, add_flags, build_run_config
+from vstream.config.sources import not_a_video_file
 from vstream.errors import SourceError, VstreamError
 
 _FLAGS: dict[str, Any] = {}
@@ -157,10 +158,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    if not args.source.is_file():
+    if (problem := not_a_video_file(args.source)) is not None:
         if ":/" in str(args.source):  # a URL, its credentials too: not said back
             raise SourceError("--source takes a video file, not a URL")
-        raise SourceError(f"video file not found: {args.source}")
+        raise SourceError(problem)
     if args.process_imgsz is not None and not args.ultralytics:
         sizes = ",".join(map(str, args.process_imgsz))
         raise VstreamError(

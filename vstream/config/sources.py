@@ -143,10 +143,14 @@ class SourceOptions(CadenceOptions):
     )
     loop: Annotated[Flag, Cli("--loop")] = Field(False, description="files: start again at the end")
     start_seconds: Annotated[Number(0, MAX_SECONDS) | None, Cli("--start")] = Field(
-        None, description="files: start at this time"
+        None,
+        description="files: start at this time stamp of the file's own clock, the records' "
+        "pts (not time from the first frame: MPEG-TS files seldom start at 0)",
     )
     end_seconds: Annotated[Seconds() | None, Cli("--end")] = Field(
-        None, description="files: stop at this time; live: stop after this many seconds"
+        None,
+        description="files: stop at this time stamp of the file's own clock, as --start; "
+        "live: stop after this many seconds",
     )
     stride: Annotated[Int(1, 10_000), Cli("--stride")] = Field(
         1, description="files: keep every n-th frame"
@@ -261,12 +265,20 @@ def check_source_uri(uri: str, info: ValidationInfo) -> str:
     if allowed is not None and not _allowed(path, [Path(p) for p in allowed]):
         raise ValueError(outside)
     try:
-        found = path.is_file()
+        problem = not_a_video_file(path)
     except OSError as exc:
         raise ValueError(_unusable(str(path), exc)) from None
-    if not found:
-        raise ValueError(f"video file not found: {path}")
+    if problem is not None:
+        raise ValueError(problem)
     return str(path)
+
+
+def not_a_video_file(path: Path) -> str | None:
+    """Why ``path`` is no file to read a video from (a folder, or nothing there), else None;
+    OSError where the system cannot say (a name too long)."""
+    if path.is_dir():
+        return f"{path} is a directory, not a video file"
+    return None if path.is_file() else f"video file not found: {path}"
 
 
 def _unusable(path: str, exc: OSError) -> str:

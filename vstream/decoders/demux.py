@@ -7,7 +7,9 @@ seeking, and skipping damaged data.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -25,6 +27,9 @@ log = logging.getLogger(__name__)
 _NO_FILE = 0x0001
 """AVFMT_NOFILE: devices and network protocols, whose duration means nothing."""
 
+_NO_TIMESTAMPS = 0x0080
+"""AVFMT_NOTIMESTAMPS: raw H.264 or HEVC, whose packets carry no time at all."""
+
 PACKET_STAMPS_KEPT = 256
 """Packet stamps kept for pictures not yet decoded: far more than a decoder holds back
 (a DPB of 16 and a few frames of display delay), few enough that damage, whose
@@ -35,12 +40,39 @@ SEGMENTED_FORMATS = frozenset({"hls", "dash"})
 design, the first of each as old as the segment is long, so a burst is no backlog that
 skipping could shorten, and ``max_behind_seconds`` leaves them alone."""
 
+_MP4 = "mp4"
+"""One of the names of FFmpeg's MP4/MOV demuxer (``mov,mp4,m4a,3gp,3g2,mj2``)."""
+
+_CLOCK = re.compile(r"(\d+):(\d{2}):(\d{2}(?:\.\d+)?)")
+"""``HH:MM:SS.fraction``, how Matroska's ``DURATION`` tag is written."""
+
 MAX_CONSECUTIVE_ERRORS = 200
 """Damaged packets in a row, with no picture between them, before the input is given up.
 
 Large enough to ride out a lost reference frame in a long GOP (a few seconds
 of video), small enough to stop quickly on a file that is garbage throughout.
 """
+
+
+def is_cover(stream: av.stream.Stream) -> bool:
+    """Whether ``stream`` is cover art (a song's picture, an MP4's thumbnail): one still
+    picture for the file, no video of it."""
+    return bool(stream.disposition & av.stream.Disposition.attached_pic)
+
+
+def clock_seconds(text: str | None) -> float | None:
+    """The seconds of an ``HH:MM:SS.fraction`` time, None if ``text`` is not one."""
+    found = _CLOCK.fullmatch(text.strip()) if text else None
+    if found is None:
+        return None
+    hours, minutes, seconds = found.groups()
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def _stamp(packet: av.Packet) -> int | None:
+    """A packet's presentation time, else its decoding time (AVI and raw streams give only
+    one of them); None when it has neither."""
+    return packet.pts if packet.pts is not None else packet.dts
 
 
 def av_error_text(exc: BaseException) -> str:
@@ -53,7 +85,8 @@ def av_error_text(exc: BaseException) -> str:
 
 
 class Demuxer:
-    """The packets of the first video stream of a file, URL or capture device.
+    """The packets of the first video stream of a file, URL or capture device (cover art,
+    a still picture that audio files carry as a video stream, is no video).
 
     ``options`` are FFmpeg format/protocol options (``rtsp_transport``,
     ``timeout``...); ``timeout`` is PyAV's ``(open, read)`` limit in seconds,
@@ -109,10 +142,9 @@ class Demuxer:
             raise SourceUnavailable(
                 f"cannot open {self.display_name}: {av_error_text(exc)}"
             ) from None
-        if not self.container.streams.video:
-            self.container.close()
-            raise SourceError(f"{self.display_name} has no video stream")
-        self.stream = self.container.streams.video[0]
+        self.stream = self._video_stream()
+        self._landed: av.Packet | None = None
+        """The key frame a seek found (read to check where it landed), handed out first."""
         limit = None if self.container.format.name in SEGMENTED_FORMATS else max_behind_seconds
         self.catch_up = (
             CatchUp(limit, wait_for_key_frame=stamp_packets)
@@ -123,15 +155,25 @@ class Demuxer:
         """How far behind its camera the stream is read, measured once a packet."""
         codec = self.stream.codec_context
         rate = self.stream.average_rate or self.stream.guessed_rate
+        start = self._seconds(self.stream.start_time) or 0.0
         self.info = StreamInfo(
             codec=codec.name,
             width=codec.width,
             height=codec.height,
             fps=float(rate) if rate else None,
-            frame_count=self.stream.frames or None,
-            start_seconds=self._seconds(self.stream.start_time) or 0.0,
-            duration_seconds=self._declared_duration(),
+            frame_count=self._declared_frames(),
+            start_seconds=start,
+            duration_seconds=self._declared_duration(start),
         )
+
+    def _video_stream(self) -> av.video.stream.VideoStream:
+        videos = self.container.streams.video
+        found = [stream for stream in videos if not is_cover(stream)]
+        if not found:
+            self.container.close()
+            covered = " (only cover art)" if videos else ""
+            raise SourceError(f"{self.display_name} has no video stream{covered}")
+        return found[0]
 
     def _seconds(self, stream_time: int | None) -> float | None:
         time_base = self.stream.time_base
@@ -139,24 +181,112 @@ class Demuxer:
             return None
         return float(stream_time * time_base)
 
-    def _declared_duration(self) -> float | None:
-        """The stream's duration, else the container's; None for formats that only estimate it."""
+    def _declared_frames(self) -> int | None:
+        """The pictures the container says the stream shows, None when it does not say.
+
+        An MP4 cut without re-encoding keeps the samples before its first shown picture
+        (they are referred to) and hides them with an edit list; FFmpeg flags them
+        discarded in its index, its decoder drops their pictures, and the sample count
+        still has them (a clip cut at 1.3 s: 75 samples, 67 shown). So an MP4's count is
+        its index's entries not discarded; an edit list ending early drops the samples
+        after the end from the index as well.
+        """
+        if _MP4 in self.container.format.name.split(","):
+            entries = self.stream.index_entries
+            return len(entries) - sum(entry.is_discard for entry in entries) or None
+        return self.stream.frames or None
+
+    def _declared_duration(self, start: float) -> float | None:
+        """The video stream's declared duration (from ``start``, its first time stamp);
+        None for formats that only estimate it, and when only the whole file's is known
+        while other streams share it (an audio track running on past the video's end)."""
         if self.container.format.name == "mpegts" or self.container.format.flags & _NO_FILE:
             return None
-        duration = self._seconds(self.stream.duration)
-        if duration is None and self.container.duration is not None:
-            duration = self.container.duration / av.time_base
-        return duration
+        if self.container.format.name == "matroska,webm":
+            # Matroska declares where the video ends, not how long it lasts: FFmpeg reads
+            # a file starting at 10 s that runs 2 s as lasting 12 s.
+            end = clock_seconds(self.stream.metadata.get("DURATION")) or self._file_duration()
+            return None if end is None else end - start
+        return self._seconds(self.stream.duration) or self._file_duration()
+
+    def _file_duration(self) -> float | None:
+        """The container's duration, if the video stream is all it spans."""
+        others = [
+            stream
+            for stream in self.container.streams
+            if stream is not self.stream and stream.type != "attachment" and not is_cover(stream)
+        ]
+        if others or self.container.duration is None:
+            return None
+        return self.container.duration / av.time_base
 
     def seek(self, seconds: float) -> None:
-        """Jump to the key frame at or before ``seconds``; unseekable inputs stay put."""
+        """Jump to the key frame at or before ``seconds``; unseekable inputs stay put.
+
+        Where FFmpeg lands is checked, not trusted: in MPEG-TS it lands on the key frame
+        after the time asked for (a seek to 1.98 s on the one at 2.44 s), and the pictures
+        between would be lost. Until the first key frame read is at or before it, the seek
+        goes further back (1 s, then 3 s, 7 s... before it), at worst to the start. The
+        packets read before that key frame are dropped: they refer to pictures never read.
+        """
         time_base = self.stream.time_base
-        if seconds <= 0 or time_base is None:
+        if seconds <= 0 or time_base is None or self._untimed:
             return
+        target = int(seconds / time_base)
+        first = self.stream.start_time or 0
+        position, back = target, max(1, int(1 / time_base))  # a second, in the time base
+        if not self._seek_to(position):
+            return  # unseekable: nothing was read, the input stays put
+        while True:
+            key = self._key_frame()
+            stamp = None if key is None else _stamp(key)
+            if key is not None and (stamp is None or stamp <= target):
+                self._landed = key
+                return
+            position, back = position - back, 2 * back
+            if position < first or not self._seek_to(position):
+                break
+        self._rewind(first)
+
+    @property
+    def _untimed(self) -> bool:
+        """Whether the format has no time stamps: FFmpeg cannot seek it, and its attempt
+        reads the stream to its end before it says so."""
+        return bool(self.container.format.flags & _NO_TIMESTAMPS)
+
+    def _seek_to(self, position: int) -> bool:
+        """Seek the stream to ``position`` (its time base); whether FFmpeg could."""
+        self._landed = None
         try:
-            self.container.seek(int(seconds / time_base), stream=self.stream, backward=True)
+            self.container.seek(position, stream=self.stream, backward=True)
         except av.error.FFmpegError as exc:
-            log.debug("%s: seek to %.3f s failed (%s)", self.display_name, seconds, exc)
+            log.debug("%s: seek to %d failed (%s)", self.display_name, position, exc)
+            return False
+        return True
+
+    def _key_frame(self) -> av.Packet | None:
+        """The first key frame from where the input stands, those before it dropped; None if
+        none comes (the end, or damage: the seek then goes further back)."""
+        try:
+            for packet in self.container.demux(self.stream):
+                if packet.size and packet.is_keyframe:
+                    return packet
+        except av.error.FFmpegError as exc:
+            log.debug("%s: no key frame after a seek (%s)", self.display_name, exc)
+        return None
+
+    def _rewind(self, first: int) -> None:
+        """Back to the first packet. Before the first time stamp, where FFmpeg's generic seek
+        lands on the first packet (a seek to the first time stamp itself lands after its
+        key frame in MPEG-TS, whose seek goes by decoding time); at the first time stamp
+        for AVI, which refuses a time before its index."""
+        long_before = first - (1 << 40)  # ages before, in any time base
+        if not (self._seek_to(long_before) or self._seek_to(first)):
+            log.warning(
+                "%s: could not seek back to the start; pictures before the first key frame "
+                "read may be missing",
+                self.display_name,
+            )
 
     def progress(self) -> None:
         """The decoder produced a picture: the stream is alive and not just damage."""
@@ -183,9 +313,11 @@ class Demuxer:
         connection, a read timeout, a stall) raise :class:`SourceUnavailable`.
         """
         self._last_progress = time.monotonic()
+        landed = iter([] if self._landed is None else [self._landed])  # handed out once
+        self._landed = None
         while True:
             try:
-                for packet in self.container.demux(self.stream):
+                for packet in itertools.chain(landed, self.container.demux(self.stream)):
                     self._check_stall()
                     if self.tap is not None and packet.size:
                         self.tap.add(packet)
