@@ -17,6 +17,7 @@ start a thread per core.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Mapping
 
@@ -36,6 +37,11 @@ _EIGHT_BIT_YUV = frozenset(
     {"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p", "yuvj444p", "nv12", "gray"}
 )
 """Formats whose first plane is 8-bit luma, one byte per pixel."""
+
+log = logging.getLogger(__name__)
+
+_GEN_PTS = 0x0001
+"""AVFMT_FLAG_GENPTS, which PyAV sets on every input it opens."""
 
 _open_lock = threading.Lock()
 _open_decoders = 0
@@ -111,6 +117,11 @@ class PyAVDecoder:
             stamp_packets=low_delay,
             max_behind_seconds=max_behind_seconds,
         )
+        container = self.demuxer.container
+        # PyAV has FFmpeg make up the pts a packet lacks (AVI's), in decode order: with
+        # B-frames the times ran backwards. Without, a picture's time is FFmpeg's own
+        # guess from its dts (:meth:`_picture`), as ffprobe shows it.
+        container.flags &= ~_GEN_PTS
         codec = self.demuxer.stream.codec_context
         if low_delay:
             # Frame threading holds back one picture per thread; slices do not.
@@ -126,6 +137,7 @@ class PyAVDecoder:
         self.threads = codec.thread_count
         """FFmpeg threads this stream decodes with."""
         self.info = self.demuxer.info
+        self._rotation_said = False
 
     @property
     def corrupt_packets(self) -> int:
@@ -139,13 +151,22 @@ class PyAVDecoder:
         self.demuxer.seek(seconds)
 
     def _picture(self, decoded: av.VideoFrame) -> Picture:
+        if decoded.rotation and not self._rotation_said:
+            self._rotation_said = True
+            log.warning(
+                "%s: the video is to be shown turned %d degrees (its display matrix); vstream "
+                "reads its pictures as they are stored, %dx%d, and its boxes are of those",
+                self.demuxer.display_name, decoded.rotation, decoded.width, decoded.height,
+            )  # fmt: skip
         pixel_format = self.pixel_format
         if decoded.width % 2 or decoded.height % 2:
             # Odd-sized 4:2:0 cannot be packed into one plane tensor: let FFmpeg give RGB.
             pixel_format = PixelFormat.RGB24
         pts = None
-        if decoded.pts is not None and decoded.time_base is not None:
-            pts = float(decoded.pts * decoded.time_base)
+        # Else the dts, as FFmpeg's best_effort_timestamp: an AVI's packets have no pts.
+        stamp = decoded.pts if decoded.pts is not None else decoded.dts
+        if stamp is not None and decoded.time_base is not None:
+            pts = float(stamp * decoded.time_base)
         picture = PyAVPicture(decoded)
         on_cpu = self.device.type == "cpu"
         return Picture(
