@@ -64,6 +64,19 @@ class FlakyTransport:
         return 0
 
 
+class StuckTransport(FlakyTransport):
+    """Takes each send and hangs in it until ``release`` is set (a receiver that took the
+    connection and never answers, or a pipe nobody reads)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def send(self, records: Sequence[dict]) -> None:
+        self.attempts += 1
+        self.release.wait(120)
+
+
 def test_records_are_encoded_as_the_standard_library_reads_them() -> None:
     """Every sink sends orjson's bytes; the standard library's json is the oracle: finite
     records read back equal and, ASCII ones, byte for byte what ``json.dumps`` writes."""
@@ -103,14 +116,7 @@ def test_hurry_cuts_a_long_backoff_short_and_counts_what_is_left() -> None:
 def test_a_full_blocking_sink_says_it_holds_the_pipeline_back() -> None:
     """A receiver that takes nothing (a stdout pipe nobody reads): with ``block`` the writer
     waits, and so the model; a stop that waits in vain names this sink, not "the model"."""
-    release = threading.Event()
-
-    class Stuck(FlakyTransport):
-        def send(self, records: Sequence[dict]) -> None:
-            self.attempts += 1
-            release.wait(120)
-
-    transport = Stuck()
+    transport = StuckTransport()
     sink = BufferedSink(transport, name="t", capacity=2, batch_records=1, overflow="block")
     writer = threading.Thread(target=sink.write, args=([result(i) for i in range(1, 4)],))
     try:
@@ -121,7 +127,7 @@ def test_a_full_blocking_sink_says_it_holds_the_pipeline_back() -> None:
         wait_for(lambda: sink.holding_back, what="the third record to wait for room")
         assert writer.is_alive()
     finally:
-        release.set()
+        transport.release.set()
         if writer.ident is not None:
             writer.join(60)
         sink.close()
@@ -132,14 +138,8 @@ def test_hurry_cuts_short_a_close_already_waiting_for_a_stuck_send() -> None:
     """The second signal comes while the first one's close waits for a send that hangs (a
     receiver that took the connection and never answers): that wait had its end fixed when
     it began (here ten minutes), and the forced exit came first, the totals never said."""
-    release = threading.Event()
-
-    class Stuck(FlakyTransport):
-        def send(self, records: Sequence[dict]) -> None:
-            self.attempts += 1
-            release.wait(120)
-
-    transport = Stuck()
+    transport = StuckTransport()
+    release = transport.release
     sink = BufferedSink(transport, name="t", flush_timeout=600, send_grace=0.5)
     sink.write([result(0)])
     assert eventually(lambda: transport.attempts == 1)
