@@ -593,6 +593,21 @@ def test_validate_refuses_what_a_run_refuses_at_start(
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
+def test_validate_refuses_keypoints_the_model_has_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``anchor_keypoints`` on a model without keypoints passed validate, then failed the run."""
+    path = write_config(tmp_path)
+    analytics = "    analytics: {anchor_keypoints: [left_ankle]}\n    sinks:"
+    path.write_text(path.read_text().replace("    sinks:", analytics))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    message = "analytics.anchor_keypoints ['left_ankle'] needs a pose model"
+    assert f"pipelines[0].{message}" in err and len(err.splitlines()) == 1, err
+    done = run_cli("run", path, timeout=120)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize(
     ("sink_path", "message"),
     [("adir", "adir is a directory, not a file"), ("afile/x.jsonl", "not a directory: ")],

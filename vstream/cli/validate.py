@@ -76,6 +76,7 @@ def _sized_for(device: str) -> str:
 
 
 def validate_command(args: argparse.Namespace) -> int:
+    from vstream.analytics.shapes import keypoint_indices
     from vstream.config.secondary import check_on_classes
     from vstream.inference.model import check_model
     from vstream.inference.secondary_spec import check_secondary
@@ -111,6 +112,11 @@ def validate_command(args: argparse.Namespace) -> int:
             names = fit.class_names
         except VstreamError as exc:
             problems.append(f"{args.config}: pipelines[{i}].model: {exc}")
+        else:
+            try:
+                keypoint_indices(pipeline.analytics.anchor_keypoints, fit.keypoint_names)
+            except ValueError as exc:
+                problems.append(f"{args.config}: pipelines[{i}].{exc}")
         if absent := absent_classes(pipeline.postprocess.classes or (), names or []):
             problems.append(
                 f"{args.config}: pipelines[{i}].postprocess.classes: {absent} are not classes "
