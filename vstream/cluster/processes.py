@@ -1,8 +1,8 @@
 """``processes: N | auto``: several worker processes on this machine, sharing its GPUs.
 
-One Python process tops out near 450 frames/s on an H100 host, its GIL the
-limit and not the GPU (BENCHMARKS.md, "On an H100"). ``processes: N`` stands
-for the ``cluster:`` section that spreads the streams over N processes: a
+One Python process tops out near 1,000 frames/s on an H100 host, its GIL the
+limit and not the GPU (BENCHMARKS.md, "The readers trimmed ... on one H100").
+``processes: N`` stands for the ``cluster:`` section that spreads the streams over N processes: a
 local Ray instance on 127.0.0.1 with N workers, each reserving a share of a
 GPU (``1/N`` of the one GPU of a machine that has one: Ray's fractional
 ``num_gpus``, :func:`~vstream.cluster.slots.gpus_per_worker`) and
