@@ -2,9 +2,9 @@
 
 One Python process tops out near 1,000 frames/s on an H100 host, its GIL the
 limit and not the GPU (BENCHMARKS.md, "The readers trimmed ... on one H100").
-``processes: N`` stands for the ``cluster:`` section that spreads the streams over N processes: a
-local Ray instance on 127.0.0.1 with N workers, each reserving a share of a
-GPU (``1/N`` of the one GPU of a machine that has one: Ray's fractional
+``processes: N`` stands for the ``cluster:`` section that spreads the streams
+over N processes: a local Ray instance on 127.0.0.1 with N workers, each
+reserving a share of a GPU (``1/N`` of the one GPU of a machine that has one: Ray's fractional
 ``num_gpus``, :func:`~vstream.cluster.slots.gpus_per_worker`) and
 ``cores // N`` CPUs. The driver, placement and exactly-once delivery are the
 cluster engine's, unchanged; nothing else is written.
