@@ -706,3 +706,26 @@ def test_an_empty_classes_list_is_refused_from_yaml_and_from_the_flag(
     source, model = str(workdir / "clip.mp4"), str(workdir / "model.onnx")
     assert main(["run", "--source", source, "--model", model, "--classes", ""]) == 2
     assert capsys.readouterr().err.splitlines() == [f"vstream: error: --classes: {rule}every class"]
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        (
+            "    analytics: {lines: [{name: g, start: [0, 0], end: [9, 9], classes: []}]}",
+            "analytics.lines[0].classes",
+        ),
+        ("    postprocess: {classes: [1, 1]}", "postprocess.classes"),
+    ],
+    ids=["line-empty", "postprocess-twice"],
+)
+def test_class_ids_are_one_rule_wherever_they_are_given(
+    workdir: Path, section: str, key: str
+) -> None:
+    """The postprocess's, a line's, a zone's and a secondary model's ``on.classes`` are one
+    type: none empty, none twice (the postprocess took both, a secondary model an empty
+    list, and a line's empty list had pydantic's words)."""
+    text = GOOD.replace("    sinks:", f"{section}\n    sinks:")
+    (line,) = errors_of(workdir, text)
+    assert f"pipelines[0].{key}: " in line
+    assert "an empty list keeps no class" in line or "class ids listed twice: [1]" in line

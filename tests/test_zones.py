@@ -274,7 +274,7 @@ def test_zone_config_is_validated() -> None:
         ZoneConfig(name="z", points=[(0, 0), (1, 0), (0, 1)], loiter_seconds=0)
     with pytest.raises(ValidationError, match="repeated: pen"):
         AnalyticsConfig(zones=[PEN, PEN])
-    with pytest.raises(ValidationError, match="listed more than once"):
+    with pytest.raises(ValidationError, match="class ids listed twice"):
         ZoneConfig(name="z", points=[(0, 0), (1, 0), (0, 1)], classes=[1, 1])
 
 

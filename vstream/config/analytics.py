@@ -32,30 +32,15 @@ from typing import Annotated, Literal, TypeAlias
 
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
-from vstream.config.base import NAME_PATTERN, Cli, Int, Name, Number, StrictModel
-from vstream.config.model import ClassName, absent_classes, describe_classes
+from vstream.config.base import NAME_PATTERN, Cli, Name, Number, StrictModel
+from vstream.config.model import ClassIds, ClassName, absent_classes, describe_classes
 from vstream.config.tracking import MAX_TRACK_SECONDS, TrackingConfig
 
 MAX_COORDINATE = 100_000.0
 """Largest absolute coordinate, in pixels; points may lie outside the frame."""
 
-MAX_CLASS_ID = 100_000
-
 Coordinate: TypeAlias = Number(-MAX_COORDINATE, MAX_COORDINATE)
 Point = tuple[Coordinate, Coordinate]
-
-
-def _distinct(classes: list[int]) -> list[int]:
-    if len(set(classes)) != len(classes):
-        raise ValueError(f"classes are listed more than once: {classes}")
-    return classes
-
-
-ClassIds = Annotated[
-    list[Int(0, MAX_CLASS_ID)],  # type: ignore[misc]  # a call: a type to pydantic, not to mypy
-    Field(min_length=1, max_length=1000),
-    AfterValidator(_distinct),
-]
 
 
 def _distinct_labels(labels: list[str]) -> list[str]:

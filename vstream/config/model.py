@@ -31,6 +31,7 @@ from vstream.config.base import (
     StrictModel,
     existing_file,
     has_control_character,
+    listed_twice,
     resolve_path,
 )
 from vstream.errors import ModelError
@@ -113,6 +114,29 @@ def model_channels(
         reason = exc.errors()[0]["ctx"]["error"]
         raise ModelError(f"{shown}: each value {reason}") from None
     return red, green, blue
+
+
+MAX_CLASS_ID = 100_000
+
+
+def _some_distinct(classes: list[int]) -> list[int]:
+    """Class ids to keep or read, each once. An empty list would keep none without a word:
+    it is an empty variable (``--classes "$IDS"``), not a wish."""
+    if not classes:
+        raise ValueError(
+            "an empty list keeps no class: list at least one class id, or leave it out to "
+            "keep every class"
+        )
+    listed_twice(classes, "class ids")
+    return classes
+
+
+ClassIds = Annotated[
+    list[Int(0, MAX_CLASS_ID)],  # type: ignore[misc]  # a call: a type to pydantic, not to mypy
+    Field(max_length=1000),
+    AfterValidator(_some_distinct),
+]
+"""Detector class ids: of the postprocess, a line, a zone, a secondary model's ``on``."""
 
 
 def _image_size(value: Any) -> Any:
@@ -346,8 +370,8 @@ class PostprocessOptions(StrictModel):
     iou: Annotated[Number(0, 1), Cli("--iou")] = Field(
         0.45, description="NMS suppresses a box overlapping a better one of its class by more"
     )
-    classes: Annotated[list[Int(0, 100_000)] | None, Cli("--classes", "IDS")] = Field(
-        None, max_length=1000, description="class ids to keep, e.g. 0,2; default: all"
+    classes: Annotated[ClassIds | None, Cli("--classes", "IDS")] = Field(
+        None, description="class ids to keep, e.g. 0,2; default: all"
     )
     max_det: Annotated[Int(1, 10_000), Cli("--max-det")] = Field(
         300, description="most detections per frame"
@@ -360,18 +384,6 @@ class PostprocessOptions(StrictModel):
         description="how records carry a segmentation model's masks: COCO RLE "
         '("mask": {"size", "counts"}) or polygons ("polygon": [[x, y, x, y, ...], ...])',
     )
-
-    @field_validator("classes")
-    @classmethod
-    def _some_classes(cls, value: list[int] | None) -> list[int] | None:
-        """An empty list would keep no detection, without a word: it is an empty variable
-        (``--classes "$IDS"``), not a wish."""
-        if value == []:
-            raise ValueError(
-                "an empty list keeps no class: list at least one class id, or leave it out to "
-                "keep every class"
-            )
-        return value
 
 
 class RuntimeOptions(StrictModel):

@@ -39,6 +39,7 @@ from vstream.config.model import (
     IO_BUDGET_HELP,
     MAX_IO_MIB,
     MAX_LABELS,
+    ClassIds,
     ClassName,
     ImageSize,
     Mean,
@@ -94,9 +95,8 @@ class SecondaryCrop(StrictModel):
 class SecondaryOn(StrictModel):
     """Which detections a secondary model reads."""
 
-    classes: list[Int(0, 100_000)] | None = Field(
+    classes: ClassIds | None = Field(
         None,
-        max_length=1000,
         description="detector class ids whose detections are read, e.g. [2, 5, 7]; "
         "default: every class",
     )
@@ -105,13 +105,6 @@ class SecondaryOn(StrictModel):
         description="least width and height, in frame pixels, of a box to be read: smaller "
         "objects have too few pixels to classify",
     )
-
-    @field_validator("classes")
-    @classmethod
-    def _unique(cls, value: list[int] | None) -> list[int] | None:
-        if value is not None:
-            listed_twice(value, "class ids")
-        return value
 
 
 class SecondaryConfig(StrictModel):
