@@ -136,12 +136,16 @@ def test_the_gpu_image_checks_its_health_by_asking_the_running_service() -> None
 
 
 class _Service(http.server.BaseHTTPRequestHandler):
-    """``GET /health`` answering as the server's route does, or 401 / 500."""
+    """``GET /health`` answering as the server's route does, or 500; behind ``token`` where
+    one is set, refused with 401 as the server refuses a missing or wrong token."""
 
     answer: tuple[int, dict[str, str]] = (200, {"status": "ok"})
+    token = ""
 
     def do_GET(self) -> None:
         code, body = self.answer
+        if self.token and self.headers.get("Authorization") != f"Bearer {self.token}":
+            code, body = 401, {"error": "missing or wrong bearer token"}
         assert self.path == "/health"
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -152,19 +156,30 @@ class _Service(http.server.BaseHTTPRequestHandler):
         pass
 
 
+FAILED = (503, {"status": "failed", "error": "pipeline main has failed: bug"})
+
+
 @pytest.mark.parametrize(
-    ("answer", "healthy"),
+    ("answer", "tokens", "healthy"),
     [
-        ((200, {"status": "ok"}), True),
-        ((200, {"status": "stopping"}), False),
-        ((401, {"error": "missing or wrong bearer token"}), True),
-        ((500, {"error": "internal error"}), False),
-        ((503, {"status": "failed", "error": "pipeline main has failed: bug"}), False),
-        (None, False),
+        ((200, {"status": "ok"}), ("", ""), True),
+        ((200, {"status": "stopping"}), ("", ""), False),
+        ((500, {"error": "internal error"}), ("", ""), False),
+        (FAILED, ("", ""), False),
+        (None, ("", ""), False),
+        ((200, {"status": "ok"}), ("s3cret-token", "s3cret-token"), True),
+        # Behind a token, as the images serve: a failed pipeline was hidden behind the 401.
+        (FAILED, ("s3cret-token", "s3cret-token"), False),
+        ((200, {"status": "ok"}), ("s3cret-token", ""), False),
+        ((200, {"status": "ok"}), ("s3cret-token", "wrong-token!"), False),
     ],
 )
-def test_the_health_check_script(answer: tuple[int, dict[str, str]] | None, healthy: bool) -> None:
-    handler = type("Service", (_Service,), {"answer": answer})
+def test_the_health_check_script(
+    answer: tuple[int, dict[str, str]] | None, tokens: tuple[str, str], healthy: bool
+) -> None:
+    """``tokens``: the service's and the one in the check's environment."""
+    served, given = tokens
+    handler = type("Service", (_Service,), {"answer": answer, "token": served})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     port = server.server_address[1]
     if answer is None:
@@ -174,7 +189,7 @@ def test_the_health_check_script(answer: tuple[int, dict[str, str]] | None, heal
     try:
         done = subprocess.run(
             [sys.executable, str(DOCKER / "healthcheck.py")],
-            env={"VSTREAM_PORT": str(port)},
+            env={"VSTREAM_PORT": str(port), "VSTREAM_API_TOKEN": given},
             capture_output=True,
             text=True,
             timeout=30,
@@ -185,8 +200,14 @@ def test_the_health_check_script(answer: tuple[int, dict[str, str]] | None, heal
             server.server_close()
     assert (done.returncode == 0) is healthy, done.stderr
     assert healthy or done.stderr.startswith("unhealthy: ")
-    if answer is not None and "error" in answer[1] and not healthy:
+    if served and served != given:
+        assert done.stderr.rstrip().endswith(
+            "answered 401: the check sent "
+            + ("VSTREAM_API_TOKEN" if given else "no token (VSTREAM_API_TOKEN is not set)")
+        )
+    elif answer is not None and "error" in answer[1] and not healthy:
         assert done.stderr.rstrip().endswith(f"answered {answer[0]}: {answer[1]['error']}")
+    assert not given or given not in done.stderr  # the token is never printed
 
 
 def test_the_compose_gpu_service_reserves_the_gpu_with_video() -> None:
