@@ -27,6 +27,7 @@ Writes ``benchmarks/generated/counting.mp4`` and ``counting.json``::
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def render(seed: int = 7) -> video.Sample:
         oid: scenes.Shape(cls, 0.0, y, radius, 0.3, video._distinct_color(rng, palette))
         for oid, cls, y, radius, _ in objects
     }
-    sample = video.Sample([], [], [], [])
+    sample = video.Sample([], [], [], [], {oid: shapes[oid].color for oid in shapes})
     line_x = video.LINE["start"][0]
     side: dict[int, int] = {}
     for t in range(FRAMES):
@@ -115,4 +116,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     main()

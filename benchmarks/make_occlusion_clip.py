@@ -32,6 +32,7 @@ Writes ``benchmarks/generated/occlusion.mp4`` and ``occlusion.json``::
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -133,4 +134,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     main()

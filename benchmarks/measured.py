@@ -74,8 +74,13 @@ def statement(command: list[str]) -> str:
 
 def main() -> int:
     command = sys.argv[1:]
+    usage = f"usage: {Path(sys.argv[0]).name} COMMAND [ARGS...]"
+    if command in (["-h"], ["--help"]):
+        summary = __doc__.split("\n\n")[0]
+        print(f"{usage}\n\n{summary}")
+        return 0
     if not command:
-        print(f"usage: {Path(sys.argv[0]).name} COMMAND [ARGS...]", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     try:
         status = subprocess.run(command, check=False).returncode
