@@ -14,6 +14,7 @@ machine runs) to fill a letterbox window of the model input:
 Rounds alternate between the methods so that drift in the machine's speed
 falls on all of them. Run from the repository root::
 
+    .venv/bin/python benchmarks/make_video.py   # the 720p clip it reads by default
     .venv/bin/python benchmarks/letterbox.py [--video V] [--imgsz 320] [--rounds 5]
 """
 
@@ -82,11 +83,18 @@ def methods(frames: list[Frame], size: int) -> dict[str, Callable[[Frame], None]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--video", type=Path, default=DEFAULT_VIDEO)
+    parser.add_argument(
+        "--video",
+        type=Path,
+        default=DEFAULT_VIDEO,
+        help="default: the 720p clip benchmarks/make_video.py writes",
+    )
     parser.add_argument("--imgsz", type=int, default=320)
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    if not args.video.is_file():
+        parser.error(f"{args.video} not found: make it with benchmarks/make_video.py, or --video")
     torch.set_num_threads(1)
     with VideoFileSource(args.video) as source:
         frames = list(itertools.islice(source, args.frames))
