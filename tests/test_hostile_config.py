@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -18,7 +19,7 @@ from helpers import run_cli, write_video
 
 from vstream import assets
 from vstream.cli import main
-from vstream.config import ConfigError, parse_source
+from vstream.config import ConfigError, parse_config, parse_source
 from vstream.logs import setup_logging
 from vstream.uri import redact
 
@@ -55,6 +56,44 @@ def test_validate_refuses_what_serve_refuses_with_the_same_line(
     assert capsys.readouterr().err.splitlines() == [f"vstream: {config}: {line}"]
     assert main(["serve", str(config)]) == 2
     assert capsys.readouterr().err.splitlines() == [f"vstream: error: {line}"]
+
+
+def test_any_host_allowed_without_a_token_is_refused_by_validate_and_serve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The field says '*' is only behind a token, and took it without one: any web page
+    (DNS rebinding to 127.0.0.1) could then add and remove streams."""
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        "server: {allowed_hosts: ['*']}\n"
+        f"pipelines:\n  - name: p\n    model: {{path: {assets.DEMO_MODEL}}}\n"
+        f"    sources: [{{id: s, uri: {assets.SAMPLE_VIDEO}}}]\n"
+        "    sinks: [{type: stdout}]\n"
+    )
+    line = "server.allowed_hosts '*' lets any web page's requests in (DNS rebinding)"
+    assert main(["validate", str(config)]) == 2
+    assert line in capsys.readouterr().err
+    assert main(["serve", str(config)]) == 2
+    assert line in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["abcdefgh\n", " abcdefgh", "pässwörd-123", "two words"],
+    ids=["newline", "space", "past-ascii", "inner-space"],
+)
+def test_a_token_no_client_can_send_is_refused_without_showing_it(token: str) -> None:
+    """Accepted, each locked every client out: a header's ends are trimmed, and a letter past
+    ASCII is sent as UTF-8 and read as Latin-1."""
+    with pytest.raises(ConfigError) as refused:
+        pipeline = (
+            f"pipelines:\n  - name: p\n    model: {{path: {assets.DEMO_MODEL}}}\n"
+            f"    sources: [{{id: s, uri: {assets.SAMPLE_VIDEO}}}]\n    sinks: [{{type: stdout}}]\n"
+        )
+        parse_config(f"server: {{token: {json.dumps(token)}}}\n{pipeline}")
+    message = str(refused.value)
+    assert "server.token: must be visible ASCII characters only" in message
+    assert token.strip() not in message
 
 
 def test_a_webhook_header_ending_in_a_newline_is_refused_without_showing_it(

@@ -284,8 +284,20 @@ class ServerConfig(StrictModel):
     @field_validator("token")
     @classmethod
     def _token(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and len(value.get_secret_value()) < 8:
+        """At least 8 visible ASCII characters: a header carries nothing else as sent. A
+        space at either end (a secret file's last newline) is dropped from what a client
+        sends, and a letter past ASCII is sent as UTF-8 and read back as Latin-1: either
+        token was accepted, then no request matched it. Never quoted in the message."""
+        if value is None:
+            return value
+        text = value.get_secret_value()
+        if len(text) < 8:
             raise ValueError("must be at least 8 characters")
+        if not all("!" <= char <= "~" for char in text):
+            raise ValueError(
+                "must be visible ASCII characters only (no space, line break or letter past "
+                "ASCII: a client could never send it in a header)"
+            )
         return value
 
     @field_validator("allowed_paths")
@@ -303,7 +315,8 @@ class ServerConfig(StrictModel):
         return [host.lower().rstrip(".") for host in value]
 
     def exposure_problem(self) -> str | None:
-        """Why ``vstream serve`` refuses these settings: beyond loopback without a token.
+        """Why ``vstream serve`` refuses these settings: beyond loopback, or any host
+        allowed, without a token.
 
         Anyone on the network could then add streams (and read files under
         ``allowed_paths``). Only ``serve`` listens, so the model does not refuse
@@ -311,6 +324,12 @@ class ServerConfig(StrictModel):
         """
         from vstream.uri import is_loopback
 
+        if self.token is None and "*" in self.allowed_hosts:
+            return (
+                "server.allowed_hosts '*' lets any web page's requests in (DNS rebinding), and "
+                'no server.token is set: set one (e.g. token: "${VSTREAM_API_TOKEN}") or name '
+                "the hosts"
+            )
         if self.token is not None or is_loopback(self.host):
             return None
         return (
