@@ -143,6 +143,13 @@ def test_a_stream_says_each_figure_once_and_no_empty_sections(client: Client) ->
         (
             "post",
             "/streams",
+            b'{"pipeline": 5, "id": "x", "uri": "clip.mp4"}',
+            400,
+            "'pipeline' must be a pipeline's name, got 5",
+        ),
+        (
+            "post",
+            "/streams",
             b'{"pipeline": "main", "id": "x", "uri": "gone.mp4"}',
             400,
             "uri: video file not found: ",

@@ -9,6 +9,7 @@ and anything wrong is one :class:`~vstream.errors.VstreamError` or
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from vstream.config.loading import parse_source
@@ -33,7 +34,9 @@ def stream_request(body: object, config: VstreamConfig, base_dir: Path) -> tuple
         if len(names) != 1:
             raise VstreamError("say which pipeline: 'pipeline' is one of " + ", ".join(names))
         name = names[0]
-    if not isinstance(name, str) or name not in names:
+    if not isinstance(name, str):  # a bad request (400), not a pipeline not found (404)
+        raise VstreamError(f"'pipeline' must be a pipeline's name, got {json.dumps(name)[:40]}")
+    if name not in names:
         raise PipelineNotFound(f"no pipeline {name!r}; choose from " + ", ".join(names))
     source = parse_source(fields, base_dir=base_dir, allowed_paths=config.server.allowed_paths)
     return name, source
