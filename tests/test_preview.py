@@ -270,6 +270,9 @@ def test_session_cookie_opens_media_only(hub: PreviewHub) -> None:
             page_response = anonymous.get("/")  # the page itself holds no data
             assert page_response.status_code == 200
             assert "default-src 'none'" in page_response.headers["content-security-policy"]
+            head = anonymous.head("/")  # an uptime probe's: it was 405
+            assert head.status_code == 200 and not head.content
+            assert head.headers["content-length"] == page_response.headers["content-length"]
             assert anonymous.get("/streams").status_code == 401
             assert anonymous.get("/streams/cam1/snapshot.jpg").status_code == 401
             assert anonymous.post("/session").status_code == 401

@@ -53,7 +53,8 @@ log = logging.getLogger(__name__)
 StreamsProvider = Callable[[], Iterable[Any]]
 """Returns the streams now: their ids, or dictionaries with an ``"id"`` (as ``GET /streams``)."""
 MEDIA = ["GET", "HEAD"]
-"""Methods of the media routes: a HEAD tells a player the type and size without the body."""
+"""Methods of the page and the media routes: a HEAD tells a client (a player, an uptime
+probe) the type and size without the body."""
 _PREVIEW_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 _UNFINISHED = "ASGI callable returned without completing response"
 
@@ -210,7 +211,7 @@ def dashboard_router(
     def known(stream_id: str) -> bool:
         return streams_provider is None or stream_id in _ids(streams_provider())
 
-    @router.get("/", include_in_schema=False)
+    @router.api_route("/", methods=MEDIA, include_in_schema=False)
     def dashboard() -> HTMLResponse:
         html, policy = page()
         return HTMLResponse(
