@@ -340,8 +340,13 @@ def test_clip_routes(hub: PreviewHub, tmp_path: Path) -> None:
         clip_id = recorder.trigger("cam1", {"type": "line", "line": "gate"}, 1.0, moving_frame(1))
         feed.until(ring)
         assert recorder.flush(10)
+        # Past the video's end: recording, waiting for its post-roll, all along.
+        waiting = recorder.trigger("cam1", {"type": "line", "line": "gate"}, 1.9, moving_frame(1))
         with serve(hub, FakeStreams(), clips=recorder) as url, httpx.Client(base_url=url) as c:
             listed = c.get("/clips").json()
+            assert [r["id"] for r in listed["recording"]] == [waiting]
+            assert [r["id"] for r in c.get("/clips?stream=cam1").json()["recording"]] == [waiting]
+            assert c.get("/clips?stream=other").json()["recording"] == []  # it listed every one
             [clip] = listed["clips"]
             assert clip["id"] == clip_id and listed["stats"]["clips"] == 1
             assert clip["url"] == f"/clips/{clip_id}/video"

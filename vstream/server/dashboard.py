@@ -269,7 +269,8 @@ def dashboard_router(
             base = f"/clips/{clip['id']}"
             clip["url"] = f"{base}/video" if clip.get("clip") else None
             clip["snapshot_url"] = f"{base}/snapshot.jpg" if clip.get("snapshot") else None
-        return {"clips": listed, "recording": clips.recording(), "stats": clips.stats.to_dict()}
+        recording = [c for c in clips.recording() if stream is None or c["stream"] == stream]
+        return {"clips": listed, "recording": recording, "stats": clips.stats.to_dict()}
 
     def clip_file(clip_id: str, kind: str, media_type: str | None) -> Response:
         path = clips.file(clip_id, kind) if clips is not None else None
