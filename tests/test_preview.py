@@ -178,6 +178,11 @@ def test_viewers_are_capped() -> None:
             read_parts(first, 1)
             second = client.get(f"{url}/streams/cam2/preview.mjpg")
             assert second.status_code == 503 and "too many" in second.json()["error"]
+            # A snapshot of an unwatched stream takes a place while it waits: said so (it
+            # said "no frame of cam2 yet" of a stream running all along).
+            snapshot = client.get(f"{url}/streams/cam2/snapshot.jpg")
+            assert snapshot.status_code == 503
+            assert snapshot.json()["error"].startswith("too many preview viewers: ")
         assert eventually(lambda: hub.viewers() == 0, 10)
     finally:
         hub.close()

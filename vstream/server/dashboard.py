@@ -252,7 +252,10 @@ def dashboard_router(
     async def snapshot(stream_id: str) -> Response:
         if not known(stream_id):
             return _error(404, f"no such stream: {stream_id}")
-        jpeg = await hub.snapshot(stream_id)
+        try:
+            jpeg = await hub.snapshot(stream_id)
+        except TooManyViewers as exc:
+            return _error(503, f"too many preview viewers: {exc}")
         if jpeg is None:
             return _error(503, f"no frame of {stream_id} yet")
         return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "no-store"})

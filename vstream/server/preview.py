@@ -284,7 +284,10 @@ class PreviewHub:
 
         Fresh while the stream is watched; otherwise this asks the pipeline for
         one frame and waits up to ``wait`` seconds (``snapshot_wait``), then
-        falls back to the last JPEG there was. None when there is none at all.
+        falls back to the last JPEG there was. None when there is none at all;
+        :class:`TooManyViewers` when every viewer's place is taken (a snapshot
+        takes one while it waits), where a JPEG however old, or "no frame yet",
+        hid why.
         """
         wait = self.snapshot_wait if wait is None else wait
         state = self._streams.get(stream_id)
@@ -295,10 +298,7 @@ class PreviewHub:
             and time.monotonic() - state.jpeg_time < 2 * self._period + 0.5
         ):
             return state.jpeg
-        try:
-            state, watcher = self._join(stream_id)
-        except TooManyViewers:
-            return state.jpeg if state is not None else None
+        state, watcher = self._join(stream_id)
         try:
             state.next_due = 0.0  # take the very next frame
             got = await self._next(state, watcher, state.seq, wait)
