@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -199,11 +199,7 @@ def read_model_spec(session: Any, path: Path) -> ModelSpec:
             )
     metadata = read_metadata(session, path, ("names", "imgsz", "stride", *CHANNEL_KEYS))
     channels = {
-        key: model_channels(
-            f"{path.name}: metadata {key}={metadata[key][:80]!r}", key, _literal(metadata[key])
-        )
-        for key in CHANNEL_KEYS
-        if key in metadata
+        key: found for key in CHANNEL_KEYS if (found := metadata_channels(path, metadata, key))
     }
     class_names = parse_class_names(metadata.get("names"))
     names_source = "metadata names"
@@ -239,6 +235,17 @@ def read_metadata(session: Any, path: Path, parsed: Iterable[str]) -> dict[str, 
                 f"at most {MAX_METADATA_CHARS:,} are read"
             )
     return metadata
+
+
+def metadata_channels(
+    path: Path, metadata: Mapping[str, str], key: Literal["mean", "std"]
+) -> tuple[float, float, float] | None:
+    """The metadata's ``mean`` or ``std`` of the model at ``path``, held to the config's rule
+    (:func:`~vstream.config.model.model_channels`); None where it gives none."""
+    text = metadata.get(key)
+    if text is None:
+        return None
+    return model_channels(f"{path.name}: metadata {key}={text[:80]!r}", key, _literal(text))
 
 
 def check_metadata_labels(path: Path, source: str, labels: Collection[str]) -> None:

@@ -37,18 +37,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vstream.config.base import listed_twice
-from vstream.config.model import MAX_LABELS, model_channels
+from vstream.config.model import MAX_LABELS
 from vstream.config.secondary import SecondaryConfig
 from vstream.errors import ModelError
 from vstream.inference.model import (
     INPUT_DTYPES,
     TensorSpec,
-    _literal,
     check_image_dtype,
     check_io_budget,
     check_metadata_labels,
     fitting_size,
     infer_output_shapes,
+    metadata_channels,
     metadata_size,
     open_for_inspection,
     parse_class_names,
@@ -118,11 +118,8 @@ def _triple(
     value = getattr(config, key)
     if value is not None:
         return tuple(float(v) for v in value)
-    if key not in metadata:
-        return (default,) * 3
-    text = metadata[key]
-    shown = f"{Path(config.path).name}: metadata {key}={text[:80]!r}"
-    return model_channels(shown, key, _literal(text))
+    found = metadata_channels(Path(config.path), metadata, key)
+    return found if found is not None else (default,) * 3
 
 
 def _input_size(config: SecondaryConfig, image: TensorSpec, metadata: dict[str, str]) -> Any:
