@@ -28,7 +28,7 @@ import torch
 from vstream.cores import auto_decoder_threads
 from vstream.decoders.base import Picture
 from vstream.decoders.colour import colour_space
-from vstream.decoders.demux import Demuxer
+from vstream.decoders.demux import Demuxer, best_effort_time
 from vstream.errors import SourceUnavailable
 from vstream.frame import PixelFormat
 from vstream.transfer import upload
@@ -163,8 +163,7 @@ class PyAVDecoder:
             # Odd-sized 4:2:0 cannot be packed into one plane tensor: let FFmpeg give RGB.
             pixel_format = PixelFormat.RGB24
         pts = None
-        # Else the dts, as FFmpeg's best_effort_timestamp: an AVI's packets have no pts.
-        stamp = decoded.pts if decoded.pts is not None else decoded.dts
+        stamp = best_effort_time(decoded)  # an AVI's packets have no pts
         if stamp is not None and decoded.time_base is not None:
             pts = float(stamp * decoded.time_base)
         picture = PyAVPicture(decoded)

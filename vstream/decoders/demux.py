@@ -69,10 +69,11 @@ def clock_seconds(text: str | None) -> float | None:
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
-def _stamp(packet: av.Packet) -> int | None:
-    """A packet's presentation time, else its decoding time (AVI and raw streams give only
-    one of them); None when it has neither."""
-    return packet.pts if packet.pts is not None else packet.dts
+def best_effort_time(item: av.Packet | av.VideoFrame) -> int | None:
+    """A packet's or a picture's presentation time, else its decoding time, as FFmpeg's
+    ``best_effort_timestamp`` takes it (AVI and raw streams give only one of them); None
+    when it has neither."""
+    return item.pts if item.pts is not None else item.dts
 
 
 def av_error_text(exc: BaseException) -> str:
@@ -239,7 +240,7 @@ class Demuxer:
             return  # unseekable: nothing was read, the input stays put
         while True:
             key = self._key_frame()
-            stamp = None if key is None else _stamp(key)
+            stamp = None if key is None else best_effort_time(key)
             if key is not None and (stamp is None or stamp <= target):
                 self._landed = key
                 return
