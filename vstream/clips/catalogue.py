@@ -19,8 +19,8 @@ class Catalogue:
         listed = [clip for r in self.recorders for clip in r.clips(stream_id)]
         return sorted(listed, key=lambda clip: clip.get("created", 0), reverse=True)
 
-    def recording(self) -> list[dict[str, Any]]:
-        return [capture for r in self.recorders for capture in r.recording()]
+    def recording(self, stream_id: str | None = None) -> list[dict[str, Any]]:
+        return [capture for r in self.recorders for capture in r.recording(stream_id)]
 
     def file(self, clip_id: str, kind: str) -> Path | None:
         return next((p for r in self.recorders if (p := r.file(clip_id, kind))), None)

@@ -367,10 +367,14 @@ class ClipRecorder:
         name = info.clip if kind == "video" else info.snapshot if kind == "snapshot" else None
         return self.directory / name if name else None
 
-    def recording(self) -> list[dict[str, Any]]:
-        """Clips being recorded now (waiting for their post-roll)."""
+    def recording(self, stream_id: str | None = None) -> list[dict[str, Any]]:
+        """Clips being recorded now (waiting for their post-roll), of ``stream_id`` if given."""
         with self._lock:
-            active = [c for c in self._active.values() if not c.done]
+            active = [
+                c
+                for c in self._active.values()
+                if not c.done and stream_id in (None, c.context["stream"])
+            ]
         return [
             {"id": c.context["id"], "stream": c.context["stream"], "events": c.context["events"]}
             for c in active

@@ -272,7 +272,7 @@ def dashboard_router(
             base = f"/clips/{clip['id']}"
             clip["url"] = f"{base}/video" if clip.get("clip") else None
             clip["snapshot_url"] = f"{base}/snapshot.jpg" if clip.get("snapshot") else None
-        recording = [c for c in clips.recording() if stream is None or c["stream"] == stream]
+        recording = clips.recording(stream)
         return {"clips": listed, "recording": recording, "stats": clips.stats.to_dict()}
 
     def clip_file(clip_id: str, kind: str, media_type: str | None) -> Response:
